@@ -1,0 +1,117 @@
+// Command stepbench times the prefill and decode steps of Llama-family
+// models through our own CUDA kernels (or the plain-Go reference on a CPU)
+// and reports latency, roofline points and, on GPUs, power and clocks.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+
+	"github.com/spf13/pflag"
+)
+
+// A subcommand parses its own flags and runs.
+type subcommand struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+func subcommands() map[string]subcommand {
+	return map[string]subcommand{
+		"run":      {"time prefill and decode steps (one_batch style); --correctness-test checks greedy outputs", runCmd},
+		"roofline": {"print analytic per-step floors for a model on a GPU preset (no GPU needed)", rooflineCmd},
+		"version":  {"print the version", versionCmd},
+	}
+}
+
+func main() {
+	// Every CUDA call must come from one OS thread: the main goroutine keeps its thread.
+	runtime.LockOSThread()
+	os.Exit(mainExit(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// mainExit runs a subcommand and turns its error into one line and an exit code.
+func mainExit(args []string, stdout, stderr io.Writer) int {
+	cmds := subcommands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "stepbench: unknown command %q (run 'stepbench help')\n", args[0])
+		return 2
+	}
+	if err := cmd.run(args[1:], stdout, stderr); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "stepbench %s: %v\n", args[0], err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, cmds map[string]subcommand) {
+	fmt.Fprintln(w, "usage: stepbench COMMAND [flags]\n\ncommands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\n'stepbench COMMAND --help' lists a command's flags.")
+}
+
+// usageError is a bad flag or argument: exit code 2.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// newFlagSet makes a flag set that reports errors instead of exiting.
+func newFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("stepbench "+name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = false
+	return fs
+}
+
+// parseFlags parses args; a parse error is a usage error, --help is pflag.ErrHelp.
+func parseFlags(fs *pflag.FlagSet, args []string) error {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage of %s:\n", fs.Name())
+		fs.PrintDefaults()
+	}
+	// pflag prints its usage on every parse error; we want one line only.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, pflag.ErrHelp) {
+		fs.Usage()
+		return err
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}

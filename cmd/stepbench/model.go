@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+
+	"stepbench/runner"
+)
+
+// modelFlags are the flags that choose a model, shared by several commands.
+type modelFlags struct {
+	model, modelPath string
+}
+
+func (m *modelFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&m.model, "model", "llama-3-8b", "built-in model preset: "+joinNames(runner.PresetNames()))
+	fs.StringVar(&m.modelPath, "model-path", "", "HF model directory (config.json and *.safetensors); overrides --model")
+}
+
+// resolve returns the model's config, from --model-path's config.json or a preset.
+func (m *modelFlags) resolve() (runner.Config, error) {
+	if m.modelPath == "" {
+		cfg, err := runner.Preset(m.model)
+		if err != nil {
+			return cfg, usagef("--model: %v", err)
+		}
+		return cfg, nil
+	}
+	st, err := os.Stat(m.modelPath)
+	if err != nil {
+		return runner.Config{}, usagef("--model-path: %v", err)
+	}
+	if !st.IsDir() {
+		return runner.Config{}, usagef("--model-path: %s is not a directory", m.modelPath)
+	}
+	cfg, err := runner.LoadConfigFile(filepath.Join(m.modelPath, "config.json"))
+	if err != nil {
+		return cfg, fmt.Errorf("--model-path: %w", err)
+	}
+	return cfg, nil
+}
+
+func joinNames(names []string) string {
+	s := ""
+	for i, n := range names {
+		if i > 0 {
+			s += ", "
+		}
+		s += n
+	}
+	return s
+}
+
+// shapeFlags are the batch × input × output lists.
+type shapeFlags struct {
+	batch, input, output []int
+}
+
+func (s *shapeFlags) register(fs *pflag.FlagSet, defaultInput, defaultOutput []int) {
+	fs.IntSliceVar(&s.batch, "batch-size", []int{1}, "batch sizes (comma-separated list)")
+	fs.IntSliceVar(&s.input, "input-len", defaultInput, "prompt lengths in tokens (list)")
+	fs.IntSliceVar(&s.output, "output-len", defaultOutput, "tokens generated per sequence, including the prefill's (list)")
+}
+
+// validate checks every list is non-empty and positive and that every
+// input+output fits the model's positions.
+func (s *shapeFlags) validate(cfg runner.Config) error {
+	for _, l := range []struct {
+		flag string
+		vals []int
+	}{{"--batch-size", s.batch}, {"--input-len", s.input}, {"--output-len", s.output}} {
+		if len(l.vals) == 0 {
+			return usagef("%s: empty list", l.flag)
+		}
+		for _, v := range l.vals {
+			if v < 1 {
+				return usagef("%s: %d must be at least 1", l.flag, v)
+			}
+		}
+	}
+	for _, in := range s.input {
+		for _, out := range s.output {
+			if in+out > cfg.MaxPositionEmbeddings {
+				return usagef("--input-len %d + --output-len %d = %d exceeds %s's max_position_embeddings %d",
+					in, out, in+out, cfg.Name, cfg.MaxPositionEmbeddings)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+// Our own declarations of the few CUDA driver, NVRTC and cuBLAS types the
+// package needs, and C trampolines that call a dlsym'd function pointer with
+// its real signature. No NVIDIA header is included: every type below is
+// declared from the documented ABI (handles are opaque pointers, enums are
+// int, CUdeviceptr is 64-bit).
+#ifndef STEPBENCH_CUDA_SHIM_H
+#define STEPBENCH_CUDA_SHIM_H
+
+#include <stddef.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUgraph;
+typedef void *CUgraphExec;
+
+typedef int nvrtcResult;
+typedef void *nvrtcProgram;
+
+typedef int cublasStatus_t;
+typedef void *cublasHandle_t;
+
+// Dynamic loading. sb_dlopen copies dlerror's text into err on failure so
+// that the message is read on the same OS thread that produced it.
+void *sb_dlopen(const char *path, int global, char *err, size_t err_len);
+void *sb_dlsym(void *handle, const char *name);
+int sb_dlclose(void *handle);
+
+// CUDA driver trampolines: fn is the dlsym'd symbol named in the comment.
+CUresult sb_cuInit(void *fn, unsigned int flags);
+CUresult sb_cuDriverGetVersion(void *fn, int *version);
+CUresult sb_cuGetErrorName(void *fn, CUresult code, const char **name);
+CUresult sb_cuDeviceGetCount(void *fn, int *count);
+CUresult sb_cuDeviceGet(void *fn, CUdevice *dev, int ordinal);
+CUresult sb_cuDeviceGetName(void *fn, char *name, int len, CUdevice dev);
+CUresult sb_cuDeviceGetUuid(void *fn, unsigned char *uuid16, CUdevice dev);
+CUresult sb_cuDeviceTotalMem(void *fn, size_t *bytes, CUdevice dev);
+CUresult sb_cuDeviceGetAttribute(void *fn, int *value, int attrib, CUdevice dev);
+CUresult sb_cuDevicePrimaryCtxRetain(void *fn, CUcontext *ctx, CUdevice dev);
+CUresult sb_cuDevicePrimaryCtxRelease(void *fn, CUdevice dev);
+CUresult sb_cuCtxSetCurrent(void *fn, CUcontext ctx);
+CUresult sb_cuMemGetInfo(void *fn, size_t *free_bytes, size_t *total_bytes);
+CUresult sb_cuMemAlloc(void *fn, CUdeviceptr *ptr, size_t bytes);
+CUresult sb_cuMemFree(void *fn, CUdeviceptr ptr);
+CUresult sb_cuMemAllocHost(void *fn, void **ptr, size_t bytes);
+CUresult sb_cuMemFreeHost(void *fn, void *ptr);
+CUresult sb_cuStreamCreate(void *fn, CUstream *stream, unsigned int flags);
+CUresult sb_cuStreamSynchronize(void *fn, CUstream stream);
+CUresult sb_cuStreamDestroy(void *fn, CUstream stream);
+CUresult sb_cuMemcpyHtoDAsync(void *fn, CUdeviceptr dst, const void *src, size_t bytes, CUstream stream);
+CUresult sb_cuMemcpyDtoHAsync(void *fn, void *dst, CUdeviceptr src, size_t bytes, CUstream stream);
+CUresult sb_cuMemcpyDtoDAsync(void *fn, CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+CUresult sb_cuMemsetD8Async(void *fn, CUdeviceptr dst, unsigned char value, size_t count, CUstream stream);
+CUresult sb_cuMemsetD16Async(void *fn, CUdeviceptr dst, unsigned short value, size_t count, CUstream stream);
+CUresult sb_cuMemsetD32Async(void *fn, CUdeviceptr dst, unsigned int value, size_t count, CUstream stream);
+CUresult sb_cuEventCreate(void *fn, CUevent *event, unsigned int flags);
+CUresult sb_cuEventRecord(void *fn, CUevent event, CUstream stream);
+CUresult sb_cuEventSynchronize(void *fn, CUevent event);
+CUresult sb_cuEventDestroy(void *fn, CUevent event);
+CUresult sb_cuEventElapsedTime(void *fn, float *ms, CUevent start, CUevent end);
+CUresult sb_cuModuleLoadData(void *fn, CUmodule *module, const void *image);
+CUresult sb_cuModuleGetFunction(void *fn, CUfunction *function, CUmodule module, const char *name);
+CUresult sb_cuModuleUnload(void *fn, CUmodule module);
+CUresult sb_cuFuncSetAttribute(void *fn, CUfunction function, int attrib, int value);
+CUresult sb_cuFuncGetAttribute(void *fn, int *value, int attrib, CUfunction function);
+CUresult sb_cuLaunchKernel(void *fn, CUfunction function, unsigned int gx, unsigned int gy, unsigned int gz,
+                           unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_bytes,
+                           CUstream stream, void **params);
+CUresult sb_cuStreamBeginCapture(void *fn, CUstream stream, int mode);
+CUresult sb_cuStreamEndCapture(void *fn, CUstream stream, CUgraph *graph);
+CUresult sb_cuGraphInstantiateWithFlags(void *fn, CUgraphExec *exec, CUgraph graph, unsigned long long flags);
+CUresult sb_cuGraphDestroy(void *fn, CUgraph graph);
+CUresult sb_cuGraphLaunch(void *fn, CUgraphExec exec, CUstream stream);
+CUresult sb_cuGraphExecDestroy(void *fn, CUgraphExec exec);
+
+// NVRTC trampolines.
+const char *sb_nvrtcGetErrorString(void *fn, nvrtcResult code);
+nvrtcResult sb_nvrtcVersion(void *fn, int *major, int *minor);
+nvrtcResult sb_nvrtcGetNumSupportedArchs(void *fn, int *count);
+nvrtcResult sb_nvrtcGetSupportedArchs(void *fn, int *archs);
+nvrtcResult sb_nvrtcCreateProgram(void *fn, nvrtcProgram *prog, const char *src, const char *name);
+nvrtcResult sb_nvrtcCompileProgram(void *fn, nvrtcProgram prog, int num_options, const char *const *options);
+nvrtcResult sb_nvrtcGetSize(void *fn, nvrtcProgram prog, size_t *size);
+nvrtcResult sb_nvrtcGetBytes(void *fn, nvrtcProgram prog, char *out);
+nvrtcResult sb_nvrtcDestroyProgram(void *fn, nvrtcProgram *prog);
+
+// cuBLAS trampolines.
+cublasStatus_t sb_cublasGetProperty(void *fn, int property, int *value);
+cublasStatus_t sb_cublasCreate(void *fn, cublasHandle_t *handle);
+cublasStatus_t sb_cublasDestroy(void *fn, cublasHandle_t handle);
+cublasStatus_t sb_cublasSetStream(void *fn, cublasHandle_t handle, CUstream stream);
+cublasStatus_t sb_cublasSetWorkspace(void *fn, cublasHandle_t handle, CUdeviceptr workspace, size_t bytes);
+cublasStatus_t sb_cublasGemmEx(void *fn, cublasHandle_t handle, int transa, int transb, int m, int n, int k,
+                               const float *alpha, CUdeviceptr a, int a_type, int lda, CUdeviceptr b,
+                               int b_type, int ldb, const float *beta, CUdeviceptr c, int c_type, int ldc,
+                               int compute_type, int algo);
+
+#endif

@@ -1,0 +1,145 @@
+package kernels
+
+import (
+	"strings"
+	"testing"
+
+	"stepbench/cuda"
+	"stepbench/kernels/ref"
+)
+
+func TestDecodePlanCoversKeysWithinWorkspace(t *testing.T) {
+	for _, smCount := range []int{1, 108, 132} {
+		for _, batch := range []int{1, 3, 64, 256} {
+			for _, kvHeads := range []int{1, 8} {
+				for startPos := 0; startPos < 20000; startPos = startPos*3 + 1 {
+					a := AttnShape{Batch: batch, SeqLen: 1, StartPos: startPos, Heads: 4 * kvHeads, KVHeads: kvHeads, HeadDim: 128, MaxSeq: 20000}
+					keys := startPos + 1
+					chunk, splits := decodePlan(a, smCount)
+					if chunk%32 != 0 || chunk < decodeMinChunkKeys || chunk > decodeMaxChunkKeys {
+						t.Errorf("%+v sm=%d: chunk %d not a multiple of 32 in [%d, %d]", a, smCount, chunk, decodeMinChunkKeys, decodeMaxChunkKeys)
+					}
+					if splits*chunk < keys || (splits-1)*chunk >= keys {
+						t.Errorf("%+v sm=%d: %d splits of %d keys do not tile %d keys (an empty or missing split)", a, smCount, splits, chunk, keys)
+					}
+					need := batch * a.Heads * splits * (a.HeadDim + 2) * 4
+					if have := AttentionWorkspaceBytes(a, smCount); have < need {
+						t.Errorf("%+v sm=%d: workspace %d bytes < %d needed", a, smCount, have, need)
+					}
+					if shared := decodeSharedBytes(a, chunk); shared > defaultSharedLimitBytes {
+						t.Errorf("%+v: decode needs %d shared bytes", a, shared)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestAttentionWorkspaceGrowsWithStartPos(t *testing.T) {
+	prev := 0
+	for startPos := 0; startPos < 10000; startPos += 37 {
+		a := AttnShape{Batch: 2, SeqLen: 1, StartPos: startPos, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10000}
+		got := AttentionWorkspaceBytes(a, 132)
+		if got < prev {
+			t.Fatalf("workspace shrinks at startPos %d: %d < %d", startPos, got, prev)
+		}
+		prev = got
+	}
+	prefill := AttnShape{Batch: 2, SeqLen: 5, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10}
+	if got := AttentionWorkspaceBytes(prefill, 132); got != 0 {
+		t.Errorf("prefill workspace = %d, want 0", got)
+	}
+}
+
+func TestPrefillSharedFitsHopperAndAmpere(t *testing.T) {
+	const ampereOptinBytes = 163 * 1024
+	for _, d := range SupportedHeadDims {
+		if b := prefillSharedBytes(d); b > ampereOptinBytes {
+			t.Errorf("head dim %d: prefill needs %d shared bytes > %d", d, b, ampereOptinBytes)
+		}
+	}
+}
+
+// TestWrappersRejectBadArguments needs no GPU: every check runs before a launch.
+func TestWrappersRejectBadArguments(t *testing.T) {
+	k := &Set{smCount: 132}
+	var s *cuda.Stream
+	const p = cuda.DevPtr(1 << 20) // a plausible, aligned device address
+	good := AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
+	with := func(change func(*AttnShape)) AttnShape {
+		a := good
+		change(&a)
+		return a
+	}
+	tests := []struct {
+		name, op, want string
+		call           func() error
+	}{
+		{"embed hidden not /8", "embed", "multiple of 8", func() error { return k.Embed(s, p, p, p, 4, 100) }},
+		{"embed negative tokens", "embed", "tokens", func() error { return k.Embed(s, p, p, p, -1, 64) }},
+		{"embed null table", "embed", "table is a null pointer", func() error { return k.Embed(s, p, 0, p, 4, 64) }},
+		{"norm misaligned out", "add_rmsnorm", "not 16-byte aligned", func() error { return k.AddRMSNorm(s, p+2, p, 0, p, 1, 64, 1e-5) }},
+		{"norm misaligned add", "add_rmsnorm", "add", func() error { return k.AddRMSNorm(s, p, p, p+8, p, 1, 64, 1e-5) }},
+		{"norm zero hidden", "add_rmsnorm", "hidden", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 0, 1e-5) }},
+		{"norm negative eps", "add_rmsnorm", "eps", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 64, -1) }},
+		{"rope odd head dim", "rope_kv_write", "headDim", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, with(func(a *AttnShape) { a.HeadDim = 63 }))
+		}},
+		{"rope past maxSeq", "rope_kv_write", "maxSeq", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, with(func(a *AttnShape) { a.StartPos = 8 }))
+		}},
+		{"attention head dim 96", "attention", "headDim", func() error {
+			return k.Attention(s, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.HeadDim = 96 }))
+		}},
+		{"attention heads not multiple of kv", "attention", "multiple of kvHeads", func() error {
+			return k.Attention(s, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.Heads = 5 }))
+		}},
+		{"attention zero kv heads", "attention", "kvHeads", func() error {
+			return k.Attention(s, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.KVHeads = 0 }))
+		}},
+		{"attention small workspace", "attention", "workspace has 16 bytes", func() error {
+			return k.Attention(s, p, p, p, p, p, 16, good)
+		}},
+		{"attention misaligned q", "attention", "q = ", func() error {
+			return k.Attention(s, p, p+2, p, p, p, 1<<20, good)
+		}},
+		{"silu zero inter", "silu_mul", "inter", func() error { return k.SiluMul(s, p, p, 1, 0) }},
+		{"gather zero seqLen", "gather_last", "seqLen", func() error { return k.GatherLast(s, p, p, 1, 0, 8) }},
+		{"argmax misaligned out", "argmax", "out", func() error { return k.Argmax(s, p+2, p, 1, 8) }},
+		{"fill unknown kind", "fill_dummy", "kind", func() error { return k.FillDummy(s, p, 8, 1, 0, ref.DummyKind(7)) }},
+		{"fill negative n", "fill_dummy", "n = -1", func() error { return k.FillDummy(s, p, -1, 1, 0, ref.DummyOnes) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.HasPrefix(err.Error(), tt.op+": ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q, want it to start with %q and mention %q", err, tt.op+": ", tt.want)
+			}
+		})
+	}
+}
+
+// Empty work launches nothing (a nil stream would fail if it did).
+func TestWrappersSkipEmptyWork(t *testing.T) {
+	k := &Set{smCount: 132}
+	var s *cuda.Stream
+	const p = cuda.DevPtr(1 << 20)
+	empty := AttnShape{Batch: 0, SeqLen: 1, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
+	for name, err := range map[string]error{
+		"embed":     k.Embed(s, p, p, p, 0, 64),
+		"norm":      k.AddRMSNorm(s, p, p, 0, p, 0, 64, 1e-5),
+		"rope":      k.RopeKVWrite(s, p, p, p, p, p, empty),
+		"attention": k.Attention(s, p, p, p, p, 0, 0, empty),
+		"silu":      k.SiluMul(s, p, p, 0, 64),
+		"gather":    k.GatherLast(s, p, p, 0, 3, 64),
+		"argmax":    k.Argmax(s, p, p, 0, 64),
+		"fill":      k.FillDummy(s, p, 0, 1, 0, ref.DummyUniform),
+	} {
+		if err != nil {
+			t.Errorf("%s with no work: %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package ref
+
+import "math"
+
+// Attention is causal grouped-query attention over the KV cache. q is
+// [T, H*D], T = batch*seqLen; token (b, s) at position p = startPos+s attends
+// to cache positions 0..p of sequence b, query head h reading kv head
+// h/(H/KV). With scale = float32(1/sqrt(D)):
+//
+//	score_j = float32 dot(q, k_j) * scale       (float32 products summed in index order)
+//	prob_j  = exp(score_j − max) / sum          (float32 softmax)
+//	o       = sum_j prob_j * f32(v_j)           (float32)
+//	out[t, h*D+d] = bf16(o[d])
+//
+// These are SDPA/flash numerics: fp32 scores and softmax, one bf16 rounding at
+// the end. The caches are [batch][maxSeq][KV][D] as written by RopeKVWrite.
+//
+// Preconditions: heads a positive multiple of kvHeads, startPos >= 0,
+// startPos+seqLen <= maxSeq, and every slice as long as its shape.
+func Attention(out, q, kCache, vCache []uint16, batch, seqLen, startPos, heads, kvHeads, headDim, maxSeq int) {
+	const op = "Attention"
+	needShape(op, batch >= 0 && seqLen >= 0 && startPos >= 0 && kvHeads >= 1 && heads >= kvHeads &&
+		heads%kvHeads == 0 && headDim >= 1 && startPos+seqLen <= maxSeq,
+		"bad shape batch %d seqLen %d startPos %d heads %d kvHeads %d headDim %d maxSeq %d",
+		batch, seqLen, startPos, heads, kvHeads, headDim, maxSeq)
+	tokens := batch * seqLen
+	qWidth, kvWidth := heads*headDim, kvHeads*headDim
+	needLen(op, "q", len(q), tokens*qWidth)
+	needLen(op, "out", len(out), tokens*qWidth)
+	needLen(op, "kCache", len(kCache), batch*maxSeq*kvWidth)
+	needLen(op, "vCache", len(vCache), batch*maxSeq*kvWidth)
+
+	scale := float32(1 / math.Sqrt(float64(headDim)))
+	groupSize := heads / kvHeads
+	query := make([]float32, headDim)
+	scores := make([]float32, startPos+seqLen)
+	acc := make([]float32, headDim)
+	for b := 0; b < batch; b++ {
+		for s := 0; s < seqLen; s++ {
+			t := b*seqLen + s
+			keys := startPos + s + 1 // positions 0..p
+			for h := 0; h < heads; h++ {
+				ToF32(query, q[t*qWidth+h*headDim:t*qWidth+(h+1)*headDim])
+				kvOffset := (h / groupSize) * headDim
+
+				maxScore := float32(math.Inf(-1))
+				for j := 0; j < keys; j++ {
+					k := kCache[(b*maxSeq+j)*kvWidth+kvOffset:][:headDim]
+					var dot float32
+					for d, qd := range query {
+						dot += qd * BF16ToF32(k[d])
+					}
+					scores[j] = dot * scale
+					maxScore = max(maxScore, scores[j])
+				}
+				var sum float32
+				for j := 0; j < keys; j++ {
+					scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
+					sum += scores[j]
+				}
+
+				clear(acc)
+				for j := 0; j < keys; j++ {
+					prob := scores[j] / sum
+					v := vCache[(b*maxSeq+j)*kvWidth+kvOffset:][:headDim]
+					for d := range acc {
+						acc[d] += prob * BF16ToF32(v[d])
+					}
+				}
+				ToBF16(out[t*qWidth+h*headDim:t*qWidth+(h+1)*headDim], acc)
+			}
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package runner
+
+import (
+	"time"
+
+	"stepbench/kernels/ref"
+)
+
+// DType is the element type of a Buffer.
+type DType int
+
+const (
+	BF16 DType = iota // raw bf16 bit patterns (uint16)
+	F32
+	I32
+)
+
+func (d DType) String() string {
+	switch d {
+	case BF16:
+		return "bf16"
+	case F32:
+		return "f32"
+	case I32:
+		return "i32"
+	}
+	return "unknown"
+}
+
+// Size is the element size in bytes.
+func (d DType) Size() int {
+	if d == BF16 {
+		return 2
+	}
+	return 4
+}
+
+// Buffer is a backend's allocation: host memory for cpu, device memory for cuda.
+// Its contents are reached only through the Backend that made it.
+type Buffer interface {
+	DType() DType
+	Len() int // elements
+}
+
+// AttnShape describes one attention call over the KV cache. Every sequence in
+// the batch holds StartPos cached tokens and brings SeqLen new ones: token
+// (b, s) sits at position StartPos+s and row b*SeqLen+s of the activations.
+// Prefill is StartPos 0, SeqLen = prompt length; a decode step is SeqLen 1.
+// The cache of one layer is [Batch][MaxSeq][KVHeads][HeadDim].
+type AttnShape struct {
+	Batch, SeqLen, StartPos int
+	Heads, KVHeads, HeadDim int
+	MaxSeq                  int
+}
+
+// Tokens is the number of activation rows, Batch*SeqLen.
+func (s AttnShape) Tokens() int { return s.Batch * s.SeqLen }
+
+// Event marks a point in the backend's stream of work; two of them give the
+// device time between them.
+type Event interface {
+	Record() error
+}
+
+// Backend runs the ops of the forward pass. Every op is enqueued in order on
+// one stream; Sync waits for all of it. Semantics of each op are those of its
+// twin in kernels/ref (same argument names and layouts).
+type Backend interface {
+	Name() string
+
+	Alloc(dt DType, n int) (Buffer, error)
+	Free(b Buffer) error
+	UploadBF16(dst Buffer, offset int, src []uint16) error
+	UploadF32(dst Buffer, src []float32) error
+	UploadI32(dst Buffer, src []int32) error
+	DownloadBF16(src Buffer, dst []uint16) error
+	DownloadI32(src Buffer, dst []int32) error
+	// FillDummy writes elements [first, first+n) of the dummy tensor `name`
+	// into dst[offset:offset+n] (see ref.FillDummy).
+	FillDummy(dst Buffer, offset, n int, seed uint64, name string, first uint64, kind ref.DummyKind) error
+
+	Embed(out, table, ids Buffer, tokens, hidden int) error
+	// AddRMSNorm: residual += add (when add is non-nil), then out = RMSNorm(residual)*weight.
+	AddRMSNorm(out, residual, add, weight Buffer, rows, hidden int, eps float32) error
+	// Linear: out[m,n] = x[m,k] · w[n,k]ᵀ.
+	Linear(out, x, w Buffer, m, n, k int) error
+	// RopeKVWrite and Attention read the start position from pos (one I32 on
+	// the backend) rather than from s.StartPos, so that a captured decode step
+	// replays correctly at every position; s.StartPos is the caller's
+	// expectation, used for launch shapes and checks.
+	RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos Buffer, s AttnShape) error
+	Attention(out, q, kCache, vCache, pos Buffer, s AttnShape) error
+	// AddI32 adds delta to every element of an I32 buffer (advances pos).
+	AddI32(buf Buffer, delta int) error
+	SiluMul(out, gateUp Buffer, rows, inter int) error
+	GatherLast(out, in Buffer, batch, seqLen, width int) error
+	Argmax(out, logits Buffer, rows, vocab int) error
+
+	NewEvent() (Event, error)
+	// Elapsed is the device time between two recorded events (both complete).
+	Elapsed(start, end Event) (time.Duration, error)
+	Sync() error
+	Close() error
+}

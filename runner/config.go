@@ -1,0 +1,416 @@
+package runner
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Config is the shape of a Llama-family model, with HF config.json's names.
+type Config struct {
+	Name                  string       `json:"name"`
+	HiddenSize            int          `json:"hidden_size"`
+	IntermediateSize      int          `json:"intermediate_size"`
+	NumHiddenLayers       int          `json:"num_hidden_layers"`
+	NumAttentionHeads     int          `json:"num_attention_heads"`
+	NumKeyValueHeads      int          `json:"num_key_value_heads"`
+	HeadDim               int          `json:"head_dim"`
+	VocabSize             int          `json:"vocab_size"`
+	RMSNormEps            float64      `json:"rms_norm_eps"`
+	RopeTheta             float64      `json:"rope_theta"`
+	RopeScaling           *RopeScaling `json:"rope_scaling,omitempty"`
+	TieWordEmbeddings     bool         `json:"tie_word_embeddings"`
+	MaxPositionEmbeddings int          `json:"max_position_embeddings"`
+}
+
+// RopeScaling is HF's rope_scaling of type "llama3".
+type RopeScaling struct {
+	Type                          string  `json:"rope_type"`
+	Factor                        float64 `json:"factor"`
+	LowFreqFactor                 float64 `json:"low_freq_factor"`
+	HighFreqFactor                float64 `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings"`
+}
+
+// QKVDim is the width of the fused q/k/v projection output.
+func (c Config) QKVDim() int { return (c.NumAttentionHeads + 2*c.NumKeyValueHeads) * c.HeadDim }
+
+// RopeTypeLlama3 is the only rope_scaling type the kernels implement.
+const RopeTypeLlama3 = "llama3"
+
+// DefaultPreset is the model used when none is named.
+const DefaultPreset = "llama-3-8b"
+
+// llama3Config is the shape shared by the Llama 3 / 3.1 8B models.
+func llama3Config(name string) Config {
+	return Config{
+		Name:                  name,
+		HiddenSize:            4096,
+		IntermediateSize:      14336,
+		NumHiddenLayers:       32,
+		NumAttentionHeads:     32,
+		NumKeyValueHeads:      8,
+		HeadDim:               128,
+		VocabSize:             128256,
+		RMSNormEps:            1e-5,
+		RopeTheta:             500000,
+		MaxPositionEmbeddings: 8192,
+	}
+}
+
+// presetConfig builds a preset afresh on each call, so callers may mutate
+// the result (including RopeScaling) without affecting anyone else.
+func presetConfig(name string) (Config, bool) {
+	switch name {
+	case "llama-3-8b":
+		return llama3Config(name), true
+	case "llama-3.1-8b":
+		c := llama3Config(name)
+		c.RopeScaling = &RopeScaling{Type: RopeTypeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
+		c.MaxPositionEmbeddings = 131072
+		return c, true
+	case "llama-3.2-1b":
+		return Config{
+			Name: name, HiddenSize: 2048, IntermediateSize: 8192, NumHiddenLayers: 16,
+			NumAttentionHeads: 32, NumKeyValueHeads: 8, HeadDim: 64, VocabSize: 128256,
+			RMSNormEps: 1e-5, RopeTheta: 500000,
+			RopeScaling:       &RopeScaling{Type: RopeTypeLlama3, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
+			TieWordEmbeddings: true, MaxPositionEmbeddings: 131072,
+		}, true
+	case "llama-3.2-3b":
+		return Config{
+			Name: name, HiddenSize: 3072, IntermediateSize: 8192, NumHiddenLayers: 28,
+			NumAttentionHeads: 24, NumKeyValueHeads: 8, HeadDim: 128, VocabSize: 128256,
+			RMSNormEps: 1e-5, RopeTheta: 500000,
+			RopeScaling:       &RopeScaling{Type: RopeTypeLlama3, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
+			TieWordEmbeddings: true, MaxPositionEmbeddings: 131072,
+		}, true
+	case "llama-tiny":
+		// Small enough for the cpu backend and tests, yet with GQA (4 heads over
+		// 2 KV heads) and llama3 rope scaling so every code path is exercised.
+		return Config{
+			Name: name, HiddenSize: 128, IntermediateSize: 384, NumHiddenLayers: 4,
+			NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 32, VocabSize: 4096,
+			RMSNormEps: 1e-5, RopeTheta: 500000,
+			RopeScaling:           &RopeScaling{Type: RopeTypeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 256},
+			MaxPositionEmbeddings: 2048,
+		}, true
+	}
+	return Config{}, false
+}
+
+// PresetNames lists the built-in model presets, sorted.
+func PresetNames() []string {
+	return []string{"llama-3-8b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b", "llama-tiny"}
+}
+
+// Preset returns the built-in config called name.
+func Preset(name string) (Config, error) {
+	c, ok := presetConfig(name)
+	if !ok {
+		return Config{}, fmt.Errorf("unknown model preset %q (valid: %s)", name, strings.Join(PresetNames(), ", "))
+	}
+	return c, nil
+}
+
+// Validate reports the first field that makes c unusable by the forward pass.
+func (c Config) Validate() error {
+	positive := []struct {
+		field string
+		value int
+	}{
+		{"hidden_size", c.HiddenSize},
+		{"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumHiddenLayers},
+		{"num_attention_heads", c.NumAttentionHeads},
+		{"num_key_value_heads", c.NumKeyValueHeads},
+		{"head_dim", c.HeadDim},
+		{"vocab_size", c.VocabSize},
+		{"max_position_embeddings", c.MaxPositionEmbeddings},
+	}
+	for _, p := range positive {
+		if p.value <= 0 {
+			return fmt.Errorf("model %s: %s must be positive, got %d", c.Name, p.field, p.value)
+		}
+	}
+	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+		return fmt.Errorf("model %s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+			c.Name, c.NumAttentionHeads, c.NumKeyValueHeads)
+	}
+	if c.HeadDim%2 != 0 { // rotate-half RoPE pairs element i with i+head_dim/2
+		return fmt.Errorf("model %s: head_dim must be even for RoPE, got %d", c.Name, c.HeadDim)
+	}
+	// Products that size buffers must fit an int32 element index on the GPU.
+	const maxElems = 1<<31 - 1
+	qkvRows := (c.NumAttentionHeads + 2*c.NumKeyValueHeads) // times HeadDim below
+	if c.VocabSize > maxElems/c.HiddenSize ||
+		c.IntermediateSize > maxElems/c.HiddenSize ||
+		qkvRows > maxElems/c.HeadDim ||
+		qkvRows*c.HeadDim > maxElems/c.HiddenSize {
+		return fmt.Errorf("model %s: a weight matrix exceeds 2^31-1 elements", c.Name)
+	}
+	if !(c.RMSNormEps > 0) {
+		return fmt.Errorf("model %s: rms_norm_eps must be positive, got %g", c.Name, c.RMSNormEps)
+	}
+	if !(c.RopeTheta > 0) {
+		return fmt.Errorf("model %s: rope_theta must be positive, got %g", c.Name, c.RopeTheta)
+	}
+	if s := c.RopeScaling; s != nil {
+		if s.Type != RopeTypeLlama3 {
+			return fmt.Errorf("model %s: rope_scaling type %q unsupported (only %q)", c.Name, s.Type, RopeTypeLlama3)
+		}
+		if !(s.Factor > 0) {
+			return fmt.Errorf("model %s: rope_scaling.factor must be positive, got %g", c.Name, s.Factor)
+		}
+		if !(s.LowFreqFactor > 0) {
+			return fmt.Errorf("model %s: rope_scaling.low_freq_factor must be positive, got %g", c.Name, s.LowFreqFactor)
+		}
+		// llama3 smoothing divides by (high - low).
+		if !(s.HighFreqFactor > s.LowFreqFactor) {
+			return fmt.Errorf("model %s: rope_scaling.high_freq_factor %g must exceed low_freq_factor %g",
+				c.Name, s.HighFreqFactor, s.LowFreqFactor)
+		}
+		if s.OriginalMaxPositionEmbeddings <= 0 {
+			return fmt.Errorf("model %s: rope_scaling.original_max_position_embeddings must be positive, got %d",
+				c.Name, s.OriginalMaxPositionEmbeddings)
+		}
+	}
+	return nil
+}
+
+// hfFields is a config.json object whose members are decoded one at a time,
+// so that every error can name the file and the field.
+type hfFields struct {
+	path   string
+	prefix string // "rope_scaling." for nested objects
+	raw    map[string]json.RawMessage
+}
+
+// has reports whether key is present and not null.
+func (f hfFields) has(key string) bool {
+	v, ok := f.raw[key]
+	return ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null"))
+}
+
+// get decodes key into dst when present and not null; it reports presence.
+func (f hfFields) get(key string, dst any) (bool, error) {
+	if !f.has(key) {
+		return false, nil
+	}
+	if err := json.Unmarshal(f.raw[key], dst); err != nil {
+		return true, fmt.Errorf("config %s: field %s%s: %w", f.path, f.prefix, key, err)
+	}
+	return true, nil
+}
+
+// getInt decodes an integer field; HF writes some integers as 8192.0, so an
+// integral float is accepted too.
+func (f hfFields) getInt(key string, dst *int) (bool, error) {
+	var v float64
+	ok, err := f.get(key, &v)
+	if !ok || err != nil {
+		return ok, err
+	}
+	if v != float64(int64(v)) || v > 1<<53 || v < -(1<<53) {
+		return true, fmt.Errorf("config %s: field %s%s: %v is not an integer", f.path, f.prefix, key, v)
+	}
+	*dst = int(v)
+	return true, nil
+}
+
+func (f hfFields) requireInt(key string, dst *int) error {
+	ok, err := f.getInt(key, dst)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("config %s: field %s%s is missing", f.path, f.prefix, key)
+	}
+	return nil
+}
+
+func (f hfFields) requireFloat(key string, dst *float64) error {
+	ok, err := f.get(key, dst)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("config %s: field %s%s is missing", f.path, f.prefix, key)
+	}
+	return nil
+}
+
+func (f hfFields) nested(key string) (hfFields, error) {
+	var raw map[string]json.RawMessage
+	if _, err := f.get(key, &raw); err != nil {
+		return hfFields{}, err
+	}
+	return hfFields{path: f.path, prefix: f.prefix + key + ".", raw: raw}, nil
+}
+
+// LoadConfigFile reads an HF config.json of a LlamaForCausalLM model. The
+// config's Name is the base name of the directory holding the file.
+func LoadConfigFile(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("load config: %w", err)
+	}
+	return parseHFConfig(path, data)
+}
+
+func parseHFConfig(path string, data []byte) (Config, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return Config{}, fmt.Errorf("config %s: not a JSON object: %w", path, err)
+	}
+	f := hfFields{path: path, raw: raw}
+	if err := checkArchitecture(f); err != nil {
+		return Config{}, err
+	}
+
+	name := filepath.Base(filepath.Dir(path))
+	if abs, err := filepath.Abs(path); err == nil {
+		name = filepath.Base(filepath.Dir(abs))
+	}
+	c := Config{Name: name}
+	for _, r := range []struct {
+		key string
+		dst *int
+	}{
+		{"hidden_size", &c.HiddenSize},
+		{"intermediate_size", &c.IntermediateSize},
+		{"num_hidden_layers", &c.NumHiddenLayers},
+		{"num_attention_heads", &c.NumAttentionHeads},
+		{"vocab_size", &c.VocabSize},
+	} {
+		if err := f.requireInt(r.key, r.dst); err != nil {
+			return Config{}, err
+		}
+	}
+
+	// Optional fields, with transformers' LlamaConfig defaults.
+	c.NumKeyValueHeads = c.NumAttentionHeads
+	if _, err := f.getInt("num_key_value_heads", &c.NumKeyValueHeads); err != nil {
+		return Config{}, err
+	}
+	if ok, err := f.getInt("head_dim", &c.HeadDim); err != nil {
+		return Config{}, err
+	} else if !ok {
+		if c.NumAttentionHeads <= 0 || c.HiddenSize%c.NumAttentionHeads != 0 {
+			return Config{}, fmt.Errorf("config %s: field head_dim is missing and hidden_size %d is not a multiple of num_attention_heads %d",
+				path, c.HiddenSize, c.NumAttentionHeads)
+		}
+		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+	}
+	c.RMSNormEps = 1e-6
+	if _, err := f.get("rms_norm_eps", &c.RMSNormEps); err != nil {
+		return Config{}, err
+	}
+	c.MaxPositionEmbeddings = 2048
+	if _, err := f.getInt("max_position_embeddings", &c.MaxPositionEmbeddings); err != nil {
+		return Config{}, err
+	}
+	if _, err := f.get("tie_word_embeddings", &c.TieWordEmbeddings); err != nil {
+		return Config{}, err
+	}
+
+	// Newer transformers fold rope_theta and the scaling into rope_parameters.
+	ropeParams, err := f.nested("rope_parameters")
+	if err != nil {
+		return Config{}, err
+	}
+	c.RopeTheta = 10000
+	if ok, err := f.get("rope_theta", &c.RopeTheta); err != nil {
+		return Config{}, err
+	} else if !ok {
+		if _, err := ropeParams.get("rope_theta", &c.RopeTheta); err != nil {
+			return Config{}, err
+		}
+	}
+	scalingFields := ropeParams
+	if f.has("rope_scaling") {
+		if scalingFields, err = f.nested("rope_scaling"); err != nil {
+			return Config{}, err
+		}
+	}
+	if c.RopeScaling, err = parseRopeScaling(scalingFields); err != nil {
+		return Config{}, err
+	}
+
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func checkArchitecture(f hfFields) error {
+	const llamaArch = "LlamaForCausalLM"
+	var archs []string
+	if ok, err := f.get("architectures", &archs); err != nil {
+		return err
+	} else if ok {
+		if !slices.Contains(archs, llamaArch) {
+			return fmt.Errorf("config %s: field architectures: %q is not supported (want %s)",
+				f.path, strings.Join(archs, ","), llamaArch)
+		}
+		return nil
+	}
+	var modelType string
+	if ok, err := f.get("model_type", &modelType); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("config %s: fields architectures and model_type are both missing; cannot tell it is a Llama model", f.path)
+	}
+	if modelType != "llama" {
+		return fmt.Errorf("config %s: field model_type: %q is not supported (want \"llama\")", f.path, modelType)
+	}
+	return nil
+}
+
+// parseRopeScaling reads a rope_scaling (or rope_parameters) object; an
+// absent object or type "default" means plain RoPE (nil).
+func parseRopeScaling(f hfFields) (*RopeScaling, error) {
+	if f.raw == nil {
+		return nil, nil
+	}
+	var ropeType string
+	typeKey := "rope_type"
+	ok, err := f.get(typeKey, &ropeType)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		typeKey = "type" // legacy key of transformers < 4.43
+		if ok, err = f.get(typeKey, &ropeType); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case !ok:
+		if f.prefix == "rope_parameters." { // may hold only rope_theta
+			return nil, nil
+		}
+		return nil, fmt.Errorf("config %s: field %srope_type is missing", f.path, f.prefix)
+	case ropeType == "default":
+		return nil, nil
+	case ropeType != RopeTypeLlama3:
+		return nil, fmt.Errorf("config %s: field %s%s: rope type %q is not supported (only %q or \"default\")",
+			f.path, f.prefix, typeKey, ropeType, RopeTypeLlama3)
+	}
+	s := &RopeScaling{Type: RopeTypeLlama3}
+	err = errors.Join(
+		f.requireFloat("factor", &s.Factor),
+		f.requireFloat("low_freq_factor", &s.LowFreqFactor),
+		f.requireFloat("high_freq_factor", &s.HighFreqFactor),
+		f.requireInt("original_max_position_embeddings", &s.OriginalMaxPositionEmbeddings),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}

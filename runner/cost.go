@@ -1,0 +1,225 @@
+package runner
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"stepbench/kernels/ref"
+)
+
+// The cost model counts, for every op of a step, its minimal FLOPs and
+// bytes: each input read once and each output written once, from shapes
+// alone (what a perfect kernel must move). A step's cost is the sum over its
+// ops. It is computed by running the real forward pass against costBackend,
+// a Backend that only counts, so the model can never drift from the code.
+//
+// Per op (T tokens = batch × new tokens, bf16 = 2 bytes, i32/f32 = 4):
+//
+//	embed          bytes: T ids + T×hidden read + T×hidden written;         FLOPs 0
+//	add_rmsnorm    bytes: residual (+add, + residual write-back) + weight + out;
+//	               FLOPs: 4 per element (+1 with the add): square, sum, scale, weight
+//	linear         bytes: (m×k + n×k + m×n)×2;                               FLOPs 2mnk
+//	rope_kv_write  bytes: qkv read, q written, k and v written to the cache, inv_freq;
+//	               FLOPs: 3 per rotated element of q and k
+//	attention      bytes: q read + out written + each sequence's K and V read once
+//	               (startPos+seqLen positions); FLOPs: 4×head_dim per (query head, visible key)
+//	silu_mul       bytes: gate and up read, out written; FLOPs 5 per output (silu 4, mul 1)
+//	gather_last    bytes: batch×width read and written;                      FLOPs 0
+//	argmax         bytes: rows×vocab read, rows ids written;                 FLOPs: rows×vocab compares
+//	add_i32        bytes: 8 per element;                                     FLOPs 0
+
+// OpCost is what one op must compute and move at minimum.
+type OpCost struct {
+	Op    string  `json:"op"`
+	Calls int     `json:"calls"`
+	FLOPs float64 `json:"flops"`
+	Bytes float64 `json:"bytes"`
+}
+
+// StepCost is a whole step: the sum of its ops.
+type StepCost struct {
+	Phase       string   `json:"phase"` // "prefill" or "decode"
+	Batch       int      `json:"batch"`
+	SeqLen      int      `json:"seq_len"`   // new tokens per sequence
+	StartPos    int      `json:"start_pos"` // cached tokens per sequence before the step
+	FLOPs       float64  `json:"flops"`
+	Bytes       float64  `json:"bytes"`
+	WeightBytes float64  `json:"weight_bytes"` // the part of Bytes that is parameters
+	Ops         []OpCost `json:"ops"`
+}
+
+// Intensity is FLOPs per byte.
+func (c StepCost) Intensity() float64 {
+	if c.Bytes == 0 {
+		return 0
+	}
+	return c.FLOPs / c.Bytes
+}
+
+// PrefillCost is the cost of prefilling batch prompts of inputLen tokens.
+func PrefillCost(cfg Config, batch, inputLen int) (StepCost, error) {
+	return stepCost(cfg, "prefill", batch, inputLen, inputLen, 0)
+}
+
+// DecodeCost is the cost of one decode step whose sequences already hold
+// startPos tokens (the step attends over startPos+1 positions).
+func DecodeCost(cfg Config, batch, startPos int) (StepCost, error) {
+	return stepCost(cfg, "decode", batch, startPos, 1, startPos)
+}
+
+func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (StepCost, error) {
+	if batch < 1 || inputLen < 1 {
+		return StepCost{}, fmt.Errorf("%s cost: batch %d and input length %d must be positive", phase, batch, inputLen)
+	}
+	cb := &costBackend{ops: map[string]*OpCost{}}
+	e, err := NewEngine(cfg, cb, WeightSource{}, nil)
+	if err != nil {
+		return StepCost{}, err
+	}
+	prompts := make([]int32, batch*inputLen)
+	outLen := 1 + startPos + seqLen - inputLen
+	if phase == "prefill" {
+		outLen = 1
+	}
+	if outLen < 1 {
+		outLen = 1
+	}
+	if err := e.Begin(batch, inputLen, outLen, prompts); err != nil {
+		return StepCost{}, err
+	}
+	e.OnOp = func(op string) { cb.label = op }
+	cb.counting = true
+	if phase == "prefill" {
+		err = e.forward(e.ids, seqLen)
+	} else {
+		e.pos, e.prefilled = startPos, true
+		err = e.forward(e.next, 1)
+	}
+	if err != nil {
+		return StepCost{}, fmt.Errorf("%s cost: %w", phase, err)
+	}
+	sc := StepCost{Phase: phase, Batch: batch, SeqLen: seqLen, StartPos: startPos, WeightBytes: cb.weightBytes}
+	for _, oc := range cb.ops {
+		sc.Ops = append(sc.Ops, *oc)
+		sc.FLOPs += oc.FLOPs
+		sc.Bytes += oc.Bytes
+	}
+	sort.Slice(sc.Ops, func(i, j int) bool { return sc.Ops[i].Bytes+sc.Ops[i].FLOPs > sc.Ops[j].Bytes+sc.Ops[j].FLOPs })
+	return sc, nil
+}
+
+// costBackend counts instead of computing. Buffers carry only a size.
+type costBackend struct {
+	ops         map[string]*OpCost
+	label       string
+	counting    bool
+	weightBytes float64
+}
+
+type costBuffer struct {
+	dt DType
+	n  int
+}
+
+func (b *costBuffer) DType() DType { return b.dt }
+func (b *costBuffer) Len() int     { return b.n }
+
+// add counts one call of the current op; weightBytes is the part of bytes
+// that reads parameters.
+func (c *costBackend) add(flops, bytes, weightBytes float64) {
+	if !c.counting {
+		return
+	}
+	c.weightBytes += weightBytes
+	oc := c.ops[c.label]
+	if oc == nil {
+		oc = &OpCost{Op: c.label}
+		c.ops[c.label] = oc
+	}
+	oc.Calls++
+	oc.FLOPs += flops
+	oc.Bytes += bytes
+}
+
+func (c *costBackend) Name() string { return "cost" }
+func (c *costBackend) Alloc(dt DType, n int) (Buffer, error) {
+	return &costBuffer{dt: dt, n: n}, nil
+}
+func (c *costBackend) Free(Buffer) error                      { return nil }
+func (c *costBackend) UploadBF16(Buffer, int, []uint16) error { return nil }
+func (c *costBackend) UploadF32(Buffer, []float32) error      { return nil }
+func (c *costBackend) UploadI32(Buffer, []int32) error        { return nil }
+func (c *costBackend) DownloadBF16(Buffer, []uint16) error    { return nil }
+func (c *costBackend) DownloadI32(Buffer, []int32) error      { return nil }
+func (c *costBackend) FillDummy(Buffer, int, int, uint64, string, uint64, ref.DummyKind) error {
+	return nil
+}
+
+func (c *costBackend) Embed(_, _, _ Buffer, tokens, hidden int) error {
+	c.add(0, float64(4*tokens+2*2*tokens*hidden), 0)
+	return nil
+}
+
+func (c *costBackend) AddRMSNorm(_, _, add, _ Buffer, rows, hidden int, _ float32) error {
+	n := float64(rows * hidden)
+	flops, bytes := 4*n, 2*(2*n+float64(hidden)) // residual read, out written, weight read
+	if add != nil {
+		flops += n
+		bytes += 2 * 2 * n // add read, residual written back
+	}
+	c.add(flops, bytes, 2*float64(hidden))
+	return nil
+}
+
+func (c *costBackend) Linear(_, _, w Buffer, m, n, k int) error {
+	c.add(2*float64(m)*float64(n)*float64(k), 2*(float64(m)*float64(k)+float64(n)*float64(k)+float64(m)*float64(n)),
+		2*float64(n)*float64(k))
+	return nil
+}
+
+func (c *costBackend) RopeKVWrite(_, _, _, _, _, _ Buffer, s AttnShape) error {
+	T, D := float64(s.Tokens()), float64(s.HeadDim)
+	H, KV := float64(s.Heads), float64(s.KVHeads)
+	bytes := 2*T*(H+2*KV)*D + 2*T*H*D + 2*2*T*KV*D + 4*D/2
+	c.add(3*T*(H+KV)*D, bytes, 0)
+	return nil
+}
+
+func (c *costBackend) Attention(_, _, _, _, _ Buffer, s AttnShape) error {
+	B, S, P := float64(s.Batch), float64(s.SeqLen), float64(s.StartPos)
+	D, H, KV := float64(s.HeadDim), float64(s.Heads), float64(s.KVHeads)
+	visible := B * (S*(P+1) + S*(S-1)/2) // Σ over queries of visible keys
+	bytes := 2*2*B*S*H*D + 2*2*B*(P+S)*KV*D
+	c.add(4*D*H*visible, bytes, 0)
+	return nil
+}
+
+func (c *costBackend) AddI32(buf Buffer, _ int) error {
+	c.add(0, 8*float64(buf.Len()), 0)
+	return nil
+}
+
+func (c *costBackend) SiluMul(_, _ Buffer, rows, inter int) error {
+	n := float64(rows * inter)
+	c.add(5*n, 2*3*n, 0)
+	return nil
+}
+
+func (c *costBackend) GatherLast(_, _ Buffer, batch, _, width int) error {
+	c.add(0, 2*2*float64(batch*width), 0)
+	return nil
+}
+
+func (c *costBackend) Argmax(_, _ Buffer, rows, vocab int) error {
+	c.add(float64(rows*vocab), 2*float64(rows*vocab)+4*float64(rows), 0)
+	return nil
+}
+
+type costEvent struct{}
+
+func (costEvent) Record() error                                    { return nil }
+func (c *costBackend) NewEvent() (Event, error)                    { return costEvent{}, nil }
+func (c *costBackend) Elapsed(Event, Event) (time.Duration, error) { return 0, nil }
+func (c *costBackend) Sync() error                                 { return nil }
+func (c *costBackend) Close() error                                { return nil }

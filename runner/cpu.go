@@ -1,0 +1,348 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"stepbench/kernels/ref"
+)
+
+// CPU is the reference backend: every op is its kernels/ref twin, run
+// synchronously on the calling goroutine. It is the truth the cuda backend
+// is compared with end to end, and the no-GPU fallback.
+type CPU struct{}
+
+// NewCPU returns the cpu backend.
+func NewCPU() *CPU { return &CPU{} }
+
+type cpuBuffer struct {
+	dt  DType
+	b16 []uint16
+	f32 []float32
+	i32 []int32
+}
+
+func (b *cpuBuffer) DType() DType { return b.dt }
+func (b *cpuBuffer) Len() int {
+	switch b.dt {
+	case BF16:
+		return len(b.b16)
+	case F32:
+		return len(b.f32)
+	}
+	return len(b.i32)
+}
+
+// Name is "cpu".
+func (*CPU) Name() string { return "cpu" }
+
+// Alloc makes a zeroed host buffer.
+func (*CPU) Alloc(dt DType, n int) (Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("alloc %d %s elements", n, dt)
+	}
+	b := &cpuBuffer{dt: dt}
+	switch dt {
+	case BF16:
+		b.b16 = make([]uint16, n)
+	case F32:
+		b.f32 = make([]float32, n)
+	case I32:
+		b.i32 = make([]int32, n)
+	default:
+		return nil, fmt.Errorf("alloc: unknown dtype %d", dt)
+	}
+	return b, nil
+}
+
+// Free drops the buffer's memory.
+func (*CPU) Free(b Buffer) error {
+	cb, err := asCPU(b, b.DType(), "free")
+	if err != nil {
+		return err
+	}
+	*cb = cpuBuffer{dt: cb.dt}
+	return nil
+}
+
+func asCPU(b Buffer, want DType, op string) (*cpuBuffer, error) {
+	cb, ok := b.(*cpuBuffer)
+	if !ok || cb == nil {
+		return nil, fmt.Errorf("%s: not a cpu buffer (%T)", op, b)
+	}
+	if cb.dt != want {
+		return nil, fmt.Errorf("%s: buffer is %s, want %s", op, cb.dt, want)
+	}
+	return cb, nil
+}
+
+// bufs unwraps several buffers of one dtype, each needing at least need[i] elements.
+func bf16s(op string, bs []Buffer, need []int) ([][]uint16, error) {
+	out := make([][]uint16, len(bs))
+	for i, b := range bs {
+		if b == nil {
+			continue
+		}
+		cb, err := asCPU(b, BF16, op)
+		if err != nil {
+			return nil, err
+		}
+		if len(cb.b16) < need[i] {
+			return nil, fmt.Errorf("%s: operand %d holds %d elements, needs %d", op, i, len(cb.b16), need[i])
+		}
+		out[i] = cb.b16[:need[i]]
+	}
+	return out, nil
+}
+
+// UploadBF16 copies src into dst at offset.
+func (*CPU) UploadBF16(dst Buffer, offset int, src []uint16) error {
+	cb, err := asCPU(dst, BF16, "upload bf16")
+	if err != nil {
+		return err
+	}
+	if offset < 0 || offset+len(src) > len(cb.b16) {
+		return fmt.Errorf("upload bf16: %d elements at %d overflow a buffer of %d", len(src), offset, len(cb.b16))
+	}
+	copy(cb.b16[offset:], src)
+	return nil
+}
+
+// UploadF32 copies src into dst.
+func (*CPU) UploadF32(dst Buffer, src []float32) error {
+	cb, err := asCPU(dst, F32, "upload f32")
+	if err != nil {
+		return err
+	}
+	if len(src) > len(cb.f32) {
+		return fmt.Errorf("upload f32: %d elements into %d", len(src), len(cb.f32))
+	}
+	copy(cb.f32, src)
+	return nil
+}
+
+// UploadI32 copies src into dst.
+func (*CPU) UploadI32(dst Buffer, src []int32) error {
+	cb, err := asCPU(dst, I32, "upload i32")
+	if err != nil {
+		return err
+	}
+	if len(src) > len(cb.i32) {
+		return fmt.Errorf("upload i32: %d elements into %d", len(src), len(cb.i32))
+	}
+	copy(cb.i32, src)
+	return nil
+}
+
+// DownloadBF16 copies the first len(dst) elements of src.
+func (*CPU) DownloadBF16(src Buffer, dst []uint16) error {
+	cb, err := asCPU(src, BF16, "download bf16")
+	if err != nil {
+		return err
+	}
+	if len(dst) > len(cb.b16) {
+		return fmt.Errorf("download bf16: %d elements from %d", len(dst), len(cb.b16))
+	}
+	copy(dst, cb.b16)
+	return nil
+}
+
+// DownloadI32 copies the first len(dst) elements of src.
+func (*CPU) DownloadI32(src Buffer, dst []int32) error {
+	cb, err := asCPU(src, I32, "download i32")
+	if err != nil {
+		return err
+	}
+	if len(dst) > len(cb.i32) {
+		return fmt.Errorf("download i32: %d elements from %d", len(dst), len(cb.i32))
+	}
+	copy(dst, cb.i32)
+	return nil
+}
+
+// FillDummy generates dummy weights in place.
+func (*CPU) FillDummy(dst Buffer, offset, n int, seed uint64, name string, first uint64, kind ref.DummyKind) error {
+	cb, err := asCPU(dst, BF16, "fill dummy")
+	if err != nil {
+		return err
+	}
+	if offset < 0 || n < 0 || offset+n > len(cb.b16) {
+		return fmt.Errorf("fill dummy %s: %d elements at %d overflow a buffer of %d", name, n, offset, len(cb.b16))
+	}
+	ref.FillDummy(cb.b16[offset:offset+n], seed, name, first, kind)
+	return nil
+}
+
+// Embed gathers embedding rows.
+func (*CPU) Embed(out, table, ids Buffer, tokens, hidden int) error {
+	bs, err := bf16s("embed", []Buffer{out, table}, []int{tokens * hidden, 0})
+	if err != nil {
+		return err
+	}
+	tb := table.(*cpuBuffer).b16
+	idb, err := asCPU(ids, I32, "embed ids")
+	if err != nil {
+		return err
+	}
+	if len(idb.i32) < tokens {
+		return fmt.Errorf("embed: %d ids for %d tokens", len(idb.i32), tokens)
+	}
+	vocab := len(tb) / hidden
+	for t, id := range idb.i32[:tokens] {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("embed: token id %d at row %d outside [0, %d)", id, t, vocab)
+		}
+	}
+	ref.Embed(bs[0], tb, idb.i32[:tokens], hidden)
+	return nil
+}
+
+// AddRMSNorm is the fused residual add and RMSNorm.
+func (*CPU) AddRMSNorm(out, residual, add, weight Buffer, rows, hidden int, eps float32) error {
+	n := rows * hidden
+	bs, err := bf16s("add_rmsnorm", []Buffer{out, residual, add, weight}, []int{n, n, n, hidden})
+	if err != nil {
+		return err
+	}
+	ref.AddRMSNorm(bs[0], bs[1], bs[2], bs[3], rows, hidden, eps)
+	return nil
+}
+
+// Linear is out = x·wᵀ.
+func (*CPU) Linear(out, x, w Buffer, m, n, k int) error {
+	bs, err := bf16s("linear", []Buffer{out, x, w}, []int{m * n, m * k, n * k})
+	if err != nil {
+		return err
+	}
+	ref.Linear(bs[0], bs[1], bs[2], m, n, k)
+	return nil
+}
+
+func cpuPos(pos Buffer, s AttnShape, op string) error {
+	pb, err := asCPU(pos, I32, op+" position")
+	if err != nil {
+		return err
+	}
+	if len(pb.i32) < 1 || int(pb.i32[0]) != s.StartPos {
+		return fmt.Errorf("%s: position buffer says %v, the shape says %d", op, pb.i32, s.StartPos)
+	}
+	if s.StartPos+s.SeqLen > s.MaxSeq {
+		return fmt.Errorf("%s: positions up to %d exceed the cache's %d", op, s.StartPos+s.SeqLen, s.MaxSeq)
+	}
+	return nil
+}
+
+// RopeKVWrite rotates q and k and writes k and v to the cache.
+func (*CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos Buffer, s AttnShape) error {
+	if err := cpuPos(pos, s, "rope_kv_write"); err != nil {
+		return err
+	}
+	T, D := s.Tokens(), s.HeadDim
+	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	bs, err := bf16s("rope_kv_write", []Buffer{q, kCache, vCache, qkv},
+		[]int{T * s.Heads * D, cache, cache, T * (s.Heads + 2*s.KVHeads) * D})
+	if err != nil {
+		return err
+	}
+	fb, err := asCPU(invFreq, F32, "rope_kv_write inv_freq")
+	if err != nil {
+		return err
+	}
+	if len(fb.f32) < D/2 {
+		return fmt.Errorf("rope_kv_write: %d inverse frequencies for head_dim %d", len(fb.f32), D)
+	}
+	ref.RopeKVWrite(bs[0], bs[1], bs[2], bs[3], fb.f32, s.Batch, s.SeqLen, s.StartPos, s.Heads, s.KVHeads, D, s.MaxSeq)
+	return nil
+}
+
+// Attention is causal GQA attention over the cache.
+func (*CPU) Attention(out, q, kCache, vCache, pos Buffer, s AttnShape) error {
+	if err := cpuPos(pos, s, "attention"); err != nil {
+		return err
+	}
+	T, D := s.Tokens(), s.HeadDim
+	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	bs, err := bf16s("attention", []Buffer{out, q, kCache, vCache}, []int{T * s.Heads * D, T * s.Heads * D, cache, cache})
+	if err != nil {
+		return err
+	}
+	ref.Attention(bs[0], bs[1], bs[2], bs[3], s.Batch, s.SeqLen, s.StartPos, s.Heads, s.KVHeads, D, s.MaxSeq)
+	return nil
+}
+
+// AddI32 adds delta to every element.
+func (*CPU) AddI32(buf Buffer, delta int) error {
+	cb, err := asCPU(buf, I32, "add i32")
+	if err != nil {
+		return err
+	}
+	for i := range cb.i32 {
+		cb.i32[i] += int32(delta)
+	}
+	return nil
+}
+
+// SiluMul is SiLU(gate)·up.
+func (*CPU) SiluMul(out, gateUp Buffer, rows, inter int) error {
+	bs, err := bf16s("silu_mul", []Buffer{out, gateUp}, []int{rows * inter, rows * 2 * inter})
+	if err != nil {
+		return err
+	}
+	ref.SiluMul(bs[0], bs[1], rows, inter)
+	return nil
+}
+
+// GatherLast copies each sequence's last row.
+func (*CPU) GatherLast(out, in Buffer, batch, seqLen, width int) error {
+	bs, err := bf16s("gather_last", []Buffer{out, in}, []int{batch * width, batch * seqLen * width})
+	if err != nil {
+		return err
+	}
+	ref.GatherLast(bs[0], bs[1], batch, seqLen, width)
+	return nil
+}
+
+// Argmax is each row's greedy token.
+func (*CPU) Argmax(out, logits Buffer, rows, vocab int) error {
+	ob, err := asCPU(out, I32, "argmax")
+	if err != nil {
+		return err
+	}
+	if len(ob.i32) < rows {
+		return fmt.Errorf("argmax: %d outputs for %d rows", len(ob.i32), rows)
+	}
+	bs, err := bf16s("argmax", []Buffer{logits}, []int{rows * vocab})
+	if err != nil {
+		return err
+	}
+	ref.Argmax(ob.i32[:rows], bs[0], rows, vocab)
+	return nil
+}
+
+type cpuEvent struct{ at time.Time }
+
+func (e *cpuEvent) Record() error { e.at = time.Now(); return nil }
+
+// NewEvent makes an event that records the host clock: cpu work is
+// synchronous, so the host clock is the device clock.
+func (*CPU) NewEvent() (Event, error) { return &cpuEvent{}, nil }
+
+// Elapsed is the time between two recorded events.
+func (*CPU) Elapsed(start, end Event) (time.Duration, error) {
+	s, ok1 := start.(*cpuEvent)
+	e, ok2 := end.(*cpuEvent)
+	if !ok1 || !ok2 {
+		return 0, errors.New("elapsed: not cpu events")
+	}
+	if s.at.IsZero() || e.at.IsZero() {
+		return 0, errors.New("elapsed: event not recorded")
+	}
+	return e.at.Sub(s.at), nil
+}
+
+// Sync is a no-op: every op has finished when it returns.
+func (*CPU) Sync() error { return nil }
+
+// Close releases nothing: buffers are garbage collected.
+func (*CPU) Close() error { return nil }

@@ -1,0 +1,333 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"stepbench/kernels/ref"
+)
+
+// Engine runs the Llama forward pass on a Backend for one fixed batch at a
+// time. It owns the KV cache and the activations; Begin resets both, so no
+// run ever sees another run's prefix.
+type Engine struct {
+	cfg Config
+	be  Backend
+	w   *Weights
+
+	// Shape of the current run.
+	batch, inputLen, maxSeq int
+	pos                     int // tokens already in the cache of every sequence (host view)
+	begun, prefilled        bool
+
+	capTokens, capBatch, capSeq int // what the buffers below are sized for
+	act                         activations
+	kCache, vCache              []Buffer
+	posBuf                      Buffer // I32[1]: the device's view of pos
+	ids                         Buffer // I32[capTokens]: prefill input ids
+	next                        Buffer // I32[capBatch]: argmax of the last step; decode input
+	prompts                     []int32
+
+	// OnOp, when set, is called before every backend op with the op's
+	// label (e.g. "qkv_proj"); the cost model and per-op breakdowns use it.
+	OnOp func(op string)
+}
+
+type activations struct {
+	x, normed, qkv, q, attn, o, gateUp, act, down Buffer // per token
+	lastX, lastDown, lastNormed, logits           Buffer // per sequence
+}
+
+// NewEngine loads the weights on be.
+func NewEngine(cfg Config, be Backend, src WeightSource, progress func(done, total int)) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	w, err := LoadWeights(be, cfg, src, progress)
+	if err != nil {
+		return nil, fmt.Errorf("load weights: %w", err)
+	}
+	return &Engine{cfg: cfg, be: be, w: w}, nil
+}
+
+// Config is the model's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Backend is the backend the engine runs on.
+func (e *Engine) Backend() Backend { return e.be }
+
+// Begin starts a fresh run of batch sequences of inputLen prompt tokens that
+// will generate outputLen tokens: the KV cache is emptied and sized for
+// inputLen+outputLen positions. prompts holds batch*inputLen ids, row-major.
+func (e *Engine) Begin(batch, inputLen, outputLen int, prompts []int32) error {
+	switch {
+	case batch < 1 || inputLen < 1 || outputLen < 1:
+		return fmt.Errorf("begin: batch %d, input %d, output %d: each must be at least 1", batch, inputLen, outputLen)
+	case len(prompts) != batch*inputLen:
+		return fmt.Errorf("begin: %d prompt ids for batch %d × input %d", len(prompts), batch, inputLen)
+	case inputLen+outputLen > e.cfg.MaxPositionEmbeddings:
+		return fmt.Errorf("begin: input %d + output %d exceeds the model's %d positions", inputLen, outputLen, e.cfg.MaxPositionEmbeddings)
+	}
+	for i, id := range prompts {
+		if id < 0 || int(id) >= e.cfg.VocabSize {
+			return fmt.Errorf("begin: prompt id %d at %d outside the vocabulary [0, %d)", id, i, e.cfg.VocabSize)
+		}
+	}
+	maxSeq := inputLen + outputLen
+	if err := e.ensureBuffers(batch, batch*inputLen, maxSeq); err != nil {
+		return err
+	}
+	e.batch, e.inputLen, e.maxSeq, e.pos = batch, inputLen, maxSeq, 0
+	e.prompts = append(e.prompts[:0], prompts...)
+	e.begun, e.prefilled = true, false
+	// The cache is not cleared: attention never reads a position the run has
+	// not written (a decode at pos p reads 0..p), so stale entries are dead.
+	if err := e.be.UploadI32(e.posBuf, []int32{0}); err != nil {
+		return fmt.Errorf("begin: reset position: %w", err)
+	}
+	return e.be.Sync()
+}
+
+// ensureBuffers (re)allocates activations and cache when the shape outgrows them.
+func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
+	if e.posBuf != nil && tokens <= e.capTokens && batch == e.capBatch && maxSeq == e.capSeq {
+		return nil
+	}
+	if err := e.freeRunBuffers(); err != nil {
+		return err
+	}
+	c := e.cfg
+	h, D := c.HiddenSize, c.HeadDim
+	var err error
+	alloc := func(dst *Buffer, dt DType, n int, what string) {
+		if err != nil {
+			return
+		}
+		if *dst, err = e.be.Alloc(dt, n); err != nil {
+			err = fmt.Errorf("allocate %s (%d %s): %w", what, n, dt, err)
+		}
+	}
+	a := &e.act
+	alloc(&a.x, BF16, tokens*h, "residual")
+	alloc(&a.normed, BF16, tokens*h, "normed")
+	alloc(&a.qkv, BF16, tokens*c.QKVDim(), "qkv")
+	alloc(&a.q, BF16, tokens*c.NumAttentionHeads*D, "q")
+	alloc(&a.attn, BF16, tokens*c.NumAttentionHeads*D, "attention output")
+	alloc(&a.o, BF16, tokens*h, "o_proj output")
+	alloc(&a.gateUp, BF16, tokens*2*c.IntermediateSize, "gate_up")
+	alloc(&a.act, BF16, tokens*c.IntermediateSize, "silu*mul")
+	alloc(&a.down, BF16, tokens*h, "down_proj output")
+	alloc(&a.lastX, BF16, batch*h, "last residual")
+	alloc(&a.lastDown, BF16, batch*h, "last down")
+	alloc(&a.lastNormed, BF16, batch*h, "last normed")
+	alloc(&a.logits, BF16, batch*c.VocabSize, "logits")
+	alloc(&e.posBuf, I32, 1, "position")
+	alloc(&e.ids, I32, tokens, "input ids")
+	alloc(&e.next, I32, batch, "next ids")
+	e.kCache = make([]Buffer, c.NumHiddenLayers)
+	e.vCache = make([]Buffer, c.NumHiddenLayers)
+	for l := range e.kCache {
+		n := batch * maxSeq * c.NumKeyValueHeads * D
+		alloc(&e.kCache[l], BF16, n, fmt.Sprintf("layer %d K cache", l))
+		alloc(&e.vCache[l], BF16, n, fmt.Sprintf("layer %d V cache", l))
+	}
+	if err != nil {
+		return errors.Join(err, e.freeRunBuffers())
+	}
+	e.capTokens, e.capBatch, e.capSeq = tokens, batch, maxSeq
+	return nil
+}
+
+func (e *Engine) freeRunBuffers() error {
+	var errs []error
+	free := func(b *Buffer) {
+		if *b != nil {
+			errs = append(errs, e.be.Free(*b))
+			*b = nil
+		}
+	}
+	a := &e.act
+	for _, b := range []*Buffer{&a.x, &a.normed, &a.qkv, &a.q, &a.attn, &a.o, &a.gateUp, &a.act, &a.down,
+		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &e.posBuf, &e.ids, &e.next} {
+		free(b)
+	}
+	for l := range e.kCache {
+		free(&e.kCache[l])
+		free(&e.vCache[l])
+	}
+	e.capTokens, e.capBatch, e.capSeq = 0, 0, 0
+	return errors.Join(errs...)
+}
+
+// Close frees everything the engine allocated (not the backend itself).
+func (e *Engine) Close() error {
+	return errors.Join(e.freeRunBuffers(), e.w.Free(e.be))
+}
+
+// Prefill enqueues the prompt upload, the forward pass over every prompt
+// token and the argmax of each sequence's last token.
+func (e *Engine) Prefill() error {
+	if !e.begun || e.prefilled {
+		return errors.New("prefill: call Begin first (once per run)")
+	}
+	if err := e.be.UploadI32(e.ids, e.prompts); err != nil {
+		return fmt.Errorf("prefill: upload prompt ids: %w", err)
+	}
+	if err := e.forward(e.ids, e.inputLen); err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	e.prefilled = true
+	return nil
+}
+
+// Decode enqueues one decode step fed by the previous step's argmax, which
+// stays on the backend.
+func (e *Engine) Decode() error {
+	if !e.prefilled {
+		return errors.New("decode: prefill first")
+	}
+	if e.pos >= e.maxSeq {
+		return fmt.Errorf("decode: the cache holds %d positions, all used", e.maxSeq)
+	}
+	if err := e.forward(e.next, 1); err != nil {
+		return fmt.Errorf("decode at position %d: %w", e.pos, err)
+	}
+	return nil
+}
+
+// Position is the number of tokens in the cache of every sequence.
+func (e *Engine) Position() int { return e.pos }
+
+// DecodeShape is the attention shape of the next decode step.
+func (e *Engine) shape(seqLen int) AttnShape {
+	c := e.cfg
+	return AttnShape{Batch: e.batch, SeqLen: seqLen, StartPos: e.pos, Heads: c.NumAttentionHeads,
+		KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim, MaxSeq: e.maxSeq}
+}
+
+func (e *Engine) op(name string) {
+	if e.OnOp != nil {
+		e.OnOp(name)
+	}
+}
+
+// forward runs every layer over batch×seqLen new tokens whose ids are in
+// ids, then writes each sequence's greedy next token to e.next.
+func (e *Engine) forward(ids Buffer, seqLen int) error {
+	c, be, w, a := e.cfg, e.be, e.w, &e.act
+	s := e.shape(seqLen)
+	T, h, inter := s.Tokens(), c.HiddenSize, c.IntermediateSize
+	qDim := c.NumAttentionHeads * c.HeadDim
+	eps := float32(c.RMSNormEps)
+	steps := []struct {
+		name string
+		run  func(l int) error
+	}{
+		{"input_norm", func(l int) error {
+			var add Buffer
+			if l > 0 {
+				add = a.down
+			}
+			return be.AddRMSNorm(a.normed, a.x, add, w.layers[l].inputNorm, T, h, eps)
+		}},
+		{"qkv_proj", func(l int) error { return be.Linear(a.qkv, a.normed, w.layers[l].qkv, T, c.QKVDim(), h) }},
+		{"rope_kv_write", func(l int) error {
+			return be.RopeKVWrite(a.q, e.kCache[l], e.vCache[l], a.qkv, w.invFreq, e.posBuf, s)
+		}},
+		{"attention", func(l int) error { return be.Attention(a.attn, a.q, e.kCache[l], e.vCache[l], e.posBuf, s) }},
+		{"o_proj", func(l int) error { return be.Linear(a.o, a.attn, w.layers[l].o, T, h, qDim) }},
+		{"post_attention_norm", func(l int) error {
+			return be.AddRMSNorm(a.normed, a.x, a.o, w.layers[l].postNorm, T, h, eps)
+		}},
+		{"gate_up_proj", func(l int) error { return be.Linear(a.gateUp, a.normed, w.layers[l].gateUp, T, 2*inter, h) }},
+		{"silu_mul", func(l int) error { return be.SiluMul(a.act, a.gateUp, T, inter) }},
+		{"down_proj", func(l int) error { return be.Linear(a.down, a.act, w.layers[l].down, T, h, inter) }},
+	}
+	e.op("embed")
+	if err := be.Embed(a.x, w.embed, ids, T, h); err != nil {
+		return fmt.Errorf("embed: %w", err)
+	}
+	for l := 0; l < c.NumHiddenLayers; l++ {
+		for _, st := range steps {
+			e.op(st.name)
+			if err := st.run(l); err != nil {
+				return fmt.Errorf("layer %d %s: %w", l, st.name, err)
+			}
+		}
+	}
+	// Only each sequence's last token needs logits: gather it before the
+	// final norm so the norm and lm_head run on batch rows, not batch×seqLen.
+	x, down := a.x, a.down
+	if seqLen > 1 {
+		e.op("gather_last")
+		if err := be.GatherLast(a.lastX, a.x, s.Batch, seqLen, h); err != nil {
+			return fmt.Errorf("gather last residual: %w", err)
+		}
+		e.op("gather_last")
+		if err := be.GatherLast(a.lastDown, a.down, s.Batch, seqLen, h); err != nil {
+			return fmt.Errorf("gather last down: %w", err)
+		}
+		x, down = a.lastX, a.lastDown
+	}
+	e.op("final_norm")
+	if err := be.AddRMSNorm(a.lastNormed, x, down, w.finalNorm, s.Batch, h, eps); err != nil {
+		return fmt.Errorf("final norm: %w", err)
+	}
+	e.op("lm_head")
+	if err := be.Linear(a.logits, a.lastNormed, w.lmHead, s.Batch, c.VocabSize, h); err != nil {
+		return fmt.Errorf("lm_head: %w", err)
+	}
+	e.op("argmax")
+	if err := be.Argmax(e.next, a.logits, s.Batch, c.VocabSize); err != nil {
+		return fmt.Errorf("argmax: %w", err)
+	}
+	e.op("advance_position")
+	if err := be.AddI32(e.posBuf, seqLen); err != nil {
+		return fmt.Errorf("advance position: %w", err)
+	}
+	e.pos += seqLen
+	return nil
+}
+
+// NextTokens waits for the backend and returns each sequence's latest greedy token.
+func (e *Engine) NextTokens() ([]int32, error) {
+	if !e.prefilled {
+		return nil, errors.New("next tokens: nothing generated yet")
+	}
+	out := make([]int32, e.batch)
+	if err := e.be.DownloadI32(e.next, out); err != nil {
+		return nil, fmt.Errorf("download next ids: %w", err)
+	}
+	return out, nil
+}
+
+// Logits waits for the backend and returns the last step's logits,
+// [batch][vocab] as float32 (widened from the bf16 the model produces).
+func (e *Engine) Logits() ([][]float32, error) {
+	if !e.prefilled {
+		return nil, errors.New("logits: nothing generated yet")
+	}
+	v := e.cfg.VocabSize
+	raw := make([]uint16, e.batch*v)
+	if err := e.be.DownloadBF16(e.act.logits, raw); err != nil {
+		return nil, fmt.Errorf("download logits: %w", err)
+	}
+	out := make([][]float32, e.batch)
+	for b := range out {
+		out[b] = make([]float32, v)
+		for j := range out[b] {
+			out[b][j] = ref.BF16ToF32(raw[b*v+j])
+		}
+	}
+	return out, nil
+}
+
+// Sync waits for all enqueued work.
+func (e *Engine) Sync() error { return e.be.Sync() }
+
+// NewEvent makes a backend event for timed regions.
+func (e *Engine) NewEvent() (Event, error) { return e.be.NewEvent() }
+
+// Elapsed is the backend time between two recorded events.
+func (e *Engine) Elapsed(start, end Event) (time.Duration, error) { return e.be.Elapsed(start, end) }

@@ -1,0 +1,38 @@
+package runner
+
+// MemoryEstimate is what a run needs on its backend, in bytes, computed from
+// shapes before anything is allocated.
+type MemoryEstimate struct {
+	WeightBytes     int64 `json:"weight_bytes"`
+	KVCacheBytes    int64 `json:"kv_cache_bytes"`
+	ActivationBytes int64 `json:"activation_bytes"`
+}
+
+// Total is the sum of the parts.
+func (m MemoryEstimate) Total() int64 { return m.WeightBytes + m.KVCacheBytes + m.ActivationBytes }
+
+// ParamCount is the number of parameters the model stores (the embedding
+// table once when tied).
+func (c Config) ParamCount() int64 {
+	h, inter, D := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.HeadDim)
+	qDim, kvDim := int64(c.NumAttentionHeads)*D, int64(c.NumKeyValueHeads)*D
+	perLayer := 2*h + (qDim+2*kvDim)*h + h*qDim + 3*inter*h
+	n := int64(c.NumHiddenLayers)*perLayer + h + int64(c.VocabSize)*h
+	if !c.TieWordEmbeddings {
+		n += int64(c.VocabSize) * h
+	}
+	return n
+}
+
+// EstimateMemory is the memory for batch sequences of up to maxSeq
+// positions whose prefill brings tokens rows, matching Engine's allocations.
+func EstimateMemory(c Config, batch, tokens, maxSeq int) MemoryEstimate {
+	h, D := int64(c.HiddenSize), int64(c.HeadDim)
+	T, B := int64(tokens), int64(batch)
+	perToken := 4*h + int64(c.QKVDim()) + 2*int64(c.NumAttentionHeads)*D + 3*int64(c.IntermediateSize)
+	return MemoryEstimate{
+		WeightBytes:     2*c.ParamCount() + 4*D/2,
+		KVCacheBytes:    2 * 2 * int64(c.NumHiddenLayers) * B * int64(maxSeq) * int64(c.NumKeyValueHeads) * D,
+		ActivationBytes: 2*(T*perToken+B*(3*h+int64(c.VocabSize))) + 4*(1+T+B),
+	}
+}

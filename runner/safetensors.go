@@ -1,0 +1,497 @@
+package runner
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"syscall"
+	"unsafe"
+
+	"stepbench/kernels/ref"
+)
+
+// Safetensors layout: an 8-byte little-endian header length N, N bytes of
+// JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, optional
+// "__metadata__": {string: string}}, then the data; offsets count from the
+// first byte after the header.
+
+const (
+	safetensorsSingleFile = "model.safetensors"
+	safetensorsIndexFile  = "model.safetensors.index.json"
+	safetensorsMetadata   = "__metadata__"
+	// maxSafetensorsHeaderBytes bounds the JSON header, as the reference
+	// implementation does, so a corrupt length cannot make us parse gigabytes.
+	maxSafetensorsHeaderBytes = 100 << 20
+)
+
+// safetensorsDTypeBytes is the element size of every dtype the format
+// names (known false for others); only supportedSafetensorsDType ones can be
+// converted to bf16.
+func safetensorsDTypeBytes(dtype string) (size int, known bool) {
+	switch dtype {
+	case "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3":
+		return 1, true
+	case "I16", "U16", "F16", "BF16":
+		return 2, true
+	case "I32", "U32", "F32":
+		return 4, true
+	case "I64", "U64", "F64":
+		return 8, true
+	}
+	return 0, false
+}
+
+func supportedSafetensorsDType(dtype string) bool {
+	return dtype == "BF16" || dtype == "F16" || dtype == "F32"
+}
+
+// TensorSpec is one tensor the model needs, by HF name.
+type TensorSpec struct {
+	Name  string
+	Shape []int
+}
+
+// ExpectedTensors lists every tensor LlamaForCausalLM needs for cfg, with
+// HF names and shapes (rows = output features, as nn.Linear stores them).
+func ExpectedTensors(cfg Config) []TensorSpec {
+	hidden, inter := cfg.HiddenSize, cfg.IntermediateSize
+	qDim := cfg.NumAttentionHeads * cfg.HeadDim
+	kvDim := cfg.NumKeyValueHeads * cfg.HeadDim
+	specs := make([]TensorSpec, 0, 2+9*cfg.NumHiddenLayers+2)
+	specs = append(specs, TensorSpec{"model.embed_tokens.weight", []int{cfg.VocabSize, hidden}})
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		specs = append(specs,
+			TensorSpec{p + "input_layernorm.weight", []int{hidden}},
+			TensorSpec{p + "self_attn.q_proj.weight", []int{qDim, hidden}},
+			TensorSpec{p + "self_attn.k_proj.weight", []int{kvDim, hidden}},
+			TensorSpec{p + "self_attn.v_proj.weight", []int{kvDim, hidden}},
+			TensorSpec{p + "self_attn.o_proj.weight", []int{hidden, qDim}},
+			TensorSpec{p + "post_attention_layernorm.weight", []int{hidden}},
+			TensorSpec{p + "mlp.gate_proj.weight", []int{inter, hidden}},
+			TensorSpec{p + "mlp.up_proj.weight", []int{inter, hidden}},
+			TensorSpec{p + "mlp.down_proj.weight", []int{hidden, inter}},
+		)
+	}
+	specs = append(specs, TensorSpec{"model.norm.weight", []int{hidden}})
+	if !cfg.TieWordEmbeddings {
+		specs = append(specs, TensorSpec{"lm_head.weight", []int{cfg.VocabSize, hidden}})
+	}
+	return specs
+}
+
+// safetensorsTensor is one validated header entry.
+type safetensorsTensor struct {
+	DType      string
+	Shape      []int
+	Begin, End int // byte offsets into the file's data section
+}
+
+// safetensorsFile is one validated, memory-mapped file.
+type safetensorsFile struct {
+	path     string
+	mapping  []byte // the whole file, read-only
+	data     []byte // mapping after the header
+	tensors  map[string]safetensorsTensor
+	metadata map[string]string
+}
+
+// SafetensorsModel is a model's weights in one or more memory-mapped
+// safetensors files. Slices returned by BF16 may point into the mappings:
+// they are read-only and invalid after Close.
+type SafetensorsModel struct {
+	dir    string
+	source string // the file that names the tensors: model.safetensors or the index
+	files  []*safetensorsFile
+	byName map[string]*safetensorsFile
+}
+
+// OpenSafetensors opens dir/model.safetensors or, when that is absent, the
+// shards listed by dir/model.safetensors.index.json. Every file is validated
+// completely before anything is returned.
+func OpenSafetensors(dir string) (*SafetensorsModel, error) {
+	single := filepath.Join(dir, safetensorsSingleFile)
+	if _, err := os.Stat(single); err == nil {
+		f, err := openSafetensorsFile(single)
+		if err != nil {
+			return nil, err
+		}
+		m := &SafetensorsModel{dir: dir, source: single, files: []*safetensorsFile{f}, byName: map[string]*safetensorsFile{}}
+		for name := range f.tensors {
+			m.byName[name] = f
+		}
+		return m, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open safetensors: %w", err)
+	}
+
+	index := filepath.Join(dir, safetensorsIndexFile)
+	weightMap, err := readSafetensorsIndex(index)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open safetensors in %s: neither %s nor %s exists", dir, safetensorsSingleFile, safetensorsIndexFile)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := &SafetensorsModel{dir: dir, source: index, byName: map[string]*safetensorsFile{}}
+	shards := map[string]*safetensorsFile{}
+	for _, shard := range sortedUniqueValues(weightMap) {
+		f, err := openSafetensorsFile(filepath.Join(dir, shard))
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("shard named by %s: %w", index, err)
+		}
+		m.files = append(m.files, f)
+		shards[shard] = f
+		for name := range f.tensors {
+			if other, dup := m.byName[name]; dup {
+				m.Close()
+				return nil, fmt.Errorf("safetensors %s: tensor %q is also in %s", f.path, name, other.path)
+			}
+			m.byName[name] = f
+		}
+	}
+	for name, shard := range weightMap {
+		if _, ok := shards[shard].tensors[name]; !ok {
+			m.Close()
+			return nil, fmt.Errorf("index %s: tensor %q: shard %s does not contain it", index, name, shards[shard].path)
+		}
+	}
+	return m, nil
+}
+
+// readSafetensorsIndex returns the index's weight_map (tensor name → shard
+// file name). A missing index file yields an error wrapping os.ErrNotExist.
+func readSafetensorsIndex(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read safetensors index: %w", err)
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(data, &index); err != nil {
+		return nil, fmt.Errorf("index %s: %w", path, err)
+	}
+	if len(index.WeightMap) == 0 {
+		return nil, fmt.Errorf("index %s: field weight_map is missing or empty", path)
+	}
+	for name, shard := range index.WeightMap {
+		// Shards live beside the index; refuse names that would escape it.
+		if !filepath.IsLocal(shard) || filepath.Base(shard) != shard {
+			return nil, fmt.Errorf("index %s: tensor %q: shard name %q is not a file name in the model directory", path, name, shard)
+		}
+	}
+	return index.WeightMap, nil
+}
+
+func sortedUniqueValues(m map[string]string) []string {
+	var values []string
+	for _, v := range m {
+		values = append(values, v)
+	}
+	slices.Sort(values)
+	return slices.Compact(values)
+}
+
+// openSafetensorsFile maps path read-only and validates its header.
+func openSafetensorsFile(path string) (*safetensorsFile, error) {
+	osFile, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open safetensors: %w", err)
+	}
+	defer osFile.Close() // the mapping outlives the descriptor
+	info, err := osFile.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("safetensors %s: %w", path, err)
+	}
+	size := info.Size()
+	if size < 8 { // also refuses empty files, which mmap cannot map
+		return nil, fmt.Errorf("safetensors %s: file is %d bytes, shorter than the 8-byte header length", path, size)
+	}
+	if size > math.MaxInt {
+		return nil, fmt.Errorf("safetensors %s: file of %d bytes cannot be mapped", path, size)
+	}
+	mapping, err := syscall.Mmap(int(osFile.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors %s: mmap: %w", path, err)
+	}
+	f, err := parseSafetensors(path, mapping)
+	if err != nil {
+		_ = syscall.Munmap(mapping)
+		return nil, err
+	}
+	return f, nil
+}
+
+// parseSafetensors validates a whole file held in contents. It never panics,
+// whatever the bytes (see FuzzSafetensorsHeader).
+func parseSafetensors(path string, contents []byte) (*safetensorsFile, error) {
+	if len(contents) < 8 {
+		return nil, fmt.Errorf("safetensors %s: file is %d bytes, shorter than the 8-byte header length", path, len(contents))
+	}
+	headerLen := binary.LittleEndian.Uint64(contents[:8])
+	if headerLen > uint64(len(contents)-8) {
+		return nil, fmt.Errorf("safetensors %s: header length %d exceeds the %d bytes after it (truncated or not safetensors)",
+			path, headerLen, len(contents)-8)
+	}
+	if headerLen > maxSafetensorsHeaderBytes {
+		return nil, fmt.Errorf("safetensors %s: header length %d exceeds the %d-byte limit", path, headerLen, maxSafetensorsHeaderBytes)
+	}
+	dataStart := 8 + int(headerLen)
+	var header map[string]json.RawMessage
+	if err := json.Unmarshal(contents[8:dataStart], &header); err != nil {
+		return nil, fmt.Errorf("safetensors %s: header JSON: %w", path, err)
+	}
+	f := &safetensorsFile{
+		path:    path,
+		mapping: contents,
+		data:    contents[dataStart:],
+		tensors: make(map[string]safetensorsTensor, len(header)),
+	}
+	for name, raw := range header {
+		if name == safetensorsMetadata {
+			if err := json.Unmarshal(raw, &f.metadata); err != nil {
+				return nil, fmt.Errorf("safetensors %s: %s must map strings to strings: %w", path, safetensorsMetadata, err)
+			}
+			continue
+		}
+		t, err := parseSafetensorsEntry(raw, len(f.data))
+		if err != nil {
+			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", path, name, err)
+		}
+		f.tensors[name] = t
+	}
+	if err := checkNoOverlap(f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// parseSafetensorsEntry validates one tensor's header entry against a data
+// section of dataLen bytes.
+func parseSafetensorsEntry(raw json.RawMessage, dataLen int) (safetensorsTensor, error) {
+	var entry struct {
+		DType       *string  `json:"dtype"`
+		Shape       []int64  `json:"shape"`
+		DataOffsets []uint64 `json:"data_offsets"`
+	}
+	if err := json.Unmarshal(raw, &entry); err != nil {
+		return safetensorsTensor{}, fmt.Errorf("header entry: %w", err)
+	}
+	if entry.DType == nil {
+		return safetensorsTensor{}, errors.New("dtype is missing")
+	}
+	dtype := *entry.DType
+	elemBytes, known := safetensorsDTypeBytes(dtype)
+	switch {
+	case !known:
+		return safetensorsTensor{}, fmt.Errorf("unknown dtype %q", dtype)
+	case !supportedSafetensorsDType(dtype):
+		return safetensorsTensor{}, fmt.Errorf("unsupported dtype %s (BF16, F16 and F32 are supported)", dtype)
+	}
+	if entry.Shape == nil {
+		return safetensorsTensor{}, errors.New("shape is missing")
+	}
+	if len(entry.DataOffsets) != 2 {
+		return safetensorsTensor{}, fmt.Errorf("data_offsets must be [begin, end], got %d numbers", len(entry.DataOffsets))
+	}
+	begin, end := entry.DataOffsets[0], entry.DataOffsets[1]
+	if begin > end || end > uint64(dataLen) {
+		return safetensorsTensor{}, fmt.Errorf("data_offsets [%d, %d] out of bounds of the %d data bytes (truncated file?)", begin, end, dataLen)
+	}
+	// end ≤ dataLen bounds the byte count, so a product above it is a
+	// mismatch whether or not it would overflow; stop multiplying there.
+	shape := make([]int, len(entry.Shape))
+	bytesWanted := uint64(elemBytes)
+	for i, d := range entry.Shape {
+		if d < 0 {
+			return safetensorsTensor{}, fmt.Errorf("shape %v has a negative dimension", entry.Shape)
+		}
+		shape[i] = int(d)
+		if bytesWanted != 0 && uint64(d) > uint64(dataLen)/bytesWanted {
+			return safetensorsTensor{}, fmt.Errorf("shape %v × %d bytes (%s) exceeds the %d data bytes", entry.Shape, elemBytes, dtype, dataLen)
+		}
+		bytesWanted *= uint64(d)
+	}
+	if bytesWanted != end-begin {
+		return safetensorsTensor{}, fmt.Errorf("shape %v × %d bytes (%s) = %d bytes, but data_offsets [%d, %d] hold %d",
+			entry.Shape, elemBytes, dtype, bytesWanted, begin, end, end-begin)
+	}
+	return safetensorsTensor{DType: dtype, Shape: shape, Begin: int(begin), End: int(end)}, nil
+}
+
+// checkNoOverlap refuses two tensors sharing a byte of data.
+func checkNoOverlap(f *safetensorsFile) error {
+	type span struct {
+		name       string
+		begin, end int
+	}
+	spans := make([]span, 0, len(f.tensors))
+	for name, t := range f.tensors {
+		if t.End > t.Begin { // empty tensors occupy no bytes
+			spans = append(spans, span{name, t.Begin, t.End})
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool {
+		if spans[i].begin != spans[j].begin {
+			return spans[i].begin < spans[j].begin
+		}
+		return spans[i].name < spans[j].name
+	})
+	for i := 1; i < len(spans); i++ {
+		prev, cur := spans[i-1], spans[i]
+		if cur.begin < prev.end {
+			return fmt.Errorf("safetensors %s: tensor %q bytes [%d, %d) overlap tensor %q bytes [%d, %d)",
+				f.path, cur.name, cur.begin, cur.end, prev.name, prev.begin, prev.end)
+		}
+	}
+	return nil
+}
+
+// Names lists the tensors of every file, sorted.
+func (m *SafetensorsModel) Names() []string {
+	names := make([]string, 0, len(m.byName))
+	for name := range m.byName {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Metadata returns the __metadata__ of every file merged (later shards win).
+func (m *SafetensorsModel) Metadata() map[string]string {
+	merged := map[string]string{}
+	for _, f := range m.files {
+		for k, v := range f.metadata {
+			merged[k] = v
+		}
+	}
+	return merged
+}
+
+// Check verifies every tensor of ExpectedTensors(cfg) is present with exactly
+// the expected shape. Extra tensors (e.g. rotary inv_freq) are ignored.
+func (m *SafetensorsModel) Check(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("check weights in %s: %w", m.dir, err)
+	}
+	const maxReported = 8 // a wrong config mismatches hundreds of tensors
+	var errs []error
+	mismatches := 0
+	for _, spec := range ExpectedTensors(cfg) {
+		var err error
+		f, ok := m.byName[spec.Name]
+		if !ok {
+			err = fmt.Errorf("tensor %q: missing from %s (want shape %v)", spec.Name, m.source, spec.Shape)
+		} else if got := f.tensors[spec.Name].Shape; !slices.Equal(got, spec.Shape) {
+			err = fmt.Errorf("tensor %q in %s: shape %v, want %v for model %s", spec.Name, f.path, got, spec.Shape, cfg.Name)
+		}
+		if err != nil {
+			mismatches++
+			if len(errs) < maxReported {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if mismatches > maxReported {
+		errs = append(errs, fmt.Errorf("and %d more mismatched tensors", mismatches-maxReported))
+	}
+	return errors.Join(errs...)
+}
+
+// BF16 returns the tensor as bf16 bit patterns: F32 is rounded to nearest
+// even (ref.F32ToBF16), F16 is widened exactly then rounded. For BF16 data
+// the result may be a view into the read-only mapping: never write to it,
+// and do not use it after Close.
+func (m *SafetensorsModel) BF16(name string) ([]uint16, error) {
+	f, ok := m.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("tensor %q: not in %s", name, m.source)
+	}
+	t := f.tensors[name]
+	raw := f.data[t.Begin:t.End]
+	switch t.DType {
+	case "BF16":
+		if view, ok := bf16View(raw); ok {
+			return view, nil
+		}
+		out := make([]uint16, len(raw)/2)
+		for i := range out {
+			out[i] = binary.LittleEndian.Uint16(raw[2*i:])
+		}
+		return out, nil
+	case "F16":
+		out := make([]uint16, len(raw)/2)
+		for i := range out {
+			out[i] = ref.F32ToBF16(f16ToF32(binary.LittleEndian.Uint16(raw[2*i:])))
+		}
+		return out, nil
+	case "F32":
+		out := make([]uint16, len(raw)/4)
+		for i := range out {
+			out[i] = ref.F32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
+		}
+		return out, nil
+	}
+	// Unreachable: parseSafetensorsEntry admits only the dtypes above.
+	return nil, fmt.Errorf("safetensors %s: tensor %q: unsupported dtype %s", f.path, name, t.DType)
+}
+
+// hostIsLittleEndian decides whether file bytes can be read in place as uint16.
+func hostIsLittleEndian() bool { return binary.NativeEndian.Uint16([]byte{1, 0}) == 1 }
+
+// bf16View reinterprets little-endian bytes as []uint16 without a copy, when
+// the host byte order and the alignment allow it.
+func bf16View(raw []byte) ([]uint16, bool) {
+	if len(raw) == 0 {
+		return []uint16{}, true
+	}
+	if !hostIsLittleEndian() || uintptr(unsafe.Pointer(&raw[0]))%2 != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), len(raw)/2), true
+}
+
+// f16ToF32 widens an IEEE-754 binary16 bit pattern to float32 exactly.
+func f16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h) & 0x3ff
+	switch {
+	case exp == 0x1f: // inf or NaN; keep the payload's top bits
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	case exp != 0: // normal: rebias 15 → 127
+		return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
+	case mant == 0:
+		return math.Float32frombits(sign)
+	}
+	// Subnormal: mant × 2^-24, exact in float32.
+	v := float32(mant) * (1.0 / (1 << 24))
+	if sign != 0 {
+		v = -v
+	}
+	return v
+}
+
+// Close unmaps every file; slices returned by BF16 become invalid.
+func (m *SafetensorsModel) Close() error {
+	var errs []error
+	for _, f := range m.files {
+		if f.mapping != nil {
+			if err := syscall.Munmap(f.mapping); err != nil {
+				errs = append(errs, fmt.Errorf("unmap %s: %w", f.path, err))
+			}
+			f.mapping, f.data = nil, nil
+		}
+	}
+	m.files = nil
+	m.byName = map[string]*safetensorsFile{}
+	return errors.Join(errs...)
+}
