@@ -17,7 +17,7 @@ type Engine struct {
 	w   *Weights
 
 	// Shape of the current run.
-	batch, inputLen, maxSeq int
+	batch, inputLen, outputLen, maxSeq int
 	pos                     int // tokens already in the cache of every sequence (host view)
 	begun, prefilled        bool
 
@@ -78,7 +78,7 @@ func (e *Engine) Begin(batch, inputLen, outputLen int, prompts []int32) error {
 	if err := e.ensureBuffers(batch, batch*inputLen, maxSeq); err != nil {
 		return err
 	}
-	e.batch, e.inputLen, e.maxSeq, e.pos = batch, inputLen, maxSeq, 0
+	e.batch, e.inputLen, e.outputLen, e.maxSeq, e.pos = batch, inputLen, outputLen, maxSeq, 0
 	e.prompts = append(e.prompts[:0], prompts...)
 	e.begun, e.prefilled = true, false
 	// The cache is not cleared: attention never reads a position the run has
@@ -187,8 +187,8 @@ func (e *Engine) Decode() error {
 	if !e.prefilled {
 		return errors.New("decode: prefill first")
 	}
-	if e.pos >= e.maxSeq {
-		return fmt.Errorf("decode: the cache holds %d positions, all used", e.maxSeq)
+	if done := e.pos - e.inputLen; done >= e.outputLen-1 {
+		return fmt.Errorf("decode: the run's %d decode steps (output length %d) are done", done, e.outputLen)
 	}
 	if err := e.forward(e.next, 1); err != nil {
 		return fmt.Errorf("decode at position %d: %w", e.pos, err)

@@ -1,0 +1,40 @@
+# stepbench: build, test, lint, the device bundle.
+GO       ?= go
+BIN      := bin/stepbench
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+# The README's main command: on a machine without a GPU, --device auto runs
+# the cpu backend on llama-tiny.
+RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
+
+.PHONY: all build test vet lint fmt run fuzz bundle clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/stepbench
+
+vet:
+	$(GO) vet ./...
+
+# Every test; GPU tests skip with a message where there is no GPU.
+test: vet
+	$(GO) test -count=1 ./...
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+run: build
+	$(BIN) run $(RUN_ARGS)
+
+# A short pass of every fuzz target.
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test ./runner -run '^$$' -fuzz FuzzSafetensorsHeader -fuzztime $(FUZZTIME)
+	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptIDs -fuzztime $(FUZZTIME)
+
+clean:
+	rm -rf bin dist

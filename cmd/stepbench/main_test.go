@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"stepbench/bench"
+)
+
+// run invokes the CLI in-process and returns exit code, stdout, stderr.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := mainExit(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestRunLlamaTinyEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	jsonl := filepath.Join(dir, "r.jsonl")
+	vllm := filepath.Join(dir, "v.json")
+	native := filepath.Join(dir, "n.json")
+	args := []string{"run", "--device", "cpu", "--model", "llama-tiny", "--batch-size", "1,2", "--input-len", "16",
+		"--output-len", "4", "--num-iters", "2", "--result-filename", jsonl, "--output-json", vllm, "--json-out", native}
+	code, stdout, stderr := run(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, re := range []string{
+		`(?m)^Prefill\. latency: [ 0-9.]{7,} s, throughput: [ 0-9.]{9,} token/s$`,
+		`(?m)^Decode 0\. Batch size: 2, latency: [ 0-9.]+ s, throughput: [ 0-9.]+ token/s$`,
+		`(?m)^Decode\.  median latency: [ 0-9.]+ s, median throughput: [ 0-9.]+ token/s$`,
+		`(?m)^Total\. latency: [ 0-9.]+ s, throughput: [ 0-9.]+ token/s$`,
+		`(?m)^summary`,
+	} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("stdout lacks %s:\n%s", re, stdout)
+		}
+	}
+	// A second run appends to the JSONL: 2 shapes each time.
+	if code, _, stderr := run(t, args...); code != 0 {
+		t.Fatalf("second run: exit %d: %s", code, stderr)
+	}
+	f, err := os.Open(jsonl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines int
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		lines++
+		var rec map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("line %d: %v", lines, err)
+		}
+		for _, k := range []string{"run_name", "batch_size", "input_len", "output_len", "prefill_latency", "prefill_throughput",
+			"median_decode_latency", "median_decode_throughput", "total_latency", "overall_throughput"} {
+			if _, ok := rec[k]; !ok {
+				t.Errorf("line %d lacks %s", lines, k)
+			}
+		}
+		if len(rec) != 10 {
+			t.Errorf("line %d has %d keys, want 10", lines, len(rec))
+		}
+	}
+	if lines != 4 {
+		t.Errorf("%d JSONL lines after two runs, want 4 (appended)", lines)
+	}
+	var v struct {
+		Avg         *float64           `json:"avg_latency"`
+		Latencies   []float64          `json:"latencies"`
+		Percentiles map[string]float64 `json:"percentiles"`
+	}
+	data, err := os.ReadFile(vllm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &v); err != nil || v.Avg == nil || len(v.Latencies) != 4 || len(v.Percentiles) != 6 {
+		t.Errorf("vLLM JSON: %v %s", err, data)
+	}
+	rep, err := bench.ReadReport(native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Shapes) != 2 || rep.Config.Model.Name != "llama-tiny" || rep.Environment.Backend != "cpu" {
+		t.Errorf("native report: %d shapes, model %q, backend %q", len(rep.Shapes), rep.Config.Model.Name, rep.Environment.Backend)
+	}
+	// 2 iterations × (1 prefill + 3 decode steps).
+	if n := len(rep.Shapes[0].Samples); n != 8 {
+		t.Errorf("shape 0 has %d samples, want 8", n)
+	}
+}
+
+func TestRooflineFloors(t *testing.T) {
+	for _, tc := range []struct{ gpu, floor string }{{"h100-sxm", "4.48"}, {"h200", "3.13"}} {
+		code, stdout, stderr := run(t, "roofline", "--model", "llama-3-8b", "--gpu", tc.gpu, "--batch-size", "1", "--input-len", "1", "--output-len", "2")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.gpu, code, stderr)
+		}
+		re := regexp.MustCompile(`(?m)^\s+1\s+1\s+2\s+decode first\s+2\s+[0-9.]+\s+[0-9.]+\s+15\.01\s+[0-9.]+\s+` + regexp.QuoteMeta(tc.floor) + `\s+memory`)
+		if !re.MatchString(stdout) {
+			t.Errorf("%s: no decode floor of %s ms with 15.01 GB of weights in:\n%s", tc.gpu, tc.floor, stdout)
+		}
+	}
+}
+
+func TestCorrectnessMode(t *testing.T) {
+	dir := t.TempDir()
+	prompts := filepath.Join(dir, "p.txt")
+	if err := os.WriteFile(prompts, []byte("1 2 3 4\n9 8 7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "logits.jsonl")
+	code, stdout, stderr := run(t, "run", "--device", "cpu", "--model", "llama-tiny", "--correctness-test",
+		"--prompt-ids", prompts, "--output-len", "3", "--logits-out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !regexp.MustCompile(`(?m)^prompt 1: \d+ \d+ \d+\nprompt 2: \d+ \d+ \d+$`).MatchString(stdout) {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d records, want 2", len(lines))
+	}
+	var rec struct {
+		Prompt    []int32     `json:"prompt"`
+		Generated []int32     `json:"generated"`
+		Logits    [][]float32 `json:"logits"`
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Prompt) != 3 || len(rec.Generated) != 3 || len(rec.Logits) != 3 || len(rec.Logits[0]) != 4096 {
+		t.Fatalf("record: prompt %v generated %v, %d logits rows", rec.Prompt, rec.Generated, len(rec.Logits))
+	}
+	// The generated token is the argmax of its logits.
+	for i, row := range rec.Logits {
+		best := 0
+		for j, v := range row {
+			if v > row[best] {
+				best = j
+			}
+		}
+		if int32(best) != rec.Generated[i] {
+			t.Errorf("token %d: generated %d, argmax of logits %d", i, rec.Generated[i], best)
+		}
+	}
+}
+
+// Bad input exits non-zero with one line naming the flag; never a panic.
+func TestBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--device", "cpu", "--batch-size", "0"}, "--batch-size"},
+		{[]string{"run", "--device", "cpu", "--batch-size="}, "--batch-size"},
+		{[]string{"run", "--device", "cpu", "--input-len", "-3"}, "--input-len"},
+		{[]string{"run", "--device", "cpu", "--model", "llama-tiny", "--input-len", "2000", "--output-len", "100"}, "--input-len 2000 + --output-len 100"},
+		{[]string{"run", "--device", "cpu", "--model", "gpt-5"}, "--model"},
+		{[]string{"run", "--device", "cpu", "--model-path", filepath.Join(dir, "missing")}, "--model-path"},
+		{[]string{"run", "--device", "tpu"}, "--device"},
+		{[]string{"run", "--device", "cpu", "--load-format", "gguf"}, "--load-format"},
+		{[]string{"run", "--device", "cpu", "--num-iters", "0"}, "--num-iters"},
+		{[]string{"run", "--device", "cpu", "--batch-size", "x"}, "batch-size"},
+		{[]string{"run", "--device", "cpu", "--correctness-test"}, "--prompt-ids"},
+		{[]string{"run", "--device", "cpu", "--prompt-ids", "p"}, "--correctness-test"},
+		{[]string{"run", "--device", "cpu", "--load-format", "safetensors"}, "--model-path"},
+		{[]string{"run", "--device", "cpu", "--gpu", "v100"}, "--gpu"},
+		{[]string{"roofline", "--gpu", "tpu-v5"}, "--gpu"},
+		{[]string{"roofline", "--output-len", "0"}, "--output-len"},
+		{[]string{"bogus"}, "unknown command"},
+		{[]string{"run", "extra-arg"}, "unexpected argument"},
+	} {
+		code, _, stderr := run(t, tc.args...)
+		lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+		if code == 0 || !strings.Contains(stderr, tc.want) || len(lines) != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want non-zero and one line containing %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+func TestMissingModelFiles(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := run(t, "run", "--device", "cpu", "--model-path", dir)
+	if code == 0 || !strings.Contains(stderr, "config.json") {
+		t.Errorf("empty model dir: exit %d, stderr %q", code, stderr)
+	}
+}

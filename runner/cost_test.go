@@ -1,0 +1,95 @@
+package runner
+
+import (
+	"math"
+	"testing"
+
+	"stepbench/kernels/ref"
+)
+
+func fillWant(dst []uint16, seed uint64, name string) {
+	ref.FillDummy(dst, seed, name, 0, ref.DummyUniform)
+}
+
+func TestParamCountLlama3_8B(t *testing.T) {
+	cfg, _ := Preset("llama-3-8b")
+	if got := cfg.ParamCount(); got != 8_030_261_248 {
+		t.Errorf("llama-3-8b parameters = %d, want 8030261248", got)
+	}
+}
+
+// Llama-3-8B decode at batch 1 reads every weight but the embedding table
+// (gathered): 15.01 GB.
+func TestDecodeCostLlama3_8B(t *testing.T) {
+	cfg, _ := Preset("llama-3-8b")
+	c, err := DecodeCost(cfg, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	embed := 2 * float64(cfg.VocabSize*cfg.HiddenSize)
+	wantWeights := 2*float64(cfg.ParamCount()) - embed
+	if c.WeightBytes != wantWeights {
+		t.Errorf("weight bytes %.0f, want %.0f", c.WeightBytes, wantWeights)
+	}
+	if got := math.Round(c.WeightBytes/1e7) / 100; got != 15.01 {
+		t.Errorf("weight GB %.2f, want 15.01", got)
+	}
+	// FLOPs: 2 per weight of every GEMM, plus small elementwise work.
+	if c.FLOPs < wantWeights || c.FLOPs > 1.01*wantWeights {
+		t.Errorf("decode FLOPs %.4g, want ≈ %.4g", c.FLOPs, wantWeights)
+	}
+	if c.Bytes < c.WeightBytes || c.Bytes > c.WeightBytes*1.01 {
+		t.Errorf("decode bytes %.4g, weights %.4g", c.Bytes, c.WeightBytes)
+	}
+}
+
+// Attention costs follow their formulas: 4·D·H per (query, visible key),
+// and each sequence's K and V read once.
+func TestAttentionCost(t *testing.T) {
+	cfg, _ := Preset("llama-tiny")
+	for _, tc := range []struct{ batch, input int }{{1, 1}, {2, 10}, {3, 64}} {
+		p, err := PrefillCost(cfg, tc.batch, tc.input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var att OpCost
+		for _, o := range p.Ops {
+			if o.Op == "attention" {
+				att = o
+			}
+		}
+		B, S, D, H, KV, L := float64(tc.batch), float64(tc.input), float64(cfg.HeadDim), float64(cfg.NumAttentionHeads), float64(cfg.NumKeyValueHeads), float64(cfg.NumHiddenLayers)
+		wantFLOPs := L * 4 * D * H * B * S * (S + 1) / 2
+		wantBytes := L * (2*2*B*S*H*D + 2*2*B*S*KV*D)
+		if att.FLOPs != wantFLOPs || att.Bytes != wantBytes || att.Calls != cfg.NumHiddenLayers {
+			t.Errorf("batch %d input %d: attention %+v, want FLOPs %.0f bytes %.0f", tc.batch, tc.input, att, wantFLOPs, wantBytes)
+		}
+	}
+}
+
+func TestLinearCostScalesWithBatch(t *testing.T) {
+	cfg, _ := Preset("llama-3-8b")
+	one, _ := DecodeCost(cfg, 1, 100)
+	many, _ := DecodeCost(cfg, 32, 100)
+	if many.WeightBytes != one.WeightBytes {
+		t.Errorf("weights read once whatever the batch: %.0f vs %.0f", many.WeightBytes, one.WeightBytes)
+	}
+	if r := many.FLOPs / one.FLOPs; r < 31.9 || r > 32.1 {
+		t.Errorf("FLOPs ratio batch 32 / batch 1 = %.3f, want ≈ 32", r)
+	}
+}
+
+func TestEstimateMemory(t *testing.T) {
+	cfg, _ := Preset("llama-3-8b")
+	m := EstimateMemory(cfg, 32, 32*1024, 1056)
+	if m.WeightBytes != 2*cfg.ParamCount()+4*64 {
+		t.Errorf("weights %d", m.WeightBytes)
+	}
+	// K and V, 32 layers × 32 seqs × 1056 positions × 8 heads × 128 × 2 bytes.
+	if want := int64(2 * 32 * 32 * 1056 * 8 * 128 * 2); m.KVCacheBytes != want {
+		t.Errorf("kv cache %d, want %d", m.KVCacheBytes, want)
+	}
+	if m.Total() != m.WeightBytes+m.KVCacheBytes+m.ActivationBytes {
+		t.Error("total is not the sum")
+	}
+}
