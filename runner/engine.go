@@ -18,8 +18,8 @@ type Engine struct {
 
 	// Shape of the current run.
 	batch, inputLen, outputLen, maxSeq int
-	pos                     int // tokens already in the cache of every sequence (host view)
-	begun, prefilled        bool
+	pos                                int // tokens already in the cache of every sequence (host view)
+	begun, prefilled                   bool
 
 	capTokens, capBatch, capSeq int // what the buffers below are sized for
 	act                         activations
