@@ -36,5 +36,13 @@ fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzSafetensorsHeader -fuzztime $(FUZZTIME)
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptIDs -fuzztime $(FUZZTIME)
 
+# The device bundle: what one run on a GPU machine needs (it has no Go):
+# the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh
+bundle:
+	mkdir -p dist/bundle/bin
+	$(GO) build -ldflags "$(LDFLAGS)" -o dist/bundle/bin/stepbench ./cmd/stepbench
+	cp scripts/device-check.sh dist/bundle/
+	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }
+
 clean:
 	rm -rf bin dist

@@ -7,6 +7,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"unsafe"
 )
 
@@ -106,7 +107,11 @@ func OpenDriver() (*Driver, error) { return openDriverAt(driverSoname) }
 func openDriverAt(path string) (*Driver, error) {
 	lib, err := openLibrary(path)
 	if err != nil {
-		return nil, fmt.Errorf("no CUDA driver: %s: %w", path, err)
+		// dlerror already names the library ("libcuda.so.1: cannot open ...").
+		if !strings.HasPrefix(err.Error(), path) {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
+		return nil, fmt.Errorf("no CUDA driver: %w", err)
 	}
 	d := &Driver{lib: lib}
 	if err := lib.resolve(d.api.slots()); err != nil {

@@ -1,5 +1,7 @@
 // attention.cu — causal GQA attention over the KV cache [batch][maxSeq][kvHeads][D].
 //
+// startPos is read from device memory (one int), so that a decode step
+// captured in a CUDA graph replays correctly at every position.
 // Query (b, s) sits at position startPos+s and sees cache positions
 // 0..startPos+s of sequence b; query head h reads kv head h / (heads/kvHeads).
 // score = fp32 dot(q, k) * (1/sqrtf(D)); softmax in fp32; out = bf16(sum p*v / sum p).
@@ -34,9 +36,14 @@ __device__ __noinline__ void attn_decode_split(float* __restrict__ ws,
                                                   const unsigned short* __restrict__ q,
                                                   const unsigned short* __restrict__ kCache,
                                                   const unsigned short* __restrict__ vCache,
+                                                  const int* __restrict__ startPos,
                                                   int batch, int heads, int kvHeads, int maxSeq,
-                                                  int keys, int chunk, int splits) {
+                                                  int chunk, int splits) {
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    // The split plan is fixed for maxSeq (so a captured graph replays at any
+    // position); splits past the keys written so far have nothing to do.
+    const int keys = min(*startPos + 1, maxSeq);
+    if (split * chunk >= keys) return;  // uniform across the block
     const int tid = threadIdx.x, nthreads = blockDim.x;
     const int group = heads / kvHeads;
     // Shared layout: q [group][D], scores [group][chunk], (max,sum) [group], reduction.
@@ -149,31 +156,36 @@ __device__ __noinline__ void attn_decode_split(float* __restrict__ ws,
 #define DEFINE_DECODE(D)                                                                      \
     extern "C" __global__ void __launch_bounds__(128) attn_decode_split_d##D(                 \
         float* ws, const unsigned short* q, const unsigned short* kCache,                     \
-        const unsigned short* vCache, int batch, int heads, int kvHeads, int maxSeq, int keys, \
-        int chunk, int splits) {                                                              \
-        attn_decode_split<D>(ws, q, kCache, vCache, batch, heads, kvHeads, maxSeq, keys,      \
+        const unsigned short* vCache, const int* startPos, int batch, int heads, int kvHeads, \
+        int maxSeq, int chunk, int splits) {                                                  \
+        attn_decode_split<D>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq,  \
                              chunk, splits);                                                  \
     }
 DEFINE_DECODE(32)
 DEFINE_DECODE(64)
 DEFINE_DECODE(128)
 
-// attn_decode_combine: grid (heads, batch). Merges the splits' partials:
+// attn_decode_combine: grid (heads, batch). Merges the partials of the
+// splits that held keys (the others wrote nothing this step):
 // out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i, M = max_i m_i.
 extern "C" __global__ void attn_decode_combine(unsigned short* __restrict__ out,
-                                               const float* __restrict__ ws, int batch,
-                                               int heads, int headDim, int splits) {
+                                               const float* __restrict__ ws,
+                                               const int* __restrict__ startPos, int maxSeq,
+                                               int batch, int heads, int headDim, int chunk,
+                                               int splits) {
     const int h = blockIdx.x, b = blockIdx.y;
+    const int keys = min(*startPos + 1, maxSeq);
+    const int live = min(splits, (keys + chunk - 1) / chunk);
     const long long bh = (long long)b * heads + h;
     const float* ml = ws + (long long)batch * heads * splits * headDim + bh * splits * 2;
     const float* acc = ws + bh * splits * headDim;
     float m_all = neg_inf_f32();
-    for (int i = 0; i < splits; i++) m_all = fmaxf(m_all, ml[2 * i]);
+    for (int i = 0; i < live; i++) m_all = fmaxf(m_all, ml[2 * i]);
     float l_all = 0.0f;
-    for (int i = 0; i < splits; i++) l_all += expf(ml[2 * i] - m_all) * ml[2 * i + 1];
+    for (int i = 0; i < live; i++) l_all += expf(ml[2 * i] - m_all) * ml[2 * i + 1];
     for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
         float o = 0.0f;
-        for (int i = 0; i < splits; i++) o += expf(ml[2 * i] - m_all) * acc[i * headDim + d];
+        for (int i = 0; i < live; i++) o += expf(ml[2 * i] - m_all) * acc[i * headDim + d];
         out[bh * headDim + d] = f32_to_bf16_rne(o / l_all);
     }
 }
@@ -191,8 +203,8 @@ __device__ __noinline__ void attn_prefill(unsigned short* __restrict__ out,
                                              const unsigned short* __restrict__ q,
                                              const unsigned short* __restrict__ kCache,
                                              const unsigned short* __restrict__ vCache,
-                                             int seqLen, int startPos, int heads, int kvHeads,
-                                             int maxSeq) {
+                                             const int* __restrict__ startPosPtr, int seqLen,
+                                             int heads, int kvHeads, int maxSeq) {
     constexpr int LD = D + 1;
     constexpr int SLD = PF_BK + 1;
     float* qs = dyn_smem;            // [BQ][LD]
@@ -207,8 +219,10 @@ __device__ __noinline__ void attn_prefill(unsigned short* __restrict__ out,
     const int tid = threadIdx.x, ty = tid >> 3, tx = tid & 7;
     const int kvh = h / (heads / kvHeads);
     const float scale = 1.0f / sqrtf((float)D);
+    const int startPos = *startPosPtr;
     const int rows_here = min(PF_BQ, seqLen - q0);
-    const int keys_here = startPos + q0 + rows_here;  // max position seen + 1
+    // Max position seen + 1; never past the cache, whatever the position says.
+    const int keys_here = min(startPos + q0 + rows_here, maxSeq);
     const long long pos_stride = (long long)kvHeads * D;
     const long long kv_base = (long long)b * maxSeq * pos_stride + (long long)kvh * D;
 
@@ -326,9 +340,9 @@ __device__ __noinline__ void attn_prefill(unsigned short* __restrict__ out,
 #define DEFINE_PREFILL(D)                                                                   \
     extern "C" __global__ void __launch_bounds__(PF_THREADS) attn_prefill_d##D(             \
         unsigned short* out, const unsigned short* q, const unsigned short* kCache,         \
-        const unsigned short* vCache, int seqLen, int startPos, int heads, int kvHeads,     \
-        int maxSeq) {                                                                       \
-        attn_prefill<D>(out, q, kCache, vCache, seqLen, startPos, heads, kvHeads, maxSeq); \
+        const unsigned short* vCache, const int* startPos, int seqLen, int heads,           \
+        int kvHeads, int maxSeq) {                                                          \
+        attn_prefill<D>(out, q, kCache, vCache, startPos, seqLen, heads, kvHeads, maxSeq); \
     }
 DEFINE_PREFILL(32)
 DEFINE_PREFILL(64)

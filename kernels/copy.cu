@@ -1,4 +1,5 @@
-// copy.cu — pure data movement: embedding lookup and last-token gather.
+// copy.cu — pure data movement (embedding lookup, last-token gather) and the
+// position counter.
 
 // embed: out[t, :] = table[ids[t], :]. One block per token, 16-byte copies;
 // the wrapper guarantees hidden % 8 == 0 and 16-byte aligned pointers.
@@ -27,5 +28,13 @@ extern "C" __global__ void gather_last(unsigned short* __restrict__ out,
         for (int i = threadIdx.x; i < width / 8; i += blockDim.x) d[i] = s[i];
     } else {
         for (int i = threadIdx.x; i < width; i += blockDim.x) out[dst + i] = in[src + i];
+    }
+}
+
+// add_i32: buf[i] += delta for i < n. Advances the device-side position at the
+// end of each step (inside the captured decode graph).
+extern "C" __global__ void add_i32(int* __restrict__ buf, int n, int delta) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        buf[i] += delta;
     }
 }

@@ -14,6 +14,7 @@ import (
 var kernelSources = map[string]string{
 	"embed":                  "copy.cu",
 	"gather_last":            "copy.cu",
+	"add_i32":                "copy.cu",
 	"add_rmsnorm":            "norm.cu",
 	"rope_kv_write":          "rope.cu",
 	"silu_mul":               "activation.cu",
@@ -65,6 +66,7 @@ type Set struct {
 
 	embed, gatherLast, addRMSNorm, ropeKVWrite *cuda.Function
 	siluMul, argmax, fillDummy, decodeCombine  *cuda.Function
+	addI32                                     *cuda.Function
 	decodeSplit, prefill                       map[int]*cuda.Function // by head dim
 }
 
@@ -104,6 +106,7 @@ func Load(ctx *cuda.Context, compiled []Compiled, smCount int) (*Set, error) {
 	}
 	get(&k.embed, "embed")
 	get(&k.gatherLast, "gather_last")
+	get(&k.addI32, "add_i32")
 	get(&k.addRMSNorm, "add_rmsnorm")
 	get(&k.ropeKVWrite, "rope_kv_write")
 	get(&k.siluMul, "silu_mul")
@@ -268,7 +271,12 @@ func checkAttnShape(c *argCheck, a AttnShape) {
 // (rotate-half RoPE at position startPos+s, invFreq float32 [headDim/2]),
 // writes rotated q to q [T, heads*headDim] and rotated k and raw v to the
 // caches at (b, startPos+s). headDim even and <= 256.
-func (k *Set) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cuda.DevPtr, a AttnShape) error {
+//
+// The kernel reads startPos from pos (one int32 in device memory), so that a
+// captured decode step replays at every position; a.StartPos is the caller's
+// expectation, used only for the argument checks. Rows whose position would
+// fall outside the cache are not written.
+func (k *Set) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, pos cuda.DevPtr, a AttnShape) error {
 	c := argCheck{op: "rope_kv_write"}
 	checkAttnShape(&c, a)
 	c.require(a.HeadDim%2 == 0 && a.HeadDim <= 256, "headDim = %d, want even and <= 256", a.HeadDim)
@@ -277,42 +285,39 @@ func (k *Set) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cuda.D
 	c.pointer("vCache", vCache, 2)
 	c.pointer("qkv", qkv, 2)
 	c.pointer("invFreq", invFreq, 4)
+	c.pointer("pos", pos, 4)
 	tokens := a.Batch * a.SeqLen
 	if err := c.err(); err != nil || tokens == 0 {
 		return err
 	}
 	return k.launch(s, c.op, k.ropeKVWrite, cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
 		cuda.Dim3{X: 128, Y: 1, Z: 1}, 0,
-		q, kCache, vCache, qkv, invFreq, int32(a.Batch), int32(a.SeqLen), int32(a.StartPos),
+		q, kCache, vCache, qkv, invFreq, pos, int32(a.Batch), int32(a.SeqLen),
 		int32(a.Heads), int32(a.KVHeads), int32(a.HeadDim), int32(a.MaxSeq))
 }
 
-// decodePlan splits the keys of a decode step (positions 0..startPos) into
-// chunks so that batch*kvHeads*splits blocks fill the GPU about
-// decodeBlocksPerSM times, with chunks of 64..256 keys (a multiple of 32).
+// decodePlan splits the cache's MaxSeq positions into chunks so that
+// batch*kvHeads*splits blocks fill the GPU about decodeBlocksPerSM times,
+// with chunks of 64..256 keys (a multiple of 32). The plan depends on MaxSeq,
+// not StartPos: a decode step captured in a CUDA graph keeps its grid at
+// every position, and the blocks of splits beyond the current keys exit at
+// once (the combine skips them).
 func decodePlan(a AttnShape, smCount int) (chunkKeys, splits int) {
-	keys := a.StartPos + 1
+	keys := max(a.MaxSeq, 1)
 	want := max(1, ceilDiv(decodeBlocksPerSM*smCount, max(1, a.Batch*a.KVHeads)))
 	chunkKeys = min(max(ceilDiv(ceilDiv(keys, want), 32)*32, decodeMinChunkKeys), decodeMaxChunkKeys)
 	return chunkKeys, ceilDiv(keys, chunkKeys)
 }
 
-// decodeMaxSplits bounds decodePlan's splits; it grows with StartPos.
-func decodeMaxSplits(a AttnShape, smCount int) int {
-	keys := a.StartPos + 1
-	want := max(1, ceilDiv(decodeBlocksPerSM*smCount, max(1, a.Batch*a.KVHeads)))
-	return max(ceilDiv(keys, decodeMaxChunkKeys), want)
-}
-
 // AttentionWorkspaceBytes is the float32 workspace Attention needs for shape
 // a on a GPU with smCount SMs: zero for prefill (SeqLen > 1); for decode it
-// grows with StartPos, so size it once with StartPos = MaxSeq-1 and the
-// largest batch.
+// depends on Batch, Heads, KVHeads, HeadDim and MaxSeq, never on StartPos.
 func AttentionWorkspaceBytes(a AttnShape, smCount int) int {
 	if a.SeqLen != 1 || a.Batch <= 0 || a.Heads <= 0 || a.HeadDim <= 0 {
 		return 0
 	}
-	return a.Batch * a.Heads * decodeMaxSplits(a, smCount) * (a.HeadDim + 2) * 4
+	_, splits := decodePlan(a, smCount)
+	return a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
 }
 
 // AttentionWorkspaceBytes is the package function for this Set's GPU.
@@ -334,8 +339,10 @@ func prefillSharedBytes(headDim int) int {
 // Attention: causal GQA attention of q [T, heads*headDim] over the caches
 // (positions 0..startPos+s for token (b, s)) into out [T, heads*headDim].
 // SeqLen == 1 uses flash-decoding with workspace (AttentionWorkspaceBytes);
-// SeqLen > 1 the tiled prefill kernel (workspace unused, may be 0).
-func (k *Set) Attention(s *cuda.Stream, out, q, kCache, vCache, workspace cuda.DevPtr, workspaceBytes int, a AttnShape) error {
+// SeqLen > 1 the tiled prefill kernel (workspace unused, may be 0). The
+// kernels read startPos from pos (one int32 in device memory); a.StartPos is
+// the caller's expectation, used only for the argument checks.
+func (k *Set) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a AttnShape) error {
 	c := argCheck{op: "attention"}
 	checkAttnShape(&c, a)
 	c.require(a.HeadDim == 32 || a.HeadDim == 64 || a.HeadDim == 128, "headDim = %d, want one of %v", a.HeadDim, SupportedHeadDims)
@@ -344,6 +351,7 @@ func (k *Set) Attention(s *cuda.Stream, out, q, kCache, vCache, workspace cuda.D
 	c.pointer("q", q, 16)
 	c.pointer("kCache", kCache, 16)
 	c.pointer("vCache", vCache, 16)
+	c.pointer("pos", pos, 4)
 	if err := c.err(); err != nil || a.Batch == 0 || a.SeqLen == 0 {
 		return err
 	}
@@ -351,7 +359,7 @@ func (k *Set) Attention(s *cuda.Stream, out, q, kCache, vCache, workspace cuda.D
 		return k.launch(s, c.op, k.prefill[a.HeadDim],
 			cuda.Dim3{X: uint32(ceilDiv(a.SeqLen, prefillQueryTile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
 			cuda.Dim3{X: prefillThreads, Y: 1, Z: 1}, prefillSharedBytes(a.HeadDim),
-			out, q, kCache, vCache, int32(a.SeqLen), int32(a.StartPos), int32(a.Heads),
+			out, q, kCache, vCache, pos, int32(a.SeqLen), int32(a.Heads),
 			int32(a.KVHeads), int32(a.MaxSeq))
 	}
 
@@ -369,14 +377,15 @@ func (k *Set) Attention(s *cuda.Stream, out, q, kCache, vCache, workspace cuda.D
 	if err := k.launch(s, c.op, k.decodeSplit[a.HeadDim],
 		cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)},
 		cuda.Dim3{X: decodeThreads, Y: 1, Z: 1}, shared,
-		workspace, q, kCache, vCache, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
-		int32(a.MaxSeq), int32(a.StartPos+1), int32(chunkKeys), int32(splits)); err != nil {
+		workspace, q, kCache, vCache, pos, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
+		int32(a.MaxSeq), int32(chunkKeys), int32(splits)); err != nil {
 		return err
 	}
 	return k.launch(s, c.op, k.decodeCombine,
 		cuda.Dim3{X: uint32(a.Heads), Y: uint32(a.Batch), Z: 1},
 		cuda.Dim3{X: threadsFor(a.HeadDim, 128), Y: 1, Z: 1}, 0,
-		out, workspace, int32(a.Batch), int32(a.Heads), int32(a.HeadDim), int32(splits))
+		out, workspace, pos, int32(a.MaxSeq), int32(a.Batch), int32(a.Heads), int32(a.HeadDim),
+		int32(chunkKeys), int32(splits))
 }
 
 // SiluMul: out[r, i] = bf16(bf16(silu(gate[r, i])) * up[r, i]) with gateUp
@@ -447,4 +456,18 @@ func (k *Set) FillDummy(s *cuda.Stream, dst cuda.DevPtr, n int, key, first uint6
 	return k.launch(s, c.op, k.fillDummy, cuda.Dim3{X: k.gridStrideBlocks(n, 256), Y: 1, Z: 1},
 		cuda.Dim3{X: 256, Y: 1, Z: 1}, 0,
 		dst, int64(n), key, first, int32(kind))
+}
+
+// AddI32: buf[i] += delta for i < n (int32). It advances the device-side
+// position at the end of a step, inside a captured decode graph.
+func (k *Set) AddI32(s *cuda.Stream, buf cuda.DevPtr, n, delta int) error {
+	c := argCheck{op: "add_i32"}
+	c.count("n", n)
+	c.require(delta >= math.MinInt32 && delta <= math.MaxInt32, "delta = %d does not fit int32", delta)
+	c.pointer("buf", buf, 4)
+	if err := c.err(); err != nil || n == 0 {
+		return err
+	}
+	return k.launch(s, c.op, k.addI32, cuda.Dim3{X: k.gridStrideBlocks(n, 256), Y: 1, Z: 1},
+		cuda.Dim3{X: threadsFor(n, 256), Y: 1, Z: 1}, 0, buf, int32(n), int32(delta))
 }

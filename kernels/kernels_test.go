@@ -8,23 +8,22 @@ import (
 	"stepbench/kernels/ref"
 )
 
-func TestDecodePlanCoversKeysWithinWorkspace(t *testing.T) {
+func TestDecodePlanCoversMaxSeqWithinWorkspace(t *testing.T) {
 	for _, smCount := range []int{1, 108, 132} {
 		for _, batch := range []int{1, 3, 64, 256} {
 			for _, kvHeads := range []int{1, 8} {
-				for startPos := 0; startPos < 20000; startPos = startPos*3 + 1 {
-					a := AttnShape{Batch: batch, SeqLen: 1, StartPos: startPos, Heads: 4 * kvHeads, KVHeads: kvHeads, HeadDim: 128, MaxSeq: 20000}
-					keys := startPos + 1
+				for maxSeq := 1; maxSeq < 40000; maxSeq = maxSeq*3 + 1 {
+					a := AttnShape{Batch: batch, SeqLen: 1, StartPos: maxSeq - 1, Heads: 4 * kvHeads, KVHeads: kvHeads, HeadDim: 128, MaxSeq: maxSeq}
 					chunk, splits := decodePlan(a, smCount)
 					if chunk%32 != 0 || chunk < decodeMinChunkKeys || chunk > decodeMaxChunkKeys {
 						t.Errorf("%+v sm=%d: chunk %d not a multiple of 32 in [%d, %d]", a, smCount, chunk, decodeMinChunkKeys, decodeMaxChunkKeys)
 					}
-					if splits*chunk < keys || (splits-1)*chunk >= keys {
-						t.Errorf("%+v sm=%d: %d splits of %d keys do not tile %d keys (an empty or missing split)", a, smCount, splits, chunk, keys)
+					if splits*chunk < maxSeq || (splits-1)*chunk >= maxSeq {
+						t.Errorf("%+v sm=%d: %d splits of %d keys do not tile %d positions (an empty or missing split)", a, smCount, splits, chunk, maxSeq)
 					}
 					need := batch * a.Heads * splits * (a.HeadDim + 2) * 4
-					if have := AttentionWorkspaceBytes(a, smCount); have < need {
-						t.Errorf("%+v sm=%d: workspace %d bytes < %d needed", a, smCount, have, need)
+					if have := AttentionWorkspaceBytes(a, smCount); have != need {
+						t.Errorf("%+v sm=%d: workspace %d bytes, want %d", a, smCount, have, need)
 					}
 					if shared := decodeSharedBytes(a, chunk); shared > defaultSharedLimitBytes {
 						t.Errorf("%+v: decode needs %d shared bytes", a, shared)
@@ -35,15 +34,22 @@ func TestDecodePlanCoversKeysWithinWorkspace(t *testing.T) {
 	}
 }
 
-func TestAttentionWorkspaceGrowsWithStartPos(t *testing.T) {
-	prev := 0
-	for startPos := 0; startPos < 10000; startPos += 37 {
-		a := AttnShape{Batch: 2, SeqLen: 1, StartPos: startPos, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10000}
-		got := AttentionWorkspaceBytes(a, 132)
-		if got < prev {
-			t.Fatalf("workspace shrinks at startPos %d: %d < %d", startPos, got, prev)
+// A captured decode step replays at every position: its plan and workspace
+// must not change with StartPos.
+func TestDecodePlanIndependentOfStartPos(t *testing.T) {
+	base := AttnShape{Batch: 2, SeqLen: 1, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10000}
+	chunk0, splits0 := decodePlan(base, 132)
+	ws0 := AttentionWorkspaceBytes(base, 132)
+	for startPos := 0; startPos < base.MaxSeq; startPos += 37 {
+		a := base
+		a.StartPos = startPos
+		chunk, splits := decodePlan(a, 132)
+		if chunk != chunk0 || splits != splits0 {
+			t.Fatalf("startPos %d: plan (%d, %d), at 0 (%d, %d)", startPos, chunk, splits, chunk0, splits0)
 		}
-		prev = got
+		if ws := AttentionWorkspaceBytes(a, 132); ws != ws0 {
+			t.Fatalf("startPos %d: workspace %d, at 0 %d", startPos, ws, ws0)
+		}
 	}
 	prefill := AttnShape{Batch: 2, SeqLen: 5, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10}
 	if got := AttentionWorkspaceBytes(prefill, 132); got != 0 {
@@ -83,26 +89,34 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		{"norm zero hidden", "add_rmsnorm", "hidden", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 0, 1e-5) }},
 		{"norm negative eps", "add_rmsnorm", "eps", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 64, -1) }},
 		{"rope odd head dim", "rope_kv_write", "headDim", func() error {
-			return k.RopeKVWrite(s, p, p, p, p, p, with(func(a *AttnShape) { a.HeadDim = 63 }))
+			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *AttnShape) { a.HeadDim = 63 }))
 		}},
 		{"rope past maxSeq", "rope_kv_write", "maxSeq", func() error {
-			return k.RopeKVWrite(s, p, p, p, p, p, with(func(a *AttnShape) { a.StartPos = 8 }))
+			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *AttnShape) { a.StartPos = 8 }))
 		}},
 		{"attention head dim 96", "attention", "headDim", func() error {
-			return k.Attention(s, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.HeadDim = 96 }))
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.HeadDim = 96 }))
 		}},
 		{"attention heads not multiple of kv", "attention", "multiple of kvHeads", func() error {
-			return k.Attention(s, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.Heads = 5 }))
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.Heads = 5 }))
 		}},
 		{"attention zero kv heads", "attention", "kvHeads", func() error {
-			return k.Attention(s, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.KVHeads = 0 }))
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.KVHeads = 0 }))
 		}},
 		{"attention small workspace", "attention", "workspace has 16 bytes", func() error {
-			return k.Attention(s, p, p, p, p, p, 16, good)
+			return k.Attention(s, p, p, p, p, p, p, 16, good)
 		}},
 		{"attention misaligned q", "attention", "q = ", func() error {
-			return k.Attention(s, p, p+2, p, p, p, 1<<20, good)
+			return k.Attention(s, p, p+2, p, p, p, p, 1<<20, good)
 		}},
+		{"rope null pos", "rope_kv_write", "pos is a null pointer", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, 0, good)
+		}},
+		{"attention misaligned pos", "attention", "pos = ", func() error {
+			return k.Attention(s, p, p, p, p, p+2, p, 1<<20, good)
+		}},
+		{"add_i32 negative n", "add_i32", "n = -1", func() error { return k.AddI32(s, p, -1, 1) }},
+		{"add_i32 null buf", "add_i32", "buf is a null pointer", func() error { return k.AddI32(s, 0, 1, 1) }},
 		{"silu zero inter", "silu_mul", "inter", func() error { return k.SiluMul(s, p, p, 1, 0) }},
 		{"gather zero seqLen", "gather_last", "seqLen", func() error { return k.GatherLast(s, p, p, 1, 0, 8) }},
 		{"argmax misaligned out", "argmax", "out", func() error { return k.Argmax(s, p+2, p, 1, 8) }},
@@ -131,8 +145,9 @@ func TestWrappersSkipEmptyWork(t *testing.T) {
 	for name, err := range map[string]error{
 		"embed":     k.Embed(s, p, p, p, 0, 64),
 		"norm":      k.AddRMSNorm(s, p, p, 0, p, 0, 64, 1e-5),
-		"rope":      k.RopeKVWrite(s, p, p, p, p, p, empty),
-		"attention": k.Attention(s, p, p, p, p, 0, 0, empty),
+		"rope":      k.RopeKVWrite(s, p, p, p, p, p, p, empty),
+		"attention": k.Attention(s, p, p, p, p, p, 0, 0, empty),
+		"add_i32":   k.AddI32(s, p, 0, 1),
 		"silu":      k.SiluMul(s, p, p, 0, 64),
 		"gather":    k.GatherLast(s, p, p, 0, 3, 64),
 		"argmax":    k.Argmax(s, p, p, 0, 64),

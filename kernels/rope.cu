@@ -6,20 +6,23 @@
 //   out[i]       = bf16(bf16(x[i]*c)       + bf16(-x[i+D/2]*s))
 //   out[i+D/2]   = bf16(bf16(x[i+D/2]*c)   + bf16(x[i]*s))
 // Rotated q goes to q [T, heads*D]; rotated k and raw v go to the caches
-// [batch][maxSeq][kvHeads][D] at (b, p). The wrapper guarantees D even, D <= 256.
+// [batch][maxSeq][kvHeads][D] at (b, p). startPos is one int in device
+// memory, so that a captured decode step replays at every position. The wrapper guarantees D even, D <= 256.
 extern "C" __global__ void rope_kv_write(unsigned short* __restrict__ q,
                                          unsigned short* __restrict__ kCache,
                                          unsigned short* __restrict__ vCache,
                                          const unsigned short* __restrict__ qkv,
-                                         const float* __restrict__ invFreq, int batch,
-                                         int seqLen, int startPos, int heads, int kvHeads,
-                                         int headDim, int maxSeq) {
+                                         const float* __restrict__ invFreq,
+                                         const int* __restrict__ startPos, int batch,
+                                         int seqLen, int heads, int kvHeads, int headDim,
+                                         int maxSeq) {
     __shared__ float cos_s[128];
     __shared__ float sin_s[128];
     const int t = blockIdx.x;
     if (t >= batch * seqLen) return;
     const int b = t / seqLen;
-    const int pos = startPos + (t - b * seqLen);
+    const int pos = *startPos + (t - b * seqLen);
+    if (pos < 0 || pos >= maxSeq) return;  // uniform per block: never write outside the cache
     const int half = headDim / 2;
 
     for (int i = threadIdx.x; i < half; i += blockDim.x) {

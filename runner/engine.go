@@ -28,6 +28,7 @@ type Engine struct {
 	ids                         Buffer // I32[capTokens]: prefill input ids
 	next                        Buffer // I32[capBatch]: argmax of the last step; decode input
 	prompts                     []int32
+	graphs                      decodeGraphs // captured decode steps of the buffers above
 
 	// OnOp, when set, is called before every backend op with the op's
 	// label (e.g. "qkv_proj"); the cost model and per-op breakdowns use it.
@@ -93,6 +94,10 @@ func (e *Engine) Begin(batch, inputLen, outputLen int, prompts []int32) error {
 func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 	if e.posBuf != nil && tokens <= e.capTokens && batch == e.capBatch && maxSeq == e.capSeq {
 		return nil
+	}
+	// Captured decode steps point at the buffers about to be freed.
+	if err := e.graphs.invalidate(); err != nil {
+		return err
 	}
 	if err := e.freeRunBuffers(); err != nil {
 		return err
@@ -162,7 +167,7 @@ func (e *Engine) freeRunBuffers() error {
 
 // Close frees everything the engine allocated (not the backend itself).
 func (e *Engine) Close() error {
-	return errors.Join(e.freeRunBuffers(), e.w.Free(e.be))
+	return errors.Join(e.graphs.invalidate(), e.freeRunBuffers(), e.w.Free(e.be))
 }
 
 // Prefill enqueues the prompt upload, the forward pass over every prompt
@@ -190,9 +195,47 @@ func (e *Engine) Decode() error {
 	if done := e.pos - e.inputLen; done >= e.outputLen-1 {
 		return fmt.Errorf("decode: the run's %d decode steps (output length %d) are done", done, e.outputLen)
 	}
+	if sc, ok := e.be.(StepCapturer); ok && sc.CaptureEnabled() {
+		if err := e.decodeCaptured(sc); err != nil {
+			return fmt.Errorf("decode at position %d: %w", e.pos, err)
+		}
+		return nil
+	}
 	if err := e.forward(e.next, 1); err != nil {
 		return fmt.Errorf("decode at position %d: %w", e.pos, err)
 	}
+	return nil
+}
+
+// decodeCaptured replays the decode step captured for this batch and cache
+// length, capturing it first when there is none. The step reads its input
+// ids from e.next and the position from e.posBuf and advances both on the
+// device, so one recording serves every position. OnOp sees the ops only
+// while they are captured.
+func (e *Engine) decodeCaptured(sc StepCapturer) error {
+	key := graphKey{batch: e.batch, maxSeq: e.maxSeq}
+	step := e.graphs.get(key)
+	if step == nil {
+		if err := sc.BeginCapture(); err != nil {
+			return err
+		}
+		pos := e.pos
+		fwdErr := e.forward(e.next, 1)
+		e.pos = pos // nothing ran yet: the launch below advances it
+		captured, endErr := sc.EndCapture()
+		if err := errors.Join(fwdErr, endErr); err != nil {
+			if captured != nil {
+				err = errors.Join(err, captured.Destroy())
+			}
+			return fmt.Errorf("capture: %w", err)
+		}
+		e.graphs.put(key, captured)
+		step = captured
+	}
+	if err := step.Launch(); err != nil {
+		return err
+	}
+	e.pos++
 	return nil
 }
 

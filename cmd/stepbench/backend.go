@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/cuda"
 	"stepbench/runner"
 )
 
@@ -15,27 +16,93 @@ import (
 type backendFlags struct {
 	kernelsDir       string
 	disableCUDAGraph bool
+	nvrtcPath        string
+	cublasPath       string
 }
 
 func (b *backendFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.kernelsDir, "kernels-dir", "", "compile the CUDA kernels from the *.cu files of this directory instead of the embedded ones")
 	fs.BoolVar(&b.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
+	registerLibraryFlags(fs, &b.nvrtcPath, &b.cublasPath)
 }
 
-// probeGPU says why no GPU is usable, or nil.
+// registerLibraryFlags adds --nvrtc and --cublas (explicit library paths).
+func registerLibraryFlags(fs *pflag.FlagSet, nvrtcPath, cublasPath *string) {
+	fs.StringVar(nvrtcPath, "nvrtc", "", "path of libnvrtc.so to use (default: $STEPBENCH_NVRTC, the loader path, CUDA_HOME, /usr/local/cuda*, Python wheels)")
+	fs.StringVar(cublasPath, "cublas", "", "path of libcublas.so to use (default: $STEPBENCH_CUBLAS, then the same search as --nvrtc)")
+}
+
+// probeGPU says why no GPU is usable, or nil: a driver, a device, NVRTC and
+// cuBLAS are all needed.
 func probeGPU() error {
-	return errNoCUDABackend
+	drv, err := cuda.OpenDriver()
+	if err != nil {
+		return err
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return fmt.Errorf("CUDA driver: %w", err)
+	}
+	if n == 0 {
+		return errors.New("the CUDA driver sees no device")
+	}
+	if _, err := cuda.OpenNVRTC(""); err != nil {
+		return fmt.Errorf("no NVRTC: %w", err)
+	}
+	if _, err := cuda.OpenCublas(""); err != nil {
+		return fmt.Errorf("no cuBLAS: %w", err)
+	}
+	return nil
 }
 
-var errNoCUDABackend = errors.New("this build has no cuda backend yet")
-
-// openBackend opens the named backend for a run needing est.
+// openBackend opens the named backend for a run needing est. The cuda
+// backend belongs to the calling goroutine (main's, locked to its thread).
 func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, stderr io.Writer) (runner.Backend, bench.Environment, error) {
 	switch device {
 	case "cpu":
 		return runner.NewCPU(), hostEnvironment("cpu"), nil
 	case "cuda":
-		return nil, bench.Environment{}, fmt.Errorf("--device cuda: %w", errNoCUDABackend)
+		be, err := runner.NewCUDA(runner.CUDAOptions{
+			KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+			DisableGraphs: flags.disableCUDAGraph, Progress: stderr,
+		})
+		if err != nil {
+			return nil, bench.Environment{}, fmt.Errorf("--device cuda: %w", err)
+		}
+		if err := be.CheckMemory(est); err != nil {
+			return nil, bench.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
+		}
+		info := be.Info()
+		mode := "replayed CUDA graphs"
+		if !info.GraphsEnabled {
+			mode = "eager launches (--disable-cuda-graph)"
+		}
+		fmt.Fprintf(stderr, "stepbench: %s (sm_%d%d), decode steps as %s\n", info.Device.Name, info.Device.Major, info.Device.Minor, mode)
+		return be, cudaEnvironment(info), nil
 	}
 	return nil, bench.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
+}
+
+// cudaEnvironment is what a report says about the GPU and its libraries.
+// The NVIDIA driver's own version string comes from NVML, not from here.
+func cudaEnvironment(info runner.CUDAInfo) bench.Environment {
+	env := hostEnvironment("cuda")
+	d := info.Device
+	env.GPUName, env.GPUUUID = d.Name, d.UUID
+	env.ComputeCapability = fmt.Sprintf("%d.%d", d.Major, d.Minor)
+	env.CUDAVersion = cudaVersionString(info.DriverVersion)
+	env.NVRTCVersion = fmt.Sprintf("%d.%d", info.NVRTCMajor, info.NVRTCMinor)
+	env.CUBLASVersion = cublasVersionString(info.CublasVersion)
+	env.GPUMemoryBytes = d.TotalMemBytes
+	env.MaxSMClockMHz = float64(d.ClockKHz) / 1000
+	env.MemoryClockMHz = float64(d.MemClockKHz) / 1000
+	return env
+}
+
+// cudaVersionString prints cuDriverGetVersion's 13000 as "13.0".
+func cudaVersionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+
+// cublasVersionString prints 120903 as "12.9.3".
+func cublasVersionString(v int) string {
+	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
 }

@@ -22,6 +22,8 @@ type subcommand struct {
 
 func subcommands() map[string]subcommand {
 	return map[string]subcommand{
+		"devices":  {"list the CUDA driver, every GPU and the NVRTC and cuBLAS found", devicesCmd},
+		"verify":   {"check every CUDA kernel against its Go twin and llama-tiny end to end against the cpu backend", verifyCmd},
 		"run":      {"time prefill and decode steps (one_batch style); --correctness-test checks greedy outputs", runCmd},
 		"roofline": {"print analytic per-step floors for a model on a GPU preset (no GPU needed)", rooflineCmd},
 		"version":  {"print the version", versionCmd},

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"stepbench/cuda"
+)
+
+// devicesCmd lists the driver, every GPU and the NVRTC and cuBLAS found.
+func devicesCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("devices", stderr)
+	var nvrtcPath, cublasPath string
+	registerLibraryFlags(fs, &nvrtcPath, &cublasPath)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	drv, err := cuda.OpenDriver()
+	if err != nil {
+		return fmt.Errorf("no usable GPU: %w", err)
+	}
+	version, err := drv.Version()
+	if err != nil {
+		return fmt.Errorf("no usable GPU: %w", err)
+	}
+	count, err := drv.DeviceCount()
+	if err != nil {
+		return fmt.Errorf("no usable GPU: %w", err)
+	}
+	if count == 0 {
+		return errors.New("no usable GPU: the CUDA driver sees no device")
+	}
+	fmt.Fprintf(stdout, "CUDA driver API %s, %d device(s)\n", cudaVersionString(version), count)
+	for i := 0; i < count; i++ {
+		p, err := drv.Props(i)
+		if err != nil {
+			return fmt.Errorf("device %d: %w", i, err)
+		}
+		fmt.Fprintf(stdout, "\nGPU %d: %s\n", i, p.Name)
+		fmt.Fprintf(stdout, "  uuid                 %s\n", p.UUID)
+		fmt.Fprintf(stdout, "  compute capability   %d.%d (kernels compile for sm_%d%d)\n", p.Major, p.Minor, p.Major, p.Minor)
+		fmt.Fprintf(stdout, "  SMs                  %d\n", p.SMCount)
+		fmt.Fprintf(stdout, "  memory               %.2f GB (%d-bit bus)\n", float64(p.TotalMemBytes)/1e9, p.MemBusWidthBits)
+		fmt.Fprintf(stdout, "  L2 cache             %.1f MiB\n", float64(p.L2Bytes)/(1<<20))
+		fmt.Fprintf(stdout, "  shared per block     %d KiB (opt-in)\n", p.MaxSharedPerBlockOptinBytes/1024)
+		fmt.Fprintf(stdout, "  max SM clock         %s\n", clockString(p.ClockKHz))
+		fmt.Fprintf(stdout, "  max memory clock     %s\n", clockString(p.MemClockKHz))
+	}
+	fmt.Fprintln(stdout)
+	var missing []error
+	if n, err := cuda.OpenNVRTC(nvrtcPath); err != nil {
+		fmt.Fprintf(stdout, "NVRTC   not found: %v\n", err)
+		missing = append(missing, fmt.Errorf("NVRTC: %w", err))
+	} else {
+		major, minor := n.Version()
+		archs, archErr := n.SupportedArchs()
+		archText := fmt.Sprint(archs)
+		if archErr != nil {
+			archText = archErr.Error()
+		}
+		fmt.Fprintf(stdout, "NVRTC   %d.%d at %s (archs %s)\n", major, minor, n.Path(), archText)
+	}
+	if b, err := cuda.OpenCublas(cublasPath); err != nil {
+		fmt.Fprintf(stdout, "cuBLAS  not found: %v\n", err)
+		missing = append(missing, fmt.Errorf("cuBLAS: %w", err))
+	} else if v, err := b.Version(); err != nil {
+		fmt.Fprintf(stdout, "cuBLAS  at %s, version unknown: %v\n", b.Path(), err)
+	} else {
+		fmt.Fprintf(stdout, "cuBLAS  %s at %s\n", cublasVersionString(v), b.Path())
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no usable GPU: %w", errors.Join(missing...))
+	}
+	return nil
+}
+
+func clockString(kHz int) string {
+	if kHz == 0 {
+		return "not reported by this driver"
+	}
+	return fmt.Sprintf("%d MHz", kHz/1000)
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"stepbench/cuda"
+	"stepbench/kernels"
+	"stepbench/runner"
+)
+
+// endToEndMaxRelErr bounds the logits' relative error of a whole forward
+// pass (many bf16 roundings deep) against the cpu reference.
+const endToEndMaxRelErr = 2e-2
+
+// oddShape takes the kernels' scalar (non-vectorised) paths.
+var oddShape = kernels.ModelShape{Name: "odd-widths", Hidden: 256, Inter: 172, Vocab: 1003, Heads: 4, KVHeads: 2, HeadDim: 64, RopeTheta: 10000}
+
+// verifyCmd checks every kernel against its Go twin, the device dummy
+// weights against the cpu generator, and llama-tiny end to end against the
+// cpu backend; it prints a table and fails on any failed check.
+func verifyCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("verify", stderr)
+	var flags backendFlags
+	flags.register(fs)
+	model := fs.String("model", "llama-3-8b", "model preset whose shapes the kernels are checked at: "+joinNames(runner.PresetNames()))
+	seed := fs.Uint64("seed", 1, "seed of the random inputs and dummy weights")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := runner.Preset(*model)
+	if err != nil {
+		return usagef("--model: %v", err)
+	}
+	tiny, err := runner.Preset("llama-tiny")
+	if err != nil {
+		return err
+	}
+	if _, err := cuda.OpenDriver(); err != nil {
+		return fmt.Errorf("no usable GPU: %w", err)
+	}
+	be, err := runner.NewCUDA(runner.CUDAOptions{
+		KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+		DisableGraphs: flags.disableCUDAGraph, Progress: stderr,
+	})
+	if err != nil {
+		return fmt.Errorf("no usable GPU: %w", err)
+	}
+	defer be.Close()
+	info := be.Info()
+	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, decode %s\n\n",
+		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
+		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), graphMode(info.GraphsEnabled))
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "check\tshape\tmax rel err\tstatus")
+	failures := 0
+	row := func(check, shape string, rel float64, exact bool, err error) {
+		relText := fmt.Sprintf("%.2e", rel)
+		if exact {
+			relText = "bit-exact"
+		}
+		status := "ok"
+		if err != nil {
+			status = "FAIL: " + err.Error()
+			failures++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", check, shape, relText, status)
+	}
+
+	shapes := []kernels.ModelShape{oddShape, cfg.KernelShape()}
+	results, err := be.VerifyKernels(shapes, *seed)
+	for _, r := range results {
+		row(r.Check, r.Shape, r.RelErr, r.Exact, r.Err)
+	}
+	if err != nil {
+		row("kernel checks", "", 0, false, err)
+	}
+
+	prompts := [][]int32{{1, 2, 3, 4, 5, 6, 7, 8}, {42}, {300, 17, 9, 9, 9, 250, 3, 1, 77, 5, 11, 12, 13}}
+	const outputLen = 8
+	e2e, err := runner.CompareWithCPU(be, tiny, *seed, prompts, outputLen)
+	for i, r := range e2e {
+		var bad error
+		switch {
+		case !r.TokensMatch():
+			bad = fmt.Errorf("greedy tokens %v, cpu %v", r.Tokens, r.RefTokens)
+		case r.MaxLogitsRelErr > endToEndMaxRelErr:
+			bad = fmt.Errorf("logits relative error %.3g > %g", r.MaxLogitsRelErr, endToEndMaxRelErr)
+		}
+		row("end to end vs cpu", fmt.Sprintf("%s prompt %d: %d tokens in, %d out", tiny.Name, i, r.PromptLen, r.OutputLen), r.MaxLogitsRelErr, false, bad)
+	}
+	if err != nil {
+		row("end to end vs cpu", tiny.Name, 0, false, err)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if failures > 0 {
+		return fmt.Errorf("%d check(s) failed", failures)
+	}
+	fmt.Fprintf(stdout, "\nall %d checks passed\n", len(results)+len(e2e))
+	return nil
+}
+
+func kernelsOrigin(dir string) string {
+	if dir == "" {
+		return "embedded"
+	}
+	return "from " + dir
+}
+
+func graphMode(enabled bool) string {
+	if enabled {
+		return "as CUDA graphs"
+	}
+	return "eager"
+}
