@@ -51,6 +51,15 @@ type Options struct {
 	// ones too, with Sample.Warmup set), outside any region: the place to
 	// read telemetry such as NVML without disturbing the timing.
 	BetweenRegions func(last Sample)
+	// BeforeShape, when set, is called before each shape's warmup, untimed
+	// (e.g. to file telemetry under the shape).
+	BeforeShape func(batch, inputLen, outputLen int)
+	// EnergyMeter, when set, makes Run measure each complete shape's energy
+	// after its timed iterations over windows of at least
+	// EnergyWindowSeconds (DefaultEnergyWindowSeconds when <= 0); see
+	// ShapeEnergy. These windows are not timed regions.
+	EnergyMeter         EnergyMeter
+	EnergyWindowSeconds float64
 }
 
 // Sample is one timed region.
@@ -102,6 +111,8 @@ type ShapeResult struct {
 	// Complete is false when an error stopped the shape before all its timed
 	// iterations ran; Iterations then holds the finished ones.
 	Complete bool
+	// Energy is set when Options.EnergyMeter was.
+	Energy *ShapeEnergy
 }
 
 // Samples returns every kept sample of the shape, in the order measured.
@@ -198,6 +209,9 @@ type harness struct {
 
 func (h *harness) runShape(batch, inputLen, outputLen int) (ShapeResult, error) {
 	shape := ShapeResult{Batch: batch, InputLen: inputLen, OutputLen: outputLen}
+	if h.opt.BeforeShape != nil {
+		h.opt.BeforeShape(batch, inputLen, outputLen)
+	}
 	for w := 0; w < h.opt.WarmupIters; w++ {
 		fmt.Fprintf(h.progress, "  warmup %d/%d\n", w+1, h.opt.WarmupIters)
 		fmt.Fprintf(h.stdout, "Warmup %d/%d: batch_size=%d, input_len=%d, output_len=%d\n",
@@ -221,6 +235,13 @@ func (h *harness) runShape(batch, inputLen, outputLen int) (ShapeResult, error) 
 	}
 	shape.Summary = summarizeShape(shape.Iterations)
 	shape.Complete = true
+	if h.opt.EnergyMeter != nil {
+		energy, err := h.measureEnergy(batch, inputLen, outputLen)
+		shape.Energy = energy
+		if err != nil {
+			return shape, fmt.Errorf("energy: %w", err)
+		}
+	}
 	return shape, nil
 }
 

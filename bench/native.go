@@ -45,6 +45,19 @@ type Environment struct {
 	MemoryClockMHz    float64 `json:"memory_clock_mhz,omitempty"`
 	PowerLimitWatts   float64 `json:"power_limit_watts,omitempty"`
 	GPUMemoryBytes    uint64  `json:"gpu_memory_bytes,omitempty"`
+	// Telemetry and roofline additions (issue 4).
+	SMCount            int     `json:"sm_count,omitempty"`
+	MemoryBusWidthBits int     `json:"memory_bus_width_bits,omitempty"`
+	MaxMemoryClockMHz  float64 `json:"max_memory_clock_mhz,omitempty"`
+	// ClocksLocked is whether the SM clock was pinned (nil: unknown).
+	ClocksLocked *bool `json:"clocks_locked,omitempty"`
+	// TelemetryNotes are warnings about the telemetry (NVML missing,
+	// unsupported calls, unlocked and varying clocks).
+	TelemetryNotes []string `json:"telemetry_notes,omitempty"`
+	// Roofs are the roofline ceilings the report's points use, and the
+	// others known (device-derived, measured, datasheet).
+	Roof  *Roof  `json:"roof,omitempty"`
+	Roofs []Roof `json:"roofs,omitempty"`
 }
 
 // RunConfig is the configuration a report was measured with.
@@ -86,6 +99,17 @@ type ShapeReport struct {
 	PrefillBytes        float64 `json:"prefill_bytes,omitempty"`
 	DecodeFLOPs         float64 `json:"decode_flops,omitempty"`
 	DecodeBytes         float64 `json:"decode_bytes,omitempty"`
+
+	// Telemetry (issue 4): flagged samples, medians over kept samples'
+	// readings, the background sampler's readings during the shape, energy
+	// windows, and roofline points.
+	ThrottledSamples          int                `json:"throttled_samples,omitempty"`
+	DiscardedThrottledSamples int                `json:"discarded_throttled_samples,omitempty"`
+	MedianPowerWatts          float64            `json:"median_power_watts,omitempty"`
+	MedianSMClockMHz          float64            `json:"median_sm_clock_mhz,omitempty"`
+	TelemetryTimeline         []TelemetryReading `json:"telemetry_timeline,omitempty"`
+	Energy                    *ShapeEnergy       `json:"energy,omitempty"`
+	RooflinePoints            []RooflinePoint    `json:"roofline_points,omitempty"`
 }
 
 // SampleReport is one timed region.
@@ -108,6 +132,14 @@ type Telemetry struct {
 	MemoryClockMHz  float64 `json:"memory_clock_mhz,omitempty"`
 	TemperatureC    float64 `json:"temperature_c,omitempty"`
 	ThrottleReasons uint64  `json:"throttle_reasons,omitempty"` // NVML's clocks-event bit mask
+	// PowerSource says what PowerWatts is: "instant" (FI_DEV_POWER_INSTANT)
+	// or "average_1s" (nvmlDeviceGetPowerUsage, a 1 s average on Hopper).
+	PowerSource              string   `json:"power_source,omitempty"`
+	MemoryTemperatureC       float64  `json:"memory_temperature_c,omitempty"`
+	ClockEventReasonNames    []string `json:"clock_event_reason_names,omitempty"`
+	Throttled                bool     `json:"throttled,omitempty"`
+	EnergyCounterMillijoules uint64   `json:"energy_counter_millijoules,omitempty"` // NVML's total, at the reading
+	UnixNanos                int64    `json:"unix_nanos,omitempty"`
 }
 
 // NewShapeReport converts a measured shape into its report form (no floors,

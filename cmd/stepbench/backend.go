@@ -94,6 +94,7 @@ func cudaEnvironment(info runner.CUDAInfo) bench.Environment {
 	env.NVRTCVersion = fmt.Sprintf("%d.%d", info.NVRTCMajor, info.NVRTCMinor)
 	env.CUBLASVersion = cublasVersionString(info.CublasVersion)
 	env.GPUMemoryBytes = d.TotalMemBytes
+	env.SMCount, env.MemoryBusWidthBits = d.SMCount, d.MemBusWidthBits
 	env.MaxSMClockMHz = float64(d.ClockKHz) / 1000
 	env.MemoryClockMHz = float64(d.MemClockKHz) / 1000
 	return env

@@ -22,11 +22,15 @@ type subcommand struct {
 
 func subcommands() map[string]subcommand {
 	return map[string]subcommand{
-		"devices":  {"list the CUDA driver, every GPU and the NVRTC and cuBLAS found", devicesCmd},
-		"verify":   {"check every CUDA kernel against its Go twin and llama-tiny end to end against the cpu backend", verifyCmd},
-		"run":      {"time prefill and decode steps (one_batch style); --correctness-test checks greedy outputs", runCmd},
-		"roofline": {"print analytic per-step floors for a model on a GPU preset (no GPU needed)", rooflineCmd},
-		"version":  {"print the version", versionCmd},
+		"devices":   {"list the CUDA driver, every GPU and the NVRTC and cuBLAS found", devicesCmd},
+		"verify":    {"check every CUDA kernel against its Go twin and llama-tiny end to end against the cpu backend", verifyCmd},
+		"run":       {"time prefill and decode steps (one_batch style); --correctness-test checks greedy outputs", runCmd},
+		"roofline":  {"print analytic per-step floors for a model on a GPU preset (no GPU needed)", rooflineCmd},
+		"version":   {"print the version", versionCmd},
+		"calibrate": {"measure a GPU's copy bandwidth and bf16 GEMM rate (roofline ceilings), cached per GPU UUID", calibrateCmd},
+		"compare":   {"compare two native reports (--json-out): medians, intervals, ratio, p-value, FASTER/SLOWER/SAME", compareCmd},
+		"ab":        {"interleaved A/B of two kernel sets on the same weights, reported as a comparison (needs a GPU)", abCmd},
+		"kernel":    {"time one op cold (L2 flushed) at the model's shapes, with adaptive stopping (needs a GPU)", kernelCmd},
 	}
 }
 

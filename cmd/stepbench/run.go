@@ -34,7 +34,10 @@ type runFlags struct {
 	correctness   bool
 	promptIDs     string
 	logitsOut     string
+	breakdown     bool   // per-op breakdown pass per shape
+	format        string // "text" or "gobench"
 	backend       backendFlags
+	telemetry     telemetryFlags
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet) {
@@ -55,6 +58,9 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "with --correctness-test: file with one prompt per line, token ids separated by spaces")
 	fs.StringVar(&f.logitsOut, "logits-out", "", "with --correctness-test: append one JSON object per prompt {prompt, generated, logits}")
 	f.backend.register(fs)
+	f.telemetry.register(fs)
+	fs.BoolVar(&f.breakdown, "breakdown", false, "after timing, one eager pass per shape with an event at every op boundary: a per-op table per phase")
+	fs.StringVar(&f.format, "format", "text", "stdout: text (one_batch lines and tables) or gobench (Go benchmark lines for benchstat; the text goes to stderr)")
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -155,7 +161,13 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		NumIters: f.numIters, WarmupIters: f.warmupIters, Seed: f.seed, VocabSize: cfg.VocabSize,
 		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Stdout: stdout, Progress: stderr,
 	}
+	textOut := stdout
+	if f.format == "gobench" {
+		textOut, opt.Stdout = stderr, stderr // stdout carries only benchmark lines
+	}
+	f.telemetry.run = startTelemetry(!f.telemetry.noTelemetry, f.telemetry.discardThrottled, f.telemetry.energyWindowSeconds, &env, &opt, stderr)
 	shapes, runErr := bench.Run(engine, opt)
+	shapes = f.telemetry.run.finish(shapes, &env, stderr)
 	gpu, gpuErr := f.floorGPU(env)
 	floors := floorFunc(cfg, gpu)
 	// Whatever was measured is written even when the run stopped early.
@@ -167,16 +179,31 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		errs = append(errs, gpuErr)
 	}
 	if len(shapes) > 0 {
-		fmt.Fprintln(stdout)
+		fmt.Fprintln(textOut)
 		if gpu != nil {
-			fmt.Fprintf(stdout, "summary (floors: %s datasheet peaks, %s)\n", gpu.Description, "derived by the cost model")
+			fmt.Fprintf(textOut, "summary (floors: %s datasheet peaks, %s)\n", gpu.Description, "derived by the cost model")
 		} else {
-			fmt.Fprintln(stdout, "summary")
+			fmt.Fprintln(textOut, "summary")
 		}
-		if err := bench.WriteSummaryTable(stdout, shapes, floors); err != nil {
+		if err := bench.WriteSummaryTable(textOut, shapes, floors); err != nil {
 			errs = append(errs, err)
 		}
+		errs = append(errs, f.telemetry.report(textOut, shapes, cfg, &env, gpu, stderr))
 		errs = append(errs, f.writeOutputs(shapes, cfg, env, loadFormat, fs, gpu)...)
+		if f.format == "gobench" {
+			errs = append(errs, bench.WriteGoBench(stdout, cfg.Name, bench.GoBenchConfig{"backend": env.Backend, "gpu": env.GPUName,
+				"driver": env.DriverVersion, "goos": runtime.GOOS, "goarch": runtime.GOARCH}, shapes))
+		}
+	}
+	if f.breakdown && runErr == nil {
+		for _, s := range shapes {
+			sb, err := bench.MeasureBreakdown(engine, s.Batch, s.InputLen, s.OutputLen, f.seed, gpu)
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			errs = append(errs, bench.WriteBreakdownTable(textOut, sb))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -187,6 +214,9 @@ func (f *runFlags) check(fs *pflag.FlagSet) error {
 	case "auto", "dummy", "safetensors":
 	default:
 		return usagef("--load-format: %q is not auto, dummy or safetensors", f.loadFormat)
+	}
+	if f.format != "text" && f.format != "gobench" {
+		return usagef("--format: %q is not text or gobench", f.format)
 	}
 	switch f.device {
 	case "auto", "cuda", "cpu":
@@ -218,6 +248,9 @@ func (f *runFlags) check(fs *pflag.FlagSet) error {
 				return usagef("--%s needs --correctness-test", name)
 			}
 		}
+	}
+	if err := f.telemetry.check(); err != nil {
+		return err
 	}
 	if f.gpu != "auto" && f.gpu != "none" {
 		if _, err := bench.GPUPreset(f.gpu); err != nil {
@@ -309,6 +342,7 @@ func (f *runFlags) writeOutputs(shapes []bench.ShapeResult, cfg runner.Config, e
 		}
 		for _, s := range shapes {
 			sr := bench.NewShapeReport(s)
+			f.telemetry.run.fillShape(&sr, s, cfg, f.telemetry.roof)
 			if gpu != nil {
 				if sf, err := bench.ComputeFloors(cfg, *gpu, s.Batch, s.InputLen, s.OutputLen); err == nil {
 					sr.PrefillFloorSeconds, sr.PrefillFLOPs, sr.PrefillBytes = sf.PrefillFloor.Seconds, sf.Prefill.FLOPs, sf.Prefill.Bytes

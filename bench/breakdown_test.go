@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"stepbench/runner"
+)
+
+func TestBreakdownLlamaTinyCPU(t *testing.T) {
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Seed: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	gpu, err := GPUPreset("h100-sxm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const batch, inputLen, outputLen = 2, 16, 4
+	sb, err := MeasureBreakdown(e, batch, inputLen, outputLen, 7, &gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.OnOp != nil {
+		t.Error("OnOp left set after the breakdown")
+	}
+	layers := float64(cfg.NumHiddenLayers)
+	for _, tc := range []struct {
+		phase     PhaseBreakdown
+		wantSteps int
+		wantCalls map[string]float64
+	}{
+		{sb.Prefill, 1, map[string]float64{"embed": 1, "qkv_proj": layers, "attention": layers, "down_proj": layers,
+			"gather_last": 2, "lm_head": 1, "argmax": 1, "advance_position": 1}},
+		{sb.Decode, outputLen - 1, map[string]float64{"embed": 1, "qkv_proj": layers, "silu_mul": layers, "lm_head": 1}},
+	} {
+		p := tc.phase
+		if p.Steps != tc.wantSteps {
+			t.Errorf("%s: %d steps, want %d", p.Phase, p.Steps, tc.wantSteps)
+		}
+		calls := map[string]float64{}
+		share := p.OutsideOpsShare
+		for _, r := range p.Rows {
+			calls[r.Op] = r.CallsPerStep
+			share += r.ShareOfStep
+			if r.DeviceSecondsPerStep < 0 || r.BytesPerStep <= 0 && r.Op != "advance_position" {
+				t.Errorf("%s %s: time %g bytes %g", p.Phase, r.Op, r.DeviceSecondsPerStep, r.BytesPerStep)
+			}
+		}
+		for op, want := range tc.wantCalls {
+			if calls[op] != want {
+				t.Errorf("%s %s: %g calls per step, want %g", p.Phase, op, calls[op], want)
+			}
+		}
+		if _, ok := calls["gather_last"]; ok && p.Phase == PhaseDecode {
+			t.Errorf("decode has gather_last")
+		}
+		if share > 1+1e-9 || share < 0.999 {
+			t.Errorf("%s: op shares + outside share = %.6f, want 1 (ops alone <= 1)", p.Phase, share)
+		}
+	}
+	var out bytes.Buffer
+	if err := WriteBreakdownTable(&out, sb); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"prefill breakdown: batch_size=2 input_len=16 output_len=4", "decode breakdown", "qkv_proj", "(outside ops)", "attain(derived)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}

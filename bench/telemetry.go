@@ -1,0 +1,410 @@
+package bench
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Telemetry is read from NVML (github.com/NVIDIA/go-nvml) through
+// nvml.Interface and nvml.Device, so tests drive it with go-nvml's mock.
+// Readings happen between timed regions (Options.BetweenRegions) and, for
+// long phases, on a background sampler; never inside a region.
+
+// ErrNoNVML means libnvidia-ml could not be loaded: the run goes on without
+// telemetry.
+var ErrNoNVML = errors.New("NVML library not found (libnvidia-ml.so.1)")
+
+// Power sources of a reading.
+const (
+	// PowerSourceInstant is NVML's FI_DEV_POWER_INSTANT field.
+	PowerSourceInstant = "instant"
+	// PowerSourceAverage1s is nvmlDeviceGetPowerUsage: a 1 s moving average
+	// on Hopper and later, used where the instant field is unsupported.
+	PowerSourceAverage1s = "average_1s"
+)
+
+// ThrottleClockFraction is nvbench's throttle threshold: a sample whose SM
+// clock is below this fraction of the maximum SM clock is throttled.
+const ThrottleClockFraction = 0.75
+
+// throttleReasonMask are the clock-event reasons that mean power or thermal
+// slowdown (nvbench's list): SW power cap, HW slowdown, SW thermal, HW
+// thermal, HW power brake.
+const throttleReasonMask = nvml.ClocksEventReasonSwPowerCap | nvml.ClocksThrottleReasonHwSlowdown |
+	nvml.ClocksEventReasonSwThermalSlowdown | nvml.ClocksThrottleReasonHwThermalSlowdown |
+	nvml.ClocksThrottleReasonHwPowerBrakeSlowdown
+
+// clockEventReasonNames names NVML's clock-event reason bits, lowest first.
+var clockEventReasonNames = []struct {
+	bit  uint64
+	name string
+}{
+	{nvml.ClocksEventReasonGpuIdle, "gpu_idle"},
+	{nvml.ClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting"},
+	{nvml.ClocksEventReasonSwPowerCap, "sw_power_cap"},
+	{nvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
+	{nvml.ClocksEventReasonSyncBoost, "sync_boost"},
+	{nvml.ClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"},
+	{nvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal_slowdown"},
+	{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"},
+	{nvml.ClocksEventReasonDisplayClockSetting, "display_clock_setting"},
+}
+
+// ClockEventReasonNames returns the names of the bits set in mask; unknown
+// bits are named by their value.
+func ClockEventReasonNames(mask uint64) []string {
+	var names []string
+	known := uint64(0)
+	for _, r := range clockEventReasonNames {
+		known |= r.bit
+		if mask&r.bit != 0 {
+			names = append(names, r.name)
+		}
+	}
+	for bit := uint64(1); bit != 0; bit <<= 1 {
+		if mask&bit != 0 && known&bit == 0 {
+			names = append(names, fmt.Sprintf("0x%x", bit))
+		}
+	}
+	return names
+}
+
+// TelemetryReading is one NVML reading. Fields NVML could not give are zero
+// (and left out of JSON); Has* say which counters were read.
+type TelemetryReading struct {
+	// UnixNanos is the host clock when the reading started.
+	UnixNanos          int64   `json:"unix_nanos"`
+	SMClockMHz         float64 `json:"sm_clock_mhz,omitempty"`
+	MemoryClockMHz     float64 `json:"memory_clock_mhz,omitempty"`
+	PowerWatts         float64 `json:"power_watts,omitempty"`
+	PowerSource        string  `json:"power_source,omitempty"` // PowerSourceInstant or PowerSourceAverage1s
+	EnergyMillijoules  uint64  `json:"energy_counter_millijoules,omitempty"`
+	HasEnergy          bool    `json:"-"`
+	GPUTemperatureC    float64 `json:"gpu_temperature_c,omitempty"`
+	MemoryTemperatureC float64 `json:"memory_temperature_c,omitempty"`
+	ClockEventReasons  uint64  `json:"clock_event_reasons,omitempty"` // NVML's bit mask
+	HasReasons         bool    `json:"-"`
+	// Throttled is nvbench's rule: SM clock < 75% of max, or a power or
+	// thermal slowdown reason.
+	Throttled bool `json:"throttled,omitempty"`
+}
+
+// ReasonNames names the clock-event reasons of the reading.
+func (r TelemetryReading) ReasonNames() []string { return ClockEventReasonNames(r.ClockEventReasons) }
+
+// isThrottled applies nvbench's rule to a reading.
+func isThrottled(r TelemetryReading, maxSMClockMHz float64) bool {
+	if maxSMClockMHz > 0 && r.SMClockMHz > 0 && r.SMClockMHz < ThrottleClockFraction*maxSMClockMHz {
+		return true
+	}
+	return r.ClockEventReasons&throttleReasonMask != 0
+}
+
+// Monitor reads one NVML device. NVML is thread-safe, so a Monitor may be
+// read from the sampler goroutine and the harness at once; its own state is
+// guarded by mu.
+type Monitor struct {
+	lib    nvml.Interface
+	device nvml.Device
+	owned  bool // Close shuts NVML down
+
+	// Fixed facts read once.
+	Name              string
+	UUID              string
+	MaxSMClockMHz     float64
+	MaxMemoryClockMHz float64
+	MemoryBusWidthBit int
+	ComputeMajor      int
+	ComputeMinor      int
+	PowerLimitWatts   float64
+
+	mu          sync.Mutex
+	unsupported map[string]bool // calls this driver lacks, by NVML function name
+}
+
+// OpenMonitor loads NVML (libnvidia-ml.so.1) and opens the device with the
+// given UUID (as nvidia-smi prints it), or device 0 when uuid is empty.
+// ErrNoNVML when the library is missing.
+func OpenMonitor(uuid string) (*Monitor, error) {
+	return NewMonitor(nvml.New(), uuid)
+}
+
+// NewMonitor initialises lib and opens the device with the given UUID
+// (device 0 when empty). The Monitor owns the initialisation: Close shuts
+// NVML down again.
+func NewMonitor(lib nvml.Interface, uuid string) (*Monitor, error) {
+	ret := lib.Init()
+	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+		return nil, ErrNoNVML
+	}
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvmlInit: %s", nvmlError(lib, ret))
+	}
+	var dev nvml.Device
+	if uuid != "" {
+		dev, ret = lib.DeviceGetHandleByUUID(uuid)
+		if ret != nvml.SUCCESS {
+			lib.Shutdown()
+			return nil, fmt.Errorf("nvmlDeviceGetHandleByUUID(%s): %s", uuid, nvmlError(lib, ret))
+		}
+	} else {
+		dev, ret = lib.DeviceGetHandleByIndex(0)
+		if ret != nvml.SUCCESS {
+			lib.Shutdown()
+			return nil, fmt.Errorf("nvmlDeviceGetHandleByIndex(0): %s", nvmlError(lib, ret))
+		}
+	}
+	m := newMonitorOnDevice(lib, dev)
+	m.owned = true
+	return m, nil
+}
+
+// newMonitorOnDevice reads the device's fixed facts; any it lacks stay zero.
+func newMonitorOnDevice(lib nvml.Interface, dev nvml.Device) *Monitor {
+	m := &Monitor{lib: lib, device: dev, unsupported: map[string]bool{}}
+	if name, ret := dev.GetName(); ret == nvml.SUCCESS {
+		m.Name = name
+	}
+	if uuid, ret := dev.GetUUID(); ret == nvml.SUCCESS {
+		m.UUID = uuid
+	}
+	if m.available("nvmlDeviceGetMaxClockInfo") {
+		if mhz, ret := dev.GetMaxClockInfo(nvml.CLOCK_SM); m.ok("nvmlDeviceGetMaxClockInfo", ret) {
+			m.MaxSMClockMHz = float64(mhz)
+		}
+		if mhz, ret := dev.GetMaxClockInfo(nvml.CLOCK_MEM); m.ok("nvmlDeviceGetMaxClockInfo", ret) {
+			m.MaxMemoryClockMHz = float64(mhz)
+		}
+	}
+	if m.available("nvmlDeviceGetMemoryBusWidth") {
+		if bits, ret := dev.GetMemoryBusWidth(); m.ok("nvmlDeviceGetMemoryBusWidth", ret) {
+			m.MemoryBusWidthBit = int(bits)
+		}
+	}
+	if m.available("nvmlDeviceGetCudaComputeCapability") {
+		if major, minor, ret := dev.GetCudaComputeCapability(); m.ok("nvmlDeviceGetCudaComputeCapability", ret) {
+			m.ComputeMajor, m.ComputeMinor = major, minor
+		}
+	}
+	if m.available("nvmlDeviceGetEnforcedPowerLimit") {
+		if mw, ret := dev.GetEnforcedPowerLimit(); m.ok("nvmlDeviceGetEnforcedPowerLimit", ret) {
+			m.PowerLimitWatts = float64(mw) / 1e3
+		}
+	}
+	return m
+}
+
+// Close shuts NVML down when this Monitor initialised it.
+func (m *Monitor) Close() error {
+	if m == nil || !m.owned {
+		return nil
+	}
+	m.owned = false
+	if ret := m.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("nvmlShutdown: %s", nvmlError(m.lib, ret))
+	}
+	return nil
+}
+
+// available says whether the loaded library exports symbol and no earlier
+// call said the driver does not support it. go-nvml binds lazily: calling a
+// symbol an older driver lacks would abort the process, so every optional
+// call is looked up first.
+func (m *Monitor) available(symbol string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.unsupported[symbol] {
+		return false
+	}
+	if ext := m.lib.Extensions(); ext != nil {
+		if err := ext.LookupSymbol(symbol); err != nil {
+			m.unsupported[symbol] = true
+			return false
+		}
+	}
+	return true
+}
+
+// ok reports success, and remembers calls the driver does not support so
+// that they are not tried again.
+func (m *Monitor) ok(symbol string, ret nvml.Return) bool {
+	if ret == nvml.SUCCESS {
+		return true
+	}
+	if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_FUNCTION_NOT_FOUND {
+		m.mu.Lock()
+		m.unsupported[symbol] = true
+		m.mu.Unlock()
+	}
+	return false
+}
+
+// Unsupported lists the NVML calls this device or driver lacks, sorted.
+func (m *Monitor) Unsupported() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var names []string
+	for n := range m.unsupported {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Read takes one reading. Calls the driver lacks are skipped; others that
+// fail leave their fields zero.
+func (m *Monitor) Read() TelemetryReading {
+	r := TelemetryReading{UnixNanos: time.Now().UnixNano()}
+	d := m.device
+	if m.available("nvmlDeviceGetClockInfo") {
+		if mhz, ret := d.GetClockInfo(nvml.CLOCK_SM); m.ok("nvmlDeviceGetClockInfo", ret) {
+			r.SMClockMHz = float64(mhz)
+		}
+		if mhz, ret := d.GetClockInfo(nvml.CLOCK_MEM); m.ok("nvmlDeviceGetClockInfo", ret) {
+			r.MemoryClockMHz = float64(mhz)
+		}
+	}
+	m.readFields(&r)
+	if r.PowerSource == "" && m.available("nvmlDeviceGetPowerUsage") {
+		if mw, ret := d.GetPowerUsage(); m.ok("nvmlDeviceGetPowerUsage", ret) {
+			r.PowerWatts, r.PowerSource = float64(mw)/1e3, PowerSourceAverage1s
+		}
+	}
+	if m.available("nvmlDeviceGetTotalEnergyConsumption") {
+		if mj, ret := d.GetTotalEnergyConsumption(); m.ok("nvmlDeviceGetTotalEnergyConsumption", ret) {
+			r.EnergyMillijoules, r.HasEnergy = mj, true
+		}
+	}
+	if m.available("nvmlDeviceGetTemperature") {
+		if c, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); m.ok("nvmlDeviceGetTemperature", ret) {
+			r.GPUTemperatureC = float64(c)
+		}
+	}
+	// Clock-event reasons: the newer name first, the older one (same bits)
+	// on drivers before it existed.
+	if m.available("nvmlDeviceGetCurrentClocksEventReasons") {
+		if mask, ret := d.GetCurrentClocksEventReasons(); m.ok("nvmlDeviceGetCurrentClocksEventReasons", ret) {
+			r.ClockEventReasons, r.HasReasons = mask, true
+		}
+	}
+	if !r.HasReasons && m.available("nvmlDeviceGetCurrentClocksThrottleReasons") {
+		if mask, ret := d.GetCurrentClocksThrottleReasons(); m.ok("nvmlDeviceGetCurrentClocksThrottleReasons", ret) {
+			r.ClockEventReasons, r.HasReasons = mask, true
+		}
+	}
+	r.Throttled = isThrottled(r, m.MaxSMClockMHz)
+	return r
+}
+
+// readFields reads instantaneous power and memory temperature in one
+// nvmlDeviceGetFieldValues call; each field has its own return code.
+func (m *Monitor) readFields(r *TelemetryReading) {
+	if !m.available("nvmlDeviceGetFieldValues") {
+		return
+	}
+	values := []nvml.FieldValue{{FieldId: nvml.FI_DEV_POWER_INSTANT}, {FieldId: nvml.FI_DEV_MEMORY_TEMP}}
+	if !m.ok("nvmlDeviceGetFieldValues", m.device.GetFieldValues(values)) {
+		return
+	}
+	if v, ok := fieldFloat(values[0]); ok {
+		r.PowerWatts, r.PowerSource = v/1e3, PowerSourceInstant // milliwatts
+	}
+	if v, ok := fieldFloat(values[1]); ok && v > 0 {
+		r.MemoryTemperatureC = v
+	}
+}
+
+// fieldFloat decodes a field value (a C union, little-endian) by its type.
+func fieldFloat(f nvml.FieldValue) (float64, bool) {
+	if nvml.Return(f.NvmlReturn) != nvml.SUCCESS {
+		return 0, false
+	}
+	raw := f.Value[:]
+	switch nvml.ValueType(f.ValueType) {
+	case nvml.VALUE_TYPE_DOUBLE:
+		return math.Float64frombits(binary.LittleEndian.Uint64(raw)), true
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return float64(binary.LittleEndian.Uint32(raw)), true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return float64(binary.LittleEndian.Uint64(raw)), true
+	case nvml.VALUE_TYPE_SIGNED_LONG_LONG:
+		return float64(int64(binary.LittleEndian.Uint64(raw))), true
+	case nvml.VALUE_TYPE_SIGNED_INT:
+		return float64(int32(binary.LittleEndian.Uint32(raw))), true
+	case nvml.VALUE_TYPE_UNSIGNED_SHORT:
+		return float64(binary.LittleEndian.Uint16(raw)), true
+	}
+	return 0, false
+}
+
+// ClocksLocked says whether the SM clock is pinned: application clocks set
+// away from their default, or the applications-clocks-setting reason seen
+// in a reading (nvidia-smi --lock-gpu-clocks shows up there). known is false
+// when NVML could say neither.
+func (m *Monitor) ClocksLocked(readings []TelemetryReading) (locked, known bool) {
+	for _, r := range readings {
+		if r.HasReasons {
+			known = true
+			if r.ClockEventReasons&nvml.ClocksEventReasonApplicationsClocksSetting != 0 {
+				return true, true
+			}
+		}
+	}
+	if m.available("nvmlDeviceGetApplicationsClock") && m.available("nvmlDeviceGetDefaultApplicationsClock") {
+		app, ret1 := m.device.GetApplicationsClock(nvml.CLOCK_SM)
+		def, ret2 := m.device.GetDefaultApplicationsClock(nvml.CLOCK_SM)
+		if m.ok("nvmlDeviceGetApplicationsClock", ret1) && m.ok("nvmlDeviceGetDefaultApplicationsClock", ret2) {
+			return app != def, true
+		}
+	}
+	return false, known
+}
+
+func nvmlError(lib nvml.Interface, ret nvml.Return) string {
+	// ErrorString needs the library loaded; the numeric code always works.
+	defer func() { _ = recover() }()
+	if s := lib.ErrorString(ret); s != "" {
+		return fmt.Sprintf("%s (%d)", s, int(ret))
+	}
+	return fmt.Sprintf("NVML return %d", int(ret))
+}
+
+// ClockVariationWarning returns a warning when the SM clock was not locked
+// and varied by more than 2% of its median over the readings; "" otherwise.
+func ClockVariationWarning(readings []TelemetryReading, locked bool) string {
+	if locked {
+		return ""
+	}
+	var clocks []float64
+	for _, r := range readings {
+		if r.SMClockMHz > 0 {
+			clocks = append(clocks, r.SMClockMHz)
+		}
+	}
+	if len(clocks) < 2 {
+		return ""
+	}
+	s := Summarize(clocks)
+	if s.Max-s.Min <= 0.02*s.Median {
+		return ""
+	}
+	return fmt.Sprintf("SM clock is not locked and varied from %.0f to %.0f MHz (median %.0f) during the run; "+
+		"lock it (nvidia-smi --lock-gpu-clocks) for stable timings", s.Min, s.Max, s.Median)
+}
+
+// joinReasons is a compact form for tables.
+func joinReasons(mask uint64) string {
+	names := ClockEventReasonNames(mask)
+	if len(names) == 0 {
+		return "-"
+	}
+	return strings.Join(names, ",")
+}

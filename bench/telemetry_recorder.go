@@ -1,0 +1,258 @@
+package bench
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// TelemetrySource gives one reading; *Monitor is one.
+type TelemetrySource interface {
+	Read() TelemetryReading
+}
+
+// DefaultSamplePeriod is the background sampler's period.
+const DefaultSamplePeriod = 20 * time.Millisecond
+
+type shapeKey struct{ batch, inputLen, outputLen int }
+
+type regionKey struct {
+	shape       shapeKey
+	phase       string
+	iter, step  int
+	shapeRepeat int // a sweep may list a shape twice; later runs overwrite
+}
+
+// TelemetryRecorder files readings under the timed region they follow.
+// Wire it as Options.BeforeShape = r.BeforeShape and Options.BetweenRegions
+// = r.AfterRegion; Start runs the background sampler for long phases.
+type TelemetryRecorder struct {
+	source TelemetrySource
+
+	mu       sync.Mutex
+	shape    shapeKey
+	started  map[shapeKey][2]int64 // unix nanos of the shape's first and last region
+	regions  map[regionKey]TelemetryReading
+	between  []TelemetryReading // every between-region reading, warmup included
+	timeline []TelemetryReading // the background sampler's readings
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewTelemetryRecorder records readings of source.
+func NewTelemetryRecorder(source TelemetrySource) *TelemetryRecorder {
+	return &TelemetryRecorder{source: source, started: map[shapeKey][2]int64{}, regions: map[regionKey]TelemetryReading{}}
+}
+
+// BeforeShape marks the start of a shape (Options.BeforeShape).
+func (r *TelemetryRecorder) BeforeShape(batch, inputLen, outputLen int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.shape = shapeKey{batch, inputLen, outputLen}
+	now := time.Now().UnixNano()
+	r.started[r.shape] = [2]int64{now, now}
+}
+
+// AfterRegion reads telemetry right after a timed region (Options.BetweenRegions).
+func (r *TelemetryRecorder) AfterRegion(s Sample) {
+	reading := r.source.Read()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.between = append(r.between, reading)
+	span := r.started[r.shape]
+	span[1] = reading.UnixNanos
+	r.started[r.shape] = span
+	if s.Warmup {
+		return
+	}
+	r.regions[regionKey{shape: r.shape, phase: s.Phase, iter: s.Iter, step: s.Step}] = reading
+}
+
+// Start runs the background sampler every period (DefaultSamplePeriod when
+// <= 0) until Stop. NVML is thread-safe, so it may read while the harness
+// reads too.
+func (r *TelemetryRecorder) Start(period time.Duration) {
+	if period <= 0 {
+		period = DefaultSamplePeriod
+	}
+	r.mu.Lock()
+	if r.stop != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.stop, r.done = make(chan struct{}), make(chan struct{})
+	stop, done := r.stop, r.done
+	r.mu.Unlock()
+	go func() {
+		defer close(done)
+		ticker := time.NewTicker(period)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ticker.C:
+				reading := r.source.Read()
+				r.mu.Lock()
+				r.timeline = append(r.timeline, reading)
+				r.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// Stop ends the background sampler and waits for it.
+func (r *TelemetryRecorder) Stop() {
+	r.mu.Lock()
+	stop, done := r.stop, r.done
+	r.stop = nil
+	r.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}
+
+// Region returns the reading taken after the given timed region of a shape.
+func (r *TelemetryRecorder) Region(batch, inputLen, outputLen int, phase string, iter, step int) (TelemetryReading, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reading, ok := r.regions[regionKey{shape: shapeKey{batch, inputLen, outputLen}, phase: phase, iter: iter, step: step}]
+	return reading, ok
+}
+
+// Readings returns every between-region reading (warmup included) and every
+// sampler reading, each in time order.
+func (r *TelemetryRecorder) Readings() (between, sampled []TelemetryReading) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]TelemetryReading(nil), r.between...), append([]TelemetryReading(nil), r.timeline...)
+}
+
+// Timeline returns the sampler's readings taken while a shape ran (from its
+// start to its last region).
+func (r *TelemetryRecorder) Timeline(batch, inputLen, outputLen int) []TelemetryReading {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	span, ok := r.started[shapeKey{batch, inputLen, outputLen}]
+	if !ok {
+		return nil
+	}
+	var out []TelemetryReading
+	for _, t := range r.timeline {
+		if t.UnixNanos >= span[0] && t.UnixNanos <= span[1] {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Throttled says whether the reading after a kept sample was flagged.
+func (r *TelemetryRecorder) Throttled(s ShapeResult, sample Sample) bool {
+	reading, ok := r.Region(s.Batch, s.InputLen, s.OutputLen, sample.Phase, sample.Iter, sample.Step)
+	return ok && reading.Throttled
+}
+
+// reportTelemetry converts a reading to its report form.
+func reportTelemetry(t TelemetryReading) *Telemetry {
+	return &Telemetry{
+		PowerWatts:               t.PowerWatts,
+		SMClockMHz:               t.SMClockMHz,
+		MemoryClockMHz:           t.MemoryClockMHz,
+		TemperatureC:             t.GPUTemperatureC,
+		ThrottleReasons:          t.ClockEventReasons,
+		PowerSource:              t.PowerSource,
+		MemoryTemperatureC:       t.MemoryTemperatureC,
+		ClockEventReasonNames:    t.ReasonNames(),
+		Throttled:                t.Throttled,
+		EnergyCounterMillijoules: t.EnergyMillijoules,
+		UnixNanos:                t.UnixNanos,
+	}
+}
+
+// AttachTelemetry fills a shape report's per-sample telemetry, its throttle
+// count, its sampler timeline and its medians of power and SM clock.
+func (r *TelemetryRecorder) AttachTelemetry(sr *ShapeReport) {
+	var power, clocks []float64
+	sr.ThrottledSamples = 0
+	for i := range sr.Samples {
+		s := &sr.Samples[i]
+		reading, ok := r.Region(sr.BatchSize, sr.InputLen, sr.OutputLen, s.Phase, s.Iter, s.Step)
+		if !ok {
+			continue
+		}
+		s.Telemetry = reportTelemetry(reading)
+		if reading.Throttled {
+			sr.ThrottledSamples++
+		}
+		if reading.PowerWatts > 0 {
+			power = append(power, reading.PowerWatts)
+		}
+		if reading.SMClockMHz > 0 {
+			clocks = append(clocks, reading.SMClockMHz)
+		}
+	}
+	if len(power) > 0 {
+		sr.MedianPowerWatts = Median(power)
+	}
+	if len(clocks) > 0 {
+		sr.MedianSMClockMHz = Median(clocks)
+	}
+	sr.TelemetryTimeline = r.Timeline(sr.BatchSize, sr.InputLen, sr.OutputLen)
+}
+
+// DiscardThrottled recomputes a shape's summary without the samples whose
+// reading was flagged (an iteration total is dropped when any of its
+// samples was) and returns the count of dropped samples. Iterations keep
+// every sample: the report still shows them, marked.
+func DiscardThrottled(s ShapeResult, throttled func(Sample) bool) (ShapeResult, int) {
+	var prefillHost, prefillDevice, decodeHost, decodeDevice, totalHost, totalDevice []float64
+	dropped := 0
+	for _, it := range s.Iterations {
+		clean := true
+		if throttled(it.Prefill) {
+			dropped++
+			clean = false
+		} else {
+			prefillHost = append(prefillHost, it.Prefill.HostSeconds)
+			prefillDevice = append(prefillDevice, it.Prefill.DeviceSeconds)
+		}
+		for _, d := range it.Decode {
+			if throttled(d) {
+				dropped++
+				clean = false
+				continue
+			}
+			decodeHost = append(decodeHost, d.HostSeconds)
+			decodeDevice = append(decodeDevice, d.DeviceSeconds)
+		}
+		if clean {
+			totalHost = append(totalHost, it.TotalHostSeconds)
+			totalDevice = append(totalDevice, it.TotalDeviceSeconds)
+		}
+	}
+	s.Summary = ShapeSummary{
+		PrefillHostSeconds:   Summarize(prefillHost),
+		PrefillDeviceSeconds: Summarize(prefillDevice),
+		DecodeHostSeconds:    Summarize(decodeHost),
+		DecodeDeviceSeconds:  Summarize(decodeDevice),
+		TotalHostSeconds:     Summarize(totalHost),
+		TotalDeviceSeconds:   Summarize(totalDevice),
+	}
+	return s, dropped
+}
+
+// EnergyMillijoules reads the total energy counter since the driver was
+// loaded (Options.EnergyMeter).
+func (m *Monitor) EnergyMillijoules() (uint64, error) {
+	const symbol = "nvmlDeviceGetTotalEnergyConsumption"
+	if !m.available(symbol) {
+		return 0, fmt.Errorf("%s: not available on %s", symbol, m.Name)
+	}
+	mj, ret := m.device.GetTotalEnergyConsumption()
+	if !m.ok(symbol, ret) {
+		return 0, fmt.Errorf("%s: %s", symbol, nvmlError(m.lib, ret))
+	}
+	return mj, nil
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"stepbench/bench"
+	"stepbench/runner"
+)
+
+// l2BytesByPreset is each GPU preset's L2 cache (datasheets); the flush
+// buffer must be at least this large.
+var l2BytesByPreset = map[string]int{
+	"a100-pcie-80gb": 40 << 20, "a100-sxm-80gb": 40 << 20, "h100-pcie": 50 << 20, "h100-nvl": 50 << 20,
+	"h100-sxm": 50 << 20, "h200": 50 << 20, "l40s": 96 << 20,
+}
+
+// kernelCmd times one op at the model's shapes: stepbench kernel OP.
+func kernelCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("kernel", stderr)
+	var model modelFlags
+	var backend backendFlags
+	model.register(fs)
+	backend.register(fs)
+	batch := fs.Int("batch-size", 1, "batch size of the model shapes")
+	inputLen := fs.Int("input-len", 1024, "prompt length: prefill runs seq=input-len, decode seq=1 at pos=input-len")
+	shapeText := fs.String("shape", "", "instead of the model shapes: batch=B,seq=S,pos=P")
+	minSamples := fs.Int("min-samples", 10, "cold samples to take at least")
+	maxSamples := fs.Int("max-samples", 100000, "cold samples to take at most")
+	maxNoise := fs.Float64("max-noise", 0.005, "stop when the median's 95% interval half-width is at most this, relative")
+	timeout := fs.Duration("timeout", 15*time.Second, "stop sampling a shape after this long")
+	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if unknown)")
+	format := fs.String("format", "table", "output: table or gobench")
+	gpuName := fs.String("gpu", "auto", "GPU preset for the attainment column: auto, none or "+joinNames(bench.GPUPresetNames()))
+	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(bench.KernelOps())+")")
+	if err != nil {
+		return err
+	}
+	op := positional[0]
+	if *format != "table" && *format != "gobench" {
+		return usagef("--format: %q is not table or gobench", *format)
+	}
+	if *batch < 1 || *inputLen < 1 || *l2Bytes < 0 {
+		return usagef("--batch-size and --input-len must be >= 1, --l2-flush-bytes >= 0")
+	}
+	var shapes []bench.KernelShape
+	if *shapeText != "" {
+		s, err := bench.ParseKernelShape(*shapeText)
+		if err != nil {
+			return usagef("--shape: %v", err)
+		}
+		shapes = []bench.KernelShape{s}
+	} else {
+		shapes = []bench.KernelShape{{Batch: *batch, SeqLen: *inputLen}, {Batch: *batch, SeqLen: 1, StartPos: *inputLen}}
+	}
+	cfg, err := model.resolve()
+	if err != nil {
+		return err
+	}
+	// Kernel timings on the cpu reference would mean nothing: a GPU or nothing.
+	if why := probeGPU(); why != nil {
+		return fmt.Errorf("needs a GPU: %w", why)
+	}
+	maxSeq := 0
+	for _, s := range shapes {
+		maxSeq = max(maxSeq, s.StartPos+s.SeqLen)
+	}
+	be, env, err := openBackend("cuda", backend, runner.EstimateMemory(cfg, *batch, *batch*maxSeq, maxSeq), stderr)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	var gpu *bench.GPUSpec
+	if g, ok := bench.GPUPresetForDevice(env.GPUName); ok && *gpuName == "auto" {
+		gpu = &g
+	} else if *gpuName != "auto" && *gpuName != "none" {
+		g, err := bench.GPUPreset(*gpuName)
+		if err != nil {
+			return usagef("--gpu: %v", err)
+		}
+		gpu = &g
+	}
+	flush := *l2Bytes
+	if flush == 0 {
+		flush = 128 << 20
+		if gpu != nil && l2BytesByPreset[gpu.Name] > 0 {
+			flush = l2BytesByPreset[gpu.Name]
+		}
+	}
+	opt := bench.KernelOptions{WarmupLaunches: 3, MinSamples: *minSamples, MaxSamples: *maxSamples, MaxNoise: *maxNoise, Timeout: *timeout}
+	var results []bench.KernelResult
+	var errs []error
+	for _, s := range shapes {
+		k, cost, err := bench.NewOpKernel(be, cfg, op, s, flush)
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		res, err := bench.MeasureKernel(k, opt)
+		errs = append(errs, k.Close())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", op, s.Label(), err))
+			break
+		}
+		res.Op, res.ShapeLabel, res.FLOPs, res.Bytes = op, s.Label(), cost.FLOPs, cost.Bytes
+		results = append(results, res)
+	}
+	if len(results) > 0 {
+		if *format == "gobench" {
+			errs = append(errs, bench.WriteKernelGoBench(stdout, bench.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
+		} else {
+			errs = append(errs, bench.WriteKernelTable(stdout, results, gpu))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// parsePositional parses flags and positional arguments in any order and
+// returns exactly want positional arguments.
+func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) ([]string, error) {
+	fs.SetInterspersed(true)
+	out := fs.Output()
+	fs.SetOutput(io.Discard) // one error line, not the whole usage
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, pflag.ErrHelp) {
+		fmt.Fprintf(out, "usage of %s %s:\n", fs.Name(), names)
+		fs.PrintDefaults()
+		return nil, err
+	}
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if got := fs.Args(); len(got) != want {
+		return nil, usagef("want %s, got %d argument(s)", names, len(got))
+	}
+	return fs.Args(), nil
+}
