@@ -345,16 +345,36 @@ func (h *harness) timeRegion(step func() error, sample Sample) (Sample, error) {
 }
 
 func summarizeShape(iterations []IterationResult) ShapeSummary {
+	summary, _ := summarizeKept(iterations, nil)
+	return summary
+}
+
+// summarizeKept summarises the samples for which drop is false (every
+// sample when drop is nil); an iteration's total counts only when none of
+// its samples was dropped. It also returns how many samples were dropped.
+func summarizeKept(iterations []IterationResult, drop func(Sample) bool) (ShapeSummary, int) {
 	var prefillHost, prefillDevice, decodeHost, decodeDevice, totalHost, totalDevice []float64
+	dropped := 0
 	for _, it := range iterations {
-		prefillHost = append(prefillHost, it.Prefill.HostSeconds)
-		prefillDevice = append(prefillDevice, it.Prefill.DeviceSeconds)
-		for _, d := range it.Decode {
-			decodeHost = append(decodeHost, d.HostSeconds)
-			decodeDevice = append(decodeDevice, d.DeviceSeconds)
+		clean := true
+		for i, sample := range append([]Sample{it.Prefill}, it.Decode...) {
+			if drop != nil && drop(sample) {
+				dropped++
+				clean = false
+				continue
+			}
+			if i == 0 {
+				prefillHost = append(prefillHost, sample.HostSeconds)
+				prefillDevice = append(prefillDevice, sample.DeviceSeconds)
+			} else {
+				decodeHost = append(decodeHost, sample.HostSeconds)
+				decodeDevice = append(decodeDevice, sample.DeviceSeconds)
+			}
 		}
-		totalHost = append(totalHost, it.TotalHostSeconds)
-		totalDevice = append(totalDevice, it.TotalDeviceSeconds)
+		if clean {
+			totalHost = append(totalHost, it.TotalHostSeconds)
+			totalDevice = append(totalDevice, it.TotalDeviceSeconds)
+		}
 	}
 	return ShapeSummary{
 		PrefillHostSeconds:   Summarize(prefillHost),
@@ -363,7 +383,7 @@ func summarizeShape(iterations []IterationResult) ShapeSummary {
 		DecodeDeviceSeconds:  Summarize(decodeDevice),
 		TotalHostSeconds:     Summarize(totalHost),
 		TotalDeviceSeconds:   Summarize(totalDevice),
-	}
+	}, dropped
 }
 
 // tokensPerSecond is tokens/seconds, or 0 when no time was measured (a

@@ -207,39 +207,8 @@ func (r *TelemetryRecorder) AttachTelemetry(sr *ShapeReport) {
 // samples was) and returns the count of dropped samples. Iterations keep
 // every sample: the report still shows them, marked.
 func DiscardThrottled(s ShapeResult, throttled func(Sample) bool) (ShapeResult, int) {
-	var prefillHost, prefillDevice, decodeHost, decodeDevice, totalHost, totalDevice []float64
-	dropped := 0
-	for _, it := range s.Iterations {
-		clean := true
-		if throttled(it.Prefill) {
-			dropped++
-			clean = false
-		} else {
-			prefillHost = append(prefillHost, it.Prefill.HostSeconds)
-			prefillDevice = append(prefillDevice, it.Prefill.DeviceSeconds)
-		}
-		for _, d := range it.Decode {
-			if throttled(d) {
-				dropped++
-				clean = false
-				continue
-			}
-			decodeHost = append(decodeHost, d.HostSeconds)
-			decodeDevice = append(decodeDevice, d.DeviceSeconds)
-		}
-		if clean {
-			totalHost = append(totalHost, it.TotalHostSeconds)
-			totalDevice = append(totalDevice, it.TotalDeviceSeconds)
-		}
-	}
-	s.Summary = ShapeSummary{
-		PrefillHostSeconds:   Summarize(prefillHost),
-		PrefillDeviceSeconds: Summarize(prefillDevice),
-		DecodeHostSeconds:    Summarize(decodeHost),
-		DecodeDeviceSeconds:  Summarize(decodeDevice),
-		TotalHostSeconds:     Summarize(totalHost),
-		TotalDeviceSeconds:   Summarize(totalDevice),
-	}
+	var dropped int
+	s.Summary, dropped = summarizeKept(s.Iterations, throttled)
 	return s, dropped
 }
 
