@@ -89,6 +89,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			device = "cuda"
 		}
 	}
+	if f.breakdown && device == "cuda" && !f.backend.disableCUDAGraph {
+		// A replayed graph has no op boundaries to put events at.
+		return usagef("--breakdown on the cuda backend needs --disable-cuda-graph")
+	}
 	cfg, err := f.model.resolve()
 	if err != nil {
 		return err
