@@ -282,15 +282,18 @@ func (d *Driver) NewContext(ordinal int) (*Context, error) {
 	return c, nil
 }
 
-// Close unbinds the context from the thread and releases the primary
-// context; the device is reset when the last retain is released.
+// Close releases the primary context; the device is reset when the last
+// retain is released. The thread's current context is left alone: every
+// Context of a device shares the one primary context, so unbinding it here
+// would leave another still-open Context (two backends in 'stepbench ab')
+// without a current context. A released primary context that stays current
+// is harmless: calls fail until the next NewContext binds it again.
 func (c *Context) Close() error {
 	if c.ctx == nil {
 		return nil
 	}
 	d := c.drv
-	unbindErr := d.check(C.sb_cuCtxSetCurrent(d.api.cuCtxSetCurrent, nil), "cuCtxSetCurrent(nil)")
-	releaseErr := d.check(C.sb_cuDevicePrimaryCtxRelease(d.api.cuDevicePrimaryCtxRelease, c.dev), "cuDevicePrimaryCtxRelease_v2(%d)", c.ordinal)
+	err := d.check(C.sb_cuDevicePrimaryCtxRelease(d.api.cuDevicePrimaryCtxRelease, c.dev), "cuDevicePrimaryCtxRelease_v2(%d)", c.ordinal)
 	c.ctx = nil
-	return errors.Join(unbindErr, releaseErr)
+	return err
 }

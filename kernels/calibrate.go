@@ -149,16 +149,18 @@ func Calibrate(drv *cuda.Driver, blas *cuda.Cublas, opt CalibrateOptions) (res C
 			return res, fmt.Errorf("calibrate GEMM inputs: %w", err)
 		}
 	}
-	handle, err := blas.NewHandle()
-	if err != nil {
-		return res, fmt.Errorf("calibrate GEMM: %w", err)
-	}
-	cleanup = append(cleanup, handle.Destroy)
+	// The workspace is allocated first so that cleanup, which runs in
+	// reverse, destroys the handle before freeing the memory it uses.
 	const workspaceBytes = 32 << 20
 	workspace, err := alloc(workspaceBytes)
 	if err != nil {
 		return res, fmt.Errorf("calibrate GEMM workspace: %w", err)
 	}
+	handle, err := blas.NewHandle()
+	if err != nil {
+		return res, fmt.Errorf("calibrate GEMM: %w", err)
+	}
+	cleanup = append(cleanup, handle.Destroy)
 	if err := handle.SetStream(stream, workspace, workspaceBytes); err != nil {
 		return res, fmt.Errorf("calibrate GEMM: %w", err)
 	}

@@ -51,6 +51,20 @@ type graphKey struct{ batch, maxSeq int }
 // decodeGraphs holds the captured decode steps of the current buffers.
 type decodeGraphs struct {
 	steps map[graphKey]CapturedStep
+	// eager marks keys whose decode step has run once without capture:
+	// lazy module loading (the default since CUDA 12.2) must not load a
+	// kernel, ours or cuBLAS's, inside a capture on drivers before 12.3.
+	eager map[graphKey]bool
+}
+
+// ranEager reports whether k's step already ran eagerly, and marks it.
+func (g *decodeGraphs) ranEager(k graphKey) bool {
+	if g.eager == nil {
+		g.eager = map[graphKey]bool{}
+	}
+	seen := g.eager[k]
+	g.eager[k] = true
+	return seen
 }
 
 func (g *decodeGraphs) get(k graphKey) CapturedStep { return g.steps[k] }
@@ -69,6 +83,7 @@ func (g *decodeGraphs) invalidate() error {
 		errs = append(errs, s.Destroy())
 		delete(g.steps, k)
 	}
+	clear(g.eager)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("destroy decode graphs: %w", err)
 	}
@@ -703,6 +718,12 @@ func (c *CUDA) Close() error {
 		add(ev.Destroy())
 	}
 	c.events = nil
+	// The handle goes before its workspace: cuBLAS may use the workspace
+	// until the handle is destroyed.
+	if c.handle != nil {
+		add(c.handle.Destroy())
+		c.handle = nil
+	}
 	if c.ctx != nil {
 		for _, p := range append(c.retiredWorkspaces, c.attnWorkspace, c.blasWorkspace) {
 			if p != 0 {
@@ -712,10 +733,6 @@ func (c *CUDA) Close() error {
 		c.retiredWorkspaces, c.attnWorkspace, c.attnWorkspaceBytes, c.blasWorkspace = nil, 0, 0, 0
 		add(c.ctx.FreeHost(c.staging))
 		c.staging = cuda.HostBuf{}
-	}
-	if c.handle != nil {
-		add(c.handle.Destroy())
-		c.handle = nil
 	}
 	if c.set != nil {
 		add(c.set.Close())

@@ -208,13 +208,18 @@ func (e *Engine) Decode() error {
 }
 
 // decodeCaptured replays the decode step captured for this batch and cache
-// length, capturing it first when there is none. The step reads its input
+// length, capturing it first when there is none (after one eager step). The step reads its input
 // ids from e.next and the position from e.posBuf and advances both on the
 // device, so one recording serves every position. OnOp sees the ops only
 // while they are captured.
 func (e *Engine) decodeCaptured(sc StepCapturer) error {
 	key := graphKey{batch: e.batch, maxSeq: e.maxSeq}
 	step := e.graphs.get(key)
+	if step == nil && !e.graphs.ranEager(key) {
+		// The first step of a key runs eagerly, so that every kernel is
+		// loaded before any capture; the next one is captured.
+		return e.forward(e.next, 1)
+	}
 	if step == nil {
 		if err := sc.BeginCapture(); err != nil {
 			return err

@@ -61,6 +61,10 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
 	}
+	// Both arms hold the weights and their own run buffers: check they fit
+	// twice before loading anything.
+	est := runner.EstimateMemory(cfg, maxInt(shapes.batch), maxInt(shapes.batch)*maxInt(shapes.input), maxInt(shapes.input)+maxInt(shapes.output))
+	fmt.Fprintf(stderr, "stepbench ab: two copies of %.2f GB of weights\n", 2*float64(est.WeightBytes)/1e9)
 	engines := make([]*runner.Engine, 2)
 	for i, dir := range []string{*kernelsA, *kernelsB} {
 		be, err := openCUDAWithKernels(dir, backend, stderr)
@@ -68,6 +72,13 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("arm %c (kernels %q): %w", "AB"[i], dir, err)
 		}
 		defer be.Close()
+		// Arm A still needs room for B's weights; both arms' run buffers
+		// are allocated later, at Begin.
+		need := runner.MemoryEstimate{WeightBytes: int64(2-i) * est.WeightBytes,
+			KVCacheBytes: 2 * est.KVCacheBytes, ActivationBytes: 2 * est.ActivationBytes}
+		if err := be.CheckMemory(need); err != nil {
+			return fmt.Errorf("arm %c: %w", "AB"[i], err)
+		}
 		e, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: *seed}, loadProgress(stderr, "dummy"))
 		if err != nil {
 			return fmt.Errorf("arm %c: %w", "AB"[i], err)
@@ -75,9 +86,6 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 		defer e.Close()
 		engines[i] = e
 	}
-	// Both arms hold the weights: check they fit twice before loading.
-	est := runner.EstimateMemory(cfg, maxInt(shapes.batch), maxInt(shapes.batch)*maxInt(shapes.input), maxInt(shapes.input)+maxInt(shapes.output))
-	fmt.Fprintf(stderr, "stepbench ab: two copies of %.2f GB of weights\n", 2*float64(est.WeightBytes)/1e9)
 	if err := bench.ArmsAgree(engines[0], engines[1], 1, min(64, shapes.input[0]), *seed, 1e-2); err != nil {
 		return err
 	}

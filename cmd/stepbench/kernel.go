@@ -65,11 +65,12 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
 	}
-	maxSeq := 0
+	// --shape brings its own batch: size the estimate from the shapes.
+	maxSeq, maxBatch := 0, 0
 	for _, s := range shapes {
-		maxSeq = max(maxSeq, s.StartPos+s.SeqLen)
+		maxSeq, maxBatch = max(maxSeq, s.StartPos+s.SeqLen), max(maxBatch, s.Batch)
 	}
-	be, env, err := openBackend("cuda", backend, runner.EstimateMemory(cfg, *batch, *batch*maxSeq, maxSeq), stderr)
+	be, env, err := openBackend("cuda", backend, runner.EstimateMemory(cfg, maxBatch, maxBatch*maxSeq, maxSeq), stderr)
 	if err != nil {
 		return err
 	}
