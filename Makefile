@@ -35,6 +35,11 @@ FUZZTIME ?= 10s
 fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzSafetensorsHeader -fuzztime $(FUZZTIME)
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptIDs -fuzztime $(FUZZTIME)
+	$(GO) test ./bench -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
+	$(GO) test ./bench -run '^$$' -fuzz FuzzParseKernelShape -fuzztime $(FUZZTIME)
+	$(GO) test ./bench -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
+	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)
+	$(GO) test ./cuda -run '^$$' -fuzz FuzzCudaDirVersion -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh
