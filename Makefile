@@ -46,7 +46,7 @@ fuzz:
 bundle:
 	mkdir -p dist/bundle/bin
 	$(GO) build -ldflags "$(LDFLAGS)" -o dist/bundle/bin/stepbench ./cmd/stepbench
-	cp scripts/device-check.sh dist/bundle/
+	cp scripts/device-check.sh scripts/hf-check.py dist/bundle/
 	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }
 
 clean:

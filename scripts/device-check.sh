@@ -58,6 +58,21 @@ run sweep "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy 
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl"
 run roofline "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 
+# HF transformers on the same weights (when torch and transformers are installed): a small random
+# LlamaForCausalLM, greedy tokens and logits compared with stepbench's on cuda and on cpu.
+if python3 -c 'import torch, transformers' >/dev/null 2>&1 && [[ -f "$here/hf-check.py" ]]; then
+  hf="$OUT/hf-model"
+  run hf-make python3 "$here/hf-check.py" make "$hf"
+  for dev in cuda cpu; do
+    rm -f "$OUT/correctness-$dev.jsonl"
+    run "correct-$dev" "$STEPBENCH" run --device "$dev" --model-path "$hf" --correctness-test \
+      --prompt-ids "$hf/prompts.txt" --output-len 8 --logits-out "$OUT/correctness-$dev.jsonl"
+    run "hf-vs-$dev" python3 "$here/hf-check.py" compare "$hf/hf.jsonl" "$OUT/correctness-$dev.jsonl"
+  done
+else
+  echo "torch or transformers not importable: the HF comparison was skipped" >"$OUT/hf-check.log"
+fi
+
 # field NAME LINE: a number field of a one_batch JSONL record (no jq needed).
 field() { sed -n "s/.*\"$1\": *\([-0-9.eE+]*\).*/\1/p" <<<"$2"; }
 ms() { awk -v s="$1" 'BEGIN { if (s == "") print "-"; else printf "%.3f", s * 1000 }'; }
