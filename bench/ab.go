@@ -30,34 +30,24 @@ func RunAB(pair ABTarget, opt Options) (baseline, candidate []ShapeResult, err e
 		return nil, nil, err
 	}
 	// Only the A arm prints one_batch's lines; B's would interleave with them.
-	armA := harness{target: pair.A, opt: opt, stdout: orDiscard(opt.Stdout), progress: orDiscard(opt.Progress)}
-	armB := harness{target: pair.B, opt: opt, stdout: orDiscard(nil), progress: orDiscard(nil)}
-	for _, arm := range []*harness{&armA, &armB} {
-		if arm.start, err = arm.target.NewEvent(); err != nil {
-			return nil, nil, fmt.Errorf("create start event: %w", err)
-		}
-		if arm.end, err = arm.target.NewEvent(); err != nil {
-			return nil, nil, fmt.Errorf("create end event: %w", err)
-		}
+	armA, err := newHarness(pair.A, opt, opt.Stdout, opt.Progress)
+	if err != nil {
+		return nil, nil, err
 	}
-	shapeCount := len(opt.BatchSizes) * len(opt.InputLens) * len(opt.OutputLens)
-	shapeIndex := 0
-	for _, batch := range opt.BatchSizes {
-		for _, inputLen := range opt.InputLens {
-			for _, outputLen := range opt.OutputLens {
-				shapeIndex++
-				fmt.Fprintf(armA.progress, "A/B shape %d/%d: batch_size=%d input_len=%d output_len=%d\n",
-					shapeIndex, shapeCount, batch, inputLen, outputLen)
-				a, b, err := runABShape(&armA, &armB, batch, inputLen, outputLen)
-				if len(a.Iterations) > 0 {
-					candidate = append(candidate, a)
-					baseline = append(baseline, b)
-				}
-				if err != nil {
-					return baseline, candidate, fmt.Errorf("A/B shape batch_size=%d input_len=%d output_len=%d: %w",
-						batch, inputLen, outputLen, err)
-				}
-			}
+	armB, err := newHarness(pair.B, opt, nil, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	shapes := opt.shapes()
+	for i, sh := range shapes {
+		fmt.Fprintf(armA.progress, "A/B shape %d/%d: %s\n", i+1, len(shapes), sh)
+		a, b, err := runABShape(&armA, &armB, sh.batch, sh.inputLen, sh.outputLen)
+		if len(a.Iterations) > 0 {
+			candidate = append(candidate, a)
+			baseline = append(baseline, b)
+		}
+		if err != nil {
+			return baseline, candidate, fmt.Errorf("A/B shape %s: %w", sh, err)
 		}
 	}
 	return baseline, candidate, nil

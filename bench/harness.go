@@ -136,38 +136,58 @@ func Run(t Target, opt Options) ([]ShapeResult, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	h := harness{target: t, opt: opt, stdout: orDiscard(opt.Stdout), progress: orDiscard(opt.Progress)}
-	var err error
-	// One pair of events for the whole run: creating events inside the loop
-	// would put allocation next to the timed regions.
-	if h.start, err = t.NewEvent(); err != nil {
-		return nil, fmt.Errorf("create start event: %w", err)
+	h, err := newHarness(t, opt, opt.Stdout, opt.Progress)
+	if err != nil {
+		return nil, err
 	}
-	if h.end, err = t.NewEvent(); err != nil {
-		return nil, fmt.Errorf("create end event: %w", err)
-	}
-
-	shapeCount := len(opt.BatchSizes) * len(opt.InputLens) * len(opt.OutputLens)
 	var results []ShapeResult
-	shapeIndex := 0
-	for _, batch := range opt.BatchSizes {
-		for _, inputLen := range opt.InputLens {
-			for _, outputLen := range opt.OutputLens {
-				shapeIndex++
-				fmt.Fprintf(h.progress, "shape %d/%d: batch_size=%d input_len=%d output_len=%d\n",
-					shapeIndex, shapeCount, batch, inputLen, outputLen)
-				shape, err := h.runShape(batch, inputLen, outputLen)
-				if len(shape.Iterations) > 0 {
-					results = append(results, shape)
-				}
-				if err != nil {
-					return results, fmt.Errorf("shape batch_size=%d input_len=%d output_len=%d: %w",
-						batch, inputLen, outputLen, err)
-				}
-			}
+	shapes := opt.shapes()
+	for i, sh := range shapes {
+		fmt.Fprintf(h.progress, "shape %d/%d: batch_size=%d input_len=%d output_len=%d\n",
+			i+1, len(shapes), sh.batch, sh.inputLen, sh.outputLen)
+		shape, err := h.runShape(sh.batch, sh.inputLen, sh.outputLen)
+		if len(shape.Iterations) > 0 {
+			results = append(results, shape)
+		}
+		if err != nil {
+			return results, fmt.Errorf("shape %s: %w", sh, err)
 		}
 	}
 	return results, nil
+}
+
+// shape is one point of the sweep.
+type shape struct{ batch, inputLen, outputLen int }
+
+func (s shape) String() string {
+	return fmt.Sprintf("batch_size=%d input_len=%d output_len=%d", s.batch, s.inputLen, s.outputLen)
+}
+
+// shapes is the sweep: the cross product, batch outermost.
+func (o Options) shapes() []shape {
+	var out []shape
+	for _, b := range o.BatchSizes {
+		for _, in := range o.InputLens {
+			for _, ol := range o.OutputLens {
+				out = append(out, shape{b, in, ol})
+			}
+		}
+	}
+	return out
+}
+
+// newHarness makes a harness on t with its one pair of events: creating
+// events per region would put allocation next to the timed regions.
+func newHarness(t Target, opt Options, stdout, progress io.Writer) (harness, error) {
+	h := harness{target: t, opt: opt, stdout: orDiscard(stdout), progress: orDiscard(progress)}
+	var err error
+	if h.start, err = t.NewEvent(); err != nil {
+		return h, fmt.Errorf("create start event: %w", err)
+	}
+	if h.end, err = t.NewEvent(); err != nil {
+		return h, fmt.Errorf("create end event: %w", err)
+	}
+	return h, nil
 }
 
 func (o Options) validate() error {
