@@ -102,3 +102,10 @@ type Backend interface {
 	Sync() error
 	Close() error
 }
+
+// AttentionReserver is implemented by backends whose attention needs a
+// workspace sized by batch and maximum sequence length; the engine reserves
+// it whenever it (re)allocates a run's buffers, outside any timed region.
+type AttentionReserver interface {
+	ReserveAttention(s AttnShape) error
+}

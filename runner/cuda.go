@@ -531,10 +531,11 @@ func (c *CUDA) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos Buffer, s AttnSh
 	return c.set.RopeKVWrite(c.stream, pQ, pK, pV, pQKV, pFreq, pPos, kernelShape(s))
 }
 
-// reserveAttention makes the decode workspace big enough for s's batch and
-// cache length. It runs on every Attention call outside capture (prefill
-// always precedes decode), so a capture never needs to allocate.
-func (c *CUDA) reserveAttention(s AttnShape) error {
+// ReserveAttention makes the decode workspace big enough for s's batch and
+// cache length. The engine calls it when it allocates a run's buffers, so
+// no timed region or capture allocates (cuMemAlloc can synchronise the
+// device); Attention calls it too, as a guard, and fails inside a capture.
+func (c *CUDA) ReserveAttention(s AttnShape) error {
 	decode := kernelShape(s)
 	decode.SeqLen, decode.StartPos = 1, 0
 	need := c.set.AttentionWorkspaceBytes(decode)
@@ -569,7 +570,7 @@ func (c *CUDA) Attention(out, q, kCache, vCache, pos Buffer, s AttnShape) error 
 	if o.err != nil {
 		return o.err
 	}
-	if err := c.reserveAttention(s); err != nil {
+	if err := c.ReserveAttention(s); err != nil {
 		return err
 	}
 	return c.set.Attention(c.stream, pOut, pQ, pK, pV, pPos, c.attnWorkspace, c.attnWorkspaceBytes, kernelShape(s))

@@ -141,6 +141,13 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 		return errors.Join(err, e.freeRunBuffers())
 	}
 	e.capTokens, e.capBatch, e.capSeq = tokens, batch, maxSeq
+	if r, ok := e.be.(AttentionReserver); ok {
+		s := AttnShape{Batch: batch, SeqLen: 1, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads,
+			HeadDim: D, MaxSeq: maxSeq}
+		if err := r.ReserveAttention(s); err != nil {
+			return fmt.Errorf("reserve attention workspace: %w", err)
+		}
+	}
 	return nil
 }
 
