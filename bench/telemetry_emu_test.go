@@ -226,6 +226,10 @@ func TestEmulatedNVMLPowerAndEnergy(t *testing.T) {
 			if r.PowerWatts != tt.wantWatts || r.PowerSource != PowerSourceInstant {
 				t.Errorf("power = %v W from %q; want %v W from %q", r.PowerWatts, r.PowerSource, tt.wantWatts, PowerSourceInstant)
 			}
+			// The 1 s average (used where the instant field is missing) agrees.
+			if mw, ret := m.device.GetPowerUsage(); ret != nvml.SUCCESS || float64(mw) != tt.wantWatts*1e3 {
+				t.Errorf("GetPowerUsage = %d mW, %v; want %v mW", mw, ret, tt.wantWatts*1e3)
+			}
 			before, err := m.EnergyMillijoules()
 			if err != nil {
 				t.Fatal(err)
