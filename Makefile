@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # the cpu backend on llama-tiny.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build test vet lint fmt run fuzz bundle clean
+.PHONY: all build test vet lint fmt run fuzz bundle clean emu
 
 all: build
 
@@ -49,5 +49,37 @@ bundle:
 	cp scripts/device-check.sh scripts/hf-check.py dist/bundle/
 	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }
 
+# The emulated CUDA device (cuda/emu): stand-ins for libcuda.so.1, NVRTC,
+# cuBLAS and NVML that run the real kernels on the CPU. Select it with
+# STEPBENCH_CUDA_LIBS=$(CURDIR)/build/emu.
+EMU_DIR      := build/emu
+EMU_CXX      ?= g++
+EMU_CC       ?= gcc
+EMU_CXXFLAGS := -std=c++17 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
+EMU_DRIVER   := $(addprefix cuda/emu/,api.cpp exec.cpp memory.cpp stream.cpp settings.cpp switch.S)
+EMU_LIBS     := $(EMU_DIR)/libcuda.so.1 $(EMU_DIR)/libnvrtc.so.13 $(EMU_DIR)/libcublas.so.13 $(EMU_DIR)/libnvidia-ml.so.1
+
+emu: $(EMU_LIBS)
+
+$(EMU_DIR)/libcuda.so.1: $(EMU_DRIVER) cuda/emu/emu.h cuda/emu/abi.h
+	@mkdir -p $(EMU_DIR)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $@ $(EMU_DRIVER) -ldl -lpthread
+
+$(EMU_DIR)/gen/headers.inc: cuda/emu/abi.h cuda/emu/device.h
+	@mkdir -p $(EMU_DIR)/gen
+	{ printf 'static const char kAbiH[] = R"SBEMU('; cat cuda/emu/abi.h; printf ')SBEMU";\n'; \
+	  printf 'static const char kDeviceH[] = R"SBEMU('; cat cuda/emu/device.h; printf ')SBEMU";\n'; } > $@
+
+$(EMU_DIR)/libnvrtc.so.13: cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/rewrite.h $(EMU_DIR)/gen/headers.inc
+	$(EMU_CXX) $(EMU_CXXFLAGS) -I$(EMU_DIR)/gen -shared -Wl,-soname,libnvrtc.so.13 -o $@ cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp
+
+$(EMU_DIR)/libcublas.so.13: cuda/emu/cublas.cpp $(EMU_DIR)/libcuda.so.1
+	$(EMU_CXX) $(EMU_CXXFLAGS) -O3 -shared -Wl,-soname,libcublas.so.13 -o $@ cuda/emu/cublas.cpp \
+	  -L$(EMU_DIR) -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
+
+$(EMU_DIR)/libnvidia-ml.so.1: cuda/emu/nvml.c
+	@mkdir -p $(EMU_DIR)
+	$(EMU_CC) -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -Wl,-soname,libnvidia-ml.so.1 -o $@ cuda/emu/nvml.c
+
 clean:
-	rm -rf bin dist
+	rm -rf bin dist build

@@ -247,6 +247,11 @@ func TestGraphCaptureReplay(t *testing.T) {
 	f := loadAddOne(t, g)
 	const n = 4096
 	p := g.alloc(t, n*4)
+	// One eager launch first: with lazy module loading, drivers before 12.3
+	// cannot load a kernel inside a capture (the emulated device checks this).
+	if err := g.stream.Launch(f, Dim3{n / 256, 1, 1}, Dim3{256, 1, 1}, 0, p, int32(n)); err != nil {
+		t.Fatal(err)
+	}
 	if err := g.stream.Memset32(p, 0, n); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,327 @@
+/* device.h — the CUDA device environment of the emulated GPU, force-included
+ * (after abi.h) into every kernel translation unit that the emulated NVRTC
+ * compiles with g++. It supplies what NVRTC supplies without headers:
+ * qualifiers, threadIdx & co., barriers, warp shuffles and votes, atomics,
+ * the fast-math intrinsics, vector types, printf and assert.
+ *
+ * Kernels see __SBEMU__ defined; inline PTX must be guarded by
+ * #ifndef __SBEMU__ (with a C++ twin under #else). __CUDA_ARCH__ is the
+ * target (900 for sm_90), as with NVRTC.
+ *
+ * __shared__ declarations are rewritten by the compile step into
+ * SBEMU_SHARED(...) (per-block storage, poisoned for every block); an
+ * extern __shared__ array becomes the block's dynamic shared memory. */
+#ifndef SBEMU_DEVICE_H
+#define SBEMU_DEVICE_H
+
+#define __SBEMU__ 1
+#define __CUDACC__ 1
+#define __CUDACC_RTC__ 1
+
+#include <math.h>
+
+extern "C" int printf(const char *, ...);
+
+#ifndef SBEMU_SCAN
+#define __global__ __attribute__((used))
+#define __launch_bounds__(...)
+#endif
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __align__(n) __attribute__((aligned(n)))
+#define __constant__ static
+/* Every __shared__ declaration is rewritten before compiling; one that was
+ * not (the rewrite did not understand it) fails here with this name. */
+#define __shared__ __sbemu_could_not_rewrite_this_shared_declaration__
+
+static const sbemu_api *sbemu_api_ptr;
+
+static inline __attribute__((always_inline)) sbemu_thread *sbemu_self(void) {
+    unsigned long sp;
+    __asm__("mov %%rsp, %0" : "=r"(sp));
+    return (sbemu_thread *)((sp & ~(unsigned long)(SBEMU_STACK_BYTES - 1)) + SBEMU_STACK_BYTES -
+                            sizeof(sbemu_thread));
+}
+
+#define threadIdx (sbemu_self()->thread_idx)
+#define blockIdx (sbemu_self()->block_idx)
+#define blockDim (sbemu_self()->block_dim)
+#define gridDim (sbemu_self()->grid_dim)
+#define warpSize 32
+
+/* ---- barriers, traps ---- */
+#define __syncthreads() sbemu_api_ptr->syncthreads(__FILE__, __LINE__)
+#define __trap() sbemu_api_ptr->trap(719, __FILE__, __LINE__, "__trap()")
+#define assert(e) ((e) ? (void)0 : sbemu_api_ptr->trap(710, __FILE__, __LINE__, "assert(" #e ") failed"))
+#define __threadfence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#define __threadfence_block() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#define __threadfence_system() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+
+/* ---- static shared memory ---- */
+template <typename T>
+struct sbemu_shared_var {
+    alignas(16) unsigned char storage[sizeof(T)];
+    unsigned long long gen;
+    T &get(const char *name, const char *file, int line) {
+        sbemu_api_ptr->shared_acquire(storage, &gen, sizeof(T), name, file, line);
+        return *reinterpret_cast<T *>(storage);
+    }
+};
+#define SBEMU_SHARED(T, name, dims)                                 \
+    static thread_local sbemu_shared_var<T dims> name##__sbemu_var; \
+    T(&name) dims = name##__sbemu_var.get(#name, __FILE__, __LINE__)
+#define SBEMU_DYNAMIC_SHARED(T) (reinterpret_cast<T *>(sbemu_self()->dyn_shared))
+
+/* ---- warp collectives, built on the runtime's warp exchange ---- */
+template <typename T>
+static inline T sbemu_pick(const void *slots, unsigned src, unsigned mask, const char *kind, const char *file,
+                           int line) {
+    if (!((mask >> src) & 1u)) {
+        sbemu_api_ptr->trap(719, file, line, kind);
+    }
+    T out;
+    __builtin_memcpy(&out, (const unsigned char *)slots + src * sizeof(T), sizeof(T));
+    return out;
+}
+template <typename T>
+static inline T sbemu_shfl_idx(const char *file, int line, unsigned mask, T var, int src, int width = 32) {
+    const void *s = sbemu_api_ptr->warp_exchange(mask, &var, sizeof(T), "__shfl_sync", file, line);
+    const unsigned lane = sbemu_self()->lane, base = lane & ~(unsigned)(width - 1);
+    return sbemu_pick<T>(s, base + ((unsigned)src & (unsigned)(width - 1)), mask, "__shfl_sync reads a lane outside its mask", file, line);
+}
+template <typename T>
+static inline T sbemu_shfl_up(const char *file, int line, unsigned mask, T var, unsigned delta, int width = 32) {
+    const void *s = sbemu_api_ptr->warp_exchange(mask, &var, sizeof(T), "__shfl_up_sync", file, line);
+    const unsigned lane = sbemu_self()->lane, base = lane & ~(unsigned)(width - 1);
+    const unsigned src = (lane - base) >= delta ? lane - delta : lane;
+    return sbemu_pick<T>(s, src, mask, "__shfl_up_sync reads a lane outside its mask", file, line);
+}
+template <typename T>
+static inline T sbemu_shfl_down(const char *file, int line, unsigned mask, T var, unsigned delta, int width = 32) {
+    const void *s = sbemu_api_ptr->warp_exchange(mask, &var, sizeof(T), "__shfl_down_sync", file, line);
+    const unsigned lane = sbemu_self()->lane, base = lane & ~(unsigned)(width - 1);
+    const unsigned src = (lane - base) + delta < (unsigned)width ? lane + delta : lane;
+    return sbemu_pick<T>(s, src, mask, "__shfl_down_sync reads a lane outside its mask", file, line);
+}
+template <typename T>
+static inline T sbemu_shfl_xor(const char *file, int line, unsigned mask, T var, int lane_mask, int width = 32) {
+    const void *s = sbemu_api_ptr->warp_exchange(mask, &var, sizeof(T), "__shfl_xor_sync", file, line);
+    const unsigned lane = sbemu_self()->lane, base = lane & ~(unsigned)(width - 1);
+    unsigned src = lane ^ (unsigned)lane_mask;
+    if (src >= base + (unsigned)width || src > 31) src = lane; /* later groups: own value */
+    return sbemu_pick<T>(s, src, mask, "__shfl_xor_sync reads a lane outside its mask", file, line);
+}
+static inline unsigned sbemu_vote(const char *kind, const char *file, int line, unsigned mask, int pred) {
+    const int mine = pred != 0;
+    const int *s = (const int *)sbemu_api_ptr->warp_exchange(mask, &mine, sizeof mine, kind, file, line);
+    unsigned ballot = 0;
+    for (unsigned i = 0; i < 32; i++) {
+        if (((mask >> i) & 1u) && s[i]) ballot |= 1u << i;
+    }
+    return ballot;
+}
+#define __shfl_sync(...) sbemu_shfl_idx(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_up_sync(...) sbemu_shfl_up(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_down_sync(...) sbemu_shfl_down(__FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_xor_sync(...) sbemu_shfl_xor(__FILE__, __LINE__, __VA_ARGS__)
+#define __ballot_sync(mask, pred) sbemu_vote("__ballot_sync", __FILE__, __LINE__, (mask), (pred))
+#define __any_sync(mask, pred) (sbemu_vote("__any_sync", __FILE__, __LINE__, (mask), (pred)) != 0u)
+#define __all_sync(mask, pred) \
+    (sbemu_vote("__all_sync", __FILE__, __LINE__, (mask), (pred)) == (unsigned)(mask))
+static inline void sbemu_syncwarp(const char *file, int line, unsigned mask = 0xffffffffu) {
+    sbemu_api_ptr->warp_exchange(mask, 0, 0, "__syncwarp", file, line);
+}
+#define __syncwarp(...) sbemu_syncwarp(__FILE__, __LINE__, ##__VA_ARGS__)
+/* The lane's index in its warp, for helpers that emulate warp-wide PTX. */
+#define sbemu_lane() (sbemu_self()->lane)
+
+/* ---- atomics (other blocks run on other host threads) ---- */
+template <typename T> static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+template <typename T> static inline T atomicSub(T *p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+template <typename T> static inline T atomicAnd(T *p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
+template <typename T> static inline T atomicOr(T *p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+template <typename T> static inline T atomicXor(T *p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST); }
+template <typename T> static inline T atomicExch(T *p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+template <typename T> static inline T atomicCAS(T *p, T cmp, T v) {
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+template <typename T> static inline T sbemu_atomic_update(T *p, T v, T (*op)(T, T)) {
+    T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (!__atomic_compare_exchange_n(p, &old, op(old, v), false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    return old;
+}
+static inline float atomicAdd(float *p, float v) {
+    unsigned *u = (unsigned *)p;
+    unsigned old = __atomic_load_n(u, __ATOMIC_SEQ_CST), want;
+    do {
+        float f;
+        __builtin_memcpy(&f, &old, 4);
+        f += v;
+        __builtin_memcpy(&want, &f, 4);
+    } while (!__atomic_compare_exchange_n(u, &old, want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    float r;
+    __builtin_memcpy(&r, &old, 4);
+    return r;
+}
+template <typename T> static inline T sbemu_max2(T a, T b) { return a < b ? b : a; }
+template <typename T> static inline T sbemu_min2(T a, T b) { return b < a ? b : a; }
+template <typename T> static inline T atomicMax(T *p, T v) { return sbemu_atomic_update<T>(p, v, sbemu_max2<T>); }
+template <typename T> static inline T atomicMin(T *p, T v) { return sbemu_atomic_update<T>(p, v, sbemu_min2<T>); }
+
+/* ---- min/max as CUDA overloads them ---- */
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline unsigned min(int a, unsigned b) { return min((unsigned)a, b); }
+static inline unsigned max(int a, unsigned b) { return max((unsigned)a, b); }
+static inline unsigned min(unsigned a, int b) { return min(a, (unsigned)b); }
+static inline unsigned max(unsigned a, int b) { return max(a, (unsigned)b); }
+static inline long min(long a, long b) { return a < b ? a : b; }
+static inline long max(long a, long b) { return a > b ? a : b; }
+static inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+static inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+static inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+static inline double min(double a, double b) { return fmin(a, b); }
+static inline double max(double a, double b) { return fmax(a, b); }
+
+/* ---- float intrinsics (glibc already declares some __names: use macros) ---- */
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+#define __expf(x) expf(x)
+#define __exp10f(x) exp10f(x)
+#define __logf(x) logf(x)
+#define __log2f(x) log2f(x)
+#define __log10f(x) log10f(x)
+#define __sinf(x) sinf(x)
+#define __cosf(x) cosf(x)
+#define __tanf(x) tanf(x)
+#define __powf(x, y) powf((x), (y))
+#define __sincosf(x, s, c) sincosf((x), (s), (c))
+#define __fdividef(a, b) ((a) / (b))
+#define __frcp_rn(x) (1.0f / (x))
+#define __fsqrt_rn(x) sqrtf(x)
+#define __fadd_rn(a, b) ((a) + (b))
+#define __fsub_rn(a, b) ((a) - (b))
+#define __fmul_rn(a, b) ((a) * (b))
+#define __fdiv_rn(a, b) ((a) / (b))
+#define __fmaf_rn(a, b, c) fmaf((a), (b), (c))
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+static inline unsigned __float_as_uint(float f) { unsigned u; __builtin_memcpy(&u, &f, 4); return u; }
+static inline int __float_as_int(float f) { int u; __builtin_memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline long long __double_as_longlong(double d) { long long u; __builtin_memcpy(&u, &d, 8); return u; }
+static inline double __longlong_as_double(long long u) { double d; __builtin_memcpy(&d, &u, 8); return d; }
+static inline int __float2int_rn(float x) { return (int)rintf(x); }
+static inline int __float2int_rz(float x) { return (int)x; }
+static inline int __float2int_rd(float x) { return (int)floorf(x); }
+static inline int __float2int_ru(float x) { return (int)ceilf(x); }
+static inline unsigned __float2uint_rn(float x) { return (unsigned)rintf(x); }
+static inline float __int2float_rn(int x) { return (float)x; }
+static inline float __uint2float_rn(unsigned x) { return (float)x; }
+static inline float __double2float_rn(double x) { return (float)x; }
+
+/* ---- integer intrinsics ---- */
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+static inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+static inline unsigned __brev(unsigned x) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++) r |= ((x >> i) & 1u) << (31 - i);
+    return r;
+}
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+static inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+static inline int __mul24(int a, int b) {
+    const int sa = (int)((unsigned)a << 8) >> 8, sb = (int)((unsigned)b << 8) >> 8;
+    return (int)((long long)sa * sb);
+}
+static inline unsigned __umul24(unsigned a, unsigned b) { return (a & 0xffffffu) * (b & 0xffffffu); }
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long v = ((unsigned long long)y << 32) | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+}
+static inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned sh) {
+    const unsigned long long v = ((unsigned long long)hi << 32) | lo;
+    return (unsigned)((v << (sh & 31u)) >> 32);
+}
+static inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
+    const unsigned long long v = ((unsigned long long)hi << 32) | lo;
+    return (unsigned)(v >> (sh & 31u));
+}
+
+/* ---- loads with cache hints are plain loads here ---- */
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+template <typename T> static inline T __ldcg(const T *p) { return *p; }
+template <typename T> static inline T __ldca(const T *p) { return *p; }
+template <typename T> static inline T __ldcs(const T *p) { return *p; }
+template <typename T> static inline T __ldlu(const T *p) { return *p; }
+template <typename T> static inline T __ldcv(const T *p) { return *p; }
+template <typename T> static inline void __stcg(T *p, T v) { *p = v; }
+template <typename T> static inline void __stcs(T *p, T v) { *p = v; }
+template <typename T> static inline void __stwb(T *p, T v) { *p = v; }
+template <typename T> static inline void __stwt(T *p, T v) { *p = v; }
+
+static inline long long clock64(void) { return (long long)__builtin_ia32_rdtsc(); }
+static inline int clock(void) { return (int)__builtin_ia32_rdtsc(); }
+static inline void __nanosleep(unsigned) {}
+
+/* ---- vector types ---- */
+struct alignas(8) float2 { float x, y; };
+struct float3 { float x, y, z; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline int2 make_int2(int x, int y) { return int2{x, y}; }
+static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+
+/* ---- registration of the kernels (used by code the compile step appends) ---- */
+namespace sbemu_detail {
+template <unsigned... I> struct seq {};
+template <unsigned N, unsigned... I> struct make_seq : make_seq<N - 1, N - 1, I...> {};
+template <unsigned... I> struct make_seq<0, I...> { typedef seq<I...> type; };
+template <typename F> struct kernel_traits;
+template <typename... A> struct kernel_traits<void (*)(A...)> {
+    enum { n = sizeof...(A) };
+    static const unsigned sizes[sizeof...(A) + 1];
+    static const unsigned aligns[sizeof...(A) + 1];
+    template <unsigned... I> static void call(void *fn, void *const *p, seq<I...>) {
+        reinterpret_cast<void (*)(A...)>(fn)(*static_cast<A *>(p[I])...);
+        (void)p;
+    }
+    static void invoke(void *fn, void *const *p) { call(fn, p, typename make_seq<sizeof...(A)>::type()); }
+};
+template <typename... A> const unsigned kernel_traits<void (*)(A...)>::sizes[] = {(unsigned)sizeof(A)..., 0u};
+template <typename... A> const unsigned kernel_traits<void (*)(A...)>::aligns[] = {(unsigned)alignof(A)..., 0u};
+}  // namespace sbemu_detail
+#define SBEMU_KERNEL(name, bounds, params)                                                    \
+    {#name, (void *)&name, &sbemu_detail::kernel_traits<decltype(&name)>::invoke,             \
+     sbemu_detail::kernel_traits<decltype(&name)>::n,                                        \
+     sbemu_detail::kernel_traits<decltype(&name)>::sizes,                                    \
+     sbemu_detail::kernel_traits<decltype(&name)>::aligns, params, (int)(bounds)}
+
+#endif

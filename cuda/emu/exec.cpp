@@ -1,0 +1,741 @@
+// exec.cpp — running kernels: a pool of host threads takes the blocks of a
+// launch; each block's threads are fibers on one host thread, switched only
+// at __syncthreads, warp collectives and exit, in the schedule order the
+// settings give (forward, reverse, or seeded random). Barriers check that
+// every live thread waits at the same call site; warp collectives check
+// their masks; a block in which nothing can run is a deadlock. Faults in a
+// fiber (SIGSEGV on a guard page, ...) end the launch with CUDA's sticky
+// error code and a message naming the allocation, byte offset, block and
+// thread.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+
+#include "emu.h"
+
+extern "C" void sbemu_swap(void **save_sp, void *load_sp);
+extern "C" void sbemu_fiber_start(void);
+
+namespace emu {
+namespace {
+
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr size_t kMaxSharedOptin = 232448;
+constexpr size_t kDefaultSharedLimit = 48 * 1024;
+constexpr size_t kPage = 4096;
+constexpr int kMaxWorkers = 64;
+constexpr size_t kAltStack = 64 * 1024;
+constexpr unsigned kMaxExchangeBytes = 256;
+
+enum FiberStateKind : uint8_t { kRunnable, kAtBarrier, kInExchange, kExited };
+
+struct Worker;
+
+struct Fiber {
+    void *sp = nullptr;
+    sbemu_thread *self = nullptr;
+    Worker *w = nullptr;
+    uint8_t state = kRunnable;
+    const char *wait_kind = nullptr;
+    const char *wait_file = nullptr;
+    int wait_line = 0;
+    int held = -1;  // exchange whose slots this lane may still read
+};
+
+struct Exchange {
+    unsigned mask = 0, arrived = 0, bytes = 0;
+    const char *kind = nullptr, *file = nullptr;
+    int line = 0;
+    int refs = 0;
+    bool pending = false;
+    unsigned char slots[32 * kMaxExchangeBytes];
+};
+
+struct Warp {
+    std::vector<std::unique_ptr<Exchange>> xs;
+    unsigned exited = 0;
+    unsigned exists = 0;  // lanes that exist (the last warp may be partial)
+};
+
+struct Block {
+    const Launch *l = nullptr;
+    sbemu_dim3 idx{};
+    unsigned nthreads = 0, nwarps = 0, live = 0;
+    unsigned bar_arrived = 0, bar_first = 0;
+    const char *bar_file = nullptr;
+    int bar_line = 0;
+    std::vector<Warp> warps;
+    int error_code = 0;
+    std::string error;
+    unsigned long long gen = 0;
+    size_t static_shared = 0;
+};
+
+struct Worker {
+    int index = 0;
+    unsigned char *stacks = nullptr;  // kMaxThreadsPerBlock fiber stacks, SBEMU_STACK_BYTES-aligned
+    unsigned guarded = 0;             // fibers whose guard page is set
+    std::vector<Fiber> fibers;
+    void *sched_sp = nullptr;
+    sigjmp_buf jmp;
+    volatile sig_atomic_t in_kernel = 0;
+    Fiber *current = nullptr;
+    unsigned char *dyn = nullptr;  // dynamic shared memory of the running block
+    Block block;
+    unsigned long long gen = 0;
+    // Fault details, written by the signal handler.
+    int fault_sig = 0, fault_code = 0;
+    uintptr_t fault_addr = 0;
+    bool fault_write = false;
+};
+
+// Workers are found from the signal handler by pthread_self, without locks
+// or thread-local storage (neither is async-signal-safe).
+pthread_t g_threads[kMaxWorkers];
+Worker *g_workers[kMaxWorkers];
+std::atomic<int> g_nworkers{0};
+struct sigaction g_prev[NSIG];
+
+Worker *WorkerOfThisThread() {
+    const pthread_t me = pthread_self();
+    const int n = g_nworkers.load(std::memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        if (pthread_equal(g_threads[i], me)) return g_workers[i];
+    }
+    return nullptr;
+}
+
+void Forward(int sig, siginfo_t *si, void *uc) {
+    const struct sigaction &p = g_prev[sig];
+    if (p.sa_flags & SA_SIGINFO) {
+        if (p.sa_sigaction) p.sa_sigaction(sig, si, uc);
+        return;
+    }
+    if (p.sa_handler == SIG_IGN) return;
+    if (p.sa_handler == SIG_DFL) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    p.sa_handler(sig);
+}
+
+void OnSignal(int sig, siginfo_t *si, void *uc) {
+    Worker *w = WorkerOfThisThread();
+    if (w == nullptr || !w->in_kernel) {
+        Forward(sig, si, uc);
+        return;
+    }
+    w->fault_sig = sig;
+    w->fault_code = si->si_code;
+    w->fault_addr = reinterpret_cast<uintptr_t>(si->si_addr);
+    const auto *u = static_cast<const ucontext_t *>(uc);
+    w->fault_write = (u->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+    w->in_kernel = 0;
+    siglongjmp(w->jmp, 1);
+}
+
+void InstallHandlers() {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = OnSignal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) sigaction(sig, &sa, &g_prev[sig]);
+}
+
+// ---- the fiber side ----
+
+sbemu_thread *Self() {
+    unsigned long sp;
+    __asm__("mov %%rsp, %0" : "=r"(sp));
+    return reinterpret_cast<sbemu_thread *>((sp & ~(unsigned long)(SBEMU_STACK_BYTES - 1)) + SBEMU_STACK_BYTES -
+                                            sizeof(sbemu_thread));
+}
+
+Fiber &Me() { return *static_cast<Fiber *>(Self()->fiber); }
+
+void Yield(Fiber &f) { sbemu_swap(&f.sp, f.w->sched_sp); }
+
+std::string Dim(const sbemu_dim3 &d) {
+    return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+std::string Site(const char *file, int line) { return std::string(file ? file : "?") + ":" + std::to_string(line); }
+
+std::string Who(const Fiber &f) {
+    const sbemu_thread *t = f.self;
+    return "thread " + Dim(t->thread_idx) + " (warp " + std::to_string(t->warp) + " lane " + std::to_string(t->lane) +
+           ")";
+}
+
+std::string Lanes(unsigned mask) {
+    std::string out;
+    for (int i = 0; i < 32;) {
+        if (!((mask >> i) & 1u)) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j + 1 < 32 && ((mask >> (j + 1)) & 1u)) j++;
+        if (!out.empty()) out += ",";
+        out += j == i ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j);
+        i = j + 1;
+    }
+    return out.empty() ? "none" : out;
+}
+
+std::string Hex32(unsigned v) {
+    char buf[16];
+    snprintf(buf, sizeof buf, "%#010x", v);
+    return buf;
+}
+
+// Fail ends the block: the scheduler sees the error and never resumes it.
+[[noreturn]] void Fail(Fiber &f, int code, const std::string &msg) {
+    Block &b = f.w->block;
+    if (b.error_code == 0) {
+        b.error_code = code;
+        b.error = Who(f) + ": " + msg;
+    }
+    for (;;) Yield(f);
+}
+
+bool SameSite(const char *fa, int la, const char *fb, int lb) {
+    return la == lb && (fa == fb || (fa && fb && strcmp(fa, fb) == 0));
+}
+
+void ReleaseBarrier(Worker &w) {
+    Block &b = w.block;
+    for (unsigned t = 0; t < b.nthreads; t++) {
+        if (w.fibers[t].state == kAtBarrier) w.fibers[t].state = kRunnable;
+    }
+    b.bar_arrived = 0;
+}
+
+void SyncThreads(const char *file, int line) {
+    Fiber &f = Me();
+    Worker &w = *f.w;
+    Block &b = w.block;
+    if (b.bar_arrived == 0) {
+        b.bar_file = file;
+        b.bar_line = line;
+        b.bar_first = f.self->linear_tid;
+    } else if (!SameSite(file, line, b.bar_file, b.bar_line)) {
+        Fail(f, kLaunchFailed,
+             "__syncthreads divergence: waits at " + Site(file, line) + " while " + Who(w.fibers[b.bar_first]) +
+                 " waits at " + Site(b.bar_file, b.bar_line));
+    }
+    if (++b.bar_arrived == b.live) {
+        ReleaseBarrier(w);
+        return;
+    }
+    f.state = kAtBarrier;
+    f.wait_kind = "__syncthreads";
+    f.wait_file = file;
+    f.wait_line = line;
+    Yield(f);
+}
+
+void Release(Warp &warp, Fiber &f) {
+    if (f.held >= 0) {
+        warp.xs[f.held]->refs--;
+        f.held = -1;
+    }
+}
+
+const void *WarpExchange(unsigned mask, const void *data, unsigned bytes, const char *kind, const char *file,
+                         int line) {
+    Fiber &f = Me();
+    Worker &w = *f.w;
+    Block &b = w.block;
+    const unsigned lane = f.self->lane;
+    Warp &warp = b.warps[f.self->warp];
+    Release(warp, f);
+    const std::string where = kind + std::string(" at ") + Site(file, line);
+    if (bytes > kMaxExchangeBytes) Fail(f, kLaunchFailed, where + ": exchange of more than 256 bytes per lane");
+    if (!((mask >> lane) & 1u)) {
+        Fail(f, kLaunchFailed, where + ": mask " + Hex32(mask) + " does not include the calling lane");
+    }
+    if (mask & ~warp.exists) {
+        Fail(f, kLaunchFailed, where + ": mask " + Hex32(mask) + " names lanes " + Lanes(mask & ~warp.exists) +
+                                   ", which do not exist (the block has " + std::to_string(b.nthreads) + " threads)");
+    }
+    if (mask & warp.exited) {
+        Fail(f, kLaunchFailed, where + ": mask " + Hex32(mask) + " names lanes " + Lanes(mask & warp.exited) +
+                                   ", which have already exited");
+    }
+    Exchange *x = nullptr;
+    int xi = -1;
+    for (size_t i = 0; i < warp.xs.size(); i++) {
+        Exchange *p = warp.xs[i].get();
+        if (!p->pending || !(p->mask & mask)) continue;
+        if (p->mask != mask || p->bytes != bytes || strcmp(p->kind, kind) != 0) {
+            Fail(f, kLaunchFailed, where + " with mask " + Hex32(mask) + " while lanes " + Lanes(p->arrived) +
+                                       " wait in " + p->kind + " at " + Site(p->file, p->line) + " with mask " +
+                                       Hex32(p->mask));
+        }
+        x = p;
+        xi = (int)i;
+        break;
+    }
+    if (x == nullptr) {
+        for (size_t i = 0; i < warp.xs.size(); i++) {
+            if (!warp.xs[i]->pending && warp.xs[i]->refs == 0) {
+                x = warp.xs[i].get();
+                xi = (int)i;
+                break;
+            }
+        }
+        if (x == nullptr) {
+            warp.xs.push_back(std::make_unique<Exchange>());
+            xi = (int)warp.xs.size() - 1;
+            x = warp.xs.back().get();
+        }
+        x->mask = mask;
+        x->arrived = 0;
+        x->bytes = bytes;
+        x->kind = kind;
+        x->file = file;
+        x->line = line;
+        x->pending = true;
+    }
+    if (bytes > 0) memcpy(x->slots + lane * bytes, data, bytes);
+    x->arrived |= 1u << lane;
+    if (x->arrived == mask) {
+        x->pending = false;
+        x->refs = __builtin_popcount(mask);
+        const unsigned base = f.self->warp * 32;
+        for (unsigned l = 0; l < 32; l++) {
+            if (!((mask >> l) & 1u)) continue;
+            Fiber &g = w.fibers[base + l];
+            g.held = xi;
+            if (&g != &f) g.state = kRunnable;
+        }
+        return x->slots;
+    }
+    f.state = kInExchange;
+    f.wait_kind = kind;
+    f.wait_file = file;
+    f.wait_line = line;
+    Yield(f);
+    return warp.xs[f.held]->slots;
+}
+
+void SharedAcquire(void *storage, unsigned long long *gen, size_t bytes, const char *name, const char *file,
+                   int line) {
+    Fiber &f = Me();
+    Block &b = f.w->block;
+    if (*gen == b.gen) return;
+    *gen = b.gen;
+    memset(storage, D().settings.poison, bytes);
+    b.static_shared += bytes;
+    Function *fn = b.l->f;
+    size_t seen = fn->static_shared.load();
+    while (seen < b.static_shared && !fn->static_shared.compare_exchange_weak(seen, b.static_shared)) {
+    }
+    const size_t limit = fn->dynamic_shared_opted_in ? kMaxSharedOptin : kDefaultSharedLimit;
+    if (b.static_shared + b.l->dynamic_shared > limit) {
+        Fail(f, kLaunchOutOfResources,
+             "too many resources requested for launch: static shared memory " + std::to_string(b.static_shared) +
+                 " bytes (reaching '" + name + "' at " + Site(file, line) + ") + dynamic " +
+                 std::to_string(b.l->dynamic_shared) + " bytes > " + std::to_string(limit) + " bytes");
+    }
+}
+
+void Trap(int code, const char *file, int line, const char *what) {
+    Fail(Me(), code, std::string(what) + " at " + Site(file, line));
+}
+
+void OnExit(Fiber &f) {
+    Worker &w = *f.w;
+    Block &b = w.block;
+    const unsigned lane = f.self->lane;
+    Warp &warp = b.warps[f.self->warp];
+    Release(warp, f);
+    f.state = kExited;
+    warp.exited |= 1u << lane;
+    b.live--;
+    for (auto &p : warp.xs) {
+        if (p->pending && ((p->mask >> lane) & 1u)) {
+            Fail(f, kLaunchFailed, "exits while lanes " + Lanes(p->arrived) + " wait for it in " + p->kind + " at " +
+                                       Site(p->file, p->line) + " (mask " + Hex32(p->mask) + ")");
+        }
+    }
+    if (b.bar_arrived > 0 && b.bar_arrived == b.live) ReleaseBarrier(w);
+}
+
+extern "C" void FiberMain(void *) {
+    Fiber &f = Me();
+    const Launch &l = *f.w->block.l;
+    l.f->k->invoke(l.f->k->fn, l.params.data());
+    OnExit(f);
+    for (;;) Yield(f);
+}
+
+const sbemu_api kAPI = {SBEMU_ABI_VERSION, SyncThreads, WarpExchange, SharedAcquire, Trap};
+
+// ---- the scheduler side ----
+
+uint64_t Mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void Permute(std::vector<unsigned> &order, uint64_t seed) {
+    for (size_t i = order.size(); i > 1; i--) {
+        seed = Mix(seed);
+        std::swap(order[i - 1], order[seed % i]);
+    }
+}
+
+void FillOrder(std::vector<unsigned> &order, unsigned n, uint64_t seed) {
+    order.resize(n);
+    const Schedule s = D().settings.schedule;
+    for (unsigned i = 0; i < n; i++) order[i] = s == Schedule::Reverse ? n - 1 - i : i;
+    if (s == Schedule::Random) Permute(order, seed);
+}
+
+void PrepareFiber(Worker &w, unsigned t, const Block &b) {
+    const sbemu_dim3 bd = b.l->block;
+    Fiber &f = w.fibers[t];
+    unsigned char *base = w.stacks + (size_t)t * SBEMU_STACK_BYTES;
+    if (t >= w.guarded) {
+        mprotect(base, kPage, PROT_NONE);
+        w.guarded = t + 1;
+    }
+    auto *self = reinterpret_cast<sbemu_thread *>(base + SBEMU_STACK_BYTES - sizeof(sbemu_thread));
+    self->thread_idx = {t % bd.x, (t / bd.x) % bd.y, t / (bd.x * bd.y)};
+    self->block_idx = b.idx;
+    self->block_dim = bd;
+    self->grid_dim = b.l->grid;
+    self->lane = t % 32;
+    self->warp = t / 32;
+    self->linear_tid = t;
+    self->block_gen = b.gen;
+    self->dyn_shared = w.dyn;
+    self->fiber = &f;
+    f.self = self;
+    f.w = &w;
+    f.state = kRunnable;
+    f.held = -1;
+    // Initial frame for sbemu_swap: r15 r14 r13 r12 rbx rbp, then the return
+    // address; after the swap's ret the stack is 16-byte aligned at the call.
+    auto *top = reinterpret_cast<uint64_t *>(self);
+    uint64_t *sp = top - 9;
+    sp[0] = 0;                                              // r15
+    sp[1] = 0;                                              // r14
+    sp[2] = reinterpret_cast<uint64_t>(&FiberMain);         // r13: function
+    sp[3] = 0;                                              // r12: argument
+    sp[4] = 0;                                              // rbx
+    sp[5] = 0;                                              // rbp
+    sp[6] = reinterpret_cast<uint64_t>(&sbemu_fiber_start); // return address
+    f.sp = sp;
+}
+
+std::string DescribeDeadlock(Worker &w) {
+    Block &b = w.block;
+    std::string msg = "deadlock: no thread can run;";
+    for (unsigned wi = 0; wi < b.nwarps; wi++) {
+        for (auto &p : b.warps[wi].xs) {
+            if (!p->pending) continue;
+            const unsigned missing = p->mask & ~p->arrived;
+            msg += " in warp " + std::to_string(wi) + ", lanes " + Lanes(p->arrived) + " wait in " + p->kind +
+                   " at " + Site(p->file, p->line) + " (mask " + Hex32(p->mask) + ") for lanes " + Lanes(missing);
+            for (unsigned l = 0; l < 32; l++) {
+                if (!((missing >> l) & 1u)) continue;
+                const Fiber &g = w.fibers[wi * 32 + l];
+                msg += g.state == kAtBarrier ? ", which wait at __syncthreads at " + Site(g.wait_file, g.wait_line)
+                       : g.state == kInExchange
+                           ? ", which wait in " + std::string(g.wait_kind) + " at " + Site(g.wait_file, g.wait_line)
+                           : ", which exited";
+                break;  // the first missing lane speaks for the group
+            }
+            msg += ";";
+        }
+    }
+    if (b.bar_arrived > 0) {
+        msg += " " + std::to_string(b.bar_arrived) + " of " + std::to_string(b.live) +
+               " live threads wait at __syncthreads at " + Site(b.bar_file, b.bar_line);
+    }
+    return msg;
+}
+
+void RunFibers(Worker &w, std::vector<unsigned> &order, uint64_t seed) {
+    Block &b = w.block;
+    const bool random = D().settings.schedule == Schedule::Random;
+    for (uint64_t round = 0;; round++) {
+        if (random && round > 0) Permute(order, seed + round);
+        bool ran = false;
+        for (unsigned i : order) {
+            Fiber &f = w.fibers[i];
+            if (f.state != kRunnable) continue;
+            w.current = &f;
+            w.in_kernel = 1;
+            sbemu_swap(&w.sched_sp, f.sp);
+            w.in_kernel = 0;
+            ran = true;
+            if (b.error_code != 0) return;
+        }
+        if (b.live == 0) return;
+        if (!ran) {
+            b.error_code = kLaunchFailed;
+            b.error = DescribeDeadlock(w);
+            return;
+        }
+    }
+}
+
+std::string ArgumentsInto(const Launch &l, const Alloc &a) {
+    std::string names = l.f->k->param_names ? l.f->k->param_names : "";
+    std::vector<std::string> list;
+    size_t start = 0;
+    while (start <= names.size()) {
+        size_t comma = names.find(',', start);
+        if (comma == std::string::npos) comma = names.size();
+        list.push_back(names.substr(start, comma - start));
+        start = comma + 1;
+    }
+    std::string out;
+    size_t off = 0;
+    for (int i = 0; i < l.f->k->num_params; i++) {
+        const unsigned size = l.f->k->param_sizes[i], align = l.f->k->param_aligns[i];
+        off = (off + align - 1) / align * align;
+        if (size == 8) {
+            uint64_t v;
+            memcpy(&v, l.args.data() + off, 8);
+            if (v >= a.map && v < a.map + a.map_len) {
+                if (!out.empty()) out += ", ";
+                out += i < (int)list.size() && !list[i].empty() ? list[i] : "#" + std::to_string(i);
+            }
+        }
+        off += size;
+    }
+    return out.empty() ? "" : " [argument " + out + "]";
+}
+
+Result FaultResult(Worker &w) {
+    const Block &b = w.block;
+    const Launch &l = *b.l;
+    std::string who = "block " + Dim(b.idx) + " " + (w.current ? Who(*w.current) : "thread ?");
+    const char *rw = w.fault_write ? "write" : "read";
+    const uintptr_t addr = w.fault_addr;
+    const uintptr_t stacks = reinterpret_cast<uintptr_t>(w.stacks);
+    if (w.fault_sig == SIGFPE) return Result::Fail(kIllegalInstruction, "integer division by zero; " + who);
+    if (w.fault_sig == SIGILL) return Result::Fail(kIllegalInstruction, "illegal instruction; " + who);
+    if (w.fault_sig == SIGBUS) return Result::Fail(kMisalignedAddress, "bus error (misaligned address?); " + who);
+    if (addr == 0 && w.fault_code == SI_KERNEL) {
+        return Result::Fail(kMisalignedAddress,
+                            "misaligned or invalid address (general protection fault, e.g. a 16-byte vector access "
+                            "at an address not 16-byte aligned); " + who);
+    }
+    if (addr >= stacks && addr < stacks + (size_t)kMaxThreadsPerBlock * SBEMU_STACK_BYTES) {
+        return Result::Fail(kHardwareStackError, "stack overflow (more than " +
+                                                     std::to_string(SBEMU_STACK_BYTES / 1024) +
+                                                     " KiB of local memory); " + who);
+    }
+    Alloc a;
+    char hex[32];
+    snprintf(hex, sizeof hex, "%#" PRIxPTR, addr);
+    if (!D().memory.Describe(addr, &a)) {
+        std::string what = addr < 65536 ? " (a null pointer plus an offset?)" : " (not device memory)";
+        return Result::Fail(kIllegalAddress, std::string("illegal ") + rw + " at " + hex + what + "; " + who);
+    }
+    const long long off = (long long)addr - (long long)a.user;
+    std::string where = std::string("illegal ") + rw + " at byte offset " + std::to_string(off) + " of " +
+                        D().memory.Label(a) + ArgumentsInto(l, a);
+    if (a.freed) {
+        where += ", which was freed";
+    } else if (off >= (long long)a.size) {
+        where += ", " + std::to_string(off - (long long)a.size) + " bytes past its end";
+    } else if (off < 0) {
+        where += ", " + std::to_string(-off) + " bytes before its start";
+    }
+    return Result::Fail(kIllegalAddress, where + "; " + who);
+}
+
+Result RunBlock(Worker &w, const Launch &l, unsigned linear) {
+    Block &b = w.block;
+    const sbemu_dim3 g = l.grid, bd = l.block;
+    b.l = &l;
+    b.idx = {linear % g.x, (linear / g.x) % g.y, linear / (g.x * g.y)};
+    b.nthreads = bd.x * bd.y * bd.z;
+    b.nwarps = (b.nthreads + 31) / 32;
+    b.live = b.nthreads;
+    b.bar_arrived = 0;
+    b.error_code = 0;
+    b.error.clear();
+    b.gen = ++w.gen;
+    b.static_shared = 0;
+    if (b.warps.size() < b.nwarps) b.warps.resize(b.nwarps);
+    for (unsigned i = 0; i < b.nwarps; i++) {
+        Warp &warp = b.warps[i];
+        warp.exited = 0;
+        const unsigned lanes = std::min(32u, b.nthreads - i * 32);
+        warp.exists = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+        for (auto &x : warp.xs) {
+            x->pending = false;
+            x->refs = 0;
+        }
+    }
+    memset(w.dyn, D().settings.poison, l.dynamic_shared);
+    for (unsigned t = 0; t < b.nthreads; t++) PrepareFiber(w, t, b);
+    const uint64_t seed = Mix(D().settings.seed ^ Mix(linear) ^ (uint64_t)(uintptr_t)&l);
+    std::vector<unsigned> order;
+    FillOrder(order, b.nthreads, seed);
+    if (sigsetjmp(w.jmp, 1) != 0) {
+        return FaultResult(w);
+    }
+    RunFibers(w, order, seed);
+    if (b.error_code != 0) {
+        return Result::Fail(b.error_code, "block " + Dim(b.idx) + " " + b.error);
+    }
+    return Result::Ok();
+}
+
+// ---- the pool ----
+
+struct Job {
+    size_t n = 0;
+    std::atomic<size_t> next{0};
+    std::atomic<size_t> done{0};
+    std::function<void(size_t, Worker &)> fn;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool finished = false;
+};
+
+class Pool {
+public:
+    explicit Pool(int n) {
+        for (int i = 0; i < n; i++) threads_.emplace_back([this, i] { Loop(i); });
+        std::unique_lock<std::mutex> lock(mu_);
+        ready_cv_.wait(lock, [&] { return ready_ == n; });
+    }
+    void Run(size_t n, std::function<void(size_t, Worker &)> fn) {
+        if (n == 0) return;
+        auto job = std::make_shared<Job>();
+        job->n = n;
+        job->fn = std::move(fn);
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            jobs_.push_back(job);
+        }
+        cv_.notify_all();
+        std::unique_lock<std::mutex> lock(job->mu);
+        job->cv.wait(lock, [&] { return job->finished; });
+    }
+
+private:
+    void Loop(int index) {
+        sigset_t block;
+        sigfillset(&block);
+        for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) sigdelset(&block, sig);
+        pthread_sigmask(SIG_SETMASK, &block, nullptr);
+        auto *w = new Worker;
+        w->index = index;
+        stack_t alt;
+        alt.ss_sp = malloc(kAltStack);
+        alt.ss_size = kAltStack;
+        alt.ss_flags = 0;
+        sigaltstack(&alt, nullptr);
+        const size_t region = (size_t)kMaxThreadsPerBlock * SBEMU_STACK_BYTES;
+        void *m = mmap(nullptr, region + SBEMU_STACK_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) {
+            fprintf(stderr, "stepbench-emu: cannot map fiber stacks: %s\n", strerror(errno));
+            abort();
+        }
+        const uintptr_t aligned =
+            (reinterpret_cast<uintptr_t>(m) + SBEMU_STACK_BYTES - 1) & ~(uintptr_t)(SBEMU_STACK_BYTES - 1);
+        w->stacks = reinterpret_cast<unsigned char *>(aligned);
+        w->fibers.resize(kMaxThreadsPerBlock);
+        w->dyn = static_cast<unsigned char *>(aligned_alloc(64, 256 * 1024));
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            const int slot = g_nworkers.load();
+            g_threads[slot] = pthread_self();
+            g_workers[slot] = w;
+            g_nworkers.store(slot + 1, std::memory_order_release);
+            ready_++;
+        }
+        ready_cv_.notify_all();
+        for (;;) {
+            std::shared_ptr<Job> job;
+            size_t i = 0;
+            {
+                std::unique_lock<std::mutex> lock(mu_);
+                for (;;) {
+                    while (!jobs_.empty() && jobs_.front()->next.load() >= jobs_.front()->n) jobs_.pop_front();
+                    if (!jobs_.empty()) {
+                        job = jobs_.front();
+                        i = job->next.fetch_add(1);
+                        if (i < job->n) break;
+                        continue;
+                    }
+                    cv_.wait(lock);
+                }
+            }
+            job->fn(i, *w);
+            if (job->done.fetch_add(1) + 1 == job->n) {
+                std::lock_guard<std::mutex> lock(job->mu);
+                job->finished = true;
+                job->cv.notify_all();
+            }
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_, ready_cv_;
+    std::deque<std::shared_ptr<Job>> jobs_;
+    std::vector<std::thread> threads_;
+    int ready_ = 0;
+};
+
+Pool *g_pool = nullptr;
+
+}  // namespace
+
+const sbemu_api *KernelAPI() { return &kAPI; }
+
+void StartPool(const Settings &s) {
+    if (g_pool != nullptr) return;
+    InstallHandlers();
+    g_pool = new Pool(std::min(s.threads, kMaxWorkers));
+}
+
+void ParallelFor(size_t n, const std::function<void(size_t)> &fn) {
+    g_pool->Run(n, [&fn](size_t i, Worker &) { fn(i); });
+}
+
+Result Execute(const Launch &l) {
+    const uint64_t n = (uint64_t)l.grid.x * l.grid.y * l.grid.z;
+    std::vector<unsigned> order;
+    FillOrder(order, (unsigned)n, Mix(D().settings.seed ^ (uint64_t)(uintptr_t)&l));
+    std::mutex mu;
+    Result first;
+    std::atomic<bool> failed{false};
+    g_pool->Run(n, [&](size_t i, Worker &w) {
+        if (failed.load()) return;
+        Result r = RunBlock(w, l, order[i]);
+        if (r.code != kSuccess) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!failed.exchange(true)) first = r;
+        }
+    });
+    if (failed.load()) return first;
+    std::string why;
+    if (!D().memory.CheckCanaries(&why)) return Result::Fail(kIllegalAddress, why);
+    return Result::Ok();
+}
+
+}  // namespace emu
