@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"unsafe"
 
 	"stepbench/cuda"
@@ -49,6 +51,7 @@ type Verifier struct {
 	allocs  []cuda.DevPtr
 	err     error // first cuda error of the current check (sticky until read)
 	results []CheckResult
+	only    []string // kernels to check (Only); empty: all
 }
 
 // NewVerifier makes a verifier drawing its inputs from seed.
@@ -72,25 +75,60 @@ func (v *Verifier) Close() error {
 // memory as it goes.
 func (v *Verifier) VerifyAll(models []ModelShape) []CheckResult {
 	v.results = nil
-	for _, m := range models {
-		v.verifyEmbed(m)
-		v.verifyAddRMSNorm(m)
-		v.verifySiluMul(m)
-		v.verifyGatherLast(m)
-		v.verifyArgmax(m)
-		v.verifyRope(m)
-	}
-	for _, a := range attentionShapes(models) {
-		v.verifyAttention(a)
+	perModel := []struct {
+		kernel string
+		check  func(ModelShape)
+	}{
+		{"embed", v.verifyEmbed}, {"add_rmsnorm", v.verifyAddRMSNorm}, {"silu_mul", v.verifySiluMul},
+		{"gather_last", v.verifyGatherLast}, {"argmax", v.verifyArgmax}, {"rope_kv_write", v.verifyRope},
 	}
 	for _, m := range models {
-		if supportedHeadDim(m.HeadDim) {
-			v.verifyDecodeGraph(m)
+		for _, c := range perModel {
+			if v.wants(c.kernel) {
+				c.check(m)
+			}
 		}
 	}
-	v.verifyAddI32()
-	v.verifyFillDummy()
+	if v.wants("attention") {
+		for _, a := range attentionShapes(models) {
+			v.verifyAttention(a)
+		}
+	}
+	if v.wants("decode_graph") {
+		for _, m := range models {
+			if supportedHeadDim(m.HeadDim) {
+				v.verifyDecodeGraph(m)
+			}
+		}
+	}
+	if v.wants("add_i32") {
+		v.verifyAddI32()
+	}
+	if v.wants("fill_dummy") {
+		v.verifyFillDummy()
+	}
 	return v.results
+}
+
+// VerifyKernelNames are the names Only accepts: one per kernel (attention
+// covers decode and prefill) and decode_graph for the replayed decode step.
+var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
+	"attention", "decode_graph", "add_i32", "fill_dummy"}
+
+// Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
+// no names every kernel is checked. An unknown name is an error.
+func (v *Verifier) Only(names ...string) error {
+	for _, n := range names {
+		if !slices.Contains(VerifyKernelNames, n) {
+			return fmt.Errorf("verify: unknown kernel %q (want one of %s)", n, strings.Join(VerifyKernelNames, ", "))
+		}
+	}
+	v.only = names
+	return nil
+}
+
+func (v *Verifier) wants(kernel string) bool {
+	return len(v.only) == 0 || slices.Contains(v.only, kernel)
 }
 
 func supportedHeadDim(d int) bool {

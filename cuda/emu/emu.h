@@ -125,6 +125,9 @@ private:
     std::map<uintptr_t, Alloc *> by_map_;  // live and quarantined (freed) allocations
     std::deque<Alloc *> quarantine_;
     std::map<uintptr_t, size_t> pinned_;
+    std::multimap<size_t, uintptr_t> pool_;  // freed mappings by length, for reuse
+    size_t pooled_bytes_ = 0;
+    void *TakePooled(size_t map_len);
     uint64_t next_id_ = 1;
     uint64_t used_ = 0;
     uint8_t canary_ = 0xff;

@@ -146,7 +146,7 @@ void InstallHandlers() {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = OnSignal;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;  // NODEFER: siglongjmp need not restore the mask
     sigemptyset(&sa.sa_mask);
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) sigaction(sig, &sa, &g_prev[sig]);
 }
@@ -259,17 +259,18 @@ const void *WarpExchange(unsigned mask, const void *data, unsigned bytes, const 
     const unsigned lane = f.self->lane;
     Warp &warp = b.warps[f.self->warp];
     Release(warp, f);
-    const std::string where = kind + std::string(" at ") + Site(file, line);
-    if (bytes > kMaxExchangeBytes) Fail(f, kLaunchFailed, where + ": exchange of more than 256 bytes per lane");
+    // Messages are built only on failure: this is the hot path of every shuffle.
+    auto where = [&] { return kind + std::string(" at ") + Site(file, line); };
+    if (bytes > kMaxExchangeBytes) Fail(f, kLaunchFailed, where() + ": exchange of more than 256 bytes per lane");
     if (!((mask >> lane) & 1u)) {
-        Fail(f, kLaunchFailed, where + ": mask " + Hex32(mask) + " does not include the calling lane");
+        Fail(f, kLaunchFailed, where() + ": mask " + Hex32(mask) + " does not include the calling lane");
     }
     if (mask & ~warp.exists) {
-        Fail(f, kLaunchFailed, where + ": mask " + Hex32(mask) + " names lanes " + Lanes(mask & ~warp.exists) +
+        Fail(f, kLaunchFailed, where() + ": mask " + Hex32(mask) + " names lanes " + Lanes(mask & ~warp.exists) +
                                    ", which do not exist (the block has " + std::to_string(b.nthreads) + " threads)");
     }
     if (mask & warp.exited) {
-        Fail(f, kLaunchFailed, where + ": mask " + Hex32(mask) + " names lanes " + Lanes(mask & warp.exited) +
+        Fail(f, kLaunchFailed, where() + ": mask " + Hex32(mask) + " names lanes " + Lanes(mask & warp.exited) +
                                    ", which have already exited");
     }
     Exchange *x = nullptr;
@@ -277,8 +278,8 @@ const void *WarpExchange(unsigned mask, const void *data, unsigned bytes, const 
     for (size_t i = 0; i < warp.xs.size(); i++) {
         Exchange *p = warp.xs[i].get();
         if (!p->pending || !(p->mask & mask)) continue;
-        if (p->mask != mask || p->bytes != bytes || strcmp(p->kind, kind) != 0) {
-            Fail(f, kLaunchFailed, where + " with mask " + Hex32(mask) + " while lanes " + Lanes(p->arrived) +
+        if (p->mask != mask || p->bytes != bytes || (p->kind != kind && strcmp(p->kind, kind) != 0)) {
+            Fail(f, kLaunchFailed, where() + " with mask " + Hex32(mask) + " while lanes " + Lanes(p->arrived) +
                                        " wait in " + p->kind + " at " + Site(p->file, p->line) + " with mask " +
                                        Hex32(p->mask));
         }
@@ -592,7 +593,7 @@ Result RunBlock(Worker &w, const Launch &l, unsigned linear) {
     const uint64_t seed = Mix(D().settings.seed ^ Mix(linear) ^ (uint64_t)(uintptr_t)&l);
     std::vector<unsigned> order;
     FillOrder(order, b.nthreads, seed);
-    if (sigsetjmp(w.jmp, 1) != 0) {
+    if (sigsetjmp(w.jmp, 0) != 0) {
         return FaultResult(w);
     }
     RunFibers(w, order, seed);

@@ -18,7 +18,8 @@ namespace {
 constexpr size_t kPage = 4096;
 constexpr size_t kAlign = 256;       // cuMemAlloc's alignment
 constexpr size_t kHeadCanary = 256;  // bytes before an allocation that are checked
-constexpr size_t kQuarantine = 1024; // freed allocations kept inaccessible
+constexpr size_t kQuarantine = 256;  // freed allocations kept inaccessible
+constexpr size_t kPoolBytes = (size_t)1 << 30;  // mappings kept for reuse (no page faults)
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -60,7 +61,10 @@ Result Memory::Allocate(Context *ctx, size_t bytes, const Settings &s, Alloc **o
                                                   std::to_string(bytes) + " more requested");
         }
     }
-    void *m = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *m = TakePooled(map_len);
+    if (m == nullptr) {
+        m = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    }
     if (m == MAP_FAILED) {
         return Result::Fail(kOutOfMemory, "mmap of " + std::to_string(map_len) + " bytes failed: " + strerror(errno));
     }
@@ -110,17 +114,33 @@ Result Memory::Free(uintptr_t user) {
     if (a->freed) return Result::Fail(kInvalidValue, Label(*a) + " was already freed");
     a->freed = true;
     used_ -= a->size;
+    // Kept inaccessible for a while: a use after free faults and is named.
     mprotect(reinterpret_cast<void *>(a->map), a->map_len, PROT_NONE);
-    madvise(reinterpret_cast<void *>(a->map), a->map_len, MADV_DONTNEED);
     quarantine_.push_back(a);
     while (quarantine_.size() > kQuarantine) {
         Alloc *old = quarantine_.front();
         quarantine_.pop_front();
         by_map_.erase(old->map);
-        munmap(reinterpret_cast<void *>(old->map), old->map_len);
+        if (pooled_bytes_ + old->map_len <= kPoolBytes) {
+            pool_.emplace(old->map_len, old->map);
+            pooled_bytes_ += old->map_len;
+        } else {
+            munmap(reinterpret_cast<void *>(old->map), old->map_len);
+        }
         delete old;
     }
     return Result::Ok();
+}
+
+void *Memory::TakePooled(size_t map_len) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pool_.find(map_len);
+    if (it == pool_.end()) return nullptr;
+    void *m = reinterpret_cast<void *>(it->second);
+    pool_.erase(it);
+    pooled_bytes_ -= map_len;
+    mprotect(m, map_len, PROT_READ | PROT_WRITE);
+    return m;
 }
 
 void Memory::FreeContext(Context *ctx) {
