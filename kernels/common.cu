@@ -76,3 +76,103 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     v = lane < warps ? scratch[lane] : 0.0f;
     return warp_sum(v);
 }
+
+// ---- tensor cores and async copies (sm_80 and later) ----
+// Under the emulated device (__SBEMU__) each helper is a warp collective of
+// cuda/emu/device.h that follows the PTX ISA's fragment layouts; on a GPU it
+// is the PTX instruction. Fragments of mma.m16n8k16 (groupID g = lane >> 2,
+// t = lane & 3; in each 32-bit register the lower-indexed element is the low
+// half): A 16x16 row-major: a0 = A[g][2t..2t+1], a1 = A[g+8][2t..2t+1],
+// a2 = A[g][2t+8..2t+9], a3 = A[g+8][2t+8..2t+9]; B 16x8: b0 = B[2t..2t+1][g],
+// b1 = B[2t+8..2t+9][g]; C, D 16x8 fp32: c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1].
+
+// smem_addr is the shared-window address PTX's shared-memory operands take.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+#ifdef __SBEMU__
+    return (unsigned)__cvta_generic_to_shared(p);
+#else
+    unsigned long long s;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(p));
+    return (unsigned)s;
+#endif
+}
+
+// mma_m16n8k16_bf16: d = a·b + c over one warp, bf16 inputs, fp32 accumulation.
+__device__ __forceinline__ void mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2],
+                                                  const float c[4]) {
+#ifdef __SBEMU__
+    sbemu_mma_m16n8k16_bf16(d, a, b, c, __FILE__, __LINE__);
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %11, %12, %13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+          "f"(c[3]));
+#endif
+}
+
+// ldmatrix_x4: four 8x8 b16 matrices from shared memory; lanes 8j..8j+7 give
+// the addresses of matrix j's rows (16-byte aligned). Lane l receives, for
+// matrix j in r[j], row l/4 elements 2(l%4) and 2(l%4)+1.
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const void* row) {
+#ifdef __SBEMU__
+    sbemu_ldmatrix(r, 4, false, row, __FILE__, __LINE__);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row)));
+#endif
+}
+
+// ldmatrix_x4_trans: as ldmatrix_x4, each matrix transposed: lane l receives
+// column l/4, rows 2(l%4) and 2(l%4)+1 (a B fragment from a row-major [k][n] tile).
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], const void* row) {
+#ifdef __SBEMU__
+    sbemu_ldmatrix(r, 4, true, row, __FILE__, __LINE__);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row)));
+#endif
+}
+
+// ldmatrix_x2_trans: two transposed matrices; lanes 0..15 give the row addresses.
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned r[2], const void* row) {
+#ifdef __SBEMU__
+    sbemu_ldmatrix(r, 2, true, row, __FILE__, __LINE__);
+#else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_addr(row)));
+#endif
+}
+
+// cp_async16 starts a 16-byte global-to-shared copy (both 16-byte aligned)
+// that completes only at a later cp_async_wait: read the destination after it.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+#ifdef __SBEMU__
+    sbemu_cp_async(smem_dst, gmem_src, 16);
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src));
+#endif
+}
+
+// cp_async_commit closes the group of copies started since the last commit.
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef __SBEMU__
+    sbemu_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// cp_async_wait waits until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef __SBEMU__
+    sbemu_cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}

@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#define SBEMU_ABI_VERSION 1
+#define SBEMU_ABI_VERSION 2
 #define SBEMU_STACK_BYTES ((size_t)256 * 1024)
 
 typedef struct sbemu_dim3 {
@@ -53,6 +53,12 @@ typedef struct sbemu_api {
                            const char *name, const char *file, int line);
     /* __trap(), a failed assert(): stops the launch with a message. */
     void (*trap)(int code, const char *file, int line, const char *what);
+    /* cp.async: the copy is queued per thread and done only when a
+     * cp.async.wait_group lets it complete, so reading the destination
+     * before waiting reads what was there before (poison, or a stale tile). */
+    void (*cp_async)(void *dst, const void *src, unsigned int bytes);
+    void (*cp_async_commit)(void);
+    void (*cp_async_wait)(int pending_groups_allowed);
 } sbemu_api;
 
 typedef void (*sbemu_invoker)(void *fn, void *const *params);

@@ -133,9 +133,74 @@ static inline unsigned sbemu_vote(const char *kind, const char *file, int line, 
 static inline void sbemu_syncwarp(const char *file, int line, unsigned mask = 0xffffffffu) {
     sbemu_api_ptr->warp_exchange(mask, 0, 0, "__syncwarp", file, line);
 }
-#define __syncwarp(...) sbemu_syncwarp(__FILE__, __LINE__, ##__VA_ARGS__)
+#define __syncwarp(...) sbemu_syncwarp(__FILE__, __LINE__ __VA_OPT__(, ) __VA_ARGS__)
 /* The lane's index in its warp, for helpers that emulate warp-wide PTX. */
 #define sbemu_lane() (sbemu_self()->lane)
+
+/* ---- tensor-core and async-copy instructions, as warp collectives ----
+ * Fragment layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
+ * floating point type", "ldmatrix"): groupID = lane >> 2, tig = lane & 3;
+ * A (16x16, row): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
+ * a3 = A[g+8][2t+8..]; B (16x8, col): b0 = B[2t..2t+1][g], b1 = B[2t+8..][g];
+ * C/D (16x8): c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..]. In each 32-bit
+ * register the lower-indexed element is the low half. */
+static inline float sbemu_bf16_lo(unsigned v) { return __builtin_bit_cast(float, v << 16); }
+static inline float sbemu_bf16_hi(unsigned v) { return __builtin_bit_cast(float, v & 0xffff0000u); }
+struct sbemu_mma_frag {
+    unsigned a[4], b[2];
+};
+static inline void sbemu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4],
+                                           const char *file, int line) {
+    sbemu_mma_frag mine;
+    for (int i = 0; i < 4; i++) mine.a[i] = a[i];
+    for (int i = 0; i < 2; i++) mine.b[i] = b[i];
+    const sbemu_mma_frag *all = (const sbemu_mma_frag *)sbemu_api_ptr->warp_exchange(
+        0xffffffffu, &mine, sizeof mine, "mma.sync.m16n8k16.bf16", file, line);
+    float A[16][16], B[16][8];
+    for (unsigned l = 0; l < 32; l++) {
+        const unsigned g = l >> 2, t = l & 3;
+        const sbemu_mma_frag &f = all[l];
+        A[g][2 * t] = sbemu_bf16_lo(f.a[0]);         A[g][2 * t + 1] = sbemu_bf16_hi(f.a[0]);
+        A[g + 8][2 * t] = sbemu_bf16_lo(f.a[1]);     A[g + 8][2 * t + 1] = sbemu_bf16_hi(f.a[1]);
+        A[g][2 * t + 8] = sbemu_bf16_lo(f.a[2]);     A[g][2 * t + 9] = sbemu_bf16_hi(f.a[2]);
+        A[g + 8][2 * t + 8] = sbemu_bf16_lo(f.a[3]); A[g + 8][2 * t + 9] = sbemu_bf16_hi(f.a[3]);
+        B[2 * t][g] = sbemu_bf16_lo(f.b[0]);         B[2 * t + 1][g] = sbemu_bf16_hi(f.b[0]);
+        B[2 * t + 8][g] = sbemu_bf16_lo(f.b[1]);     B[2 * t + 9][g] = sbemu_bf16_hi(f.b[1]);
+    }
+    const unsigned lane = sbemu_self()->lane, g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const unsigned row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float acc = c[i];
+        for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
+        d[i] = acc;
+    }
+}
+/* ldmatrix .m8n8 .b16: lanes 8j..8j+7 give the row addresses of matrix j;
+ * lane l receives, per matrix, row l/4 elements 2(l%4) and 2(l%4)+1 (or,
+ * transposed, column l/4 elements of rows 2(l%4) and 2(l%4)+1). */
+static inline void sbemu_ldmatrix(unsigned *r, int count, bool trans, const void *row, const char *file, int line) {
+    const void *mine = row;
+    const void *const *rows = (const void *const *)sbemu_api_ptr->warp_exchange(
+        0xffffffffu, &mine, sizeof mine, trans ? "ldmatrix.trans" : "ldmatrix", file, line);
+    const unsigned lane = sbemu_self()->lane;
+    for (int j = 0; j < count; j++) {
+        const unsigned short *m[8];
+        for (int q = 0; q < 8; q++) m[q] = (const unsigned short *)rows[8 * j + q];
+        unsigned lo, hi;
+        if (trans) {
+            lo = m[2 * (lane & 3)][lane >> 2];
+            hi = m[2 * (lane & 3) + 1][lane >> 2];
+        } else {
+            lo = m[lane >> 2][2 * (lane & 3)];
+            hi = m[lane >> 2][2 * (lane & 3) + 1];
+        }
+        r[j] = lo | (hi << 16);
+    }
+}
+static inline unsigned long __cvta_generic_to_shared(const void *p) { return (unsigned long)p; }
+#define sbemu_cp_async(dst, src, bytes) sbemu_api_ptr->cp_async((dst), (src), (bytes))
+#define sbemu_cp_async_commit() sbemu_api_ptr->cp_async_commit()
+#define sbemu_cp_async_wait(n) sbemu_api_ptr->cp_async_wait(n)
 
 /* ---- atomics (other blocks run on other host threads) ---- */
 template <typename T> static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }

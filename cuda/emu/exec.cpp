@@ -38,6 +38,12 @@ enum FiberStateKind : uint8_t { kRunnable, kAtBarrier, kInExchange, kExited };
 
 struct Worker;
 
+struct AsyncCopy {
+    void *dst;
+    const void *src;
+    unsigned bytes;
+};
+
 struct Fiber {
     void *sp = nullptr;
     sbemu_thread *self = nullptr;
@@ -47,6 +53,9 @@ struct Fiber {
     const char *wait_file = nullptr;
     int wait_line = 0;
     int held = -1;  // exchange whose slots this lane may still read
+    // cp.async copies not yet complete: the open group, then committed ones (oldest first).
+    std::vector<AsyncCopy> open_copies;
+    std::deque<std::vector<AsyncCopy>> copy_groups;
 };
 
 struct Exchange {
@@ -355,6 +364,30 @@ void Trap(int code, const char *file, int line, const char *what) {
     Fail(Me(), code, std::string(what) + " at " + Site(file, line));
 }
 
+void CpAsync(void *dst, const void *src, unsigned bytes) {
+    Fiber &f = Me();
+    if (bytes != 4 && bytes != 8 && bytes != 16) Fail(f, kLaunchFailed, "cp.async of " + std::to_string(bytes) + " bytes (4, 8 or 16)");
+    if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 || reinterpret_cast<uintptr_t>(src) % bytes != 0) {
+        Fail(f, kMisalignedAddress, "cp.async of " + std::to_string(bytes) + " bytes at a misaligned address");
+    }
+    f.open_copies.push_back({dst, src, bytes});
+}
+
+void CpAsyncCommit() {
+    Fiber &f = Me();
+    f.copy_groups.push_back(std::move(f.open_copies));
+    f.open_copies.clear();
+}
+
+// CpAsyncWait completes every committed group but the newest `allowed`.
+void CpAsyncWait(int allowed) {
+    Fiber &f = Me();
+    while ((int)f.copy_groups.size() > std::max(allowed, 0)) {
+        for (const AsyncCopy &c : f.copy_groups.front()) memcpy(c.dst, c.src, c.bytes);
+        f.copy_groups.pop_front();
+    }
+}
+
 void OnExit(Fiber &f) {
     Worker &w = *f.w;
     Block &b = w.block;
@@ -381,7 +414,7 @@ extern "C" void FiberMain(void *) {
     for (;;) Yield(f);
 }
 
-const sbemu_api kAPI = {SBEMU_ABI_VERSION, SyncThreads, WarpExchange, SharedAcquire, Trap};
+const sbemu_api kAPI = {SBEMU_ABI_VERSION, SyncThreads, WarpExchange, SharedAcquire, Trap, CpAsync, CpAsyncCommit, CpAsyncWait};
 
 // ---- the scheduler side ----
 
@@ -429,6 +462,8 @@ void PrepareFiber(Worker &w, unsigned t, const Block &b) {
     f.w = &w;
     f.state = kRunnable;
     f.held = -1;
+    f.open_copies.clear();
+    f.copy_groups.clear();
     // Initial frame for sbemu_swap: r15 r14 r13 r12 rbx rbp, then the return
     // address; after the swap's ret the stack is 16-byte aligned at the call.
     auto *top = reinterpret_cast<uint64_t *>(self);
