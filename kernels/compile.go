@@ -76,6 +76,7 @@ type KernelResources struct {
 	SpillStoreBytes int
 	SpillLoadBytes  int
 	SharedBytes     int // static shared memory; dynamic shared is set at launch
+	Barriers        int // named barriers used (reported by CUDA 12+ ptxas only)
 }
 
 // compileOptions are the NVRTC options for arch (e.g. 90 → sm_90). Fast math
@@ -207,16 +208,27 @@ func writeAtomic(path string, data []byte) error {
 var (
 	ptxasEntryRe = regexp.MustCompile(`Compiling entry function '([^']+)'`)
 	ptxasPropsRe = regexp.MustCompile(`Function properties for (\S+)`)
-	ptxasSpillRe = regexp.MustCompile(`(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads`)
-	ptxasUsedRe  = regexp.MustCompile(`Used (\d+) registers(?:, (\d+) bytes smem)?`)
+	// The stack-frame line is indented under "Function properties": NVRTC
+	// prefixes it with "ptxas         .", nvcc with spaces only.
+	ptxasSpillRe = regexp.MustCompile(`^(?:ptxas\s*\.)?\s*(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads`)
+	ptxasUsedRe  = regexp.MustCompile(`Used (\d+) registers((?:, [^,]+)*)`)
+	// The parts after "Used N registers": "used 1 barriers" (CUDA 12+),
+	// "128 bytes smem", "380 bytes cmem[0]", "64 bytes cumulative stack size".
+	ptxasBarriersRe = regexp.MustCompile(`^used (\d+) barriers?$`)
+	ptxasSmemRe     = regexp.MustCompile(`^(\d+) bytes smem$`)
 )
 
-// ParsePtxasReport reads ptxas -v lines from an NVRTC log:
+// ParsePtxasReport reads ptxas -v lines from an NVRTC log, in the wording of
+// CUDA 11.x:
 //
 //	ptxas info    : Compiling entry function 'add_rmsnorm' for 'sm_90'
 //	ptxas info    : Function properties for add_rmsnorm
 //	ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 //	ptxas info    : Used 30 registers, 128 bytes smem, 380 bytes cmem[0]
+//
+// and of CUDA 12 and later, which adds the barrier count before smem:
+//
+//	ptxas info    : Used 30 registers, used 1 barriers, 128 bytes smem, 380 bytes cmem[0]
 //
 // Entry functions and non-inlined device functions each get one entry (the
 // latter without registers, which ptxas reports per entry only), in order of
@@ -238,18 +250,6 @@ func ParsePtxasReport(log string) ([]KernelResources, error) {
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "ptxas") {
-			continue
-		}
-		if m := ptxasEntryRe.FindStringSubmatch(line); m != nil {
-			entry, props = m[1], ""
-			at(entry)
-			continue
-		}
-		if m := ptxasPropsRe.FindStringSubmatch(line); m != nil {
-			props = m[1]
-			continue
-		}
 		if m := ptxasSpillRe.FindStringSubmatch(line); m != nil {
 			name := props
 			if name == "" {
@@ -263,13 +263,33 @@ func ParsePtxasReport(log string) ([]KernelResources, error) {
 			r.SpillLoadBytes = atoiOrZero(m[3])
 			continue
 		}
+		if !strings.HasPrefix(line, "ptxas") {
+			continue
+		}
+		if m := ptxasEntryRe.FindStringSubmatch(line); m != nil {
+			entry, props = m[1], ""
+			at(entry)
+			continue
+		}
+		if m := ptxasPropsRe.FindStringSubmatch(line); m != nil {
+			props = m[1]
+			continue
+		}
 		if m := ptxasUsedRe.FindStringSubmatch(line); m != nil {
 			if entry == "" {
 				return nil, fmt.Errorf("ptxas report: register line before any entry function: %q", line)
 			}
 			r := at(entry)
 			r.Registers = atoiOrZero(m[1])
-			r.SharedBytes = atoiOrZero(m[2])
+			r.Barriers, r.SharedBytes = 0, 0
+			for _, part := range strings.Split(strings.TrimPrefix(m[2], ", "), ", ") {
+				part = strings.TrimSpace(part)
+				if b := ptxasBarriersRe.FindStringSubmatch(part); b != nil {
+					r.Barriers = atoiOrZero(b[1])
+				} else if s := ptxasSmemRe.FindStringSubmatch(part); s != nil {
+					r.SharedBytes = atoiOrZero(s[1])
+				}
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
