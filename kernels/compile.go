@@ -97,10 +97,26 @@ func translationUnit(common, name, src string) string {
 	return fmt.Sprintf("#line 1 %q\n%s\n#line 1 %q\n%s", CommonSource, common, name, src)
 }
 
+// compilerID names the compiler a cubin came from: NVRTC's version and, for
+// stepbench's emulated NVRTC (whose "cubin" is a host shared object), its
+// description, so that real and emulated cubins never share a cache entry.
+type compilerID struct {
+	major, minor int
+	emulated     string // cuda.NVRTC.Emulated(); "" for a real NVRTC
+}
+
+func nvrtcID(n *cuda.NVRTC) compilerID {
+	major, minor := n.Version()
+	return compilerID{major: major, minor: minor, emulated: n.Emulated()}
+}
+
 // cacheKey identifies a cubin: same text, options, compiler and arch, same bits.
-func cacheKey(unit string, opts []string, nvrtcMajor, nvrtcMinor, arch int) string {
+func cacheKey(unit string, opts []string, compiler compilerID, arch int) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "stepbench-cubin-v1\x00%d.%d\x00sm_%d\x00%s\x00", nvrtcMajor, nvrtcMinor, arch, strings.Join(opts, "\x00"))
+	fmt.Fprintf(h, "stepbench-cubin-v1\x00%d.%d\x00sm_%d\x00%s\x00", compiler.major, compiler.minor, arch, strings.Join(opts, "\x00"))
+	if compiler.emulated != "" {
+		fmt.Fprintf(h, "emulated\x00%s\x00", compiler.emulated)
+	}
 	h.Write([]byte(unit))
 	return hex.EncodeToString(h.Sum(nil))
 }
@@ -117,7 +133,7 @@ func DefaultCacheDir() (string, error) {
 // Compile compiles every source but common.cu for arch (e.g. 80, 90) with
 // NVRTC into one cubin per source, in file-name order. Cubins are cached in
 // cacheDir (DefaultCacheDir when ""), keyed by sha256 of the source, options,
-// NVRTC version and arch. A failed compile returns NVRTC's log (file:line).
+// NVRTC version (and emulator description) and arch. A failed compile returns NVRTC's log (file:line).
 func Compile(n *cuda.NVRTC, srcs map[string]string, arch int, cacheDir string) ([]Compiled, error) {
 	common, ok := srcs[CommonSource]
 	if !ok {
@@ -130,7 +146,7 @@ func Compile(n *cuda.NVRTC, srcs map[string]string, arch int, cacheDir string) (
 		}
 		cacheDir = dir
 	}
-	major, minor := n.Version()
+	compiler := nvrtcID(n)
 	opts := compileOptions(arch)
 	var names []string
 	for name := range srcs {
@@ -143,7 +159,7 @@ func Compile(n *cuda.NVRTC, srcs map[string]string, arch int, cacheDir string) (
 	out := make([]Compiled, 0, len(names))
 	for _, name := range names {
 		unit := translationUnit(common, name, srcs[name])
-		key := cacheKey(unit, opts, major, minor, arch)
+		key := cacheKey(unit, opts, compiler, arch)
 		cubin, log, hit := readCache(cacheDir, key)
 		if !hit {
 			var err error

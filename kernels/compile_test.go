@@ -156,20 +156,28 @@ func TestSourcesFromDir(t *testing.T) {
 }
 
 func TestCacheKeyChangesWithEveryInput(t *testing.T) {
-	base := cacheKey("src", compileOptions(90), 11, 8, 90)
+	nvrtc118 := compilerID{major: 11, minor: 8}
+	base := cacheKey("src", compileOptions(90), nvrtc118, 90)
 	variants := map[string]string{
-		"source":  cacheKey("src2", compileOptions(90), 11, 8, 90),
-		"options": cacheKey("src", append(compileOptions(90), "-G"), 11, 8, 90),
-		"version": cacheKey("src", compileOptions(90), 12, 8, 90),
-		"minor":   cacheKey("src", compileOptions(90), 11, 9, 90),
-		"arch":    cacheKey("src", compileOptions(90), 11, 8, 80),
+		"source":  cacheKey("src2", compileOptions(90), nvrtc118, 90),
+		"options": cacheKey("src", append(compileOptions(90), "-G"), nvrtc118, 90),
+		"version": cacheKey("src", compileOptions(90), compilerID{major: 12, minor: 8}, 90),
+		"minor":   cacheKey("src", compileOptions(90), compilerID{major: 11, minor: 9}, 90),
+		"arch":    cacheKey("src", compileOptions(90), nvrtc118, 80),
+		// An emulated NVRTC reporting a real version still gets its own entries.
+		"emulated": cacheKey("src", compileOptions(90), compilerID{major: 11, minor: 8, emulated: "stepbench emulated CUDA device 1.0"}, 90),
 	}
 	for what, key := range variants {
 		if key == base {
 			t.Errorf("changing the %s keeps the cache key", what)
 		}
 	}
-	if again := cacheKey("src", compileOptions(90), 11, 8, 90); again != base {
+	emu10 := cacheKey("src", compileOptions(90), compilerID{emulated: "stepbench emulated CUDA device 1.0 (g++ 12.2.0)"}, 90)
+	emu11 := cacheKey("src", compileOptions(90), compilerID{emulated: "stepbench emulated CUDA device 1.1 (g++ 12.2.0)"}, 90)
+	if emu10 == emu11 {
+		t.Error("two emulator versions share a cache key")
+	}
+	if again := cacheKey("src", compileOptions(90), nvrtc118, 90); again != base {
 		t.Errorf("cache key not deterministic: %s vs %s", again, base)
 	}
 }
