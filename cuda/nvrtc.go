@@ -62,10 +62,11 @@ type NVRTC struct {
 // of the driver (cuDriverGetVersion, asked without cuInit): the newest NVRTC
 // whose major version the driver supports wins, so a toolkit's own NVRTC
 // beats an older one on the loader path and a CUDA 13 NVRTC is not used
-// with a CUDA 12 driver while a 12.x is there; ties go to the search order.
-// Choice says which and why. An NVRTC opened by absolute path first has
-// libnvrtc-builtins.so.M.m opened from its folder, since libnvrtc has no
-// RUNPATH and loads it by name at the first compile.
+// with a CUDA 12 driver while a 12.x is there; of equal versions one opened
+// by absolute path wins, else the search order. Choice says which and why.
+// libnvrtc has no RUNPATH and dlopens libnvrtc-builtins.so.M.m by name at
+// the first compile, so before any compile that library (M.m from
+// nvrtcVersion) is opened from the chosen NVRTC's folder.
 //
 // The error lists every library tried and every directory searched.
 func OpenNVRTC(explicitPath string) (*NVRTC, error) {
