@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"stepbench/cuda/libdir"
 )
 
 // Telemetry is read from NVML (github.com/NVIDIA/go-nvml) through
@@ -118,7 +120,8 @@ type Monitor struct {
 
 	// Fixed facts read once.
 	Name              string
-	UUID              string
+	UUID              string // the GPU read; for a MIG instance, the GPU it is part of
+	MIGUUID           string // the MIG instance matched, "MIG-..."; "" for a whole GPU
 	MaxSMClockMHz     float64
 	MaxMemoryClockMHz float64
 	MemoryBusWidthBit int
@@ -130,16 +133,43 @@ type Monitor struct {
 	unsupported map[string]bool // calls this driver lacks, by NVML function name
 }
 
-// OpenMonitor loads NVML (libnvidia-ml.so.1) and opens the device with the
-// given UUID (as nvidia-smi prints it), or device 0 when uuid is empty.
+// nvmlSoname is NVML's ABI-stable name, installed with the driver.
+const nvmlSoname = "libnvidia-ml.so.1"
+
+// OpenMonitor loads NVML (libnvidia-ml.so.1 through the loader path, or
+// DIR/libnvidia-ml.so.1 only with $STEPBENCH_CUDA_LIBS=DIR set, like every
+// CUDA library) and opens the device with the given UUID (as nvidia-smi -L
+// prints it, "GPU-..." or "MIG-..."), or device 0 when uuid is empty.
 // ErrNoNVML when the library is missing.
 func OpenMonitor(uuid string) (*Monitor, error) {
-	return NewMonitor(nvml.New(), uuid)
+	path, err := libdir.Resolve(nvmlSoname)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoNVML, err)
+	}
+	m, err := NewMonitor(nvml.New(nvml.WithLibraryPath(path)), uuid)
+	if err != nil && path != nvmlSoname {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, err
+}
+
+// nvmlUUIDCandidates lists the UUIDs to try for a device the CUDA driver
+// named uuid. cuDeviceGetUuid_v2 gives a MIG compute instance's own UUID,
+// which NVML knows as "MIG-<uuid>"; a driver that cannot tell MIG apart
+// prints it "GPU-<uuid>", so that form is tried as "MIG-" too. A "MIG-"
+// UUID is never given a "GPU-" prefix.
+func nvmlUUIDCandidates(uuid string) []string {
+	if rest, ok := strings.CutPrefix(uuid, "GPU-"); ok {
+		return []string{uuid, "MIG-" + rest}
+	}
+	return []string{uuid}
 }
 
 // NewMonitor initialises lib and opens the device with the given UUID
 // (device 0 when empty). The Monitor owns the initialisation: Close shuts
-// NVML down again.
+// NVML down again. A MIG instance is matched by its own UUID; its readings
+// come from the GPU it is part of (power, clocks and temperatures belong to
+// the whole GPU, and NVML answers few queries on MIG handles).
 func NewMonitor(lib nvml.Interface, uuid string) (*Monitor, error) {
 	ret := lib.Init()
 	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
@@ -149,11 +179,20 @@ func NewMonitor(lib nvml.Interface, uuid string) (*Monitor, error) {
 		return nil, fmt.Errorf("nvmlInit: %s", nvmlError(lib, ret))
 	}
 	var dev nvml.Device
+	var matched string
 	if uuid != "" {
-		dev, ret = lib.DeviceGetHandleByUUID(uuid)
+		var tried []string
+		for _, candidate := range nvmlUUIDCandidates(uuid) {
+			dev, ret = lib.DeviceGetHandleByUUID(candidate)
+			tried = append(tried, candidate)
+			if ret != nvml.ERROR_NOT_FOUND {
+				matched = candidate
+				break
+			}
+		}
 		if ret != nvml.SUCCESS {
 			lib.Shutdown()
-			return nil, fmt.Errorf("nvmlDeviceGetHandleByUUID(%s): %s", uuid, nvmlError(lib, ret))
+			return nil, fmt.Errorf("nvmlDeviceGetHandleByUUID(%s): %s", strings.Join(tried, ", then "), nvmlError(lib, ret))
 		}
 	} else {
 		dev, ret = lib.DeviceGetHandleByIndex(0)
@@ -162,14 +201,25 @@ func NewMonitor(lib nvml.Interface, uuid string) (*Monitor, error) {
 			return nil, fmt.Errorf("nvmlDeviceGetHandleByIndex(0): %s", nvmlError(lib, ret))
 		}
 	}
-	m := newMonitorOnDevice(lib, dev)
+	m := &Monitor{lib: lib, unsupported: map[string]bool{}}
+	if strings.HasPrefix(matched, "MIG-") {
+		m.MIGUUID = matched
+		const parentCall = "nvmlDeviceGetDeviceHandleFromMigDeviceHandle"
+		if m.available(parentCall) {
+			if parent, ret := dev.GetDeviceHandleFromMigDeviceHandle(); m.ok(parentCall, ret) {
+				dev = parent
+			}
+		}
+	}
+	m.readFacts(dev)
 	m.owned = true
 	return m, nil
 }
 
-// newMonitorOnDevice reads the device's fixed facts; any it lacks stay zero.
-func newMonitorOnDevice(lib nvml.Interface, dev nvml.Device) *Monitor {
-	m := &Monitor{lib: lib, device: dev, unsupported: map[string]bool{}}
+// readFacts makes dev the Monitor's device and reads its fixed facts; any
+// it lacks stay zero.
+func (m *Monitor) readFacts(dev nvml.Device) {
+	m.device = dev
 	if name, ret := dev.GetName(); ret == nvml.SUCCESS {
 		m.Name = name
 	}
@@ -199,7 +249,6 @@ func newMonitorOnDevice(lib nvml.Interface, dev nvml.Device) *Monitor {
 			m.PowerLimitWatts = float64(mw) / 1e3
 		}
 	}
-	return m
 }
 
 // Close shuts NVML down when this Monitor initialised it.

@@ -45,36 +45,67 @@ func (a *cublasAPI) slots() []symbolSlot {
 
 // Cublas is an opened cuBLAS library.
 type Cublas struct {
-	lib *library
-	api cublasAPI
+	lib      *library
+	api      cublasAPI
+	choice   LibraryChoice
+	emulated string
 }
 
-// OpenCublas finds and opens cuBLAS with the same search as OpenNVRTC:
-// explicitPath, $STEPBENCH_CUBLAS, libcublas.so.13/.12/.11 through the loader
-// path, $CUDA_HOME/lib64, /usr/local/cuda*/lib64, then the Python wheels'
-// site-packages/nvidia/cublas/lib and nvidia/cu13/lib. Opening needs no
-// context; NewHandle needs a current one.
+// OpenCublas finds and opens cuBLAS from the same kind of candidates as
+// OpenNVRTC: explicitPath, $STEPBENCH_CUBLAS, the sonames present in
+// $STEPBENCH_CUDA_LIBS=DIR (only there, when set), else
+// libcublas.so.13/.12/.11 through the loader path, $CUDA_HOME/lib64,
+// /usr/local/cuda*/lib64, then the Python wheels' site-packages/nvidia/cublas/lib
+// and nvidia/cu13/lib. Candidates whose major version (from the file name)
+// the driver supports are tried first, newest major first, then the search
+// order; the first that opens wins (Choice says which and why). Opening
+// needs no context; NewHandle needs a current one.
 func OpenCublas(explicitPath string) (*Cublas, error) {
+	env := hostSearchEnv()
+	return openCublas(explicitPath, env, probeDriver(env))
+}
+
+func openCublas(explicitPath string, env searchEnv, driver driverInfo) (*Cublas, error) {
 	b := &Cublas{}
-	lib, err := cublasSpec.open(explicitPath, hostSearchEnv(), func(l *library) error {
-		return l.resolve(b.api.slots())
+	lib, choice, err := cublasSpec.open(explicitPath, env, driver, func(l *library) (libVersion, error) {
+		if err := l.resolve(b.api.slots()); err != nil {
+			return libVersion{}, err
+		}
+		v, err := cublasVersion(b.api.getProperty)
+		return libVersion{major: v / 10000, minor: v % 10000 / 100, patch: v % 100}, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	b.lib = lib
+	// The load function may have run for other candidates too: resolve the
+	// chosen one again so that every entry point is its own.
+	if err := lib.resolve(b.api.slots()); err != nil {
+		lib.close()
+		return nil, err
+	}
+	b.lib, b.choice = lib, choice
+	b.emulated = lib.describeEmulator()
 	return b, nil
 }
 
 // Path is the file or soname cuBLAS was opened from.
 func (b *Cublas) Path() string { return b.lib.path }
 
+// Choice says which cuBLAS was chosen, from which candidates, and why.
+func (b *Cublas) Choice() LibraryChoice { return b.choice }
+
+// Emulated is the description of stepbench's emulated cuBLAS when that is
+// what was opened, "" for the real one.
+func (b *Cublas) Emulated() string { return b.emulated }
+
 // Version returns cuBLAS's version as major*10000 + minor*100 + patch
 // (the encoding of CUBLAS_VERSION, e.g. 120903 for 12.9.3).
-func (b *Cublas) Version() (int, error) {
+func (b *Cublas) Version() (int, error) { return cublasVersion(b.api.getProperty) }
+
+func cublasVersion(getProperty unsafe.Pointer) (int, error) {
 	parts := [3]C.int{}
 	for i, prop := range []C.int{propMajorVersion, propMinorVersion, propPatchLevel} {
-		if err := cublasError(int(C.sb_cublasGetProperty(b.api.getProperty, prop, &parts[i])), "cublasGetProperty(%d)", int(prop)); err != nil {
+		if err := cublasError(int(C.sb_cublasGetProperty(getProperty, prop, &parts[i])), "cublasGetProperty(%d)", int(prop)); err != nil {
 			return 0, err
 		}
 	}

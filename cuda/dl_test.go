@@ -7,13 +7,17 @@ import (
 	"testing"
 )
 
-// fakeSearchEnv serves a fixed environment, glob table and file set.
+// fakeSearchEnv serves a fixed environment, glob table and file set; a
+// folder exists when a file in it does.
 func fakeSearchEnv(env map[string]string, globs map[string][]string, files ...string) searchEnv {
 	return searchEnv{
 		getenv: func(k string) string { return env[k] },
 		glob:   func(p string) []string { return globs[p] },
 		exists: func(p string) bool { return slices.Contains(files, p) },
-		home:   "/home/u",
+		isDir: func(p string) bool {
+			return slices.ContainsFunc(files, func(f string) bool { return strings.HasPrefix(f, p+"/") })
+		},
+		home: "/home/u",
 	}
 }
 
@@ -24,27 +28,61 @@ func TestSearchPlanOrder(t *testing.T) {
 		"/usr/local/lib/python3*/site-packages":     {"/usr/local/lib/python3.12/site-packages"},
 		"/home/u/.local/lib/python3*/site-packages": {"/home/u/.local/lib/python3.12/site-packages"},
 	}
+	emuFiles := []string{"/emu/libnvrtc.so.13", "/emu/libcublas.so.13", "/emu/libcuda.so.1", "/usr/local/cuda-12.4/lib64/libnvrtc.so.12"}
 	tests := []struct {
 		name         string
 		explicit     string
 		env          map[string]string
 		files        []string
+		wantSource   string
 		wantExplicit []string
 		wantCands    []string
+		wantErr      string
 	}{
 		{
 			name: "explicit path wins and is exclusive", explicit: "/opt/nvrtc.so",
-			env:          map[string]string{"STEPBENCH_NVRTC": "/env/nvrtc.so"},
+			env:          map[string]string{"STEPBENCH_NVRTC": "/env/nvrtc.so", "STEPBENCH_CUDA_LIBS": "/emu"},
+			files:        emuFiles,
+			wantSource:   "explicit path",
 			wantExplicit: []string{"/opt/nvrtc.so"},
 		},
 		{
-			name:         "env var next and exclusive",
-			env:          map[string]string{"STEPBENCH_NVRTC": "/env/nvrtc.so"},
+			name:         "env var next and exclusive, also over STEPBENCH_CUDA_LIBS",
+			env:          map[string]string{"STEPBENCH_NVRTC": "/env/nvrtc.so", "STEPBENCH_CUDA_LIBS": "/emu"},
+			files:        emuFiles,
+			wantSource:   "$STEPBENCH_NVRTC",
 			wantExplicit: []string{"/env/nvrtc.so"},
 		},
 		{
-			name: "sonames, CUDA_HOME, newest toolkit, wheels",
-			env:  map[string]string{"CUDA_HOME": "/opt/cuda"},
+			name:         "STEPBENCH_CUDA_LIBS next: only its folder, no search",
+			env:          map[string]string{"STEPBENCH_CUDA_LIBS": "/emu", "CUDA_HOME": "/usr/local/cuda-12.4"},
+			files:        emuFiles,
+			wantSource:   "$STEPBENCH_CUDA_LIBS",
+			wantExplicit: []string{"/emu/libnvrtc.so.13"},
+		},
+		{
+			name:         "STEPBENCH_CUDA_LIBS: every soname present, newest first",
+			env:          map[string]string{"STEPBENCH_CUDA_LIBS": "/cuda/lib"},
+			files:        []string{"/cuda/lib/libnvrtc.so.11.2", "/cuda/lib/libnvrtc.so.12"},
+			wantSource:   "$STEPBENCH_CUDA_LIBS",
+			wantExplicit: []string{"/cuda/lib/libnvrtc.so.12", "/cuda/lib/libnvrtc.so.11.2"},
+		},
+		{
+			name:    "STEPBENCH_CUDA_LIBS without NVRTC is an error naming the variable and the path",
+			env:     map[string]string{"STEPBENCH_CUDA_LIBS": "/emu"},
+			files:   []string{"/emu/libcuda.so.1", "/usr/local/cuda-12.4/lib64/libnvrtc.so.12"},
+			wantErr: "no NVRTC library: STEPBENCH_CUDA_LIBS=/emu: none of [/emu/libnvrtc.so.13 /emu/libnvrtc.so.12 /emu/libnvrtc.so.11.2] found",
+		},
+		{
+			name:    "STEPBENCH_CUDA_LIBS naming a missing folder is an error",
+			env:     map[string]string{"STEPBENCH_CUDA_LIBS": "/missing"},
+			files:   emuFiles,
+			wantErr: "no NVRTC library: STEPBENCH_CUDA_LIBS=/missing: /missing is not a directory",
+		},
+		{
+			name:       "sonames, CUDA_HOME, newest toolkit, wheels",
+			wantSource: "search",
+			env:        map[string]string{"CUDA_HOME": "/opt/cuda"},
 			files: []string{
 				"/usr/local/cuda/lib64/libnvrtc.so.12",
 				"/usr/local/cuda-12.4/lib64/libnvrtc.so.12",
@@ -68,7 +106,19 @@ func TestSearchPlanOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := nvrtcSpec.plan(tt.explicit, fakeSearchEnv(tt.env, globs, tt.files...))
+			p, err := nvrtcSpec.plan(tt.explicit, fakeSearchEnv(tt.env, globs, tt.files...))
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Errorf("plan error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.source != tt.wantSource {
+				t.Errorf("source = %q, want %q", p.source, tt.wantSource)
+			}
 			if !slices.Equal(p.explicit, tt.wantExplicit) {
 				t.Errorf("explicit = %q, want %q", p.explicit, tt.wantExplicit)
 			}
@@ -80,10 +130,14 @@ func TestSearchPlanOrder(t *testing.T) {
 }
 
 func TestCublasPlanUsesItsOwnNames(t *testing.T) {
-	p := cublasSpec.plan("", fakeSearchEnv(map[string]string{"STEPBENCH_NVRTC": "/ignored"}, nil))
+	p, err := cublasSpec.plan("", fakeSearchEnv(map[string]string{"STEPBENCH_NVRTC": "/ignored"}, nil))
 	want := []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"}
-	if len(p.explicit) != 0 || !slices.Equal(p.candidates, want) {
-		t.Errorf("plan = %+v, want candidates %q", p, want)
+	if err != nil || len(p.explicit) != 0 || !slices.Equal(p.candidates, want) {
+		t.Errorf("plan = %+v, %v; want candidates %q", p, err, want)
+	}
+	p, err = cublasSpec.plan("", fakeSearchEnv(map[string]string{"STEPBENCH_CUDA_LIBS": "/emu"}, nil, "/emu/libcublas.so.13", "/emu/libnvrtc.so.13"))
+	if err != nil || !slices.Equal(p.explicit, []string{"/emu/libcublas.so.13"}) {
+		t.Errorf("STEPBENCH_CUDA_LIBS plan = %+v, %v; want only /emu/libcublas.so.13", p, err)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"unsafe"
+
+	"stepbench/cuda/libdir"
 )
 
 // Device attribute numbers (CUdevice_attribute) read by Props.
@@ -27,7 +29,7 @@ const (
 type driverAPI struct {
 	cuInit, cuDriverGetVersion, cuGetErrorName                            unsafe.Pointer
 	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetUuid       unsafe.Pointer
-	cuDeviceGetUuidV2, cuDeviceTotalMem, cuDeviceGetAttribute             unsafe.Pointer
+	cuDeviceGetUuidV1, cuDeviceTotalMem, cuDeviceGetAttribute             unsafe.Pointer
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent  unsafe.Pointer
 	cuMemGetInfo, cuMemAlloc, cuMemFree, cuMemAllocHost, cuMemFreeHost    unsafe.Pointer
 	cuStreamCreate, cuStreamSynchronize, cuStreamDestroy                  unsafe.Pointer
@@ -39,6 +41,10 @@ type driverAPI struct {
 	cuFuncSetAttribute, cuFuncGetAttribute, cuLaunchKernel                unsafe.Pointer
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags unsafe.Pointer
 	cuGraphDestroy, cuGraphLaunch, cuGraphExecDestroy                     unsafe.Pointer
+
+	// The names cuDeviceGetUuid and cuEventElapsedTime were found under
+	// (the _v2 name where the driver exports it), for error messages.
+	uuidName, elapsedTimeName string
 }
 
 func (a *driverAPI) slots() []symbolSlot {
@@ -49,8 +55,9 @@ func (a *driverAPI) slots() []symbolSlot {
 		{name: "cuDeviceGetCount", dst: &a.cuDeviceGetCount},
 		{name: "cuDeviceGet", dst: &a.cuDeviceGet},
 		{name: "cuDeviceGetName", dst: &a.cuDeviceGetName},
-		{name: "cuDeviceGetUuid", dst: &a.cuDeviceGetUuid},
-		{name: "cuDeviceGetUuid_v2", dst: &a.cuDeviceGetUuidV2, optional: true},
+		// CUDA 13's headers map both to their _v2; the v1 names may go.
+		{name: "cuDeviceGetUuid_v2", fallback: "cuDeviceGetUuid", dst: &a.cuDeviceGetUuid, resolved: &a.uuidName},
+		{name: "cuDeviceGetUuid", dst: &a.cuDeviceGetUuidV1, optional: true}, // only to recognise MIG instances
 		{name: "cuDeviceTotalMem_v2", dst: &a.cuDeviceTotalMem},
 		{name: "cuDeviceGetAttribute", dst: &a.cuDeviceGetAttribute},
 		{name: "cuDevicePrimaryCtxRetain", dst: &a.cuDevicePrimaryCtxRetain},
@@ -74,7 +81,7 @@ func (a *driverAPI) slots() []symbolSlot {
 		{name: "cuEventRecord", dst: &a.cuEventRecord},
 		{name: "cuEventSynchronize", dst: &a.cuEventSynchronize},
 		{name: "cuEventDestroy_v2", dst: &a.cuEventDestroy},
-		{name: "cuEventElapsedTime", dst: &a.cuEventElapsedTime},
+		{name: "cuEventElapsedTime_v2", fallback: "cuEventElapsedTime", dst: &a.cuEventElapsedTime, resolved: &a.elapsedTimeName},
 		{name: "cuModuleLoadData", dst: &a.cuModuleLoadData},
 		{name: "cuModuleGetFunction", dst: &a.cuModuleGetFunction},
 		{name: "cuModuleUnload", dst: &a.cuModuleUnload},
@@ -92,16 +99,24 @@ func (a *driverAPI) slots() []symbolSlot {
 
 // Driver is the opened and initialised CUDA driver (libcuda.so.1).
 type Driver struct {
-	lib *library
-	api driverAPI
+	lib      *library
+	api      driverAPI
+	emulated string
 }
 
 // driverSoname is the driver's ABI-stable name, installed with the kernel module.
 const driverSoname = "libcuda.so.1"
 
-// OpenDriver dlopens libcuda.so.1, looks up every entry point and calls
+// OpenDriver dlopens libcuda.so.1 (DIR/libcuda.so.1 with
+// $STEPBENCH_CUDA_LIBS=DIR set), looks up every entry point and calls
 // cuInit(0). Without a driver the error is "no CUDA driver: libcuda.so.1: ...".
-func OpenDriver() (*Driver, error) { return openDriverAt(driverSoname) }
+func OpenDriver() (*Driver, error) {
+	path, err := libdir.Resolve(driverSoname)
+	if err != nil {
+		return nil, fmt.Errorf("no CUDA driver: %w", err)
+	}
+	return openDriverAt(path)
+}
 
 // openDriverAt opens the driver from path; tests point it at a fake driver.
 func openDriverAt(path string) (*Driver, error) {
@@ -118,11 +133,43 @@ func openDriverAt(path string) (*Driver, error) {
 		lib.close()
 		return nil, fmt.Errorf("CUDA driver: %w", err)
 	}
+	d.emulated = lib.describeEmulator()
 	if err := d.check(C.sb_cuInit(d.api.cuInit, 0), "cuInit(0)"); err != nil {
 		lib.close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// Path is the file or soname the driver was opened from.
+func (d *Driver) Path() string { return d.lib.path }
+
+// Emulated is the description of stepbench's emulated CUDA driver (kernels
+// run on the CPU) when that is what was opened, "" for a real driver.
+func (d *Driver) Emulated() string { return d.emulated }
+
+// probeDriver asks the driver which CUDA version it supports, for choosing
+// NVRTC and cuBLAS. cuDriverGetVersion needs no cuInit. The driver stays
+// loaded: OpenDriver opens the same handle again, and unloading libcuda is
+// not something CUDA supports.
+func probeDriver(env searchEnv) driverInfo {
+	path, err := env.libdirLookup().Resolve(driverSoname)
+	if err != nil {
+		return driverInfo{err: err}
+	}
+	lib, err := openLibrary(path)
+	if err != nil {
+		return driverInfo{err: err}
+	}
+	fn := lib.symbol("cuDriverGetVersion")
+	if fn == nil {
+		return driverInfo{err: fmt.Errorf("%s: no cuDriverGetVersion", path)}
+	}
+	var v C.int
+	if code := C.sb_cuDriverGetVersion(fn, &v); code != 0 {
+		return driverInfo{err: fmt.Errorf("%s: cuDriverGetVersion: CUresult %d", path, int(code))}
+	}
+	return driverInfo{version: int(v)}
 }
 
 // errorName returns the driver's name for a CUresult.
@@ -166,8 +213,17 @@ func (d *Driver) DeviceCount() (int, error) {
 // DeviceProps describes one device; clocks are the maximum (boost) clocks
 // the driver reports.
 type DeviceProps struct {
-	Ordinal                     int
-	Name, UUID                  string // UUID as nvidia-smi prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+	Ordinal int
+	Name    string
+	// UUID is as nvidia-smi -L prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+	// or "MIG-..." for a MIG compute instance (see MIG).
+	UUID string
+	// MIG is true when the device is a MIG compute instance: the driver
+	// exports both UUID calls and they differ (cuDeviceGetUuid_v2 returns
+	// the instance's UUID, cuDeviceGetUuid the whole GPU's). A driver that
+	// lacks either cannot tell; bench's NVML matching then tries both
+	// prefixes.
+	MIG                         bool
 	Major, Minor, SMCount       int
 	TotalMemBytes               uint64
 	L2Bytes                     int
@@ -197,19 +253,17 @@ func (d *Driver) Props(ordinal int) (DeviceProps, error) {
 	}
 	p.Name = C.GoString(name)
 
-	var uuid [16]C.uchar
-	uuidFn, uuidCall := d.api.cuDeviceGetUuidV2, "cuDeviceGetUuid_v2(%d)"
-	if uuidFn == nil {
-		uuidFn, uuidCall = d.api.cuDeviceGetUuid, "cuDeviceGetUuid(%d)"
-	}
-	if err := d.check(C.sb_cuDeviceGetUuid(uuidFn, &uuid[0], dev), uuidCall, ordinal); err != nil {
+	raw, err := d.uuid(d.api.cuDeviceGetUuid, d.api.uuidName, dev, ordinal)
+	if err != nil {
 		return p, err
 	}
-	var raw [16]byte
-	for i, b := range uuid {
-		raw[i] = byte(b)
+	p.UUID = formatUUID("GPU", raw)
+	if d.api.uuidName == "cuDeviceGetUuid_v2" && d.api.cuDeviceGetUuidV1 != nil {
+		gpu, err := d.uuid(d.api.cuDeviceGetUuidV1, "cuDeviceGetUuid", dev, ordinal)
+		if err == nil && gpu != raw {
+			p.MIG, p.UUID = true, formatUUID("MIG", raw)
+		}
 	}
-	p.UUID = formatUUID(raw)
 
 	var total C.size_t
 	if err := d.check(C.sb_cuDeviceTotalMem(d.api.cuDeviceTotalMem, &total, dev), "cuDeviceTotalMem_v2(%d)", ordinal); err != nil {
@@ -250,9 +304,23 @@ func (d *Driver) attribute(dev C.CUdevice, attr int, name string) (int, error) {
 	return int(v), err
 }
 
-// formatUUID prints a device UUID the way nvidia-smi and NVML do.
-func formatUUID(b [16]byte) string {
-	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+// uuid calls one of the cuDeviceGetUuid entry points.
+func (d *Driver) uuid(fn unsafe.Pointer, name string, dev C.CUdevice, ordinal int) ([16]byte, error) {
+	var uuid [16]C.uchar
+	var raw [16]byte
+	if err := d.check(C.sb_cuDeviceGetUuid(fn, &uuid[0], dev), "%s(%d)", name, ordinal); err != nil {
+		return raw, err
+	}
+	for i, b := range uuid {
+		raw[i] = byte(b)
+	}
+	return raw, nil
+}
+
+// formatUUID prints a device UUID the way nvidia-smi and NVML do, with
+// prefix "GPU" for a GPU and "MIG" for a MIG compute instance.
+func formatUUID(prefix string, b [16]byte) string {
+	return fmt.Sprintf("%s-%x-%x-%x-%x-%x", prefix, b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
 // Context is a device's primary context made current on the calling OS

@@ -1,20 +1,9 @@
 package cuda
 
-import (
-	"os/exec"
-	"path/filepath"
-	"testing"
-)
+import "testing"
 
 func TestFakeCublasGemmArguments(t *testing.T) {
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skipf("no gcc to build the fake cuBLAS: %v", err)
-	}
-	so := filepath.Join(t.TempDir(), "libcublas.so.12")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", so, filepath.Join("testdata", "fakecublas.c")).CombinedOutput(); err != nil {
-		t.Fatalf("build fake cuBLAS: %v\n%s", err, out)
-	}
+	so := buildFake(t, "fakecublas.c", t.TempDir(), "libcublas.so.12")
 	lib, err := OpenCublas(so)
 	if err != nil {
 		t.Fatal(err)

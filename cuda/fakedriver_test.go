@@ -8,19 +8,32 @@ import (
 	"testing"
 )
 
-// openFakeDriver builds testdata/fakecuda.c into a shared library and opens
-// it as the driver, so the Go side is exercised without a GPU.
-func openFakeDriver(t *testing.T) *Driver {
+// buildFake compiles testdata/src into the shared library dir/name with the
+// given -D definitions and returns its path.
+func buildFake(t *testing.T, src, dir, name string, defines ...string) string {
 	t.Helper()
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
-		t.Skipf("no gcc to build the fake driver: %v", err)
+		t.Skipf("no gcc to build the fake %s: %v", name, err)
 	}
-	so := filepath.Join(t.TempDir(), "libcuda.so.1")
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", so, filepath.Join("testdata", "fakecuda.c")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("build fake driver: %v\n%s", err, out)
+	so := filepath.Join(dir, name)
+	args := []string{"-shared", "-fPIC", "-O1", "-o", so}
+	for _, d := range defines {
+		args = append(args, "-D"+d)
 	}
+	args = append(args, filepath.Join("testdata", src))
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("build fake %s: %v\n%s", name, err, out)
+	}
+	return so
+}
+
+// openFakeDriver builds testdata/fakecuda.c (with the given variant
+// definitions) into a shared library and opens it as the driver, so the Go
+// side is exercised without a GPU.
+func openFakeDriver(t *testing.T, defines ...string) *Driver {
+	t.Helper()
+	so := buildFake(t, "fakecuda.c", t.TempDir(), "libcuda.so.1", defines...)
 	d, err := openDriverAt(so)
 	if err != nil {
 		t.Fatalf("openDriverAt(fake): %v", err)
@@ -52,6 +65,73 @@ func TestFakeDriverProps(t *testing.T) {
 	if _, err := d.Props(1); err == nil || err.Error() != "cuDeviceGet(1): CUDA_ERROR_INVALID_VALUE" {
 		t.Errorf("Props(1): err = %v", err)
 	}
+	if d.Emulated() != "" {
+		t.Errorf("a driver without sbemu_describe says it is emulated: %q", d.Emulated())
+	}
+}
+
+// The _v2 entry points win where exported; the v1 names are the fallback;
+// a driver with neither is refused. A MIG instance (v1 and v2 UUIDs differ)
+// gets NVML's "MIG-" form.
+func TestFakeDriverVersionedEntryPoints(t *testing.T) {
+	tests := []struct {
+		name      string
+		defines   []string
+		wantUUID  string
+		wantMIG   bool
+		wantMs    float32
+		wantUUIDn string
+	}{
+		{name: "both: _v2 used", wantUUID: "GPU-00112233-4455-6677-8899-aabbccddeeff", wantMs: 2, wantUUIDn: "cuDeviceGetUuid_v2"},
+		{name: "v2 only (CUDA 13 may drop v1)", defines: []string{"FAKE_NO_V1"},
+			wantUUID: "GPU-00112233-4455-6677-8899-aabbccddeeff", wantMs: 2, wantUUIDn: "cuDeviceGetUuid_v2"},
+		{name: "v1 only (older drivers)", defines: []string{"FAKE_NO_V2"},
+			wantUUID: "GPU-00112233-4455-6677-8899-aabbccddeeff", wantMs: 1, wantUUIDn: "cuDeviceGetUuid"},
+		{name: "MIG instance", defines: []string{"FAKE_MIG"},
+			wantUUID: "MIG-00112233-4455-6677-8899-aabbccddeeff", wantMIG: true, wantMs: 2, wantUUIDn: "cuDeviceGetUuid_v2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := openFakeDriver(t, tt.defines...)
+			if d.api.uuidName != tt.wantUUIDn {
+				t.Errorf("UUID entry point = %q, want %q", d.api.uuidName, tt.wantUUIDn)
+			}
+			p, err := d.Props(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.UUID != tt.wantUUID || p.MIG != tt.wantMIG {
+				t.Errorf("UUID, MIG = %q, %v; want %q, %v", p.UUID, p.MIG, tt.wantUUID, tt.wantMIG)
+			}
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			ctx, err := d.NewContext(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ctx.Close()
+			start, err := ctx.NewEvent()
+			if err != nil {
+				t.Fatal(err)
+			}
+			end, err := ctx.NewEvent()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms, err := ElapsedMs(start, end); err != nil || ms != tt.wantMs {
+				t.Errorf("ElapsedMs = %v, %v; want %v (from the %s entry point)", ms, err, tt.wantMs, map[float32]string{1: "v1", 2: "_v2"}[tt.wantMs])
+			}
+		})
+	}
+	t.Run("neither", func(t *testing.T) {
+		so := buildFake(t, "fakecuda.c", t.TempDir(), "libcuda.so.1", "FAKE_NO_V1", "FAKE_NO_V2")
+		_, err := openDriverAt(so)
+		for _, want := range []string{"missing symbols", "cuDeviceGetUuid_v2 (or cuDeviceGetUuid)", "cuEventElapsedTime_v2 (or cuEventElapsedTime)"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("driver with neither UUID nor elapsed-time entry point: err = %v, want it to contain %q", err, want)
+			}
+		}
+	})
 }
 
 func TestFakeDriverErrorsAndLaunchArgs(t *testing.T) {

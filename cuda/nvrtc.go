@@ -7,6 +7,9 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
 	"unsafe"
 )
 
@@ -42,31 +45,103 @@ type NVRTC struct {
 	lib          *library
 	api          nvrtcAPI
 	major, minor int
+	choice       LibraryChoice
+	emulated     string
 }
 
-// OpenNVRTC finds and opens NVRTC. Search order: explicitPath, then
-// $STEPBENCH_NVRTC (either one, when set, is the only library tried), then
-// libnvrtc.so.13, .12 and .11.2 through the loader path, then
-// $CUDA_HOME/lib64 and /usr/local/cuda*/lib64 (newest first), then NVIDIA's
-// Python wheels (site-packages/nvidia/cuda_nvrtc/lib, nvidia/cu13/lib under
+// OpenNVRTC finds and opens NVRTC. Candidates: explicitPath, else
+// $STEPBENCH_NVRTC (either one, when set, is the only library tried), else
+// with $STEPBENCH_CUDA_LIBS=DIR set each of DIR/libnvrtc.so.13, .12 and
+// .11.2 that exists (nothing outside DIR), else libnvrtc.so.13, .12 and
+// .11.2 through the loader path, $CUDA_HOME/lib64 and
+// /usr/local/cuda*/lib64 (newest first), and NVIDIA's Python wheels
+// (site-packages/nvidia/cuda_nvrtc/lib, nvidia/cu13/lib under
 // /usr/lib/python3*, /usr/local/lib/python3* and ~/.local/lib/python3*).
+//
+// Every candidate that opens is asked its version, and the choice is aware
+// of the driver (cuDriverGetVersion, asked without cuInit): the newest NVRTC
+// whose major version the driver supports wins, so a toolkit's own NVRTC
+// beats an older one on the loader path and a CUDA 13 NVRTC is not used
+// with a CUDA 12 driver while a 12.x is there; of equal versions one opened
+// by absolute path wins, else the search order. Choice says which and why.
+// libnvrtc has no RUNPATH and dlopens libnvrtc-builtins.so.M.m by name at
+// the first compile, so before any compile that library (M.m from
+// nvrtcVersion) is opened from the chosen NVRTC's folder.
+//
 // The error lists every library tried and every directory searched.
 func OpenNVRTC(explicitPath string) (*NVRTC, error) {
-	n := &NVRTC{}
-	lib, err := nvrtcSpec.open(explicitPath, hostSearchEnv(), func(l *library) error {
-		return l.resolve(n.api.slots())
+	env := hostSearchEnv()
+	return openNVRTC(explicitPath, env, probeDriver(env))
+}
+
+func openNVRTC(explicitPath string, env searchEnv, driver driverInfo) (*NVRTC, error) {
+	lib, choice, err := nvrtcSpec.open(explicitPath, env, driver, func(l *library) (libVersion, error) {
+		var api nvrtcAPI
+		if err := l.resolve(api.slots()); err != nil {
+			return libVersion{}, err
+		}
+		var major, minor C.int
+		if code := C.sb_nvrtcVersion(api.version, &major, &minor); code != 0 {
+			return libVersion{}, fmt.Errorf("nvrtcVersion: NVRTC error %d", int(code))
+		}
+		return libVersion{major: int(major), minor: int(minor)}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	n.lib = lib
+	n := &NVRTC{lib: lib, choice: choice}
+	if err := lib.resolve(n.api.slots()); err != nil { // resolved once already, by the same library
+		lib.close()
+		return nil, err
+	}
 	var major, minor C.int
 	if err := n.check(C.sb_nvrtcVersion(n.api.version, &major, &minor), "nvrtcVersion"); err != nil {
 		lib.close()
 		return nil, fmt.Errorf("%s: %w", lib.path, err)
 	}
 	n.major, n.minor = int(major), int(minor)
+	// By absolute path the builtins must come from the same folder; through
+	// the loader path they are found the same way as libnvrtc was, but
+	// opening them from its folder costs nothing and removes the doubt.
+	if file := lib.file(); file != "" {
+		if builtins := openNVRTCBuiltins(filepath.Dir(file), n.major, n.minor, env); builtins != "" {
+			n.choice.Companions = append(n.choice.Companions, builtins)
+		}
+	}
+	n.emulated = lib.describeEmulator()
 	return n, nil
+}
+
+// nvrtcBuiltinsCandidates lists, in the order to try, the files of dir that
+// can satisfy NVRTC M.m's dlopen("libnvrtc-builtins.so.M.m"): that name, then
+// fully versioned files (libnvrtc-builtins.so.M.m.P, newest first), whose
+// soname is the same. Only files that exist are listed.
+func nvrtcBuiltinsCandidates(dir string, major, minor int, env searchEnv) []string {
+	name := fmt.Sprintf("libnvrtc-builtins.so.%d.%d", major, minor)
+	var out []string
+	if exact := filepath.Join(dir, name); env.exists(exact) {
+		out = append(out, exact)
+	}
+	full := slices.Clone(env.glob(filepath.Join(dir, name+".*")))
+	slices.SortStableFunc(full, func(a, b string) int {
+		va, _ := parseVersion(strings.TrimPrefix(filepath.Base(a), name+"."))
+		vb, _ := parseVersion(strings.TrimPrefix(filepath.Base(b), name+"."))
+		return -slices.Compare(va, vb)
+	})
+	return append(out, full...)
+}
+
+// openNVRTCBuiltins opens NVRTC's builtins library from dir (best effort: a
+// folder without it leaves the loader path to find one) and returns the
+// path that opened, "" if none. It stays loaded for the life of the
+// process, as NVRTC needs it at every compile.
+func openNVRTCBuiltins(dir string, major, minor int, env searchEnv) string {
+	for _, path := range nvrtcBuiltinsCandidates(dir, major, minor, env) {
+		if _, err := openLibrary(path); err == nil {
+			return path
+		}
+	}
+	return ""
 }
 
 // check turns an nvrtcResult into an *Error.
@@ -86,6 +161,14 @@ func (n *NVRTC) check(code C.nvrtcResult, call string, args ...any) error {
 
 // Path is the file or soname NVRTC was opened from.
 func (n *NVRTC) Path() string { return n.lib.path }
+
+// Choice says which NVRTC was chosen, from which candidates, and why.
+func (n *NVRTC) Choice() LibraryChoice { return n.choice }
+
+// Emulated is the description of stepbench's emulated NVRTC (which compiles
+// with g++ for the emulated device) when that is what was opened, "" for a
+// real NVRTC.
+func (n *NVRTC) Emulated() string { return n.emulated }
 
 // Version is NVRTC's CUDA version, e.g. (11, 8).
 func (n *NVRTC) Version() (major, minor int) { return n.major, n.minor }

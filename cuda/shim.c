@@ -1,8 +1,10 @@
 // Trampolines: each casts a dlsym'd pointer to the function's real type and
 // calls it. Kept in C because Go cannot call a C function pointer directly.
+#define _GNU_SOURCE // dlinfo
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <string.h>
 
 void *sb_dlopen(const char *path, int global, char *err, size_t err_len) {
@@ -21,6 +23,16 @@ void *sb_dlopen(const char *path, int global, char *err, size_t err_len) {
 void *sb_dlsym(void *handle, const char *name) { return dlsym(handle, name); }
 
 int sb_dlclose(void *handle) { return dlclose(handle); }
+
+const char *sb_dlpath(void *handle) {
+	struct link_map *map = NULL;
+	if (dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == NULL) {
+		return NULL;
+	}
+	return map->l_name;
+}
+
+const char *sb_describe(void *fn) { return ((const char *(*)(void))fn)(); }
 
 // Driver API.
 CUresult sb_cuInit(void *fn, unsigned int flags) { return ((CUresult(*)(unsigned int))fn)(flags); }

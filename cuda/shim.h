@@ -30,6 +30,12 @@ typedef void *cublasHandle_t;
 void *sb_dlopen(const char *path, int global, char *err, size_t err_len);
 void *sb_dlsym(void *handle, const char *name);
 int sb_dlclose(void *handle);
+// sb_dlpath is the file the loader actually opened for handle (glibc's
+// link map name), or NULL; the string belongs to the loader.
+const char *sb_dlpath(void *handle);
+
+// sbemu_describe, exported only by stepbench's emulated CUDA libraries.
+const char *sb_describe(void *fn);
 
 // CUDA driver trampolines: fn is the dlsym'd symbol named in the comment.
 CUresult sb_cuInit(void *fn, unsigned int flags);

@@ -158,7 +158,7 @@ func ElapsedMs(start, end *Event) (float32, error) {
 	}
 	var ms C.float
 	d := start.ctx.drv
-	if err := d.check(C.sb_cuEventElapsedTime(d.api.cuEventElapsedTime, &ms, start.event, end.event), "cuEventElapsedTime"); err != nil {
+	if err := d.check(C.sb_cuEventElapsedTime(d.api.cuEventElapsedTime, &ms, start.event, end.event), d.api.elapsedTimeName); err != nil {
 		return 0, err
 	}
 	return float32(ms), nil

@@ -76,6 +76,7 @@ type KernelResources struct {
 	SpillStoreBytes int
 	SpillLoadBytes  int
 	SharedBytes     int // static shared memory; dynamic shared is set at launch
+	Barriers        int // named barriers used (reported by CUDA 12+ ptxas only)
 }
 
 // compileOptions are the NVRTC options for arch (e.g. 90 → sm_90). Fast math
@@ -96,10 +97,26 @@ func translationUnit(common, name, src string) string {
 	return fmt.Sprintf("#line 1 %q\n%s\n#line 1 %q\n%s", CommonSource, common, name, src)
 }
 
+// compilerID names the compiler a cubin came from: NVRTC's version and, for
+// stepbench's emulated NVRTC (whose "cubin" is a host shared object), its
+// description, so that real and emulated cubins never share a cache entry.
+type compilerID struct {
+	major, minor int
+	emulated     string // cuda.NVRTC.Emulated(); "" for a real NVRTC
+}
+
+func nvrtcID(n *cuda.NVRTC) compilerID {
+	major, minor := n.Version()
+	return compilerID{major: major, minor: minor, emulated: n.Emulated()}
+}
+
 // cacheKey identifies a cubin: same text, options, compiler and arch, same bits.
-func cacheKey(unit string, opts []string, nvrtcMajor, nvrtcMinor, arch int) string {
+func cacheKey(unit string, opts []string, compiler compilerID, arch int) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "stepbench-cubin-v1\x00%d.%d\x00sm_%d\x00%s\x00", nvrtcMajor, nvrtcMinor, arch, strings.Join(opts, "\x00"))
+	fmt.Fprintf(h, "stepbench-cubin-v1\x00%d.%d\x00sm_%d\x00%s\x00", compiler.major, compiler.minor, arch, strings.Join(opts, "\x00"))
+	if compiler.emulated != "" {
+		fmt.Fprintf(h, "emulated\x00%s\x00", compiler.emulated)
+	}
 	h.Write([]byte(unit))
 	return hex.EncodeToString(h.Sum(nil))
 }
@@ -116,7 +133,7 @@ func DefaultCacheDir() (string, error) {
 // Compile compiles every source but common.cu for arch (e.g. 80, 90) with
 // NVRTC into one cubin per source, in file-name order. Cubins are cached in
 // cacheDir (DefaultCacheDir when ""), keyed by sha256 of the source, options,
-// NVRTC version and arch. A failed compile returns NVRTC's log (file:line).
+// NVRTC version (and emulator description) and arch. A failed compile returns NVRTC's log (file:line).
 func Compile(n *cuda.NVRTC, srcs map[string]string, arch int, cacheDir string) ([]Compiled, error) {
 	common, ok := srcs[CommonSource]
 	if !ok {
@@ -129,7 +146,7 @@ func Compile(n *cuda.NVRTC, srcs map[string]string, arch int, cacheDir string) (
 		}
 		cacheDir = dir
 	}
-	major, minor := n.Version()
+	compiler := nvrtcID(n)
 	opts := compileOptions(arch)
 	var names []string
 	for name := range srcs {
@@ -142,7 +159,7 @@ func Compile(n *cuda.NVRTC, srcs map[string]string, arch int, cacheDir string) (
 	out := make([]Compiled, 0, len(names))
 	for _, name := range names {
 		unit := translationUnit(common, name, srcs[name])
-		key := cacheKey(unit, opts, major, minor, arch)
+		key := cacheKey(unit, opts, compiler, arch)
 		cubin, log, hit := readCache(cacheDir, key)
 		if !hit {
 			var err error
@@ -207,16 +224,27 @@ func writeAtomic(path string, data []byte) error {
 var (
 	ptxasEntryRe = regexp.MustCompile(`Compiling entry function '([^']+)'`)
 	ptxasPropsRe = regexp.MustCompile(`Function properties for (\S+)`)
-	ptxasSpillRe = regexp.MustCompile(`(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads`)
-	ptxasUsedRe  = regexp.MustCompile(`Used (\d+) registers(?:, (\d+) bytes smem)?`)
+	// The stack-frame line is indented under "Function properties": NVRTC
+	// prefixes it with "ptxas         .", nvcc with spaces only.
+	ptxasSpillRe = regexp.MustCompile(`^(?:ptxas\s*\.)?\s*(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads`)
+	ptxasUsedRe  = regexp.MustCompile(`Used (\d+) registers((?:, [^,]+)*)`)
+	// The parts after "Used N registers": "used 1 barriers" (CUDA 12+),
+	// "128 bytes smem", "380 bytes cmem[0]", "64 bytes cumulative stack size".
+	ptxasBarriersRe = regexp.MustCompile(`^used (\d+) barriers?$`)
+	ptxasSmemRe     = regexp.MustCompile(`^(\d+) bytes smem$`)
 )
 
-// ParsePtxasReport reads ptxas -v lines from an NVRTC log:
+// ParsePtxasReport reads ptxas -v lines from an NVRTC log, in the wording of
+// CUDA 11.x:
 //
 //	ptxas info    : Compiling entry function 'add_rmsnorm' for 'sm_90'
 //	ptxas info    : Function properties for add_rmsnorm
 //	ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 //	ptxas info    : Used 30 registers, 128 bytes smem, 380 bytes cmem[0]
+//
+// and of CUDA 12 and later, which adds the barrier count before smem:
+//
+//	ptxas info    : Used 30 registers, used 1 barriers, 128 bytes smem, 380 bytes cmem[0]
 //
 // Entry functions and non-inlined device functions each get one entry (the
 // latter without registers, which ptxas reports per entry only), in order of
@@ -238,18 +266,6 @@ func ParsePtxasReport(log string) ([]KernelResources, error) {
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "ptxas") {
-			continue
-		}
-		if m := ptxasEntryRe.FindStringSubmatch(line); m != nil {
-			entry, props = m[1], ""
-			at(entry)
-			continue
-		}
-		if m := ptxasPropsRe.FindStringSubmatch(line); m != nil {
-			props = m[1]
-			continue
-		}
 		if m := ptxasSpillRe.FindStringSubmatch(line); m != nil {
 			name := props
 			if name == "" {
@@ -263,13 +279,33 @@ func ParsePtxasReport(log string) ([]KernelResources, error) {
 			r.SpillLoadBytes = atoiOrZero(m[3])
 			continue
 		}
+		if !strings.HasPrefix(line, "ptxas") {
+			continue
+		}
+		if m := ptxasEntryRe.FindStringSubmatch(line); m != nil {
+			entry, props = m[1], ""
+			at(entry)
+			continue
+		}
+		if m := ptxasPropsRe.FindStringSubmatch(line); m != nil {
+			props = m[1]
+			continue
+		}
 		if m := ptxasUsedRe.FindStringSubmatch(line); m != nil {
 			if entry == "" {
 				return nil, fmt.Errorf("ptxas report: register line before any entry function: %q", line)
 			}
 			r := at(entry)
 			r.Registers = atoiOrZero(m[1])
-			r.SharedBytes = atoiOrZero(m[2])
+			r.Barriers, r.SharedBytes = 0, 0
+			for _, part := range strings.Split(strings.TrimPrefix(m[2], ", "), ", ") {
+				part = strings.TrimSpace(part)
+				if b := ptxasBarriersRe.FindStringSubmatch(part); b != nil {
+					r.Barriers = atoiOrZero(b[1])
+				} else if s := ptxasSmemRe.FindStringSubmatch(part); s != nil {
+					r.SharedBytes = atoiOrZero(s[1])
+				}
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -156,20 +156,28 @@ func TestSourcesFromDir(t *testing.T) {
 }
 
 func TestCacheKeyChangesWithEveryInput(t *testing.T) {
-	base := cacheKey("src", compileOptions(90), 11, 8, 90)
+	nvrtc118 := compilerID{major: 11, minor: 8}
+	base := cacheKey("src", compileOptions(90), nvrtc118, 90)
 	variants := map[string]string{
-		"source":  cacheKey("src2", compileOptions(90), 11, 8, 90),
-		"options": cacheKey("src", append(compileOptions(90), "-G"), 11, 8, 90),
-		"version": cacheKey("src", compileOptions(90), 12, 8, 90),
-		"minor":   cacheKey("src", compileOptions(90), 11, 9, 90),
-		"arch":    cacheKey("src", compileOptions(90), 11, 8, 80),
+		"source":  cacheKey("src2", compileOptions(90), nvrtc118, 90),
+		"options": cacheKey("src", append(compileOptions(90), "-G"), nvrtc118, 90),
+		"version": cacheKey("src", compileOptions(90), compilerID{major: 12, minor: 8}, 90),
+		"minor":   cacheKey("src", compileOptions(90), compilerID{major: 11, minor: 9}, 90),
+		"arch":    cacheKey("src", compileOptions(90), nvrtc118, 80),
+		// An emulated NVRTC reporting a real version still gets its own entries.
+		"emulated": cacheKey("src", compileOptions(90), compilerID{major: 11, minor: 8, emulated: "stepbench emulated CUDA device 1.0"}, 90),
 	}
 	for what, key := range variants {
 		if key == base {
 			t.Errorf("changing the %s keeps the cache key", what)
 		}
 	}
-	if again := cacheKey("src", compileOptions(90), 11, 8, 90); again != base {
+	emu10 := cacheKey("src", compileOptions(90), compilerID{emulated: "stepbench emulated CUDA device 1.0 (g++ 12.2.0)"}, 90)
+	emu11 := cacheKey("src", compileOptions(90), compilerID{emulated: "stepbench emulated CUDA device 1.1 (g++ 12.2.0)"}, 90)
+	if emu10 == emu11 {
+		t.Error("two emulator versions share a cache key")
+	}
+	if again := cacheKey("src", compileOptions(90), nvrtc118, 90); again != base {
 		t.Errorf("cache key not deterministic: %s vs %s", again, base)
 	}
 }
@@ -221,6 +229,39 @@ func TestParsePtxasReport(t *testing.T) {
 			},
 		},
 		{
+			name: "CUDA 12+ wording: barriers before smem, compile time",
+			log: "ptxas info    : 0 bytes gmem\n" +
+				"ptxas info    : Compiling entry function 'add_rmsnorm' for 'sm_90'\n" +
+				"ptxas info    : Function properties for add_rmsnorm\n" +
+				"ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n" +
+				"ptxas info    : Used 30 registers, used 1 barriers, 128 bytes smem, 380 bytes cmem[0]\n" +
+				"ptxas info    : Compile time = 23.759 ms\n" +
+				"ptxas info    : Compiling entry function 'embed' for 'sm_90'\n" +
+				"ptxas info    : Function properties for embed\n" +
+				"ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n" +
+				"ptxas info    : Used 16 registers, used 0 barriers, 380 bytes cmem[0]\n",
+			want: []KernelResources{
+				{Kernel: "add_rmsnorm", Registers: 30, SharedBytes: 128, Barriers: 1},
+				{Kernel: "embed", Registers: 16},
+			},
+		},
+		{
+			name: "CUDA 12.8+ on sm_90: no cmem, cumulative stack size",
+			log: "ptxas info    : Compiling entry function 'attn_prefill_d128' for 'sm_90'\n" +
+				"ptxas info    : Function properties for attn_prefill_d128\n" +
+				"ptxas         .     64 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n" +
+				"ptxas info    : Used 96 registers, used 2 barriers, 64 bytes cumulative stack size, 4096 bytes smem\n",
+			want: []KernelResources{{Kernel: "attn_prefill_d128", Registers: 96, SharedBytes: 4096, Barriers: 2}},
+		},
+		{
+			name: "nvcc style: stack-frame line without the ptxas prefix",
+			log: "ptxas info    : Compiling entry function 'k' for 'sm_61'\n" +
+				"ptxas info    : Function properties for k\n" +
+				"    32 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n" +
+				"ptxas info    : Used 40 registers, 32768 bytes smem, 400 bytes cmem[0], 12 bytes cmem[2]\n",
+			want: []KernelResources{{Kernel: "k", Registers: 40, SharedBytes: 32768, SpillStoreBytes: 8, SpillLoadBytes: 4}},
+		},
+		{
 			name: "non-ptxas lines are ignored",
 			log:  "norm.cu(3): warning: variable \"x\" was declared but never referenced\nUsed 99 registers\n",
 			want: nil,
@@ -253,6 +294,12 @@ func TestParsePtxasReportRejectsOrphanLines(t *testing.T) {
 func FuzzParsePtxasReport(f *testing.F) {
 	f.Add("ptxas info    : Compiling entry function 'k' for 'sm_90'\nptxas info    : Function properties for k\n" +
 		"ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\nptxas info    : Used 22 registers, 256 bytes smem\n")
+	f.Add("ptxas info    : Compiling entry function 'k' for 'sm_90'\nptxas info    : Function properties for k\n" +
+		"ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n" +
+		"ptxas info    : Used 30 registers, used 1 barriers, 128 bytes smem, 380 bytes cmem[0]\nptxas info    : Compile time = 1.5 ms\n")
+	f.Add("ptxas info    : Compiling entry function 'k' for 'sm_90'\n" +
+		"ptxas info    : Used 96 registers, used 1 barriers, 64 bytes cumulative stack size, 4096 bytes smem\n")
+	f.Add("ptxas info    : Compiling entry function 'k' for 'sm_61'\n    32 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n")
 	f.Add("ptxas info    : Used 99999999999999999999999 registers\n")
 	f.Fuzz(func(t *testing.T, log string) {
 		report, err := ParsePtxasReport(log)
@@ -265,7 +312,7 @@ func FuzzParsePtxasReport(f *testing.F) {
 				t.Errorf("function %q reported twice", r.Kernel)
 			}
 			seen[r.Kernel] = true
-			if r.Registers < 0 || r.SpillStoreBytes < 0 || r.SpillLoadBytes < 0 || r.SharedBytes < 0 {
+			if r.Registers < 0 || r.SpillStoreBytes < 0 || r.SpillLoadBytes < 0 || r.SharedBytes < 0 || r.Barriers < 0 {
 				t.Errorf("negative resource in %+v", r)
 			}
 		}

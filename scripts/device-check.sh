@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # device-check.sh — the device bundle's one run on a GPU machine (no Go, no
-# network): devices, verify (plain and under compute-sanitizer), a short
-# llama-3-8b dummy sweep and the roofline floors for the same shapes. Every
-# step's output goes to $OUT/<step>.log with its exit code; a failing step
-# never stops the ones after it. A short table is printed last.
+# network): devices, verify, a short llama-3-8b dummy sweep and the roofline
+# floors for the same shapes, verify under compute-sanitizer (memcheck,
+# racecheck), and the HF transformers comparison where torch is installed.
+# Every step's output goes to $OUT/<step>.log with its exit code; a failing
+# step never stops the ones after it. A short table is printed last.
 #
-#   STEPBENCH  the binary (default: stepbench beside this script, then bin/stepbench)
-#   OUT        where logs and JSON go (default: ./out)
+# Time: each step runs under a limit, its budget below, so that one hung step
+# cannot use up a device call: it is killed, reported as TIMEOUT, and the
+# script moves on. The budgets add up to TOTAL_S (345 s: the whole script
+# stays under 6 minutes on an H200), and no step gets more than what is left
+# of TOTAL_S. Sanitizer steps that the machine refuses ("Device not
+# supported", no debugger permission, ...) are stopped within a second or
+# two of the refusal and marked skipped.
+#
+#   STEPBENCH       the binary (default: stepbench beside this script, then bin/stepbench)
+#   OUT             where logs and JSON go (default: ./out)
+#   TOTAL_S         the time limit of the whole script in seconds (default 345)
+#   BUDGET_<step>   one step's limit in seconds, e.g. BUDGET_sweep=120 (dashes in
+#                   step names become underscores: BUDGET_hf_make)
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${OUT:-./out}"
+TOTAL_S="${TOTAL_S:-345}"
 mkdir -p "$OUT"
 if [[ -z "${STEPBENCH:-}" ]]; then
   for candidate in "$here/stepbench" "$here/bin/stepbench" "$here/../bin/stepbench"; do
@@ -21,22 +34,90 @@ if [[ -z "${STEPBENCH:-}" || ! -x "$STEPBENCH" ]]; then
   echo "device-check: no stepbench binary beside $here (set STEPBENCH)" >&2
   exit 1
 fi
+if ! command -v timeout >/dev/null 2>&1; then
+  echo "device-check: needs timeout(1) (coreutils) to bound every step" >&2
+  exit 1
+fi
 # The cubin cache lives under $OUT so repeated runs on a fresh machine reuse it.
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$OUT/cache}"
 
-steps=()
-codes=()
+# now: seconds since the epoch with microseconds (bash 5), else whole seconds.
+now() { if [[ -n "${EPOCHREALTIME:-}" ]]; then echo "${EPOCHREALTIME/,/.}"; else date +%s; fi; }
+script_start="$(now)"
+# elapsed_since T: seconds from T to now, one decimal.
+elapsed_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
-# run STEP CMD... : run one step, log it, remember its exit code.
+steps=()
+statuses=()
+codes=()
+seconds=()
+limits=()
+
+# Sanitizer refusals: compute-sanitizer's own lines ("========= ...") that say
+# the tool cannot run here, as opposed to the errors it finds in a kernel.
+refusal_re='^========= .*(Device not supported|not supported on this|is not supported|Unable to find injection|[Ff]ailed to (initialize|attach)|Internal Sanitizer Error|No attachable process|[Pp]ermission denied|insufficient permissions)'
+
+# run STEP BUDGET_S [--refusal REGEX] CMD... : run one step under its time
+# limit, log it, remember its status, exit code and elapsed seconds. With
+# --refusal, the log is watched while the step runs; a matching line stops the
+# step at once and marks it skipped.
 run() {
-  local step="$1"; shift
+  local step="$1" budget="$2"; shift 2
+  local refusal=""
+  if [[ "${1:-}" == "--refusal" ]]; then refusal="$2"; shift 2; fi
+  local override="BUDGET_${step//-/_}"
+  budget="${!override:-$budget}"
+  local used left limit
+  used="$(elapsed_since "$script_start")"
+  left="$(awk -v t="$TOTAL_S" -v u="$used" 'BEGIN { printf "%d", t - u }')"
+  limit=$(( budget < left ? budget : left ))
   local log="$OUT/$step.log"
-  echo "== $step: $*" >&2
-  { echo "\$ $*"; "$@"; } >"$log" 2>&1
-  local rc=$?
+  steps+=("$step"); limits+=("$limit")
+  if (( limit < 3 )); then
+    echo "\$ $*" >"$log"
+    echo "NO-TIME: not run, ${used}s of the ${TOTAL_S}s total were used" >>"$log"
+    statuses+=("NO-TIME"); codes+=("-"); seconds+=("0.0")
+    echo "== $step: NO-TIME, not run (${used}s of ${TOTAL_S}s used)" >&2
+    return
+  fi
+  echo "== $step (limit ${limit}s): $*" >&2
+  echo "\$ $*" >"$log"
+  local t0 pid refused="" rc
+  t0="$(now)"
+  # timeout runs CMD in its own process group and signals the whole group, so
+  # children (compute-sanitizer's target) stop too; -k: KILL 5 s after TERM.
+  timeout -k 5 "$limit" "$@" >>"$log" 2>&1 &
+  pid=$!
+  if [[ -n "$refusal" ]]; then
+    while kill -0 "$pid" 2>/dev/null; do
+      if refused="$(grep -m1 -E "$refusal" "$log")"; then
+        kill -TERM "$pid" 2>/dev/null
+        break
+      fi
+      sleep 0.5
+    done
+  fi
+  wait "$pid"; rc=$?
+  local took status
+  took="$(elapsed_since "$t0")"
+  if [[ -z "$refused" && -n "$refusal" ]]; then
+    refused="$(grep -m1 -E "$refusal" "$log")" # a refusal printed just before exiting
+  fi
+  if [[ -n "$refused" ]]; then
+    status="skipped"
+    echo "skipped: the machine refused the sanitizer: $refused" >>"$log"
+  elif (( rc == 0 )); then
+    status="ok"
+  elif (( rc == 124 || rc == 137 )) && awk -v t="$took" -v l="$limit" 'BEGIN { exit !(t >= l - 0.5) }'; then
+    status="TIMEOUT"
+    echo "TIMEOUT: stopped after its limit of ${limit}s" >>"$log"
+  else
+    status="FAIL"
+  fi
   echo "exit code: $rc" >>"$log"
-  steps+=("$step"); codes+=("$rc")
-  echo "   exit $rc ($log)" >&2
+  echo "elapsed: ${took}s (limit ${limit}s)" >>"$log"
+  statuses+=("$status"); codes+=("$rc"); seconds+=("$took")
+  echo "   $status, exit $rc, ${took}s ($log)" >&2
 }
 
 sanitizer=""
@@ -46,28 +127,35 @@ elif [[ -x /usr/local/cuda/bin/compute-sanitizer ]]; then
   sanitizer=/usr/local/cuda/bin/compute-sanitizer
 fi
 
-run devices "$STEPBENCH" devices
-run verify "$STEPBENCH" verify
+# Budgets in seconds (sum 345). The benchmark steps come before the sanitizers,
+# so that a slow sanitizer can only cost itself and the steps after it.
+run devices 15 "$STEPBENCH" devices
+run verify 60 "$STEPBENCH" verify
+run sweep 75 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
+  --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl"
+run roofline 10 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 if [[ -n "$sanitizer" ]]; then
-  run memcheck "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify
-  run racecheck "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify
+  # Kernels run 10-100x slower under the sanitizers: smaller models keep them in budget and
+  # still cover both attention paths (3B: head_dim 128, GQA 3:1; 1B: head_dim 64, GQA 4:1);
+  # the plain verify above covers the 8B shapes.
+  run memcheck 55 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
+  run racecheck 40 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
 else
   echo "compute-sanitizer not found on PATH or in /usr/local/cuda/bin: memcheck and racecheck skipped" >"$OUT/sanitizer.log"
 fi
-run sweep "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
-  --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl"
-run roofline "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 
 # HF transformers on the same weights (when torch and transformers are installed): a small random
 # LlamaForCausalLM, greedy tokens and logits compared with stepbench's on cuda and on cpu.
-if python3 -c 'import torch, transformers' >/dev/null 2>&1 && [[ -f "$here/hf-check.py" ]]; then
+if timeout 20 python3 -c 'import torch, transformers' >/dev/null 2>&1 && [[ -f "$here/hf-check.py" ]]; then
   hf="$OUT/hf-model"
-  run hf-make python3 "$here/hf-check.py" make "$hf"
+  run hf-make 25 python3 "$here/hf-check.py" make "$hf"
   for dev in cuda cpu; do
     rm -f "$OUT/correctness-$dev.jsonl"
-    run "correct-$dev" "$STEPBENCH" run --device "$dev" --model-path "$hf" --correctness-test \
-      --prompt-ids "$hf/prompts.txt" --output-len 8 --logits-out "$OUT/correctness-$dev.jsonl"
-    run "hf-vs-$dev" python3 "$here/hf-check.py" compare "$hf/hf.jsonl" "$OUT/correctness-$dev.jsonl"
+    budget=20
+    [[ "$dev" == cpu ]] && budget=25 # the cpu backend is the slower one
+    run "correct-$dev" "$budget" "$STEPBENCH" run --device "$dev" --model-path "$hf" \
+      --correctness-test --prompt-ids "$hf/prompts.txt" --output-len 8 --logits-out "$OUT/correctness-$dev.jsonl"
+    run "hf-vs-$dev" 10 python3 "$here/hf-check.py" compare "$hf/hf.jsonl" "$OUT/correctness-$dev.jsonl"
   done
 else
   echo "torch or transformers not importable: the HF comparison was skipped" >"$OUT/hf-check.log"
@@ -78,8 +166,11 @@ field() { sed -n "s/.*\"$1\": *\([-0-9.eE+]*\).*/\1/p" <<<"$2"; }
 ms() { awk -v s="$1" 'BEGIN { if (s == "") print "-"; else printf "%.3f", s * 1000 }'; }
 
 echo
-echo "step           exit"
-for i in "${!steps[@]}"; do printf '%-14s %4s\n' "${steps[$i]}" "${codes[$i]}"; done
+echo "step           status    exit  seconds  limit"
+for i in "${!steps[@]}"; do
+  printf '%-14s %-8s %5s %8s %6s\n' "${steps[$i]}" "${statuses[$i]}" "${codes[$i]}" "${seconds[$i]}" "${limits[$i]}"
+done
+echo "total          $(elapsed_since "$script_start") s of ${TOTAL_S} s"
 for jsonl in "$OUT/sweep.jsonl"; do
   [[ -s "$jsonl" ]] || continue
   echo
@@ -92,8 +183,10 @@ done
 if [[ -s "$OUT/roofline.log" ]]; then
   echo
   echo "floors (stepbench roofline --gpu h200):"
-  grep -v '^\$ \|^exit code' "$OUT/roofline.log" | head -n 20
+  grep -Ev '^(\$ |exit code|elapsed: |TIMEOUT|NO-TIME)' "$OUT/roofline.log" | head -n 20
 fi
+# A sanitizer the machine refuses (skipped) does not fail the check; a FAIL,
+# a TIMEOUT or a step left without time (NO-TIME) does.
 failed=0
-for rc in "${codes[@]}"; do [[ "$rc" == 0 ]] || failed=1; done
+for s in "${statuses[@]}"; do [[ "$s" == ok || "$s" == skipped ]] || failed=1; done
 exit "$failed"

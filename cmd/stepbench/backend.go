@@ -28,7 +28,7 @@ func (b *backendFlags) register(fs *pflag.FlagSet) {
 
 // registerLibraryFlags adds --nvrtc and --cublas (explicit library paths).
 func registerLibraryFlags(fs *pflag.FlagSet, nvrtcPath, cublasPath *string) {
-	fs.StringVar(nvrtcPath, "nvrtc", "", "path of libnvrtc.so to use (default: $STEPBENCH_NVRTC, the loader path, CUDA_HOME, /usr/local/cuda*, Python wheels)")
+	fs.StringVar(nvrtcPath, "nvrtc", "", "path of libnvrtc.so to use (default: $STEPBENCH_NVRTC, then the folder $STEPBENCH_CUDA_LIBS, else the newest the driver supports of the loader path, CUDA_HOME, /usr/local/cuda*, Python wheels)")
 	fs.StringVar(cublasPath, "cublas", "", "path of libcublas.so to use (default: $STEPBENCH_CUBLAS, then the same search as --nvrtc)")
 }
 

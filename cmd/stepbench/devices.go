@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"stepbench/cuda"
 )
@@ -31,14 +32,22 @@ func devicesCmd(args []string, stdout, stderr io.Writer) error {
 	if count == 0 {
 		return errors.New("no usable GPU: the CUDA driver sees no device")
 	}
-	fmt.Fprintf(stdout, "CUDA driver API %s, %d device(s)\n", cudaVersionString(version), count)
+	fmt.Fprintf(stdout, "CUDA driver API %s, %d device(s), from %s\n", cudaVersionString(version), count, drv.Path())
+	if desc := drv.Emulated(); desc != "" {
+		fmt.Fprintf(stdout, "  EMULATED driver: %s\n", desc)
+		fmt.Fprintln(stdout, "  its devices run kernels on the CPU: their times are not GPU times")
+	}
 	for i := 0; i < count; i++ {
 		p, err := drv.Props(i)
 		if err != nil {
 			return fmt.Errorf("device %d: %w", i, err)
 		}
 		fmt.Fprintf(stdout, "\nGPU %d: %s\n", i, p.Name)
-		fmt.Fprintf(stdout, "  uuid                 %s\n", p.UUID)
+		if p.MIG {
+			fmt.Fprintf(stdout, "  uuid                 %s (a MIG compute instance)\n", p.UUID)
+		} else {
+			fmt.Fprintf(stdout, "  uuid                 %s\n", p.UUID)
+		}
 		fmt.Fprintf(stdout, "  compute capability   %d.%d (kernels compile for sm_%d%d)\n", p.Major, p.Minor, p.Major, p.Minor)
 		fmt.Fprintf(stdout, "  SMs                  %d\n", p.SMCount)
 		fmt.Fprintf(stdout, "  memory               %.2f GB (%d-bit bus)\n", float64(p.TotalMemBytes)/1e9, p.MemBusWidthBits)
@@ -60,19 +69,38 @@ func devicesCmd(args []string, stdout, stderr io.Writer) error {
 			archText = archErr.Error()
 		}
 		fmt.Fprintf(stdout, "NVRTC   %d.%d at %s (archs %s)\n", major, minor, n.Path(), archText)
+		printLibraryChoice(stdout, n.Emulated(), n.Choice())
 	}
 	if b, err := cuda.OpenCublas(cublasPath); err != nil {
 		fmt.Fprintf(stdout, "cuBLAS  not found: %v\n", err)
 		missing = append(missing, fmt.Errorf("cuBLAS: %w", err))
-	} else if v, err := b.Version(); err != nil {
-		fmt.Fprintf(stdout, "cuBLAS  at %s, version unknown: %v\n", b.Path(), err)
 	} else {
-		fmt.Fprintf(stdout, "cuBLAS  %s at %s\n", cublasVersionString(v), b.Path())
+		if v, err := b.Version(); err != nil {
+			fmt.Fprintf(stdout, "cuBLAS  at %s, version unknown: %v\n", b.Path(), err)
+		} else {
+			fmt.Fprintf(stdout, "cuBLAS  %s at %s\n", cublasVersionString(v), b.Path())
+		}
+		printLibraryChoice(stdout, b.Emulated(), b.Choice())
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("no usable GPU: %w", errors.Join(missing...))
 	}
 	return nil
+}
+
+// printLibraryChoice says, under a library's line, whether it is emulated,
+// why it was chosen and which companions were opened with it.
+func printLibraryChoice(w io.Writer, emulated string, c cuda.LibraryChoice) {
+	if emulated != "" {
+		fmt.Fprintf(w, "        EMULATED: %s\n", emulated)
+	}
+	if c.File != "" && c.File != c.Path {
+		fmt.Fprintf(w, "        file %s\n", c.File)
+	}
+	fmt.Fprintf(w, "        chosen from %s: %s\n", c.Source, c.Reason)
+	if len(c.Companions) > 0 {
+		fmt.Fprintf(w, "        opened first from its folder: %s\n", strings.Join(c.Companions, ", "))
+	}
 }
 
 func clockString(kHz int) string {

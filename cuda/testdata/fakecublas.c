@@ -1,9 +1,20 @@
 // A fake libcublas for tests without a GPU: checks that the Go side passes
 // cublasGemmEx's 19 arguments in order and with the right enum values.
+//
+// Variants, chosen with -D when the test builds it:
+//   FAKE_CUBLAS_MAJOR=M  the major version cublasGetProperty reports (default 12; 12.9.3)
+//   FAKE_EMU             exports sbemu_describe, as stepbench's emulated cuBLAS does
 typedef unsigned long long ptr64;
 
+#ifndef FAKE_CUBLAS_MAJOR
+#define FAKE_CUBLAS_MAJOR 12
+#endif
+#ifdef FAKE_EMU
+const char *sbemu_describe(void) { return "fake emulated cuBLAS (test)"; }
+#endif
+
 int cublasGetProperty(int prop, int *v) {
-	static const int version[3] = {12, 9, 3};
+	static const int version[3] = {FAKE_CUBLAS_MAJOR, 9, 3};
 	if (prop < 0 || prop > 2) return 7;
 	*v = version[prop];
 	return 0;

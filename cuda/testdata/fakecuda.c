@@ -1,16 +1,27 @@
 // A fake libcuda.so.1 for tests without a GPU: enough behaviour to check the
 // Go side's symbol lookup, argument passing and error naming. Not NVIDIA code.
+//
+// Variants, chosen with -D when the test builds it:
+//   FAKE_DRIVER_VERSION=N  what cuDriverGetVersion reports (default 12040)
+//   FAKE_NO_V1             no cuDeviceGetUuid / cuEventElapsedTime (CUDA 13 may drop them)
+//   FAKE_NO_V2             no cuDeviceGetUuid_v2 / cuEventElapsedTime_v2 (drivers before 11.4 / 12.8)
+//   FAKE_MIG               the device is a MIG instance: the v1 UUID (the GPU's) differs from v2's
+//   FAKE_EMU               exports sbemu_describe, as stepbench's emulated driver does
 #include <string.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
+
+#ifndef FAKE_DRIVER_VERSION
+#define FAKE_DRIVER_VERSION 12040
+#endif
 
 #define STUB(name) CUresult name(void) { return 0; }
 
 static const char *names[] = {"CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMORY"};
 
 CUresult cuInit(unsigned int flags) { return flags == 0 ? 0 : 1; }
-CUresult cuDriverGetVersion(int *v) { *v = 12040; return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = FAKE_DRIVER_VERSION; return 0; }
 CUresult cuGetErrorName(CUresult code, const char **name) {
 	if (code < 0 || code > 2) return 1;
 	*name = names[code];
@@ -19,10 +30,30 @@ CUresult cuGetErrorName(CUresult code, const char **name) {
 CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
 CUresult cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal == 0 ? 0 : 1; }
 CUresult cuDeviceGetName(char *name, int len, int dev) { strncpy(name, "Fake GPU", len); return 0; }
-CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev) {
+
+// The instance's (or, without MIG, the GPU's) UUID: bytes 0x00, 0x11, ..., 0xff.
+static void instance_uuid(unsigned char *uuid) {
 	for (int i = 0; i < 16; i++) uuid[i] = (unsigned char)(i * 17);
+}
+#ifndef FAKE_NO_V2
+CUresult cuDeviceGetUuid_v2(unsigned char *uuid, int dev) { instance_uuid(uuid); return 0; }
+// Elapsed times differ by name so that the test sees which one was called.
+CUresult cuEventElapsedTime_v2(float *ms, void *start, void *end) { *ms = 2.0f; return 0; }
+#endif
+#ifndef FAKE_NO_V1
+CUresult cuDeviceGetUuid(unsigned char *uuid, int dev) {
+	instance_uuid(uuid);
+#ifdef FAKE_MIG
+	uuid[15] = 0x01; // the whole GPU's UUID, not the instance's
+#endif
 	return 0;
 }
+CUresult cuEventElapsedTime(float *ms, void *start, void *end) { *ms = 1.0f; return 0; }
+#endif
+#ifdef FAKE_EMU
+const char *sbemu_describe(void) { return "fake emulated CUDA driver (test)"; }
+#endif
+
 CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) { *bytes = (size_t)80 << 30; return 0; }
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
 	switch (attr) {
@@ -53,11 +84,11 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
 	return 0;
 }
 
-STUB(cuDeviceGetUuid) STUB(cuDevicePrimaryCtxRetain) STUB(cuDevicePrimaryCtxRelease_v2) STUB(cuCtxSetCurrent)
+STUB(cuDevicePrimaryCtxRetain) STUB(cuDevicePrimaryCtxRelease_v2) STUB(cuCtxSetCurrent)
 STUB(cuMemGetInfo_v2) STUB(cuMemFree_v2) STUB(cuMemAllocHost_v2) STUB(cuMemFreeHost) STUB(cuStreamCreate)
 STUB(cuStreamSynchronize) STUB(cuStreamDestroy_v2) STUB(cuMemcpyHtoDAsync_v2) STUB(cuMemcpyDtoHAsync_v2)
 STUB(cuMemcpyDtoDAsync_v2) STUB(cuMemsetD8Async) STUB(cuMemsetD16Async) STUB(cuMemsetD32Async) STUB(cuEventCreate)
-STUB(cuEventRecord) STUB(cuEventSynchronize) STUB(cuEventDestroy_v2) STUB(cuEventElapsedTime) STUB(cuModuleLoadData)
+STUB(cuEventRecord) STUB(cuEventSynchronize) STUB(cuEventDestroy_v2) STUB(cuModuleLoadData)
 STUB(cuModuleGetFunction) STUB(cuModuleUnload) STUB(cuFuncSetAttribute) STUB(cuFuncGetAttribute)
 STUB(cuStreamBeginCapture_v2) STUB(cuStreamEndCapture) STUB(cuGraphInstantiateWithFlags) STUB(cuGraphDestroy)
 STUB(cuGraphLaunch) STUB(cuGraphExecDestroy)
