@@ -28,7 +28,10 @@ type Report struct {
 // Environment is the machine a report was measured on. Every field is
 // optional: the CPU backend has no GPU, and NVML may be missing.
 type Environment struct {
-	Backend           string  `json:"backend,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	// Emulated describes the emulated CUDA device (cuda/emu) when it ran the
+	// kernels: then every time is the CPU's emulation, not a GPU time.
+	Emulated          string  `json:"emulated,omitempty"`
 	GPUName           string  `json:"gpu_name,omitempty"`
 	GPUUUID           string  `json:"gpu_uuid,omitempty"`
 	ComputeCapability string  `json:"compute_capability,omitempty"` // e.g. "9.0"

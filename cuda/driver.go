@@ -102,6 +102,9 @@ type Driver struct {
 	lib      *library
 	api      driverAPI
 	emulated string
+	// errorDetail and nameAllocation are the emulated driver's
+	// sbemu_error_detail and sbemu_name_allocation (nil for a real driver).
+	errorDetail, nameAllocation unsafe.Pointer
 }
 
 // driverSoname is the driver's ABI-stable name, installed with the kernel module.
@@ -134,6 +137,8 @@ func openDriverAt(path string) (*Driver, error) {
 		return nil, fmt.Errorf("CUDA driver: %w", err)
 	}
 	d.emulated = lib.describeEmulator()
+	d.errorDetail = lib.symbol("sbemu_error_detail")
+	d.nameAllocation = lib.symbol("sbemu_name_allocation")
 	if err := d.check(C.sb_cuInit(d.api.cuInit, 0), "cuInit(0)"); err != nil {
 		lib.close()
 		return nil, err
@@ -189,7 +194,13 @@ func (d *Driver) check(code C.CUresult, call string, args ...any) error {
 	if len(args) > 0 {
 		call = fmt.Sprintf(call, args...)
 	}
-	return &Error{Call: call, Code: int(code), Name: d.errorName(code)}
+	e := &Error{Call: call, Code: int(code), Name: d.errorName(code)}
+	if d.errorDetail != nil {
+		if text := C.sb_error_detail(d.errorDetail, C.int(code)); text != nil {
+			e.Detail = C.GoString(text)
+		}
+	}
+	return e
 }
 
 // Version returns the driver's CUDA version, e.g. 13000 for 13.0.

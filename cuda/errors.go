@@ -1,15 +1,41 @@
 package cuda
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // Error is a failed call into the driver, NVRTC or cuBLAS.
 type Error struct {
 	Call string // the function and its key arguments, e.g. "cuMemAlloc_v2(1024 bytes)"
 	Code int    // the library's numeric status
 	Name string // the library's name for Code, e.g. "CUDA_ERROR_OUT_OF_MEMORY"
+	// Detail is what the emulated driver knows about the failure (the
+	// allocation, byte offset, block and thread of a fault; the call sites of
+	// a barrier divergence); always empty with a real driver.
+	Detail string
 }
 
-func (e *Error) Error() string { return e.Call + ": " + e.Name }
+// stickyCodes are the CUresults after which a context is unusable: every
+// later call fails with the same code until the context is destroyed.
+var stickyCodes = map[int]bool{700: true, 702: true, 710: true, 714: true, 715: true, 716: true, 717: true, 718: true, 719: true}
+
+// Sticky reports whether e left its context unusable (a faulting kernel).
+func (e *Error) Sticky() bool { return stickyCodes[e.Code] && strings.HasPrefix(e.Name, "CUDA_ERROR_") }
+
+// IsSticky reports whether err wraps a sticky CUDA error.
+func IsSticky(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Sticky()
+}
+
+func (e *Error) Error() string {
+	if e.Detail != "" {
+		return e.Call + ": " + e.Name + " (emulated device: " + e.Detail + ")"
+	}
+	return e.Call + ": " + e.Name
+}
 
 // cublasStatusNames maps cublasStatus_t values to their names; cuBLAS has no
 // function for this that works without a handle on every version.

@@ -144,7 +144,10 @@ func TestEventTiming(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer end.Destroy()
-	const bytes = 256 << 20
+	bytes := 256 << 20
+	if g.drv.Emulated() != "" {
+		bytes = 16 << 20 // host memory: keep the test short
+	}
 	p := g.alloc(t, bytes)
 	if err := start.Record(g.stream); err != nil {
 		t.Fatal(err)
@@ -164,11 +167,12 @@ func TestEventTiming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 1 GiB of writes: well above event resolution, well below a second.
-	if ms <= 0.01 || ms > 1000 {
+	// 1 GiB of writes: well above event resolution, well below a second
+	// on any GPU (the emulated device's times are the CPU's: no bound).
+	if ms <= 0 || (g.drv.Emulated() == "" && (ms <= 0.01 || ms > 1000)) {
 		t.Errorf("ElapsedMs = %v, want (0.01, 1000]", ms)
 	}
-	t.Logf("1 GiB memset in %.3f ms (%.0f GB/s)", ms, 4*bytes/float64(ms)/1e6)
+	t.Logf("%d MiB memset in %.3f ms (%.1f GB/s)", 4*bytes>>20, ms, 4*float64(bytes)/float64(ms)/1e6)
 }
 
 // loadAddOne compiles add_one for the device and loads it.
@@ -213,7 +217,8 @@ func TestModuleLaunch(t *testing.T) {
 	g := newGPUEnv(t)
 	f := loadAddOne(t, g)
 	regs, local, shared, err := f.Attributes()
-	if err != nil || regs <= 0 || local < 0 || shared < 0 {
+	// The emulated device does not model registers: it reports 0.
+	if err != nil || (regs <= 0 && g.drv.Emulated() == "") || local < 0 || shared < 0 {
 		t.Errorf("Attributes = %d regs, %d local, %d shared, %v", regs, local, shared, err)
 	}
 	if err := f.SetMaxDynamicShared(64 << 10); err != nil {

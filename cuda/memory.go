@@ -1,5 +1,6 @@
 package cuda
 
+// #include <stdlib.h>
 // #include "shim.h"
 import "C"
 
@@ -58,6 +59,19 @@ func (c *Context) Free(p DevPtr) error {
 	}
 	d := c.drv
 	return d.check(C.sb_cuMemFree(d.api.cuMemFree, C.CUdeviceptr(p)), "cuMemFree_v2(%#x)", uint64(p))
+}
+
+// NameAllocation labels the allocation at p for the emulated device's fault
+// messages ("illegal read ... of allocation #12 'kv cache'"); a real driver
+// has no such call and this does nothing.
+func (c *Context) NameAllocation(p DevPtr, name string) {
+	d := c.drv
+	if d.nameAllocation == nil || p == 0 {
+		return
+	}
+	cName := C.CString(name)
+	defer C.free(unsafe.Pointer(cName))
+	C.sb_name_allocation(d.nameAllocation, C.CUdeviceptr(p), cName)
 }
 
 // HostBuf is page-locked host memory (cuMemAllocHost_v2): copies from and to

@@ -33,6 +33,10 @@ const char *sb_dlpath(void *handle) {
 }
 
 const char *sb_describe(void *fn) { return ((const char *(*)(void))fn)(); }
+const char *sb_error_detail(void *fn, int code) { return ((const char *(*)(int))fn)(code); }
+void sb_name_allocation(void *fn, CUdeviceptr ptr, const char *name) {
+	((void (*)(CUdeviceptr, const char *))fn)(ptr, name);
+}
 
 // Driver API.
 CUresult sb_cuInit(void *fn, unsigned int flags) { return ((CUresult(*)(unsigned int))fn)(flags); }

@@ -36,6 +36,11 @@ const char *sb_dlpath(void *handle);
 
 // sbemu_describe, exported only by stepbench's emulated CUDA libraries.
 const char *sb_describe(void *fn);
+// sbemu_error_detail(code): the emulated driver's message for the calling
+// thread's last failure with that code ("" when it has none).
+const char *sb_error_detail(void *fn, int code);
+// sbemu_name_allocation(ptr, name): labels an allocation for the emulator's messages.
+void sb_name_allocation(void *fn, CUdeviceptr ptr, const char *name);
 
 // CUDA driver trampolines: fn is the dlsym'd symbol named in the comment.
 CUresult sb_cuInit(void *fn, unsigned int flags);

@@ -52,6 +52,7 @@ type Verifier struct {
 	err     error // first cuda error of the current check (sticky until read)
 	results []CheckResult
 	only    []string // kernels to check (Only); empty: all
+	dead    error    // a sticky CUDA error: the context is unusable, no more checks run
 }
 
 // NewVerifier makes a verifier drawing its inputs from seed.
@@ -91,12 +92,14 @@ func (v *Verifier) VerifyAll(models []ModelShape) []CheckResult {
 	}
 	if v.wants("attention") {
 		for _, a := range attentionShapes(models) {
-			v.verifyAttention(a)
+			if v.dead == nil {
+				v.verifyAttention(a)
+			}
 		}
 	}
 	if v.wants("decode_graph") {
 		for _, m := range models {
-			if supportedHeadDim(m.HeadDim) {
+			if supportedHeadDim(m.HeadDim) && v.dead == nil {
 				v.verifyDecodeGraph(m)
 			}
 		}
@@ -107,8 +110,15 @@ func (v *Verifier) VerifyAll(models []ModelShape) []CheckResult {
 	if v.wants("fill_dummy") {
 		v.verifyFillDummy()
 	}
+	if v.dead != nil {
+		v.results = append(v.results, CheckResult{Check: "remaining checks", Err: ErrContextLost})
+	}
 	return v.results
 }
+
+// ErrContextLost marks the checks not run after a sticky CUDA error (a
+// faulting kernel leaves the context unusable).
+var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA context unusable")
 
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
 // covers decode and prefill) and decode_graph for the replayed decode step.
@@ -175,7 +185,16 @@ func (v *Verifier) record(check, shape string, relErr float64, exact bool, cmpEr
 	if err == nil {
 		err = cmpErr
 	}
+	if v.dead != nil { // the context is gone: nothing more to report or free
+		v.allocs = nil
+		return
+	}
 	v.results = append(v.results, CheckResult{Check: check, Shape: shape, RelErr: relErr, Exact: exact, Err: err})
+	if cuda.IsSticky(err) {
+		v.dead = err
+		v.allocs = nil // frees would fail with the same error
+		return
+	}
 	// Each check's memory is its own: free it now (errors of frees count too).
 	if freeErr := v.Close(); freeErr != nil && err == nil {
 		v.results[len(v.results)-1].Err = freeErr

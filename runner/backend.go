@@ -109,3 +109,16 @@ type Backend interface {
 type AttentionReserver interface {
 	ReserveAttention(s AttnShape) error
 }
+
+// BufferNamer is implemented by backends that can label a buffer for their
+// own diagnostics: the emulated CUDA device names it in fault messages.
+type BufferNamer interface {
+	NameBuffer(b Buffer, name string)
+}
+
+// nameBuffer labels b when be can.
+func nameBuffer(be Backend, b Buffer, name string) {
+	if n, ok := be.(BufferNamer); ok && b != nil {
+		n.NameBuffer(b, name)
+	}
+}

@@ -119,6 +119,9 @@ type CUDAInfo struct {
 	KernelArch          int // sm_XY the kernels were compiled for
 	KernelsFromDisk     bool
 	CublasWorkspaceSize int
+	// Emulated describes the emulated CUDA device when that is what runs the
+	// kernels (cuda/emu: times are not GPU times); "" on a GPU.
+	Emulated string
 }
 
 // CUDA runs every op on one GPU: kernels from package kernels on one stream,
@@ -198,6 +201,10 @@ func NewCUDA(opts CUDAOptions) (*CUDA, error) {
 	if c.info.CublasVersion, err = c.blas.Version(); err != nil {
 		return nil, fmt.Errorf("cuda backend: cuBLAS: %w", err)
 	}
+	if err := sameKind(c.drv.Emulated(), c.nvrtc.Emulated(), c.blas.Emulated()); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	c.info.Emulated = c.drv.Emulated()
 
 	dev := c.info.Device
 	arch := dev.Major*10 + dev.Minor
@@ -240,6 +247,23 @@ func NewCUDA(opts CUDAOptions) (*CUDA, error) {
 	}
 	c.info.GraphsEnabled = !opts.DisableGraphs
 	return c, nil
+}
+
+// sameKind refuses a mix of the emulated device's libraries with real ones
+// (an emulated cubin does not load on a GPU, nor a real one on the
+// emulator); the arguments are each library's Emulated() description.
+func sameKind(driver, nvrtc, cublas string) error {
+	if (driver == "") == (nvrtc == "") && (driver == "") == (cublas == "") {
+		return nil
+	}
+	kind := func(emulated string) string {
+		if emulated == "" {
+			return "real"
+		}
+		return "emulated"
+	}
+	return fmt.Errorf("the CUDA driver is %s but NVRTC is %s and cuBLAS %s: take all three from one place (STEPBENCH_CUDA_LIBS=DIR)",
+		kind(driver), kind(nvrtc), kind(cublas))
 }
 
 // Info describes the device and libraries the backend uses.
@@ -294,6 +318,13 @@ func (c *CUDA) Alloc(dt DType, n int) (Buffer, error) {
 		return nil, fmt.Errorf("alloc %d %s: %w", n, dt, err)
 	}
 	return &cudaBuffer{ptr: p, dt: dt, n: n}, nil
+}
+
+// NameBuffer labels b for the emulated device's fault messages (a no-op on a GPU).
+func (c *CUDA) NameBuffer(b Buffer, name string) {
+	if cb, ok := b.(*cudaBuffer); ok && cb.ptr != 0 {
+		c.ctx.NameAllocation(cb.ptr, name)
+	}
 }
 
 // Free releases a buffer's device memory.
@@ -506,9 +537,23 @@ func (c *CUDA) Linear(out, x, w Buffer, m, n, k int) error {
 		return o.err
 	}
 	if err := c.handle.GemmBF16(true, false, n, m, k, 1, pW, k, pX, k, 0, pOut, n); err != nil {
-		return fmt.Errorf("linear: %w", err)
+		return fmt.Errorf("linear: %w", c.rootCause(err))
 	}
 	return nil
+}
+
+// rootCause adds the stream's sticky error to a library call's failure:
+// after a faulting kernel, cuBLAS only says CUBLAS_STATUS_EXECUTION_FAILED,
+// and the fault is what the user needs to see. (No sync while capturing:
+// it would invalidate the capture.)
+func (c *CUDA) rootCause(err error) error {
+	if c.capturing {
+		return err
+	}
+	if syncErr := c.stream.Sync(); syncErr != nil && cuda.IsSticky(syncErr) {
+		return fmt.Errorf("%w, after an earlier kernel fault: %w", err, syncErr)
+	}
+	return err
 }
 
 func kernelShape(s AttnShape) kernels.AttnShape { return kernels.AttnShape(s) }
@@ -853,13 +898,17 @@ func relErrF32(got, want []float32) float64 {
 	return math.Sqrt(diff / norm)
 }
 
-// VerifyKernels runs every kernel against its kernels/ref twin at the given
+// VerifyKernels runs every kernel (or those named in only, see
+// kernels.VerifyKernelNames) against its kernels/ref twin at the given
 // model shapes on this backend's device (see kernels.Verifier).
-func (c *CUDA) VerifyKernels(models []kernels.ModelShape, seed uint64) ([]kernels.CheckResult, error) {
+func (c *CUDA) VerifyKernels(models []kernels.ModelShape, seed uint64, only ...string) ([]kernels.CheckResult, error) {
 	if err := c.notCapturing("verify kernels"); err != nil {
 		return nil, err
 	}
 	v := kernels.NewVerifier(c.ctx, c.stream, c.set, seed)
+	if err := v.Only(only...); err != nil {
+		return nil, err
+	}
 	results := v.VerifyAll(models)
 	if err := v.Close(); err != nil {
 		return results, fmt.Errorf("verify kernels: %w", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"stepbench/cuda"
+	"stepbench/cuda/emutest"
 )
 
 type fakeStep struct {
@@ -173,14 +174,13 @@ func TestCUDAOperandChecks(t *testing.T) {
 }
 
 // TestCUDAMatchesCPU runs llama-tiny end to end on the GPU (decode from a
-// captured graph, then eager) against the cpu backend. It skips without a GPU.
+// captured graph, then eager) against the cpu backend; without a GPU, on the
+// emulated device.
 func TestCUDAMatchesCPU(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if drv, err := cuda.OpenDriver(); err != nil {
-		t.Skipf("no GPU: %v", err)
-	} else if n, err := drv.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no GPU: %d devices, %v", n, err)
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
 	}
 	cfg, err := Preset("llama-tiny")
 	if err != nil {
@@ -203,6 +203,27 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			if r.MaxLogitsRelErr > 2e-2 || !r.TokensMatch() {
 				t.Errorf("graphs disabled=%v prompt %d: logits rel err %.3g, tokens %v, cpu %v", disable, i, r.MaxLogitsRelErr, r.Tokens, r.RefTokens)
 			}
+		}
+	}
+}
+
+func TestSameKindRefusesAMixOfEmulatedAndRealLibraries(t *testing.T) {
+	for _, tt := range []struct {
+		driver, nvrtc, cublas string
+		ok                    bool
+	}{
+		{"", "", "", true},
+		{"emu", "emu", "emu", true},
+		{"emu", "", "emu", false},
+		{"", "emu", "", false},
+		{"", "", "emu", false},
+	} {
+		err := sameKind(tt.driver, tt.nvrtc, tt.cublas)
+		if (err == nil) != tt.ok {
+			t.Errorf("sameKind(%q, %q, %q) = %v, want ok=%v", tt.driver, tt.nvrtc, tt.cublas, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "STEPBENCH_CUDA_LIBS") {
+			t.Errorf("error does not say how to fix it: %v", err)
 		}
 	}
 }

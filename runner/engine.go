@@ -111,7 +111,9 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 		}
 		if *dst, err = e.be.Alloc(dt, n); err != nil {
 			err = fmt.Errorf("allocate %s (%d %s): %w", what, n, dt, err)
+			return
 		}
+		nameBuffer(e.be, *dst, what)
 	}
 	a := &e.act
 	alloc(&a.x, BF16, tokens*h, "residual")

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"strings"
 
 	"stepbench/kernels/ref"
 )
@@ -61,6 +62,11 @@ func LoadWeights(be Backend, cfg Config, src WeightSource, progress func(done, t
 			return nil, fmt.Errorf("allocate %s (%d bf16): %w", parts[0].name, n, err)
 		}
 		w.owned = append(w.owned, b)
+		names := make([]string, len(parts))
+		for i, p := range parts {
+			names[i] = p.name
+		}
+		nameBuffer(be, b, strings.Join(names, " + "))
 		for _, p := range parts {
 			if err := fillPart(be, b, p, src); err != nil {
 				return nil, err

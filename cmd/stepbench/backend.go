@@ -78,10 +78,16 @@ func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, s
 			mode = "eager launches (--disable-cuda-graph)"
 		}
 		fmt.Fprintf(stderr, "stepbench: %s (sm_%d%d), decode steps as %s\n", info.Device.Name, info.Device.Major, info.Device.Minor, mode)
+		if info.Emulated != "" {
+			fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+		}
 		return be, cudaEnvironment(info), nil
 	}
 	return nil, bench.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
 }
+
+// emulatedNote is printed with every output made on the emulated device.
+const emulatedNote = "note: the emulated CUDA device ran this (cuda/emu, STEPBENCH_CUDA_LIBS): its times and telemetry are the CPU's, not GPU times"
 
 // cudaEnvironment is what a report says about the GPU and its libraries.
 // The NVIDIA driver's own version string comes from NVML, not from here.
@@ -89,6 +95,7 @@ func cudaEnvironment(info runner.CUDAInfo) bench.Environment {
 	env := hostEnvironment("cuda")
 	d := info.Device
 	env.GPUName, env.GPUUUID = d.Name, d.UUID
+	env.Emulated = info.Emulated
 	env.ComputeCapability = fmt.Sprintf("%d.%d", d.Major, d.Minor)
 	env.CUDAVersion = cudaVersionString(info.DriverVersion)
 	env.NVRTCVersion = fmt.Sprintf("%d.%d", info.NVRTCMajor, info.NVRTCMinor)

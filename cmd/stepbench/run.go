@@ -184,6 +184,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(shapes) > 0 {
 		fmt.Fprintln(textOut)
+		if env.Emulated != "" {
+			fmt.Fprintln(textOut, emulatedNote)
+		}
 		if gpu != nil {
 			fmt.Fprintf(textOut, "summary (floors: %s datasheet peaks, %s)\n", gpu.Description, "derived by the cost model")
 		} else {

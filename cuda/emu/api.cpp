@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -579,8 +580,13 @@ CUresult Memset(const char *call, CUdeviceptr dst, unsigned value, int width, si
     if (dst % (uint64_t)width != 0) return Err(kInvalidValue, std::string(call) + ": destination not aligned");
     if (int rc = CheckDevRange(dst, count * width, call)) return rc;
     Submit(s, Op{call, [dst, value, width, count] {
-                     auto *p = reinterpret_cast<unsigned char *>(dst);
-                     for (size_t i = 0; i < count; i++) memcpy(p + i * width, &value, width);
+                     if (width == 1) {
+                         memset(reinterpret_cast<void *>(dst), (int)value, count);
+                     } else if (width == 2) {
+                         std::fill_n(reinterpret_cast<uint16_t *>(dst), count, (uint16_t)value);
+                     } else {
+                         std::fill_n(reinterpret_cast<uint32_t *>(dst), count, (uint32_t)value);
+                     }
                      return Result::Ok();
                  }});
     return kSuccess;

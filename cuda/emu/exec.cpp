@@ -591,7 +591,9 @@ Result FaultResult(Worker &w) {
                         D().memory.Label(a) + ArgumentsInto(l, a);
     if (a.freed) {
         where += ", which was freed";
-    } else if (off >= (long long)a.size) {
+    } else if (off == (long long)a.size) {
+        where += ", just past its end";
+    } else if (off > (long long)a.size) {
         where += ", " + std::to_string(off - (long long)a.size) + " bytes past its end";
     } else if (off < 0) {
         where += ", " + std::to_string(-off) + " bytes before its start";

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"stepbench/cuda/emutest"
+	"stepbench/kernels"
+)
+
+// The tests of this file run stepbench end to end on the emulated CUDA
+// device (cuda/emu): the cuda backend's real code, kernels, graphs, cuBLAS
+// calls and NVML reads, on the CPU. They are what proves the GPU path runs
+// before a GPU is ever lent.
+
+// emuCacheHome is the user cache directory the emulated runs share, so the
+// kernels are compiled once per test process (TestMain makes and removes it).
+var emuCacheHome string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "stepbench-cmd-test-cache")
+	if err != nil {
+		panic(err)
+	}
+	emuCacheHome = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// onEmulator makes the test use the emulated device, with a cubin and
+// calibration cache of the tests' own, on this goroutine's OS thread (CUDA's
+// threading rule).
+func onEmulator(t *testing.T) {
+	t.Helper()
+	emutest.Use(t)
+	t.Setenv("XDG_CACHE_HOME", emuCacheHome)
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+}
+
+func mustRun(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	code, stdout, stderr := run(t, args...)
+	if code != 0 {
+		t.Fatalf("stepbench %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, stdout, stderr)
+	}
+	return stdout, stderr
+}
+
+func TestEmulatedDevices(t *testing.T) {
+	onEmulator(t)
+	stdout, _ := mustRun(t, "devices")
+	for _, want := range []string{"stepbench emulated GPU", "emulated", "compute capability   9.0"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("devices output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestEmulatedRunGraphsAndEager(t *testing.T) {
+	onEmulator(t)
+	for _, eager := range []bool{false, true} {
+		dir := t.TempDir()
+		native := filepath.Join(dir, "n.json")
+		// 70 decode positions cross a 64-key split of decode attention: the
+		// captured graph replays at every one of them.
+		args := []string{"run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "1,2", "--input-len", "16",
+			"--output-len", "72", "--num-iters", "1", "--num-iters-warmup", "0", "--json-out", native}
+		if eager {
+			args = append(args, "--disable-cuda-graph")
+		}
+		stdout, stderr := mustRun(t, args...)
+		for _, want := range []string{"Decode 0. Batch size: 2", "summary", "power_W"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("eager=%v: stdout lacks %q:\n%s", eager, want, stdout)
+			}
+		}
+		if !strings.Contains(stdout+stderr, "not GPU times") {
+			t.Errorf("eager=%v: no line saying emulated times are not GPU times:\n%s\n%s", eager, stdout, stderr)
+		}
+		var rep map[string]any
+		data, err := os.ReadFile(native)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &rep); err != nil {
+			t.Fatalf("native JSON: %v", err)
+		}
+		if !strings.Contains(string(data), "emulated") {
+			t.Errorf("eager=%v: the native report's environment does not say emulated", eager)
+		}
+	}
+}
+
+// correctnessRun generates greedily on device and returns the generated ids
+// and first-step logits of each prompt (from --logits-out).
+func correctnessRun(t *testing.T, device, prompts string) []correctnessRecord {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), device+".jsonl")
+	mustRun(t, "run", "--device", device, "--model", "llama-tiny", "--correctness-test", "--prompt-ids", prompts,
+		"--output-len", "8", "--logits-out", out)
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var recs []correctnessRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var r correctnessRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+func TestEmulatedCorrectnessEqualsCPU(t *testing.T) {
+	onEmulator(t)
+	prompts := filepath.Join(t.TempDir(), "prompts.txt")
+	if err := os.WriteFile(prompts, []byte("1 2 3 4 5 6 7 8\n42\n100 200 300 400 500 600 700 800 900 1000 1100 1200 1300\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gpu, cpu := correctnessRun(t, "cuda", prompts), correctnessRun(t, "cpu", prompts)
+	if len(gpu) != 3 || len(cpu) != 3 {
+		t.Fatalf("%d cuda and %d cpu records, want 3 each", len(gpu), len(cpu))
+	}
+	for i := range gpu {
+		if !equalIDs(gpu[i].Generated, cpu[i].Generated) {
+			t.Errorf("prompt %d: cuda generated %v, cpu %v", i+1, gpu[i].Generated, cpu[i].Generated)
+		}
+		for step := range gpu[i].Logits {
+			if rel := relErr(gpu[i].Logits[step], cpu[i].Logits[step]); rel > 2e-2 {
+				t.Errorf("prompt %d step %d: logits rel err %.3g > 2e-2", i+1, step, rel)
+			}
+		}
+	}
+}
+
+func equalIDs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func relErr(got, want []float32) float64 {
+	var d, n float64
+	for i := range want {
+		g, w := float64(got[i]), float64(want[i])
+		d += (g - w) * (g - w)
+		n += w * w
+	}
+	if n == 0 || math.IsNaN(d) {
+		return math.Inf(1)
+	}
+	return math.Sqrt(d / n)
+}
+
+func TestEmulatedVerify(t *testing.T) {
+	onEmulator(t)
+	stdout, _ := mustRun(t, "verify", "--model", "llama-tiny")
+	if !strings.Contains(stdout, "checks passed") {
+		t.Errorf("verify output:\n%s", stdout)
+	}
+}
+
+func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
+	onEmulator(t)
+	stdout, _ := mustRun(t, "run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "2", "--input-len", "16",
+		"--output-len", "4", "--num-iters", "1", "--breakdown", "--disable-cuda-graph")
+	for _, want := range []string{"prefill breakdown", "decode breakdown", "attention", "lm_head"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("breakdown lacks %q:\n%s", want, stdout)
+		}
+	}
+	stdout, _ = mustRun(t, "kernel", "attention", "--model", "llama-tiny", "--input-len", "32", "--min-samples", "3",
+		"--max-samples", "5", "--timeout", "10s")
+	if !strings.Contains(stdout, "attention") {
+		t.Errorf("kernel output:\n%s", stdout)
+	}
+	mustRun(t, "calibrate", "--copy-mib", "4", "--gemm-size", "128", "--repeats", "3")
+	// A/B of the embedded kernels against an identical copy on disk.
+	dir := t.TempDir()
+	srcs, err := kernels.Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range srcs {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, _ = mustRun(t, "ab", "--model", "llama-tiny", "--batch-size", "1", "--input-len", "16", "--output-len", "4",
+		"--num-iters", "4", "--kernels-dir", dir)
+	if !strings.Contains(stdout, "prefill") {
+		t.Errorf("ab output:\n%s", stdout)
+	}
+}
+
+// TestEmulatedFaultKeepsFinishedShapes seeds a fault that fires only at
+// batch 2 (an embedding copy one vector past the end of its output): the
+// run must stop with the CUDA error named and keep batch 1's results.
+func TestEmulatedFaultKeepsFinishedShapes(t *testing.T) {
+	onEmulator(t)
+	srcs, err := kernels.Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const old = "for (int i = threadIdx.x; i < vecs; i += blockDim.x) out[dst + i] = table[src + i];"
+	if !strings.Contains(srcs["copy.cu"], old) {
+		t.Fatal("copy.cu changed: update the seeded fault")
+	}
+	srcs["copy.cu"] = strings.Replace(srcs["copy.cu"], old,
+		"for (int i = threadIdx.x; i < vecs + (tokens > 16 ? 1 : 0); i += blockDim.x) out[dst + i] = table[src + i];", 1)
+	dir := t.TempDir()
+	for name, text := range srcs {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := t.TempDir()
+	jsonl, native := filepath.Join(out, "r.jsonl"), filepath.Join(out, "n.json")
+	code, stdout, stderr := run(t, "run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "1,2",
+		"--input-len", "16", "--output-len", "4", "--num-iters", "1", "--kernels-dir", dir,
+		"--result-filename", jsonl, "--json-out", native)
+	if code == 0 {
+		t.Fatalf("the faulting run exited 0\n%s\n%s", stdout, stderr)
+	}
+	for _, want := range []string{"CUDA_ERROR_ILLEGAL_ADDRESS", "embed", "past its end"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	data, err := os.ReadFile(jsonl)
+	if err != nil {
+		t.Fatalf("batch 1's JSONL record is lost: %v", err)
+	}
+	if n := strings.Count(strings.TrimSpace(string(data)), "\n") + 1; n != 1 || !strings.Contains(string(data), `"batch_size": 1`) && !strings.Contains(string(data), `"batch_size":1`) {
+		t.Errorf("JSONL after the fault:\n%s", data)
+	}
+	var rep map[string]any
+	data, err = os.ReadFile(native)
+	if err != nil {
+		t.Fatalf("native report lost: %v", err)
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("native report is not valid JSON: %v", err)
+	}
+}
