@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -41,6 +42,12 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	op := positional[0]
+	if !slices.Contains(bench.KernelOps(), op) {
+		return usagef("unknown op %q (ops: %s)", op, joinNames(bench.KernelOps()))
+	}
+	if err := checkKernelsDir(backend.kernelsDir); err != nil {
+		return err
+	}
 	if *format != "table" && *format != "gobench" {
 		return usagef("--format: %q is not table or gobench", *format)
 	}
@@ -126,7 +133,7 @@ func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) (
 	fs.SetInterspersed(true)
 	out := fs.Output()
 	fs.SetOutput(io.Discard) // one error line, not the whole usage
-	err := fs.Parse(args)
+	err := fs.Parse(joinListValues(fs, args))
 	fs.SetOutput(out)
 	if errors.Is(err, pflag.ErrHelp) {
 		fmt.Fprintf(out, "usage of %s %s:\n", fs.Name(), names)

@@ -37,8 +37,10 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	type shapeOut struct {
-		Batch, InputLen, OutputLen int
-		Floors                     bench.StepFloors
+		Batch     int              `json:"batch_size"`
+		InputLen  int              `json:"input_len"`
+		OutputLen int              `json:"output_len"`
+		Floors    bench.StepFloors `json:"floors"`
 	}
 	var shapes []shapeOut
 	for _, b := range sh.batch {

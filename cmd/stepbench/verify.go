@@ -37,6 +37,9 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkKernelsDir(flags.kernelsDir); err != nil {
+		return err
+	}
 	if _, err := cuda.OpenDriver(); err != nil {
 		return fmt.Errorf("no usable GPU: %w", err)
 	}
