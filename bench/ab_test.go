@@ -77,7 +77,7 @@ func TestRunABInterleavesAndDetects(t *testing.T) {
 			pair := ABTarget{A: &abArm{name: "A", device: device, slowdown: tc.slowdownA},
 				B: &abArm{name: "B", device: device, slowdown: 1}}
 			opt := abOptions(device)
-			opt.NumIters, opt.Adaptive = 0, DefaultAdaptive // adaptive, on the virtual clock
+			opt.NumIters, opt.Adaptive = 0, DefaultAdaptive() // adaptive, on the virtual clock
 			baseline, candidate, err := RunAB(pair, opt)
 			if err != nil {
 				t.Fatal(err)
@@ -86,7 +86,7 @@ func TestRunABInterleavesAndDetects(t *testing.T) {
 				t.Fatalf("got %d baseline and %d candidate shapes", len(baseline), len(candidate))
 			}
 			for _, s := range candidate {
-				if s.StopReason != StopTargetNoise || len(s.Iterations) < DefaultAdaptive.MinIters {
+				if s.StopReason != StopTargetNoise || len(s.Iterations) < DefaultAdaptive().MinIters {
 					t.Errorf("batch %d: stopped by %s after %d iterations, want target_noise", s.Batch, s.StopReason, len(s.Iterations))
 				}
 			}

@@ -321,7 +321,8 @@ func TestWriteSummaryTable(t *testing.T) {
 
 func TestReportGolden(t *testing.T) {
 	r := sampleReport()
-	r.Config.Adaptive = &DefaultAdaptive
+	adaptive := DefaultAdaptive()
+	r.Config.Adaptive = &adaptive
 	prefillOnly := NewShapeReport(scriptedShape(1, 16, 1, []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, make([][]float64, 6)))
 	r.Shapes = append(r.Shapes, prefillOnly)
 	path := filepath.Join(t.TempDir(), "report.json")

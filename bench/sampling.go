@@ -17,7 +17,7 @@ type Adaptive struct {
 }
 
 // DefaultAdaptive is the sampling of run and ab without --num-iters.
-var DefaultAdaptive = Adaptive{TargetNoise: 0.005, MaxSeconds: 15, MinIters: 10}
+func DefaultAdaptive() Adaptive { return Adaptive{TargetNoise: 0.005, MaxSeconds: 15, MinIters: 10} }
 
 func (a Adaptive) validate() error {
 	if !(a.TargetNoise > 0) || !(a.MaxSeconds > 0) || a.MinIters < 1 {

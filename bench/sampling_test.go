@@ -29,7 +29,7 @@ func TestAdaptiveSampling(t *testing.T) {
 		wantReason string
 		wantIters  func(n int) bool
 	}{
-		{"0.5% noise reaches the 0.5% target", 0.005, DefaultAdaptive, StopTargetNoise, func(n int) bool { return n >= 10 && n < 200 }},
+		{"0.5% noise reaches the 0.5% target", 0.005, DefaultAdaptive(), StopTargetNoise, func(n int) bool { return n >= 10 && n < 200 }},
 		{"no noise stops at the minimum", 1e-9, Adaptive{TargetNoise: 0.005, MaxSeconds: 15, MinIters: 7}, StopTargetNoise, func(n int) bool { return n == 7 }},
 		{"50% noise runs out of time", 0.5, Adaptive{TargetNoise: 0.005, MaxSeconds: 2, MinIters: 10}, StopMaxSeconds,
 			func(n int) bool { return n > 10 && n < 200 }}, // ~15 ms an iteration of virtual time
@@ -59,8 +59,8 @@ func TestDefaultSettingsDetectTwoPercent(t *testing.T) {
 		scale float64
 		want  string
 	}{{1.02, VerdictSlower}, {0.98, VerdictFaster}, {1, VerdictSame}} {
-		old := virtualRun(t, 1, 1, 0.005, 0, DefaultAdaptive)
-		newer := virtualRun(t, 2, tc.scale, 0.005, 0, DefaultAdaptive)
+		old := virtualRun(t, 1, 1, 0.005, 0, DefaultAdaptive())
+		newer := virtualRun(t, 2, tc.scale, 0.005, 0, DefaultAdaptive())
 		toReport := func(shapes []ShapeResult) Report {
 			r := Report{Schema: ReportSchema}
 			for _, s := range shapes {
@@ -85,7 +85,7 @@ func TestFixedCountAndLabels(t *testing.T) {
 		}
 	}
 	st := newStopper(3, Adaptive{}, time.Now)
-	if st.iterationLabel(0) != "1/3" || newStopper(0, DefaultAdaptive, func() time.Time { return time.Time{} }).iterationLabel(4) != "5" {
+	if st.iterationLabel(0) != "1/3" || newStopper(0, DefaultAdaptive(), func() time.Time { return time.Time{} }).iterationLabel(4) != "5" {
 		t.Error("iteration labels")
 	}
 }

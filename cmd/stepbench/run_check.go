@@ -19,7 +19,7 @@ type samplingFlags struct {
 }
 
 func (s *samplingFlags) register(fs *pflag.FlagSet) {
-	d := bench.DefaultAdaptive
+	d := bench.DefaultAdaptive()
 	fs.IntVar(&s.numIters, "num-iters", 0, "a fixed count of timed iterations per shape (default: adaptive, see --target-noise)")
 	fs.Float64Var(&s.targetNoisePct, "target-noise", 100*d.TargetNoise,
 		"adaptive: iterate a shape until every median's 95% interval half-width is at most this percent of it")
