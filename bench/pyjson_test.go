@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/hex"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -155,4 +156,25 @@ func TestVLLMMatchesPython(t *testing.T) {
 			t.Errorf("%d latencies: file\n%s\nwant\n%s", len(c.Latencies), got, c.JSON)
 		}
 	}
+}
+
+// Whatever the float, Python's repr of it parses back to the same bits
+// (repr round-trips) and has Python's shape: a point or an exponent.
+func FuzzPyFloatRoundTrip(f *testing.F) {
+	for _, x := range []float64{0, 1, 123, 1e-5, 1e16, 5e-324, 0.1, -2.5e300} {
+		f.Add(x)
+	}
+	f.Fuzz(func(t *testing.T, x float64) {
+		s := pyFloat(x)
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return
+		}
+		back, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.Float64bits(back) != math.Float64bits(x) {
+			t.Fatalf("pyFloat(%v) = %q parses to %v (%v)", x, s, back, err)
+		}
+		if !strings.ContainsAny(s, ".e") {
+			t.Fatalf("pyFloat(%v) = %q: neither a point nor an exponent", x, s)
+		}
+	})
 }
