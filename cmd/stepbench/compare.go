@@ -19,7 +19,7 @@ type verdictFlags struct {
 
 func (v *verdictFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&v.format, "format", "markdown", "output: markdown, csv or json")
-	fs.Float64Var(&v.alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test (ab: of the sign test)")
+	fs.Float64Var(&v.alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test (ab: the sign test); the intervals are at 1-alpha")
 	fs.Float64Var(&v.thresholdPct, "threshold", 0, "least change in percent that FASTER/SLOWER may claim (the interval must lie beyond it), and the band of SAME (default ±1%)")
 	fs.BoolVar(&v.failOnRegression, "fail-on-regression", false, "exit 3 when any metric of any shape is SLOWER")
 }
