@@ -17,11 +17,14 @@ type ABTarget struct {
 }
 
 // RunAB measures every shape of opt's sweep on both arms: per shape, the
-// warmup iterations of A and B alternate, then the timed iterations run
-// A B A B …, each pair on the same prompts. It returns the baseline's and
-// the candidate's results (in that order, as CompareShapes takes them). On an
-// error it returns what both arms finished so far, trimmed to the same
-// iterations, with the error.
+// warmup iterations of A and B alternate, then the timed iterations run in
+// pairs A B, B A, A B … (see runPair), each pair on the same prompts, until
+// opt's stopping rule holds (a fixed count, or adaptive: the interval of the
+// median A/B ratio of every compared metric within the target noise, or the
+// time budget spent). It returns the baseline's and the candidate's results
+// (in that order, as ComparePaired takes them). On an error or an interruption (opt.Context) it returns
+// what both arms finished so far, trimmed to the same iterations, with the
+// error (wrapping ErrInterrupted for an interruption).
 func RunAB(pair ABTarget, opt Options) (baseline, candidate []ShapeResult, err error) {
 	if pair.A == nil || pair.B == nil {
 		return nil, nil, errors.New("bench: A/B run needs two targets")
@@ -41,7 +44,7 @@ func RunAB(pair ABTarget, opt Options) (baseline, candidate []ShapeResult, err e
 	shapes := opt.shapes()
 	for i, sh := range shapes {
 		fmt.Fprintf(armA.progress, "A/B shape %d/%d: %s\n", i+1, len(shapes), sh)
-		a, b, err := runABShape(&armA, &armB, sh.batch, sh.inputLen, sh.outputLen)
+		a, b, err := runABShape(&armA, &armB, sh)
 		if len(a.Iterations) > 0 {
 			candidate = append(candidate, a)
 			baseline = append(baseline, b)
@@ -53,15 +56,16 @@ func RunAB(pair ABTarget, opt Options) (baseline, candidate []ShapeResult, err e
 	return baseline, candidate, nil
 }
 
-func runABShape(armA, armB *harness, batch, inputLen, outputLen int) (a, b ShapeResult, err error) {
-	a = ShapeResult{Batch: batch, InputLen: inputLen, OutputLen: outputLen}
+func runABShape(armA, armB *harness, sh shape) (a, b ShapeResult, err error) {
+	a = ShapeResult{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen}
 	b = a
-	finish := func(complete bool) {
-		a.Summary, b.Summary = summarizeShape(a.Iterations), summarizeShape(b.Iterations)
+	finish := func(reason string, complete bool) {
+		a.finish(reason)
+		b.finish(reason)
 		a.Complete, b.Complete = complete, complete
 	}
 	for w := 0; w < armA.opt.WarmupIters; w++ {
-		key := PromptKey{Batch: batch, InputLen: inputLen, OutputLen: outputLen, Iter: w, Warmup: true}
+		key := PromptKey{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen, Iter: w, Warmup: true}
 		if _, err := armA.runIteration(key); err != nil {
 			return a, b, fmt.Errorf("A warmup %d: %w", w, err)
 		}
@@ -69,25 +73,45 @@ func runABShape(armA, armB *harness, batch, inputLen, outputLen int) (a, b Shape
 			return a, b, fmt.Errorf("B warmup %d: %w", w, err)
 		}
 	}
-	for i := 0; i < armA.opt.NumIters; i++ {
-		fmt.Fprintf(armA.progress, "  iteration %d/%d (A then B)\n", i+1, armA.opt.NumIters)
-		key := PromptKey{Batch: batch, InputLen: inputLen, OutputLen: outputLen, Iter: i}
-		itA, err := armA.runIteration(key)
+	stop := armA.newStopper()
+	noise := func() float64 { return pairedNoise(b.Iterations, a.Iterations) }
+	for i := 0; !stop.done(i, noise); i++ {
+		key := PromptKey{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen, Iter: i}
+		itA, itB, err := runPair(armA, armB, key, stop.iterationLabel(i))
 		if err != nil {
-			finish(false)
-			return a, b, fmt.Errorf("A iteration %d: %w", i, err)
-		}
-		itB, err := armB.runIteration(key)
-		if err != nil {
-			finish(false)
-			return a, b, fmt.Errorf("B iteration %d: %w", i, err)
+			finish(stopReason(err), false)
+			return a, b, err
 		}
 		// Kept in pairs, so that a failure leaves both arms equally long.
 		a.Iterations = append(a.Iterations, itA)
 		b.Iterations = append(b.Iterations, itB)
 	}
-	finish(true)
+	finish(stop.reason, true)
+	fmt.Fprintf(armA.progress, "  A: %s\n  B: %s\n", a.NoiseLine(armA.opt), b.NoiseLine(armA.opt))
 	return a, b, nil
+}
+
+// runPair runs one iteration on each arm, A first in even iterations and
+// B first in odd ones (A B B A A B …), so that a drift linear in time
+// favours neither arm.
+func runPair(armA, armB *harness, key PromptKey, label string) (itA, itB IterationResult, err error) {
+	first, second, order := armA, armB, "A then B"
+	if key.Iter%2 == 1 {
+		first, second, order = armB, armA, "B then A"
+	}
+	fmt.Fprintf(armA.progress, "  iteration %s (%s)\n", label, order)
+	it1, err := first.runIteration(key)
+	if err != nil {
+		return itA, itB, fmt.Errorf("%c iteration %d: %w", order[0], key.Iter, err)
+	}
+	it2, err := second.runIteration(key)
+	if err != nil {
+		return itA, itB, fmt.Errorf("%c iteration %d: %w", order[len(order)-1], key.Iter, err)
+	}
+	if key.Iter%2 == 1 {
+		return it2, it1, nil
+	}
+	return it1, it2, nil
 }
 
 // ArmsAgree checks, before an A/B run is timed, that both arms compute the
@@ -116,13 +140,18 @@ func ArmsAgree(a, b *runner.Engine, batch, inputLen int, seed uint64, maxRelativ
 			return fmt.Errorf("arms agree: arm %c: %w", "AB"[i], err)
 		}
 	}
+	return logitsAgree(logits[0], logits[1], maxRelativeError)
+}
+
+// logitsAgree is ArmsAgree's arithmetic on the two arms' logits.
+func logitsAgree(a, b [][]float32, maxRelativeError float64) error {
 	var diff, norm float64
-	for row := range logits[1] {
-		if len(logits[0]) != len(logits[1]) || len(logits[0][row]) != len(logits[1][row]) {
+	for row := range b {
+		if len(a) != len(b) || len(a[row]) != len(b[row]) {
 			return errors.New("arms agree: logits of different shapes")
 		}
-		for j, want := range logits[1][row] {
-			got := logits[0][row][j]
+		for j, want := range b[row] {
+			got := a[row][j]
 			if math.IsNaN(float64(got)) || math.IsInf(float64(got), 0) {
 				return fmt.Errorf("arms agree: arm A logit [%d][%d] is %v", row, j, got)
 			}

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 )
 
 // syntheticShape is a shape whose prefill and decode host and device times
-// are base·scale·(1 + noise·N(0,1)), from a seeded generator.
+// are base·scale·(1 + noise·N(0,1)), from a seeded generator; decode steps
+// grow by 2% per position, as attention does with the KV length.
 func syntheticShape(seed uint64, base, scale, noise float64, iters, decodeSteps int) ShapeReport {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	draw := func(b float64) float64 { return b * scale * (1 + noise*rng.NormFloat64()) }
@@ -19,130 +23,264 @@ func syntheticShape(seed uint64, base, scale, noise float64, iters, decodeSteps 
 	for i := 0; i < iters; i++ {
 		s.Samples = append(s.Samples, SampleReport{Phase: PhasePrefill, Iter: i, HostSeconds: draw(10 * base), DeviceSeconds: draw(9 * base)})
 		for step := 0; step < decodeSteps; step++ {
+			grow := 1 + 0.02*float64(step)
 			s.Samples = append(s.Samples, SampleReport{Phase: PhaseDecode, Iter: i, Step: step, Position: 64 + step,
-				HostSeconds: draw(base), DeviceSeconds: draw(0.9 * base)})
+				HostSeconds: draw(base * grow), DeviceSeconds: draw(0.9 * base * grow)})
 		}
 	}
 	return s
 }
 
-func syntheticReport(seed uint64, scale, noise float64) Report {
-	return Report{Schema: ReportSchema, Shapes: []ShapeReport{syntheticShape(seed, 1e-3, scale, noise, 30, 10)}}
+func syntheticReport(seed uint64, scale, noise float64, iters int) Report {
+	return Report{Schema: ReportSchema, Shapes: []ShapeReport{syntheticShape(seed, 1e-3, scale, noise, iters, 10)}}
+}
+
+// prefillReport has prefill only, so that noise is the per-iteration noise.
+func prefillReport(seed uint64, scale, noise float64, iters int) Report {
+	return Report{Schema: ReportSchema, Shapes: []ShapeReport{syntheticShape(seed, 1e-3, scale, noise, iters, 0)}}
+}
+
+func mustCompare(t *testing.T, o, n Report, opt CompareOptions) CompareResult {
+	t.Helper()
+	res, err := Compare(o, n, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 func TestCompareVerdicts(t *testing.T) {
 	tests := []struct {
 		name        string
-		newScale    float64
-		noise       float64
+		old, new    Report
 		wantVerdict string
 	}{
-		{"5% slower under 1% noise", 1.05, 0.01, VerdictSlower},
-		{"5% faster under 1% noise", 0.95, 0.01, VerdictFaster},
-		{"identical distributions", 1.0, 0.01, VerdictSame},
-		// Significant but inside the runs' own noise: not a verdict.
-		{"2% shift under 5% noise", 1.02, 0.05, VerdictSame},
+		{"2% slower under 0.5% noise", syntheticReport(1, 1, 0.005, 20), syntheticReport(2, 1.02, 0.005, 20), VerdictSlower},
+		{"2% faster under 0.5% noise", syntheticReport(1, 1, 0.005, 20), syntheticReport(2, 0.98, 0.005, 20), VerdictFaster},
+		{"a run against itself", syntheticReport(1, 1, 0.005, 20), syntheticReport(1, 1, 0.005, 20), VerdictSame},
+		{"identical distributions", syntheticReport(1, 1, 0.005, 30), syntheticReport(2, 1, 0.005, 30), VerdictSame},
+		{"10% slower under 15% noise, 3 iterations", prefillReport(1, 1, 0.15, 3), prefillReport(2, 1.1, 0.15, 3), VerdictInconclusive},
+		{"10% slower under 15% noise, 5 iterations", prefillReport(1, 1, 0.15, 5), prefillReport(2, 1.1, 0.15, 5), VerdictInconclusive},
+		{"10% slower under 15% noise, 300 iterations", prefillReport(1, 1, 0.15, 300), prefillReport(2, 1.1, 0.15, 300), VerdictSlower},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := Compare(syntheticReport(1, 1, tc.noise), syntheticReport(2, tc.newScale, tc.noise), CompareOptions{})
-			if len(res.Rows) != 4 {
-				t.Fatalf("got %d rows, want 4 (prefill/decode × host/device)", len(res.Rows))
+			res := mustCompare(t, tc.old, tc.new, CompareOptions{})
+			if want := len(iterationSeries(reportIterations(tc.old.Shapes[0]))); len(res.Rows) != want || want < 2 {
+				t.Fatalf("got %d rows, want %d", len(res.Rows), want)
 			}
+			iters := res.Rows[0].Old.N
 			for _, r := range res.Rows {
 				if r.Verdict != tc.wantVerdict {
-					t.Errorf("%s: verdict %s (ratio %.4f [%.4f, %.4f], p %.3g, noise %.3g/%.3g), want %s", r.Metric, r.Verdict,
-						r.Ratio, r.RatioLow, r.RatioHigh, r.PValue, r.Old.RelativeNoise, r.New.RelativeNoise, tc.wantVerdict)
+					t.Errorf("%s: verdict %s (ratio %.4f [%.4f, %.4f], p %.3g), want %s", r.Metric, r.Verdict,
+						r.Ratio, r.RatioLow, r.RatioHigh, r.PValue, tc.wantVerdict)
 				}
-				if tc.wantVerdict != VerdictSame && (r.RatioLow <= 1 && r.RatioHigh >= 1) {
-					t.Errorf("%s: ratio interval [%.4f, %.4f] includes 1", r.Metric, r.RatioLow, r.RatioHigh)
+				if iters >= 4 && (!(r.RatioLow <= r.Ratio && r.Ratio <= r.RatioHigh) || r.RatioConfidence < 0.95) {
+					t.Errorf("%s: ratio %.4f outside its interval [%.4f, %.4f] at %g", r.Metric, r.Ratio, r.RatioLow, r.RatioHigh, r.RatioConfidence)
 				}
-				if !(r.RatioLow <= r.Ratio && r.Ratio <= r.RatioHigh) {
-					t.Errorf("%s: ratio %.4f outside its interval [%.4f, %.4f]", r.Metric, r.Ratio, r.RatioLow, r.RatioHigh)
-				}
-				if math.Abs(r.Ratio-tc.newScale) > 3*tc.noise {
-					t.Errorf("%s: ratio %.4f far from %.4f", r.Metric, r.Ratio, tc.newScale)
-				}
-				if !(r.Old.LowSeconds <= r.Old.MedianSeconds && r.Old.MedianSeconds <= r.Old.HighSeconds) {
-					t.Errorf("%s: old median %g outside its interval [%g, %g]", r.Metric, r.Old.MedianSeconds, r.Old.LowSeconds, r.Old.HighSeconds)
+				if (r.Verdict == VerdictInconclusive) != (r.SamplesNeeded > iters) {
+					t.Errorf("%s: %s after %d iterations with %d said to be needed", r.Metric, r.Verdict, iters, r.SamplesNeeded)
 				}
 			}
 		})
 	}
 }
 
-func TestCompareTooFewSamplesIsSameWithNote(t *testing.T) {
-	oldReport := Report{Shapes: []ShapeReport{syntheticShape(1, 1e-3, 1, 0.01, 2, 0)}}
-	newReport := Report{Shapes: []ShapeReport{syntheticShape(2, 1e-3, 2, 0.01, 2, 0)}}
-	res := Compare(oldReport, newReport, CompareOptions{})
-	if len(res.Rows) != 2 {
-		t.Fatalf("got %d rows, want 2 (prefill host and device only)", len(res.Rows))
-	}
-	for _, r := range res.Rows {
-		if r.Verdict != VerdictSame || len(r.Notes) == 0 {
-			t.Errorf("%s: verdict %s notes %q; want SAME with a note about sample size", r.Metric, r.Verdict, r.Notes)
+// A real slowdown is never called SAME, whatever the iteration count.
+func TestCompareTenPercentSlowdownIsNeverSame(t *testing.T) {
+	for iters := 1; iters <= 40; iters++ {
+		old := syntheticReport(uint64(iters), 1, 0.03, iters)
+		slower := syntheticReport(uint64(iters), 1, 0.03, iters)
+		for i := range slower.Shapes[0].Samples {
+			slower.Shapes[0].Samples[i].HostSeconds *= 1.10
+			slower.Shapes[0].Samples[i].DeviceSeconds *= 1.10
+		}
+		for _, r := range mustCompare(t, old, slower, CompareOptions{}).Rows {
+			want := []string{VerdictSlower, VerdictInconclusive}
+			if iters >= 4 {
+				want = want[:1] // ×1.10 separates the samples completely: p is its minimum
+			}
+			if !slices.Contains(want, r.Verdict) {
+				t.Errorf("%d iterations, %s: %s (ratio %.4f [%.4f, %.4f], p %.3g), want one of %v",
+					iters, r.Metric, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh, r.PValue, want)
+			}
 		}
 	}
-	var buf bytes.Buffer
-	if err := WriteCompareJSON(&buf, res); err != nil { // ±Inf interval bounds must encode
+}
+
+// Decode steps are compared per iteration: a 3% slowdown of every step is
+// found although the steps' times differ by 40% from the first position to
+// the last (pooled, that spread would hide it).
+func TestCompareDecodeIsNotPooledAcrossPositions(t *testing.T) {
+	res := mustCompare(t, syntheticReport(1, 1, 0.002, 12), syntheticReport(2, 1.03, 0.002, 12), CompareOptions{})
+	for _, r := range res.Rows {
+		if strings.HasPrefix(r.Metric, "decode") && r.Verdict != VerdictSlower {
+			t.Errorf("%s: %s (ratio %.4f [%.4f, %.4f]), want SLOWER", r.Metric, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh)
+		}
+		if r.Old.N != 12 {
+			t.Errorf("%s: %d values, want one per iteration (12)", r.Metric, r.Old.N)
+		}
+	}
+}
+
+func TestCompareThreshold(t *testing.T) {
+	old, slower := syntheticReport(1, 1, 0.002, 30), syntheticReport(2, 1.02, 0.002, 30)
+	tests := []struct {
+		threshold float64
+		want      string
+	}{{0, VerdictSlower}, {0.01, VerdictSlower}, {0.05, VerdictSame}, {0.02, VerdictInconclusive}}
+	for _, tc := range tests {
+		for _, r := range mustCompare(t, old, slower, CompareOptions{Threshold: tc.threshold}).Rows {
+			if r.Metric == MetricPrefillDevice && r.Verdict != tc.want {
+				t.Errorf("threshold %g: %s (ratio %.4f [%.4f, %.4f]), want %s", tc.threshold, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh, tc.want)
+			}
+		}
+	}
+}
+
+func TestCompareTooFewSamples(t *testing.T) {
+	oldReport := Report{Shapes: []ShapeReport{syntheticShape(1, 1e-3, 1, 0.01, 2, 3)}}
+	newReport := Report{Shapes: []ShapeReport{syntheticShape(2, 1e-3, 2, 0.01, 2, 3)}}
+	res := mustCompare(t, oldReport, newReport, CompareOptions{})
+	for _, r := range res.Rows {
+		if r.Verdict != VerdictInconclusive || len(r.Notes) == 0 || r.SamplesNeeded < 4 {
+			t.Errorf("%s: %s, notes %q, needed %d; want INCONCLUSIVE with notes and >= 4 needed", r.Metric, r.Verdict, r.Notes, r.SamplesNeeded)
+		}
+	}
+	var md, js bytes.Buffer
+	if err := WriteCompareMarkdown(&md, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"Inf", "NaN", "+Inf", "-Inf"} {
+		if strings.Contains(md.String(), bad) {
+			t.Errorf("markdown shows %q:\n%s", bad, md.String())
+		}
+	}
+	for _, note := range res.Notes() {
+		if n := strings.Count(md.String(), note.Note); n != 1 {
+			t.Errorf("note %q printed %d times", note.Note, n)
+		}
+	}
+	if err := WriteCompareJSON(&js, res); err != nil {
 		t.Fatal(err)
 	}
 }
 
+func TestCompareNoCommonShape(t *testing.T) {
+	o, n := syntheticReport(1, 1, 0.01, 5), syntheticReport(2, 1, 0.01, 5)
+	n.Shapes[0].BatchSize = 8
+	if _, err := Compare(o, n, CompareOptions{}); !errors.Is(err, ErrNoCommonShape) {
+		t.Errorf("error %v, want ErrNoCommonShape", err)
+	}
+}
+
 func TestCompareWarnsOnEnvironmentAndShapes(t *testing.T) {
-	oldReport, newReport := syntheticReport(1, 1, 0.01), syntheticReport(2, 1, 0.01)
+	oldReport, newReport := syntheticReport(1, 1, 0.01, 10), syntheticReport(2, 1, 0.01, 10)
 	oldReport.Environment = Environment{GPUName: "NVIDIA H100 80GB HBM3", DriverVersion: "550.1", SMClockMHz: 1980}
 	newReport.Environment = Environment{GPUName: "NVIDIA H200", DriverVersion: "550.1", SMClockMHz: 1755}
-	oldReport.Config.Flags = map[string]string{"disable-cuda-graph": "false", "json-out": "a.json"}
-	newReport.Config.Flags = map[string]string{"disable-cuda-graph": "true", "json-out": "b.json"}
+	oldReport.Config.Flags = map[string]string{"disable-cuda-graph": "false", "json-out": "a.json", "num-iters": "3"}
+	newReport.Config.Flags = map[string]string{"disable-cuda-graph": "true", "json-out": "b.json", "num-iters": "0"}
 	oldReport.Config.Model.Name, newReport.Config.Model.Name = "llama-3-8b", "llama-3.2-1b"
 	newReport.Shapes = append(newReport.Shapes, ShapeReport{BatchSize: 8, InputLen: 64, OutputLen: 1})
-	joined := strings.Join(Compare(oldReport, newReport, CompareOptions{}).Warnings, "\n")
-	for _, want := range []string{"GPU differs", "SM clock MHz differs", "model differs", "--disable-cuda-graph", "batch_size=8 input_len=64 output_len=1 is only in NEW"} {
+	newReport.Shapes[0].Complete, newReport.Shapes[0].StopReason = false, StopInterrupted
+	joined := strings.Join(mustCompare(t, oldReport, newReport, CompareOptions{}).Warnings, "\n")
+	for _, want := range []string{"GPU differs", "SM clock MHz differs", "model differs", "--disable-cuda-graph",
+		"batch_size=8 input_len=64 output_len=1 is only in NEW", "stopped early in NEW (interrupted)"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("warnings lack %q:\n%s", want, joined)
 		}
 	}
-	for _, unwanted := range []string{"driver", "json-out"} {
+	for _, unwanted := range []string{"driver", "json-out", "num-iters"} {
 		if strings.Contains(joined, unwanted) {
 			t.Errorf("warnings mention %q, which did not change what was measured:\n%s", unwanted, joined)
 		}
 	}
 }
 
-func TestCompareOutputs(t *testing.T) {
-	res := Compare(syntheticReport(1, 1, 0.01), syntheticReport(2, 1.05, 0.01), CompareOptions{})
+// goldenComparison has a verdict of every kind and rows without intervals.
+func goldenComparison(t *testing.T) CompareResult {
+	old := syntheticReport(1, 1, 0.005, 20)
+	old.Shapes = append(old.Shapes, syntheticShape(5, 2e-3, 1, 0.05, 3, 0))
+	newer := syntheticReport(2, 1.02, 0.005, 20)
+	newer.Shapes = append(newer.Shapes, syntheticShape(6, 2e-3, 1.2, 0.05, 3, 0))
+	newer.Shapes[0].Samples = slices.DeleteFunc(newer.Shapes[0].Samples, func(s SampleReport) bool { return s.Iter >= 12 })
+	res := mustCompare(t, old, newer, CompareOptions{})
+	res.Rows[0] = mustCompare(t, old, old, CompareOptions{}).Rows[0] // a SAME row
+	return res
+}
+
+func TestCompareOutputsGolden(t *testing.T) {
+	res := goldenComparison(t)
 	var md, csvOut, js bytes.Buffer
 	if err := WriteCompareMarkdown(&md, res); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(md.String(), "| 1 | 64 | 11 | decode_device |") || !strings.Contains(md.String(), VerdictSlower) {
-		t.Errorf("markdown lacks the decode_device row or the verdict:\n%s", md.String())
-	}
+	checkGolden(t, "compare.md", md.Bytes())
 	if err := WriteCompareCSV(&csvOut, res); err != nil {
 		t.Fatal(err)
 	}
-	records, err := csv.NewReader(&csvOut).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(records) != 1+len(res.Rows) || records[0][len(records[0])-1] != "verdict" {
-		t.Errorf("csv: %d records, header %v", len(records), records[0])
+	checkGolden(t, "compare.csv", csvOut.Bytes())
+	records, err := csv.NewReader(bytes.NewReader(csvOut.Bytes())).ReadAll()
+	if err != nil || len(records) != 1+len(res.Rows) {
+		t.Errorf("csv: %d records, %v", len(records), err)
 	}
 	if err := WriteCompareJSON(&js, res); err != nil {
 		t.Fatal(err)
 	}
-	var decoded struct {
-		Rows []struct {
-			Metric  string  `json:"metric"`
-			Ratio   float64 `json:"ratio"`
-			Verdict string  `json:"verdict"`
-		} `json:"rows"`
-	}
+	checkGolden(t, "compare.json", js.Bytes())
+	var decoded map[string]any
 	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
 		t.Fatal(err)
 	}
-	if len(decoded.Rows) != 4 || decoded.Rows[0].Verdict != VerdictSlower || decoded.Rows[0].Ratio < 1.02 {
-		t.Errorf("json rows: %+v", decoded.Rows)
+}
+
+// kthRatio and mannWhitneyCritical against brute force and tables.
+func TestPairwiseRatioOrderStatistics(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for trial := 0; trial < 50; trial++ {
+		x, y := make([]float64, 1+rng.IntN(9)), make([]float64, 1+rng.IntN(9))
+		for i := range x {
+			x[i] = 0.5 + float64(rng.IntN(20))/10 // ties included
+		}
+		for i := range y {
+			y[i] = 0.5 + float64(rng.IntN(20))/10
+		}
+		var all []float64
+		for _, xi := range x {
+			for _, yj := range y {
+				all = append(all, yj/xi)
+			}
+		}
+		sort.Float64s(all)
+		sort.Float64s(x)
+		sort.Float64s(y)
+		for k := 1; k <= len(all); k++ {
+			if got := kthRatio(x, y, k); got != all[k-1] {
+				t.Fatalf("x %v y %v: k=%d gives %v, want %v", x, y, k, got, all[k-1])
+			}
+		}
+	}
+}
+
+func TestMannWhitneyCritical(t *testing.T) {
+	// Two-sided 5% critical values of U (tables): reject when U <= c, so k = c+1.
+	for _, tc := range []struct{ m, n, k int }{{3, 3, 0}, {4, 4, 1}, {5, 5, 3}, {10, 10, 24}, {20, 20, 128}, {8, 12, 23}} {
+		k, level := mannWhitneyCritical(tc.m, tc.n, 0.95)
+		if k != tc.k || (k > 0 && level < 0.95) {
+			t.Errorf("m=%d n=%d: k=%d (level %.4f), want %d", tc.m, tc.n, k, level, tc.k)
+		}
+	}
+	// The normal approximation (beyond m·n = 2500) stays at the level.
+	if k, level := mannWhitneyCritical(60, 60, 0.95); k < 1300 || k > 1450 || level < 0.95 || level > 0.96 {
+		t.Errorf("m=n=60: k=%d level %.4f", k, level)
+	}
+	if minRatioSamples(0.95) != 4 || minMedianSamples(0.95) != 6 {
+		t.Errorf("minimum samples %d (ratio), %d (median)", minRatioSamples(0.95), minMedianSamples(0.95))
+	}
+	if d := mannWhitneyDistribution(2, 2); !slices.Equal(d, []float64{1.0 / 6, 1.0 / 6, 2.0 / 6, 1.0 / 6, 1.0 / 6}) {
+		t.Errorf("U distribution for 2×2: %v", d)
+	}
+	if math.IsNaN(pairwiseRatio([]float64{1, 2}, []float64{2, 4}, 0.95).Ratio) {
+		t.Error("no ratio of positive samples")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // scriptedShape builds a shape whose host times are given: prefill[i] and
@@ -26,7 +27,7 @@ func scriptedShape(batch, inputLen, outputLen int, prefill []float64, decode [][
 		}
 		s.Iterations = append(s.Iterations, it)
 	}
-	s.Summary = summarizeShape(s.Iterations)
+	s.finish(StopNumIters)
 	return s
 }
 
@@ -267,21 +268,25 @@ func TestWriteSummaryTable(t *testing.T) {
 	shapes := []ShapeResult{
 		scriptedShape(1, 128, 3, []float64{0.012}, [][]float64{{0.004, 0.006}}),
 		scriptedShape(8, 128, 1, []float64{0.05}, [][]float64{nil}),
+		scriptedShape(2, 16, 2, []float64{0.010, 0.011, 0.012, 0.013, 0.014, 0.015, 0.016},
+			[][]float64{{0.002}, {0.002}, {0.002}, {0.002}, {0.002}, {0.002}, {0.002}}),
 	}
 	var plain bytes.Buffer
 	if err := WriteSummaryTable(&plain, shapes, nil); err != nil {
 		t.Fatal(err)
 	}
+	checkGolden(t, "summary.txt", plain.Bytes())
 	lines := strings.Split(strings.TrimSuffix(plain.String(), "\n"), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("want header + 2 rows:\n%s", plain.String())
+	if len(lines) != 5 || !strings.HasPrefix(lines[4], "±: ") {
+		t.Fatalf("want header + 3 rows + the noise legend:\n%s", plain.String())
 	}
-	if strings.Contains(plain.String(), "derived") {
-		t.Errorf("attainment columns without floors")
+	if strings.Contains(plain.String(), "derived") || strings.Contains(plain.String(), "Inf") {
+		t.Errorf("attainment columns without floors, or an infinity")
 	}
 	// Shape 1: prefill host 12 ms, device 6 ms; decode host median 5 ms,
-	// device 2.5 ms, p90 5.8 ms; overall (128+3)·1/0.022 tok/s.
-	for _, want := range []string{"12.000", "6.000", "5.000", "2.500", "5.800", "5954.55"} {
+	// device 2.5 ms, p90 5.8 ms; overall (128+3)·1/0.022 tok/s; one
+	// iteration gives no interval.
+	for _, want := range []string{"12.000±n/a", "6.000±n/a", "5.000±n/a", "2.500±n/a", "5.800", "5954.55±n/a"} {
 		if !strings.Contains(lines[1], want) {
 			t.Errorf("row %q lacks %s", lines[1], want)
 		}
@@ -289,9 +294,13 @@ func TestWriteSummaryTable(t *testing.T) {
 	if !strings.Contains(lines[2], "-") {
 		t.Errorf("output_len 1 row should show missing decode: %q", lines[2])
 	}
+	// Seven iterations 10..16 ms: the 95% interval of the median is [10, 16], ±3/13.
+	if !strings.Contains(lines[3], "13.000±23.08%") {
+		t.Errorf("row %q lacks the prefill noise ±23.08%%", lines[3])
+	}
 	// Columns are aligned: every line has the same width.
-	for _, l := range lines[1:] {
-		if len(l) != len(lines[0]) {
+	for _, l := range lines[1:4] {
+		if utf8.RuneCountInString(l) != utf8.RuneCountInString(lines[0]) {
 			t.Errorf("unaligned line %q (header %d wide)", l, len(lines[0]))
 		}
 	}
@@ -307,5 +316,35 @@ func TestWriteSummaryTable(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table with floors lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestReportGolden(t *testing.T) {
+	r := sampleReport()
+	adaptive := DefaultAdaptive()
+	r.Config.Adaptive = &adaptive
+	prefillOnly := NewShapeReport(scriptedShape(1, 16, 1, []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, make([][]float64, 6)))
+	r.Shapes = append(r.Shapes, prefillOnly)
+	path := filepath.Join(t.TempDir(), "report.json")
+	if err := WriteReport(path, r); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "report.json", data)
+	// An output_len of 1 has no decode summary: null, not zeros.
+	var raw struct {
+		Shapes []map[string]json.RawMessage `json:"shapes"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(raw.Shapes[1]["decode_host_seconds"]); got != "null" {
+		t.Errorf("decode summary of a prefill-only shape: %s, want null", got)
+	}
+	if got := string(raw.Shapes[1]["noise"]); !strings.Contains(got, `"prefill_host": 0.71`) || !strings.Contains(got, `"decode_host": null`) {
+		t.Errorf("noise %s", got)
 	}
 }

@@ -65,13 +65,16 @@ type Environment struct {
 
 // RunConfig is the configuration a report was measured with.
 type RunConfig struct {
-	Model       runner.Config `json:"model"`
-	ModelPath   string        `json:"model_path,omitempty"`
-	LoadFormat  string        `json:"load_format,omitempty"` // "dummy" or "safetensors"
-	RunName     string        `json:"run_name,omitempty"`
-	Seed        uint64        `json:"seed"`
-	NumIters    int           `json:"num_iters"`
-	WarmupIters int           `json:"warmup_iters"`
+	Model      runner.Config `json:"model"`
+	ModelPath  string        `json:"model_path,omitempty"`
+	LoadFormat string        `json:"load_format,omitempty"` // "dummy" or "safetensors"
+	RunName    string        `json:"run_name,omitempty"`
+	Seed       uint64        `json:"seed"`
+	// NumIters is the fixed count of timed iterations per shape; 0 means
+	// adaptive sampling by Adaptive (see Adaptive).
+	NumIters    int       `json:"num_iters"`
+	Adaptive    *Adaptive `json:"adaptive,omitempty"`
+	WarmupIters int       `json:"warmup_iters"`
 	// Flags holds every command-line flag as given or defaulted, by name.
 	Flags map[string]string `json:"flags,omitempty"`
 }
@@ -82,6 +85,13 @@ type ShapeReport struct {
 	InputLen  int  `json:"input_len"`
 	OutputLen int  `json:"output_len"`
 	Complete  bool `json:"complete"`
+	// Iterations is the count of timed iterations, StopReason why they
+	// stopped (num_iters, target_noise, max_seconds, interrupted, error)
+	// and Noise the achieved noise of each median (null: not measured or
+	// too few iterations for an interval).
+	Iterations int    `json:"iterations"`
+	StopReason string `json:"stop_reason,omitempty"`
+	Noise      *Noise `json:"noise,omitempty"`
 	// Samples are every timed region, warmup excluded, in measured order.
 	Samples []SampleReport `json:"samples"`
 	// IterationTotalHostSeconds is each iteration's prefill + Σ decode.
@@ -153,6 +163,8 @@ func NewShapeReport(s ShapeResult) ShapeReport {
 		InputLen:                  s.InputLen,
 		OutputLen:                 s.OutputLen,
 		Complete:                  s.Complete,
+		Iterations:                len(s.Iterations),
+		StopReason:                s.StopReason,
 		Samples:                   []SampleReport{},
 		IterationTotalHostSeconds: []float64{},
 		PrefillHostSeconds:        s.Summary.PrefillHostSeconds,
@@ -160,6 +172,10 @@ func NewShapeReport(s ShapeResult) ShapeReport {
 		DecodeHostSeconds:         s.Summary.DecodeHostSeconds,
 		DecodeDeviceSeconds:       s.Summary.DecodeDeviceSeconds,
 		TotalHostSeconds:          s.Summary.TotalHostSeconds,
+	}
+	if s.StopReason != "" {
+		noise := s.Noise
+		r.Noise = &noise
 	}
 	for _, sample := range s.Samples() {
 		r.Samples = append(r.Samples, SampleReport{
@@ -257,4 +273,14 @@ func (s ShapeReport) validate() error {
 		}
 	}
 	return nil
+}
+
+// MarshalJSON writes a summary of no samples (an output_len of 1 has no
+// decode steps) as null rather than as zeros that look measured.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	if s.N == 0 {
+		return []byte("null"), nil
+	}
+	type plain Summary // without this method
+	return json.Marshal(plain(s))
 }

@@ -1,35 +1,34 @@
 package bench
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 )
 
 // OneBatchRecord is one line of SGLang one_batch's --result-filename JSONL:
-// one shape. The field order is the key order written. Latencies are host
-// seconds, throughputs tokens/s.
+// one shape. Latencies are host seconds, throughputs tokens/s.
 type OneBatchRecord struct {
-	RunName   string `json:"run_name"`
-	BatchSize int    `json:"batch_size"`
-	InputLen  int    `json:"input_len"`
-	OutputLen int    `json:"output_len"`
+	RunName   string
+	BatchSize int
+	InputLen  int
+	OutputLen int
 	// PrefillLatency is the median over iterations of the prefill latency.
-	PrefillLatency    float64 `json:"prefill_latency"`
-	PrefillThroughput float64 `json:"prefill_throughput"` // batch*input_len / PrefillLatency
+	PrefillLatency    float64
+	PrefillThroughput float64 // batch*input_len / PrefillLatency
 	// MedianDecodeLatency is the median over every decode step of every
 	// iteration; nil (left out) when output_len == 1, as one_batch.
-	MedianDecodeLatency    *float64 `json:"median_decode_latency,omitempty"`
-	MedianDecodeThroughput *float64 `json:"median_decode_throughput,omitempty"` // batch / MedianDecodeLatency
+	MedianDecodeLatency    *float64
+	MedianDecodeThroughput *float64 // batch / MedianDecodeLatency
 	// TotalLatency is the median over iterations of prefill + Σ decode.
-	TotalLatency      float64 `json:"total_latency"`
-	OverallThroughput float64 `json:"overall_throughput"` // (input_len+output_len)*batch / TotalLatency
+	TotalLatency      float64
+	OverallThroughput float64 // (input_len+output_len)*batch / TotalLatency
 }
 
 // NewOneBatchRecord condenses a shape's timed iterations into one_batch's
-// record. With one iteration it equals what one_batch writes.
+// record. With one iteration it equals what one_batch writes, bit for bit
+// (np.median, one_batch's formulas and summation order).
 func NewOneBatchRecord(runName string, s ShapeResult) OneBatchRecord {
 	var prefill, totals, decode []float64
 	for _, it := range s.Iterations {
@@ -60,27 +59,47 @@ func NewOneBatchRecord(runName string, s ShapeResult) OneBatchRecord {
 	return rec
 }
 
-// AppendOneBatchJSONL appends one JSON object per record to path, creating
-// it when missing and never truncating it (one_batch's --result-filename).
-// The records are written in one write call.
+// JSON is the record as one_batch writes it: json.dumps(record), byte for
+// byte, keys in one_batch's order (the two median keys only with decode
+// steps).
+func (r OneBatchRecord) JSON() (string, error) {
+	obj := pyObject{
+		{"run_name", r.RunName},
+		{"batch_size", r.BatchSize},
+		{"input_len", r.InputLen},
+		{"output_len", r.OutputLen},
+		{"prefill_latency", r.PrefillLatency},
+		{"prefill_throughput", r.PrefillThroughput},
+	}
+	if r.MedianDecodeLatency != nil && r.MedianDecodeThroughput != nil {
+		obj = append(obj, pyField{"median_decode_latency", *r.MedianDecodeLatency},
+			pyField{"median_decode_throughput", *r.MedianDecodeThroughput})
+	}
+	obj = append(obj, pyField{"total_latency", r.TotalLatency}, pyField{"overall_throughput", r.OverallThroughput})
+	return pyDumps(obj, 0)
+}
+
+// AppendOneBatchJSONL appends one line per record to path, creating it
+// when missing and never truncating it (one_batch's --result-filename). The
+// records are written in one write call and synced to disk before it
+// returns, so a record that was reported written survives a crash.
 func AppendOneBatchJSONL(path string, recs []OneBatchRecord) error {
-	var buf bytes.Buffer
+	var b strings.Builder
 	for i, rec := range recs {
-		line, err := json.Marshal(rec)
+		line, err := rec.JSON()
 		if err != nil {
 			return fmt.Errorf("encode one_batch record %d: %w", i, err)
 		}
-		buf.Write(line)
-		buf.WriteByte('\n')
+		b.WriteString(line + "\n")
 	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
+		return fmt.Errorf("open: %w", bareError(err))
 	}
-	_, writeErr := f.Write(buf.Bytes())
-	closeErr := f.Close()
-	if err := errors.Join(writeErr, closeErr); err != nil {
-		return fmt.Errorf("append %s: %w", path, err)
+	_, writeErr := f.WriteString(b.String())
+	syncErr := f.Sync()
+	if err := errors.Join(writeErr, syncErr, f.Close()); err != nil {
+		return fmt.Errorf("append: %w", bareError(err))
 	}
 	return nil
 }

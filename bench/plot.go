@@ -1,32 +1,43 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
-	"math"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
 	"stepbench/runner"
 )
 
-// Plot sizes: wide enough for labelled points.
+// Figure sizes: the panels fill the left, the legend has its own column on
+// the right, so that nothing covers the data and no band stays empty.
 const (
-	plotWidth  = 22 * vg.Centimeter
-	plotHeight = 15 * vg.Centimeter
+	figureWidth  = 26 * vg.Centimeter
+	figureHeight = 15 * vg.Centimeter
+	legendWidth  = 6.5 * vg.Centimeter
 )
 
 var (
-	prefillColor = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-	decodeColor  = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-	roofColor    = color.RGBA{A: 0xff}
-	ridgeColor   = color.RGBA{R: 0x80, G: 0x80, B: 0x80, A: 0xff}
+	prefillColor     = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff} // blue
+	decodeColor      = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff} // red
+	memoryRoofColor  = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff} // green
+	computeRoofColor = color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff} // purple
+	ridgeColor       = color.RGBA{R: 0x80, G: 0x80, B: 0x80, A: 0xff}
+	// seriesColors tell input lengths apart in the sweep (tab10).
+	seriesColors = []color.Color{
+		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+		color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+		color.RGBA{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff}, color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
+	}
+	dashed = []vg.Length{vg.Points(5), vg.Points(3)}
 )
 
 // PlotPaths returns the roofline plot's path (path itself) and the sweep
@@ -39,204 +50,45 @@ func PlotPaths(path string) (roofline, sweep string, err error) {
 	return path, strings.TrimSuffix(path, filepath.Ext(path)) + ".sweep" + filepath.Ext(path), nil
 }
 
-// WriteRooflinePlot draws a log-log roofline: achieved FLOP/s against
-// arithmetic intensity for every point (prefill and decode in their own
-// colours, each labelled), with the roof's two ceilings and the ridge when
-// roof is not nil. Without a roof the title says the points are the cost
-// model's work over measured time only.
-func WriteRooflinePlot(path string, roof *Roof, points []RooflinePoint, title string) (err error) {
-	defer recoverPlot(path, &err)
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "arithmetic intensity (FLOP/byte, cost model)"
-	p.Y.Label.Text = "achieved FLOP/s (cost-model FLOPs / median device time)"
-	logAxes(p, true, true)
+// newLegend is a legend for the figure's right-hand column.
+func newLegend() plot.Legend {
+	l := plot.NewLegend()
+	l.Top, l.Left = true, true
+	l.TextStyle.Font.Size = vg.Points(10)
+	l.ThumbnailWidth = vg.Points(24)
+	l.Padding = vg.Points(3)
+	return l
+}
 
-	xs, ys := []float64{}, []float64{}
-	for _, phase := range []string{PhasePrefill, PhaseDecode} {
-		var xy plotter.XYs
-		var labels []string
-		for _, pt := range points {
-			if pt.Phase != phase || !(pt.IntensityFLOPsPerByte > 0) || !(pt.AchievedFLOPsPerSec > 0) {
-				continue
-			}
-			xy = append(xy, plotter.XY{X: pt.IntensityFLOPsPerByte, Y: pt.AchievedFLOPsPerSec})
-			labels = append(labels, pt.Label)
-			xs, ys = append(xs, pt.IntensityFLOPsPerByte), append(ys, pt.AchievedFLOPsPerSec)
-		}
-		if len(xy) == 0 {
-			continue
-		}
-		if err := addLabelledScatter(p, phase, xy, labels, phaseColor(phase)); err != nil {
-			return err
-		}
+// saveFigure draws a title, the panels side by side (axes aligned) and
+// the legend column, and writes the figure to path atomically (.svg or
+// .png by the extension).
+func saveFigure(path, title string, panels []*plot.Plot, legend plot.Legend) error {
+	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
+	c, err := draw.NewFormattedCanvas(figureWidth, figureHeight, format)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	if roof != nil && roof.PeakFLOPsPerSec > 0 && roof.PeakBytesPerSec > 0 {
-		xs = append(xs, roof.RidgeFLOPsPerByte)
-		ys = append(ys, roof.PeakFLOPsPerSec)
-		xMin, xMax := spanOf(xs)
-		xMin, xMax = math.Min(xMin/4, roof.RidgeFLOPsPerByte/16), math.Max(xMax*4, roof.RidgeFLOPsPerByte*16)
-		memory, err := plotter.NewLine(plotter.XYs{{X: xMin, Y: xMin * roof.PeakBytesPerSec}, {X: roof.RidgeFLOPsPerByte, Y: roof.PeakFLOPsPerSec}})
-		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
-		}
-		compute, err := plotter.NewLine(plotter.XYs{{X: roof.RidgeFLOPsPerByte, Y: roof.PeakFLOPsPerSec}, {X: xMax, Y: roof.PeakFLOPsPerSec}})
-		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
-		}
-		memory.Color, compute.Color = roofColor, roofColor
-		memory.Width, compute.Width = vg.Points(1.5), vg.Points(1.5)
-		yMin, _ := spanOf(append(ys, xMin*roof.PeakBytesPerSec))
-		ridge, err := plotter.NewLine(plotter.XYs{{X: roof.RidgeFLOPsPerByte, Y: yMin}, {X: roof.RidgeFLOPsPerByte, Y: roof.PeakFLOPsPerSec}})
-		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
-		}
-		ridge.Color, ridge.Dashes = ridgeColor, []vg.Length{vg.Points(4), vg.Points(3)}
-		p.Add(memory, compute, ridge)
-		p.Legend.Add(fmt.Sprintf("memory roof %.2f TB/s", roof.PeakBytesPerSec/1e12), memory)
-		p.Legend.Add(fmt.Sprintf("compute roof %.1f TFLOP/s", roof.PeakFLOPsPerSec/1e12), compute)
-		p.Legend.Add(fmt.Sprintf("ridge %.0f FLOP/byte (%s)", roof.RidgeFLOPsPerByte, roof.Source), ridge)
-		p.X.Min, p.X.Max = xMin, xMax
-		_, yMax := spanOf(ys)
-		p.Y.Min, p.Y.Max = yMin/2, yMax*2
-	} else {
-		p.Title.Text += " (no roof: cost-model points only)"
-		setLogRange(&p.X, xs)
-		setLogRange(&p.Y, ys)
+	dc := draw.New(c)
+	titleStyle := text.Style{Color: color.Black, Font: font.From(plot.DefaultFont, vg.Points(13)), Handler: plot.DefaultTextHandler,
+		XAlign: draw.XCenter, YAlign: draw.YTop}
+	dc.FillText(titleStyle, vg.Point{X: (figureWidth - legendWidth) / 2, Y: figureHeight - vg.Points(4)}, title)
+	titleHeight := titleStyle.Height(title) + vg.Points(10)
+	body := draw.Crop(dc, vg.Points(4), -legendWidth, vg.Points(4), -titleHeight)
+	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Centimeter}
+	canvases := plot.Align([][]*plot.Plot{panels}, tiles, body)
+	for j, p := range panels {
+		p.Draw(canvases[0][j])
 	}
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
-	if err := p.Save(plotWidth, plotHeight, path); err != nil {
+	legend.Draw(draw.Crop(dc, figureWidth-legendWidth+vg.Points(8), 0, 0, -titleHeight))
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return nil
-}
-
-// SweepPoint is one shape's median step latencies and floors.
-type SweepPoint struct {
-	Batch                                   int
-	PrefillSeconds, DecodeSeconds           float64 // medians; 0 when absent
-	PrefillFloorSeconds, DecodeFloorSeconds float64 // 0 when no roof
-}
-
-// WriteSweepPlot draws median step latency against batch size (log-log)
-// for prefill and decode, each with its roofline floor as a dashed line.
-func WriteSweepPlot(path string, points []SweepPoint, title string) (err error) {
-	defer recoverPlot(path, &err)
-	sort.Slice(points, func(i, j int) bool { return points[i].Batch < points[j].Batch })
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "batch size"
-	p.Y.Label.Text = "step latency (ms, median)"
-	logAxes(p, true, true)
-	var xs, ys []float64
-	series := []struct {
-		name  string
-		value func(SweepPoint) float64
-		color color.Color
-		floor bool
-	}{
-		{"prefill", func(s SweepPoint) float64 { return s.PrefillSeconds }, prefillColor, false},
-		{"prefill floor", func(s SweepPoint) float64 { return s.PrefillFloorSeconds }, prefillColor, true},
-		{"decode", func(s SweepPoint) float64 { return s.DecodeSeconds }, decodeColor, false},
-		{"decode floor", func(s SweepPoint) float64 { return s.DecodeFloorSeconds }, decodeColor, true},
-	}
-	for _, s := range series {
-		var xy plotter.XYs
-		for _, pt := range points {
-			if v := s.value(pt); v > 0 && pt.Batch > 0 {
-				xy = append(xy, plotter.XY{X: float64(pt.Batch), Y: v * 1e3})
-				xs, ys = append(xs, float64(pt.Batch)), append(ys, v*1e3)
-			}
-		}
-		if len(xy) == 0 {
-			continue
-		}
-		line, scatter, err := plotter.NewLinePoints(xy)
-		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
-		}
-		line.Color, scatter.Color = s.color, s.color
-		if s.floor {
-			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-			scatter.Shape = draw.PlusGlyph{}
-		}
-		p.Add(line, scatter)
-		p.Legend.Add(s.name, line, scatter)
-	}
-	if len(xs) == 0 {
-		p.Title.Text += " (no data)"
-		xs, ys = []float64{1}, []float64{1}
-	}
-	setLogRange(&p.X, xs)
-	setLogRange(&p.Y, ys)
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
-	if err := p.Save(plotWidth, plotHeight, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
-}
-
-func phaseColor(phase string) color.Color {
-	if phase == PhasePrefill {
-		return prefillColor
-	}
-	return decodeColor
-}
-
-func addLabelledScatter(p *plot.Plot, name string, xy plotter.XYs, labels []string, c color.Color) error {
-	scatter, err := plotter.NewScatter(xy)
-	if err != nil {
-		return fmt.Errorf("plot %s points: %w", name, err)
-	}
-	scatter.Color = c
-	scatter.Radius = vg.Points(3.5)
-	scatter.Shape = draw.CircleGlyph{}
-	text, err := plotter.NewLabels(plotter.XYLabels{XYs: xy, Labels: labels})
-	if err != nil {
-		return fmt.Errorf("plot %s labels: %w", name, err)
-	}
-	for i := range text.TextStyle {
-		text.TextStyle[i].Color = c
-		text.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(2)}
-	}
-	p.Add(scatter, text)
-	p.Legend.Add(name, scatter)
-	return nil
-}
-
-func logAxes(p *plot.Plot, x, y bool) {
-	if x {
-		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-	}
-	if y {
-		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-	}
-}
-
-// setLogRange pads a log axis around the positive values by a factor of 2
-// each side, so that a single value still spans a valid range.
-func setLogRange(a *plot.Axis, values []float64) {
-	lo, hi := spanOf(values)
-	if !(lo > 0) {
-		lo, hi = 1, 10
-	}
-	a.Min, a.Max = lo/2, hi*2
-}
-
-// spanOf is the min and max of the positive values (0, 0 when none).
-func spanOf(values []float64) (lo, hi float64) {
-	for _, v := range values {
-		if !(v > 0) || math.IsInf(v, 0) {
-			continue
-		}
-		if lo == 0 || v < lo {
-			lo = v
-		}
-		hi = math.Max(hi, v)
-	}
-	return lo, hi
 }
 
 // recoverPlot turns a panic inside gonum/plot (it panics on a log axis that
@@ -262,7 +114,7 @@ func PlotRun(path string, cfg runner.Config, roof *Roof, shapes []ShapeResult, t
 			return nil, err
 		}
 		points = append(points, ps...)
-		sp := SweepPoint{Batch: s.Batch,
+		sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen,
 			PrefillSeconds: stepSeconds(s.Summary.PrefillDeviceSeconds, s.Summary.PrefillHostSeconds)}
 		if s.OutputLen > 1 {
 			sp.DecodeSeconds = stepSeconds(s.Summary.DecodeDeviceSeconds, s.Summary.DecodeHostSeconds)
@@ -277,7 +129,7 @@ func PlotRun(path string, cfg runner.Config, roof *Roof, shapes []ShapeResult, t
 	if err := WriteRooflinePlot(rooflinePath, roof, points, title+": roofline"); err != nil {
 		return nil, err
 	}
-	if err := WriteSweepPlot(sweepPath, sweep, title+": step latency vs batch size"); err != nil {
+	if err := WriteSweepPlot(sweepPath, sweep, title+": step latency against batch size"); err != nil {
 		return []string{rooflinePath}, err
 	}
 	return []string{rooflinePath, sweepPath}, nil

@@ -76,11 +76,11 @@ func FloorOf(g GPUSpec, flops, bytes float64) Floor {
 // StepFloors are the analytic floors of one shape: its prefill, its first
 // and last decode steps, and the sum over the whole iteration.
 type StepFloors struct {
-	Prefill          runner.StepCost
-	PrefillFloor     Floor
-	Decode           []runner.StepCost // one per decode step, in order
-	DecodeFloors     []Floor
-	IterationSeconds float64 // prefill floor + every decode step's floor
+	Prefill          runner.StepCost   `json:"prefill"`
+	PrefillFloor     Floor             `json:"prefill_floor"`
+	Decode           []runner.StepCost `json:"decode"` // one per decode step, in order; null without decode steps
+	DecodeFloors     []Floor           `json:"decode_floors"`
+	IterationSeconds float64           `json:"iteration_floor_seconds"` // prefill floor + every decode step's floor
 }
 
 // MedianDecodeFloorSeconds is the median over the decode steps' floors

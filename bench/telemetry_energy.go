@@ -132,6 +132,9 @@ func (h *harness) energyWindow(batch, inputLen, outputLen int, minSeconds float6
 	t0 := time.Now()
 	reps := 0
 	for reps == 0 || time.Since(t0).Seconds() < minSeconds {
+		if err := h.ctx.Err(); err != nil {
+			return EnergyWindow{}, fmt.Errorf("%w: %v", ErrInterrupted, err)
+		}
 		key := PromptKey{Batch: batch, InputLen: inputLen, OutputLen: outputLen, Iter: -1 - reps, Warmup: true}
 		prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
 		if err != nil {

@@ -105,7 +105,12 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 		sc.FLOPs += oc.FLOPs
 		sc.Bytes += oc.Bytes
 	}
-	sort.Slice(sc.Ops, func(i, j int) bool { return sc.Ops[i].Bytes+sc.Ops[i].FLOPs > sc.Ops[j].Bytes+sc.Ops[j].FLOPs })
+	// Largest first; equal costs by name, so that the order (and every
+	// report listing it) does not depend on map iteration.
+	sort.Slice(sc.Ops, func(i, j int) bool {
+		a, b := sc.Ops[i].Bytes+sc.Ops[i].FLOPs, sc.Ops[j].Bytes+sc.Ops[j].FLOPs
+		return a > b || (a == b && sc.Ops[i].Op < sc.Ops[j].Op)
+	})
 	return sc, nil
 }
 

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"stepbench/kernels/ref"
@@ -32,6 +33,22 @@ func (b *cpuBuffer) Len() int {
 		return len(b.f32)
 	}
 	return len(b.i32)
+}
+
+// CheckMemory compares est with the host's available memory
+// (/proc/meminfo's MemAvailable) less 1 GB of headroom, as the cuda backend
+// does with the GPU's; call it before loading weights. Where meminfo cannot
+// be read (not Linux) the check is skipped.
+func (*CPU) CheckMemory(est MemoryEstimate) error {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return nil
+	}
+	available, total, err := HostMemory(data)
+	if err != nil {
+		return fmt.Errorf("check memory: /proc/meminfo: %w", err)
+	}
+	return checkFits(est, available, total, hostMemoryHeadroomBytes, "the host (cpu backend)")
 }
 
 // Name is "cpu".

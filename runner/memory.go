@@ -1,5 +1,11 @@
 package runner
 
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
 // MemoryEstimate is what a run needs on its backend, in bytes, computed from
 // shapes before anything is allocated.
 type MemoryEstimate struct {
@@ -35,4 +41,32 @@ func EstimateMemory(c Config, batch, tokens, maxSeq int) MemoryEstimate {
 		KVCacheBytes:    2 * 2 * int64(c.NumHiddenLayers) * B * int64(maxSeq) * int64(c.NumKeyValueHeads) * D,
 		ActivationBytes: 2*(T*perToken+B*(3*h+int64(c.VocabSize))) + 4*(1+T+B),
 	}
+}
+
+// hostMemoryHeadroomBytes is kept free of a cpu run's estimate: the Go
+// runtime, the garbage collector's slack and the rest of the machine.
+const hostMemoryHeadroomBytes = 1 << 30
+
+// HostMemory reads MemAvailable and MemTotal from meminfo (a
+// /proc/meminfo-format text), in bytes.
+func HostMemory(meminfo []byte) (availableBytes, totalBytes uint64, err error) {
+	fields := map[string]uint64{}
+	for _, line := range strings.Split(string(meminfo), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		parts := strings.Fields(rest)
+		if len(parts) == 2 && parts[1] == "kB" {
+			if kb, err := strconv.ParseUint(parts[0], 10, 64); err == nil {
+				fields[name] = kb * 1024
+			}
+		}
+	}
+	available, okAvailable := fields["MemAvailable"]
+	total, okTotal := fields["MemTotal"]
+	if !okAvailable || !okTotal {
+		return 0, 0, errors.New("no MemAvailable or MemTotal in kB")
+	}
+	return available, total, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/spf13/pflag"
+
 	"stepbench/bench"
 	"stepbench/runner"
 )
@@ -20,93 +22,148 @@ func openCUDAWithKernels(dir string, flags backendFlags, stderr io.Writer) (*run
 	return be, nil
 }
 
+// abFlags are the flags of 'stepbench ab'.
+type abFlags struct {
+	model              modelFlags
+	shapes             shapeFlags
+	sampling           samplingFlags
+	verdict            verdictFlags
+	backend            backendFlags
+	kernelsA, kernelsB string
+	warmup             int
+	seed               uint64
+}
+
+func (f *abFlags) register(fs *pflag.FlagSet) {
+	f.model.register(fs)
+	f.shapes.register(fs, []int{1024}, []int{16})
+	fs.BoolVar(&f.backend.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
+	registerLibraryFlags(fs, &f.backend.nvrtcPath, &f.backend.cublasPath)
+	fs.StringVar(&f.kernelsA, "kernels-dir", "", "candidate (A): compile the kernels of this directory")
+	fs.StringVar(&f.kernelsB, "baseline-kernels-dir", "", "baseline (B): compile the kernels of this directory (default: the embedded kernels)")
+	f.sampling.register(fs)
+	fs.IntVar(&f.warmup, "num-iters-warmup", 1, "untimed warmup iterations per shape and arm")
+	fs.Uint64Var(&f.seed, "seed", 42, "seed of the dummy weights and the prompts (both arms share them)")
+	f.verdict.register(fs)
+}
+
 // abCmd runs an interleaved A/B comparison of two kernel sets on the same
-// weights: stepbench ab --kernels-dir A [--baseline-kernels-dir B].
+// weights: stepbench ab --kernels-dir A [--baseline-kernels-dir B]. Exit
+// codes as compare's, and 130 when interrupted (the finished pairs are
+// compared and printed).
 func abCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("ab", stderr)
-	var model modelFlags
-	var shapes shapeFlags
-	model.register(fs)
-	shapes.register(fs, []int{1024}, []int{16})
-	var backend backendFlags
-	fs.BoolVar(&backend.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
-	registerLibraryFlags(fs, &backend.nvrtcPath, &backend.cublasPath)
-	kernelsA := fs.String("kernels-dir", "", "candidate (A): compile the kernels of this directory")
-	kernelsB := fs.String("baseline-kernels-dir", "", "baseline (B): compile the kernels of this directory (default: the embedded kernels)")
-	numIters := fs.Int("num-iters", 10, "timed iterations per shape and arm, interleaved A B A B …")
-	warmup := fs.Int("num-iters-warmup", 1, "untimed warmup iterations per shape and arm")
-	seed := fs.Uint64("seed", 42, "seed of the dummy weights and the prompts (both arms share them)")
-	format := fs.String("format", "markdown", "output: markdown, csv or json")
-	alpha := fs.Float64("alpha", 0.05, "significance level of the Mann-Whitney U test")
+	var f abFlags
+	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *kernelsA == "" {
-		return usagef("--kernels-dir A is required")
-	}
-	if *numIters < 1 || *warmup < 0 || *alpha <= 0 || *alpha >= 1 {
-		return usagef("--num-iters >= 1, --num-iters-warmup >= 0 and --alpha in (0, 1) please")
-	}
-	writer, err := compareWriter(*format)
+	writer, cfg, err := f.check(fs)
 	if err != nil {
-		return err
-	}
-	cfg, err := model.resolve()
-	if err != nil {
-		return err
-	}
-	if err := shapes.validate(cfg); err != nil {
 		return err
 	}
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
 	}
-	// Both arms hold the weights and their own run buffers: check they fit
-	// twice before loading anything.
-	est := runner.EstimateMemory(cfg, maxInt(shapes.batch), maxInt(shapes.batch)*maxInt(shapes.input), maxInt(shapes.input)+maxInt(shapes.output))
+	engines, closeAll, err := f.loadArms(cfg, stderr)
+	defer closeAll()
+	if err != nil {
+		return err
+	}
+	if err := bench.ArmsAgree(engines[0], engines[1], 1, min(64, f.shapes.input[0]), f.seed, 1e-2); err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, "stepbench ab: both arms compute the same logits; timing pairs A B, B A, …")
+	return f.runArms(bench.ABTarget{A: engines[0], B: engines[1]}, cfg, writer, stdout, stderr)
+}
+
+func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, bench.CompareResult) error, runner.Config, error) {
+	var cfg runner.Config
+	if f.kernelsA == "" {
+		return nil, cfg, usagef("--kernels-dir A is required")
+	}
+	for _, dir := range []string{f.kernelsA, f.kernelsB} {
+		if err := checkKernelsDir(dir); err != nil {
+			return nil, cfg, err
+		}
+	}
+	if err := f.sampling.check(fs); err != nil {
+		return nil, cfg, err
+	}
+	if f.warmup < 0 {
+		return nil, cfg, usagef("--num-iters-warmup: %d must not be negative", f.warmup)
+	}
+	writer, err := f.verdict.check()
+	if err != nil {
+		return nil, cfg, err
+	}
+	if cfg, err = f.model.resolve(); err != nil {
+		return nil, cfg, err
+	}
+	return writer, cfg, f.shapes.validate(cfg)
+}
+
+// loadArms loads the two arms. Both hold the weights and their own run
+// buffers: each arm checks they fit twice before loading anything.
+func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engine, func(), error) {
+	var closers []func() error
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
+	est := runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
 	fmt.Fprintf(stderr, "stepbench ab: two copies of %.2f GB of weights\n", 2*float64(est.WeightBytes)/1e9)
 	engines := make([]*runner.Engine, 2)
-	for i, dir := range []string{*kernelsA, *kernelsB} {
-		be, err := openCUDAWithKernels(dir, backend, stderr)
+	for i, dir := range []string{f.kernelsA, f.kernelsB} {
+		be, err := openCUDAWithKernels(dir, f.backend, stderr)
 		if err != nil {
-			return fmt.Errorf("arm %c (kernels %q): %w", "AB"[i], dir, err)
+			return nil, closeAll, fmt.Errorf("arm %c (kernels %q): %w", "AB"[i], dir, err)
 		}
-		defer be.Close()
+		closers = append(closers, be.Close)
 		// Arm A still needs room for B's weights; both arms' run buffers
 		// are allocated later, at Begin.
 		need := runner.MemoryEstimate{WeightBytes: int64(2-i) * est.WeightBytes,
 			KVCacheBytes: 2 * est.KVCacheBytes, ActivationBytes: 2 * est.ActivationBytes}
 		if err := be.CheckMemory(need); err != nil {
-			return fmt.Errorf("arm %c: %w", "AB"[i], err)
+			return nil, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
-		e, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: *seed}, loadProgress(stderr, "dummy"))
+		e, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: f.seed}, loadProgress(stderr, "dummy"))
 		if err != nil {
-			return fmt.Errorf("arm %c: %w", "AB"[i], err)
+			return nil, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
-		defer e.Close()
+		closers = append(closers, e.Close)
 		engines[i] = e
 	}
-	if err := bench.ArmsAgree(engines[0], engines[1], 1, min(64, shapes.input[0]), *seed, 1e-2); err != nil {
-		return err
-	}
-	fmt.Fprintln(stderr, "stepbench ab: both arms compute the same logits; timing A B A B …")
-	opt := bench.Options{BatchSizes: shapes.batch, InputLens: shapes.input, OutputLens: shapes.output,
-		NumIters: *numIters, WarmupIters: *warmup, Seed: *seed, VocabSize: cfg.VocabSize, Progress: stderr}
-	baseline, candidate, runErr := bench.RunAB(bench.ABTarget{A: engines[0], B: engines[1]}, opt)
-	var errs []error
-	if runErr != nil {
-		errs = append(errs, runErr)
-	}
-	if len(candidate) > 0 {
-		errs = append(errs, writer(stdout, bench.CompareShapes(baseline, candidate, bench.CompareOptions{Alpha: *alpha})))
-	}
-	return errors.Join(errs...)
+	return engines, closeAll, nil
 }
 
-func maxInt(xs []int) int {
-	m := 0
-	for _, x := range xs {
-		m = max(m, x)
+// runArms times the pairs and prints the paired comparison (B = old, A =
+// new), also after an interruption (exit 130) for the pairs that finished.
+func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io.Writer, bench.CompareResult) error, stdout, stderr io.Writer) error {
+	in := newInterruption()
+	defer in.stop()
+	opt := bench.Options{BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
+		WarmupIters: f.warmup, Seed: f.seed, VocabSize: cfg.VocabSize, Progress: stderr, Context: in.ctx}
+	f.sampling.options(&opt)
+	baseline, candidate, runErr := bench.RunAB(pair, opt)
+	errs := []error{runErr}
+	if len(candidate) > 0 {
+		res, err := bench.ComparePaired(baseline, candidate, f.verdict.options())
+		if err == nil {
+			err = f.verdict.outcome(stdout, writer, res)
+		}
+		errs = append(errs, err)
 	}
-	return m
+	sig := in.signal()
+	switch {
+	case sig != nil && errors.Is(runErr, bench.ErrInterrupted):
+		errs[0] = fmt.Errorf("%v: stopped at a timed-region boundary; the finished pairs are compared above", sig)
+		return exitError{exitInterrupted, errors.Join(errs...)}
+	case runErr != nil && len(errs) > 1 && errs[1] != nil:
+		// A failure is exit 1, whatever the finished pairs say.
+		return errors.Join(runErr, errors.New(errs[1].Error()))
+	}
+	return errors.Join(errs...)
 }

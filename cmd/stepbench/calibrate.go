@@ -148,17 +148,24 @@ func (t *runTelemetry) finish(shapes []bench.ShapeResult, env *bench.Environment
 	if len(all) > 0 && env.SMClockMHz == 0 {
 		env.SMClockMHz = medianSMClock(all)
 	}
-	if t.discard {
-		for i, s := range shapes {
-			var n int
-			shapes[i], n = bench.DiscardThrottled(s, func(x bench.Sample) bool { return t.recorder.Throttled(s, x) })
-			t.dropped[[3]int{s.Batch, s.InputLen, s.OutputLen}] = n
-		}
+	for i, s := range shapes {
+		shapes[i] = t.kept(s)
 	}
 	if err := t.monitor.Close(); err != nil {
 		fmt.Fprintf(stderr, "stepbench: %v\n", err)
 	}
 	return shapes
+}
+
+// kept is s with its throttled samples dropped from the statistics when
+// --discard-throttled asked for it (the samples stay, marked).
+func (t *runTelemetry) kept(s bench.ShapeResult) bench.ShapeResult {
+	if t == nil || !t.discard {
+		return s
+	}
+	kept, n := bench.DiscardThrottled(s, func(x bench.Sample) bool { return t.recorder.Throttled(s, x) })
+	t.dropped[[3]int{s.Batch, s.InputLen, s.OutputLen}] = n
+	return kept
 }
 
 func medianSMClock(readings []bench.TelemetryReading) float64 {

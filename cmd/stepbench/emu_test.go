@@ -23,17 +23,6 @@ import (
 // kernels are compiled once per test process (TestMain makes and removes it).
 var emuCacheHome string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "stepbench-cmd-test-cache")
-	if err != nil {
-		panic(err)
-	}
-	emuCacheHome = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
 // onEmulator makes the test use the emulated device, with a cubin and
 // calibration cache of the tests' own, on this goroutine's OS thread (CUDA's
 // threading rule).

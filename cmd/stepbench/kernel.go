@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -41,21 +42,21 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	op := positional[0]
+	if !slices.Contains(bench.KernelOps(), op) {
+		return usagef("unknown op %q (ops: %s)", op, joinNames(bench.KernelOps()))
+	}
+	if err := checkKernelsDir(backend.kernelsDir); err != nil {
+		return err
+	}
 	if *format != "table" && *format != "gobench" {
 		return usagef("--format: %q is not table or gobench", *format)
 	}
 	if *batch < 1 || *inputLen < 1 || *l2Bytes < 0 {
 		return usagef("--batch-size and --input-len must be >= 1, --l2-flush-bytes >= 0")
 	}
-	var shapes []bench.KernelShape
-	if *shapeText != "" {
-		s, err := bench.ParseKernelShape(*shapeText)
-		if err != nil {
-			return usagef("--shape: %v", err)
-		}
-		shapes = []bench.KernelShape{s}
-	} else {
-		shapes = []bench.KernelShape{{Batch: *batch, SeqLen: *inputLen}, {Batch: *batch, SeqLen: 1, StartPos: *inputLen}}
+	shapes, err := kernelShapes(*shapeText, *batch, *inputLen)
+	if err != nil {
+		return err
 	}
 	cfg, err := model.resolve()
 	if err != nil {
@@ -75,15 +76,9 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer be.Close()
-	var gpu *bench.GPUSpec
-	if g, ok := bench.GPUPresetForDevice(env.GPUName); ok && *gpuName == "auto" {
-		gpu = &g
-	} else if *gpuName != "auto" && *gpuName != "none" {
-		g, err := bench.GPUPreset(*gpuName)
-		if err != nil {
-			return usagef("--gpu: %v", err)
-		}
-		gpu = &g
+	gpu, err := kernelGPU(env, *gpuName)
+	if err != nil {
+		return err
 	}
 	flush := *l2Bytes
 	if flush == 0 {
@@ -93,23 +88,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	opt := bench.KernelOptions{WarmupLaunches: 3, MinSamples: *minSamples, MaxSamples: *maxSamples, MaxNoise: *maxNoise, Timeout: *timeout}
-	var results []bench.KernelResult
-	var errs []error
-	for _, s := range shapes {
-		k, cost, err := bench.NewOpKernel(be, cfg, op, s, flush)
-		if err != nil {
-			errs = append(errs, err)
-			break
-		}
-		res, err := bench.MeasureKernel(k, opt)
-		errs = append(errs, k.Close())
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %s: %w", op, s.Label(), err))
-			break
-		}
-		res.Op, res.ShapeLabel, res.FLOPs, res.Bytes = op, s.Label(), cost.FLOPs, cost.Bytes
-		results = append(results, res)
-	}
+	results, errs := measureKernels(be, cfg, op, shapes, flush, opt)
 	if len(results) > 0 {
 		if *format == "gobench" {
 			errs = append(errs, bench.WriteKernelGoBench(stdout, bench.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
@@ -120,13 +99,64 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	return errors.Join(errs...)
 }
 
+// kernelShapes are --shape's one shape, or the model's prefill and decode
+// shapes at --batch-size and --input-len.
+func kernelShapes(shapeText string, batch, inputLen int) ([]bench.KernelShape, error) {
+	if shapeText == "" {
+		return []bench.KernelShape{{Batch: batch, SeqLen: inputLen}, {Batch: batch, SeqLen: 1, StartPos: inputLen}}, nil
+	}
+	s, err := bench.ParseKernelShape(shapeText)
+	if err != nil {
+		return nil, usagef("--shape: %v", err)
+	}
+	return []bench.KernelShape{s}, nil
+}
+
+// kernelGPU is --gpu's preset for the attainment column (auto: the device's).
+func kernelGPU(env bench.Environment, name string) (*bench.GPUSpec, error) {
+	switch name {
+	case "none":
+		return nil, nil
+	case "auto":
+		if g, ok := bench.GPUPresetForDevice(env.GPUName); ok {
+			return &g, nil
+		}
+		return nil, nil
+	}
+	g, err := bench.GPUPreset(name)
+	if err != nil {
+		return nil, usagef("--gpu: %v", err)
+	}
+	return &g, nil
+}
+
+// measureKernels times op at every shape, stopping at the first failure.
+func measureKernels(be runner.Backend, cfg runner.Config, op string, shapes []bench.KernelShape, flush int, opt bench.KernelOptions) ([]bench.KernelResult, []error) {
+	var results []bench.KernelResult
+	var errs []error
+	for _, s := range shapes {
+		k, cost, err := bench.NewOpKernel(be, cfg, op, s, flush)
+		if err != nil {
+			return results, append(errs, err)
+		}
+		res, err := bench.MeasureKernel(k, opt)
+		errs = append(errs, k.Close())
+		if err != nil {
+			return results, append(errs, fmt.Errorf("%s %s: %w", op, s.Label(), err))
+		}
+		res.Op, res.ShapeLabel, res.FLOPs, res.Bytes = op, s.Label(), cost.FLOPs, cost.Bytes
+		results = append(results, res)
+	}
+	return results, errs
+}
+
 // parsePositional parses flags and positional arguments in any order and
 // returns exactly want positional arguments.
 func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) ([]string, error) {
 	fs.SetInterspersed(true)
 	out := fs.Output()
 	fs.SetOutput(io.Discard) // one error line, not the whole usage
-	err := fs.Parse(args)
+	err := fs.Parse(joinListValues(fs, args))
 	fs.SetOutput(out)
 	if errors.Is(err, pflag.ErrHelp) {
 		fmt.Fprintf(out, "usage of %s %s:\n", fs.Name(), names)

@@ -28,7 +28,7 @@ func subcommands() map[string]subcommand {
 		"roofline":  {"print analytic per-step floors for a model on a GPU preset (no GPU needed)", rooflineCmd},
 		"version":   {"print the version", versionCmd},
 		"calibrate": {"measure a GPU's copy bandwidth and bf16 GEMM rate (roofline ceilings), cached per GPU UUID", calibrateCmd},
-		"compare":   {"compare two native reports (--json-out): medians, intervals, ratio, p-value, FASTER/SLOWER/SAME", compareCmd},
+		"compare":   {"compare two native reports (--json-out): medians, intervals, ratio, p-value, FASTER/SLOWER/SAME/INCONCLUSIVE", compareCmd},
 		"ab":        {"interleaved A/B of two kernel sets on the same weights, reported as a comparison (needs a GPU)", abCmd},
 		"kernel":    {"time one op cold (L2 flushed) at the model's shapes, with adaptive stopping (needs a GPU)", kernelCmd},
 	}
@@ -40,33 +40,72 @@ func main() {
 	os.Exit(mainExit(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// mainExit runs a subcommand and turns its error into one line and an exit code.
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailure     = 1   // an error while running (also: compare found no shape in common)
+	exitUsage       = 2   // a bad flag, argument or input file
+	exitRegression  = 3   // compare/ab --fail-on-regression found a SLOWER row
+	exitInterrupted = 130 // SIGINT/SIGTERM: what finished was written
+)
+
+// mainExit runs a subcommand and turns its error into one line and an exit
+// code. Help goes to stdout; errors to stderr.
 func mainExit(args []string, stdout, stderr io.Writer) int {
 	cmds := subcommands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr, cmds)
-		if len(args) == 0 {
-			return 2
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help":
+		usage(stdout, cmds)
+		return exitOK
+	case "--version":
+		return mainExit([]string{"version"}, stdout, stderr)
+	case "help":
+		if len(args) == 1 {
+			usage(stdout, cmds)
+			return exitOK
 		}
-		return 0
+		return mainExit([]string{args[1], "--help"}, stdout, stderr)
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "stepbench: unknown command %q (run 'stepbench help')\n", args[0])
-		return 2
+		return exitUsage
 	}
-	if err := cmd.run(args[1:], stdout, stderr); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "stepbench %s: %v\n", args[0], err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			return 2
-		}
-		return 1
+	flagOut := stderr
+	if wantsHelp(args[1:]) {
+		flagOut = stdout // the command's --help text
 	}
-	return 0
+	err := cmd.run(args[1:], stdout, flagOut)
+	if err == nil || errors.Is(err, pflag.ErrHelp) {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "stepbench %s: %v\n", args[0], err)
+	var ue usageError
+	var ee exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// wantsHelp says whether the arguments ask for help (before any "--").
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 func usage(w io.Writer, cmds map[string]subcommand) {
@@ -79,7 +118,8 @@ func usage(w io.Writer, cmds map[string]subcommand) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
 	}
-	fmt.Fprintln(w, "\n'stepbench COMMAND --help' lists a command's flags.")
+	fmt.Fprintln(w, "\n'stepbench help COMMAND' or 'stepbench COMMAND --help' lists a command's flags; 'stepbench --version' the version.")
+	fmt.Fprintln(w, "exit codes: 0 ok, 1 error, 2 bad usage, 3 a regression (--fail-on-regression), 130 interrupted.")
 }
 
 // usageError is a bad flag or argument: exit code 2.
@@ -89,6 +129,15 @@ func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// exitError carries an exit code other than 1 or 2 (3, 130).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
 
 // newFlagSet makes a flag set that reports errors instead of exiting.
 func newFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
@@ -107,7 +156,7 @@ func parseFlags(fs *pflag.FlagSet, args []string) error {
 	// pflag prints its usage on every parse error; we want one line only.
 	out := fs.Output()
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
+	err := fs.Parse(joinListValues(fs, args))
 	fs.SetOutput(out)
 	if errors.Is(err, pflag.ErrHelp) {
 		fs.Usage()

@@ -26,7 +26,7 @@ func TestRunLlamaTinyEndToEnd(t *testing.T) {
 	jsonl := filepath.Join(dir, "r.jsonl")
 	vllm := filepath.Join(dir, "v.json")
 	native := filepath.Join(dir, "n.json")
-	args := []string{"run", "--device", "cpu", "--model", "llama-tiny", "--batch-size", "1,2", "--input-len", "16",
+	args := []string{"run", "--device", "cpu", "--model", "llama-tiny", "--batch-size", "1", "2", "--input-len", "16",
 		"--output-len", "4", "--num-iters", "2", "--result-filename", jsonl, "--output-json", vllm, "--json-out", native}
 	code, stdout, stderr := run(t, args...)
 	if code != 0 {
@@ -37,17 +37,44 @@ func TestRunLlamaTinyEndToEnd(t *testing.T) {
 		`(?m)^Decode 0\. Batch size: 2, latency: [ 0-9.]+ s, throughput: [ 0-9.]+ token/s$`,
 		`(?m)^Decode\.  median latency: [ 0-9.]+ s, median throughput: [ 0-9.]+ token/s$`,
 		`(?m)^Total\. latency: [ 0-9.]+ s, throughput: [ 0-9.]+ token/s$`,
+		`(?m)^Avg latency: [0-9.e-]+ seconds\nStd latency: [0-9.e-]+ seconds\n10% percentile latency: [0-9.e-]+ seconds$`,
+		`(?m)^99% percentile latency: [0-9.e-]+ seconds$`,
 		`(?m)^summary`,
+		`(?m)^±: achieved noise`,
 	} {
 		if !regexp.MustCompile(re).MatchString(stdout) {
 			t.Errorf("stdout lacks %s:\n%s", re, stdout)
 		}
 	}
+	if n := strings.Count(stdout, "Avg latency: "); n != 2 {
+		t.Errorf("%d vLLM summaries, want one per shape (2)", n)
+	}
 	// A second run appends to the JSONL: 2 shapes each time.
 	if code, _, stderr := run(t, args...); code != 0 {
 		t.Fatalf("second run: exit %d: %s", code, stderr)
 	}
-	f, err := os.Open(jsonl)
+	checkJSONL(t, jsonl, 4)
+	for _, name := range []string{"v_batch1_input16_output4.json", "v_batch2_input16_output4.json"} {
+		checkVLLM(t, filepath.Join(dir, name), 2)
+	}
+	rep, err := bench.ReadReport(native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Shapes) != 2 || rep.Config.Model.Name != "llama-tiny" || rep.Environment.Backend != "cpu" || rep.Config.NumIters != 2 {
+		t.Errorf("native report: %d shapes, model %q, backend %q", len(rep.Shapes), rep.Config.Model.Name, rep.Environment.Backend)
+	}
+	// 2 iterations × (1 prefill + 3 decode steps).
+	if s := rep.Shapes[0]; len(s.Samples) != 8 || s.Noise == nil || s.StopReason != bench.StopNumIters || s.Iterations != 2 {
+		t.Errorf("shape 0: %d samples, noise %v, stop %q", len(s.Samples), s.Noise, s.StopReason)
+	}
+}
+
+// checkJSONL wants n one_batch records with exactly one_batch's keys, as
+// Python's json.dumps writes them.
+func checkJSONL(t *testing.T, path string, n int) {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +87,9 @@ func TestRunLlamaTinyEndToEnd(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			t.Fatalf("line %d: %v", lines, err)
 		}
+		if !strings.HasPrefix(sc.Text(), `{"run_name": "default", "batch_size": `) || strings.Contains(sc.Text(), `":0`) {
+			t.Errorf("line %d is not json.dumps' layout: %s", lines, sc.Text())
+		}
 		for _, k := range []string{"run_name", "batch_size", "input_len", "output_len", "prefill_latency", "prefill_throughput",
 			"median_decode_latency", "median_decode_throughput", "total_latency", "overall_throughput"} {
 			if _, ok := rec[k]; !ok {
@@ -70,31 +100,24 @@ func TestRunLlamaTinyEndToEnd(t *testing.T) {
 			t.Errorf("line %d has %d keys, want 10", lines, len(rec))
 		}
 	}
-	if lines != 4 {
-		t.Errorf("%d JSONL lines after two runs, want 4 (appended)", lines)
+	if lines != n {
+		t.Errorf("%d JSONL lines, want %d", lines, n)
 	}
+}
+
+func checkVLLM(t *testing.T, path string, iterations int) {
+	t.Helper()
 	var v struct {
 		Avg         *float64           `json:"avg_latency"`
 		Latencies   []float64          `json:"latencies"`
 		Percentiles map[string]float64 `json:"percentiles"`
 	}
-	data, err := os.ReadFile(vllm)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(data, &v); err != nil || v.Avg == nil || len(v.Latencies) != 4 || len(v.Percentiles) != 6 {
-		t.Errorf("vLLM JSON: %v %s", err, data)
-	}
-	rep, err := bench.ReadReport(native)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Shapes) != 2 || rep.Config.Model.Name != "llama-tiny" || rep.Environment.Backend != "cpu" {
-		t.Errorf("native report: %d shapes, model %q, backend %q", len(rep.Shapes), rep.Config.Model.Name, rep.Environment.Backend)
-	}
-	// 2 iterations × (1 prefill + 3 decode steps).
-	if n := len(rep.Shapes[0].Samples); n != 8 {
-		t.Errorf("shape 0 has %d samples, want 8", n)
+	if err := json.Unmarshal(data, &v); err != nil || v.Avg == nil || len(v.Latencies) != iterations || len(v.Percentiles) != 6 {
+		t.Errorf("vLLM JSON %s: %v %s", path, err, data)
 	}
 }
 
@@ -162,6 +185,10 @@ func TestCorrectnessMode(t *testing.T) {
 // Bad input exits non-zero with one line naming the flag; never a panic.
 func TestBadFlags(t *testing.T) {
 	dir := t.TempDir()
+	kernelsDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(kernelsDir, "norm.cu"), []byte("// a kernel\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -184,6 +211,21 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"roofline", "--output-len", "0"}, "--output-len"},
 		{[]string{"bogus"}, "unknown command"},
 		{[]string{"run", "extra-arg"}, "unexpected argument"},
+		{[]string{"run", "--device", "cpu", "--num-iters", "3", "--target-noise", "1"}, "--target-noise is for adaptive sampling"},
+		{[]string{"run", "--device", "cpu", "--target-noise", "0"}, "--target-noise"},
+		{[]string{"run", "--device", "cpu", "--max-seconds", "0"}, "--max-seconds"},
+		{[]string{"run", "--device", "cpu", "--min-iters", "0"}, "--min-iters"},
+		{[]string{"run", "--device", "cpu", "--kernels-dir", filepath.Join(dir, "missing")}, "--kernels-dir"},
+		{[]string{"run", "--device", "cpu", "--kernels-dir", dir}, "holds no *.cu file"},
+		{[]string{"run", "--device", "cpu", "--kernels-dir", kernelsDir}, "the cpu backend runs kernels/ref"},
+		{[]string{"run", "--correctness-test", "--prompt-ids", "p", "--batch-size", "2"}, "--correctness-test does not use --batch-size"},
+		{[]string{"run", "--correctness-test", "--prompt-ids", "p", "--json-out", "x"}, "does not use --json-out"},
+		{[]string{"kernel", "flash_decode"}, `unknown op "flash_decode"`},
+		{[]string{"kernel", "attention", "--kernels-dir", filepath.Join(dir, "missing")}, "--kernels-dir"},
+		{[]string{"verify", "--kernels-dir", dir}, "--kernels-dir"},
+		{[]string{"compare", "a.json"}, "want OLD.json NEW.json"},
+		{[]string{"compare", "a.json", "b.json", "--alpha", "2"}, "--alpha"},
+		{[]string{"ab", "--kernels-dir", kernelsDir, "--num-iters", "0"}, "--num-iters"},
 	} {
 		code, _, stderr := run(t, tc.args...)
 		lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")

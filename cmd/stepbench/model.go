@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -16,18 +18,24 @@ type modelFlags struct {
 }
 
 func (m *modelFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&m.model, "model", "llama-3-8b", "built-in model preset: "+joinNames(runner.PresetNames()))
+	fs.StringVar(&m.model, "model", "llama-3-8b", "built-in model preset ("+joinNames(runner.PresetNames())+"), or an HF model directory as --model-path")
 	fs.StringVar(&m.modelPath, "model-path", "", "HF model directory (config.json and *.safetensors); overrides --model")
 }
 
-// resolve returns the model's config, from --model-path's config.json or a preset.
+// resolve returns the model's config, from --model-path's config.json or a
+// preset. A --model that names no preset but a directory is taken as
+// --model-path (vLLM's habit). Every bad path is a usage error (exit 2),
+// a missing config.json included.
 func (m *modelFlags) resolve() (runner.Config, error) {
 	if m.modelPath == "" {
 		cfg, err := runner.Preset(m.model)
-		if err != nil {
-			return cfg, usagef("--model: %v", err)
+		if err == nil {
+			return cfg, nil
 		}
-		return cfg, nil
+		if st, statErr := os.Stat(m.model); statErr != nil || !st.IsDir() {
+			return cfg, usagef("--model: %v, and no directory %s", err, m.model)
+		}
+		m.modelPath = m.model
 	}
 	st, err := os.Stat(m.modelPath)
 	if err != nil {
@@ -37,6 +45,9 @@ func (m *modelFlags) resolve() (runner.Config, error) {
 		return runner.Config{}, usagef("--model-path: %s is not a directory", m.modelPath)
 	}
 	cfg, err := runner.LoadConfigFile(filepath.Join(m.modelPath, "config.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return cfg, usagef("--model-path: %s has no config.json", m.modelPath)
+	}
 	if err != nil {
 		return cfg, fmt.Errorf("--model-path: %w", err)
 	}
@@ -60,9 +71,9 @@ type shapeFlags struct {
 }
 
 func (s *shapeFlags) register(fs *pflag.FlagSet, defaultInput, defaultOutput []int) {
-	fs.IntSliceVar(&s.batch, "batch-size", []int{1}, "batch sizes (comma-separated list)")
-	fs.IntSliceVar(&s.input, "input-len", defaultInput, "prompt lengths in tokens (list)")
-	fs.IntSliceVar(&s.output, "output-len", defaultOutput, "tokens generated per sequence, including the prefill's (list)")
+	fs.IntSliceVar(&s.batch, "batch-size", []int{1}, "batch sizes: 1,2,4 or 1 2 4")
+	fs.IntSliceVar(&s.input, "input-len", defaultInput, "prompt lengths in tokens (list, as --batch-size)")
+	fs.IntSliceVar(&s.output, "output-len", defaultOutput, "tokens generated per sequence, including the prefill's (list, as --batch-size)")
 }
 
 // validate checks every list is non-empty and positive and that every

@@ -36,27 +36,49 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	if err := sh.validate(cfg); err != nil {
 		return err
 	}
-	type shapeOut struct {
-		Batch, InputLen, OutputLen int
-		Floors                     bench.StepFloors
-	}
-	var shapes []shapeOut
-	for _, b := range sh.batch {
-		for _, in := range sh.input {
-			for _, out := range sh.output {
-				f, err := bench.ComputeFloors(cfg, g, b, in, out)
-				if err != nil {
-					return err
-				}
-				shapes = append(shapes, shapeOut{b, in, out, f})
-			}
-		}
+	shapes, err := rooflineShapes(cfg, g, sh)
+	if err != nil {
+		return err
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"model": cfg, "gpu": g, "shapes": shapes})
 	}
+	if err := writeRooflineTable(stdout, cfg, g, shapes); err != nil {
+		return err
+	}
+	if *ops && len(shapes) > 0 {
+		return writeRooflineOps(stdout, g, shapes[0])
+	}
+	return nil
+}
+
+// rooflineShape is one shape's floors; its JSON keys are snake_case.
+type rooflineShape struct {
+	Batch     int              `json:"batch_size"`
+	InputLen  int              `json:"input_len"`
+	OutputLen int              `json:"output_len"`
+	Floors    bench.StepFloors `json:"floors"`
+}
+
+func rooflineShapes(cfg runner.Config, g bench.GPUSpec, sh shapeFlags) ([]rooflineShape, error) {
+	var shapes []rooflineShape
+	for _, b := range sh.batch {
+		for _, in := range sh.input {
+			for _, out := range sh.output {
+				f, err := bench.ComputeFloors(cfg, g, b, in, out)
+				if err != nil {
+					return nil, err
+				}
+				shapes = append(shapes, rooflineShape{b, in, out, f})
+			}
+		}
+	}
+	return shapes, nil
+}
+
+func writeRooflineTable(stdout io.Writer, cfg runner.Config, g bench.GPUSpec, shapes []rooflineShape) error {
 	fmt.Fprintf(stdout, "roofline: %s (%.2f B parameters) on %s — datasheet %.1f TFLOP/s bf16 dense, %.2f TB/s; ridge %.1f FLOP/byte\n",
 		cfg.Name, float64(cfg.ParamCount())/1e9, g.Description, g.PeakFLOPsPerSec/1e12, g.PeakBytesPerSec/1e12, g.RidgeFLOPsPerByte())
 	fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s); bytes = every input read once, every output written once (derived, not measured)")
@@ -79,25 +101,24 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%d\titeration\t\t\t\t\t\t%.2f\t\t\n", s.Batch, s.InputLen, s.OutputLen, s.Floors.IterationSeconds*1e3)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	return tw.Flush()
+}
+
+// writeRooflineOps is --ops: every op of the first shape's prefill and
+// first decode step.
+func writeRooflineOps(stdout io.Writer, g bench.GPUSpec, s rooflineShape) error {
+	steps := []runner.StepCost{s.Floors.Prefill}
+	if len(s.Floors.Decode) > 0 {
+		steps = append(steps, s.Floors.Decode[0])
 	}
-	if *ops && len(shapes) > 0 {
-		s := shapes[0]
-		steps := []runner.StepCost{s.Floors.Prefill}
-		if len(s.Floors.Decode) > 0 {
-			steps = append(steps, s.Floors.Decode[0])
+	fmt.Fprintf(stdout, "\nper op, batch %d, input %d (decode: the first step):\n", s.Batch, s.InputLen)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "step\top\tcalls\tGFLOP\tMB\tFLOP/byte\tfloor_us\tbound\t")
+	for _, st := range steps {
+		for _, o := range st.Ops {
+			f := bench.FloorOf(g, o.FLOPs, o.Bytes)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t\n", st.Phase, o.Op, o.Calls, o.FLOPs/1e9, o.Bytes/1e6, o.FLOPs/o.Bytes, f.Seconds*1e6, f.Bound)
 		}
-		fmt.Fprintf(stdout, "\nper op, batch %d, input %d (decode: the first step):\n", s.Batch, s.InputLen)
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "step\top\tcalls\tGFLOP\tMB\tFLOP/byte\tfloor_us\tbound\t")
-		for _, st := range steps {
-			for _, o := range st.Ops {
-				f := bench.FloorOf(g, o.FLOPs, o.Bytes)
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t\n", st.Phase, o.Op, o.Calls, o.FLOPs/1e9, o.Bytes/1e6, o.FLOPs/o.Bytes, f.Seconds*1e6, f.Bound)
-			}
-		}
-		return tw.Flush()
 	}
-	return nil
+	return tw.Flush()
 }

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -20,11 +17,11 @@ import (
 type runFlags struct {
 	model         modelFlags
 	shapes        shapeFlags
+	sampling      samplingFlags
 	loadFormat    string
 	device        string
 	seed          uint64
 	runName       string
-	numIters      int
 	warmupIters   int
 	logDecodeStep int
 	resultFile    string
@@ -47,12 +44,12 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.device, "device", "auto", "backend: auto (cuda when a GPU is usable, else cpu), cuda, cpu")
 	fs.Uint64Var(&f.seed, "seed", 42, "seed of the dummy weights and of every prompt's token ids")
 	fs.StringVar(&f.runName, "run-name", "default", "run_name field of --result-filename records")
-	fs.IntVar(&f.numIters, "num-iters", 3, "timed iterations per shape (each: prefill + output-len-1 decode steps, fresh prompts)")
+	f.sampling.register(fs)
 	fs.IntVar(&f.warmupIters, "num-iters-warmup", 1, "untimed warmup iterations before every shape")
 	fs.IntVar(&f.logDecodeStep, "log-decode-step", 0, "also print every Nth decode step (the first 5 are always printed)")
-	fs.StringVar(&f.resultFile, "result-filename", "", "append one_batch JSONL records (one per shape) to this file")
-	fs.StringVar(&f.outputJSON, "output-json", "", "write vLLM 'bench latency' JSON (one latency per iteration) to this file")
-	fs.StringVar(&f.jsonOut, "json-out", "", "write the native JSON report (environment, config, every sample, summaries) to this file")
+	fs.StringVar(&f.resultFile, "result-filename", "", "append one_batch JSONL records (one per shape, written as each shape ends) to this file")
+	fs.StringVar(&f.outputJSON, "output-json", "", "write vLLM 'bench latency' JSON per shape: this file for one shape, else FILE_batchB_inputI_outputO.ext each")
+	fs.StringVar(&f.jsonOut, "json-out", "", "write the native JSON report (environment, config, every sample, summaries, noise), rewritten as each shape ends")
 	fs.StringVar(&f.gpu, "gpu", "auto", "GPU preset for the floors in the summary: auto (from the device's name; none on cpu), none, or "+joinNames(bench.GPUPresetNames()))
 	fs.BoolVar(&f.correctness, "correctness-test", false, "greedy generation from --prompt-ids, printing the generated ids (compare with HF transformers)")
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "with --correctness-test: file with one prompt per line, token ids separated by spaces")
@@ -61,6 +58,14 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.telemetry.register(fs)
 	fs.BoolVar(&f.breakdown, "breakdown", false, "after timing, one eager pass per shape with an event at every op boundary: a per-op table per phase")
 	fs.StringVar(&f.format, "format", "text", "stdout: text (one_batch lines and tables) or gobench (Go benchmark lines for benchstat; the text goes to stderr)")
+}
+
+// runSetup is what runCmd resolved before loading weights.
+type runSetup struct {
+	device, loadFormat string
+	cfg                runner.Config
+	est                runner.MemoryEstimate
+	prompts            [][]int32 // --correctness-test
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -73,13 +78,84 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err := f.check(fs); err != nil {
 		return err
 	}
-	// Without a GPU, 'auto' falls back to the cpu backend and, unless a model
-	// was named, to the llama-tiny preset: an 8B model on two cores is no run.
+	setup, err := f.prepare(fs, stderr)
+	if err != nil {
+		return err
+	}
+	be, env, err := openBackend(setup.device, f.backend, setup.est, stderr)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	if cpu, ok := be.(*runner.CPU); ok {
+		if err := cpu.CheckMemory(setup.est); err != nil {
+			return fmt.Errorf("--device cpu: %w", err)
+		}
+	}
+	engine, err := f.loadEngine(setup, be, stderr)
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+	if f.correctness {
+		return runCorrectness(engine, setup.prompts, f.shapes.output[0], f.logitsOut, stdout)
+	}
+	return f.benchmark(fs, setup, engine, env, stdout, stderr)
+}
+
+// prepare resolves the device, the model and the load format, and checks
+// every output path, before any weight is loaded.
+func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error) {
+	var s runSetup
+	var err error
+	if s.device, err = f.resolveDevice(fs, stderr); err != nil {
+		return s, err
+	}
+	if s.cfg, err = f.model.resolve(); err != nil {
+		return s, err
+	}
+	if !f.correctness {
+		if err := f.shapes.validate(s.cfg); err != nil {
+			return s, err
+		}
+	}
+	s.loadFormat = f.loadFormat
+	if s.loadFormat == "auto" {
+		s.loadFormat = "dummy"
+		if f.model.modelPath != "" {
+			s.loadFormat = "safetensors"
+		}
+	}
+	if s.loadFormat == "safetensors" && f.model.modelPath == "" {
+		return s, usagef("--load-format safetensors needs --model-path")
+	}
+	if f.correctness {
+		if s.prompts, err = readPrompts(f.promptIDs, s.cfg, f.shapes.output); err != nil {
+			return s, err
+		}
+	}
+	if err := bench.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
+		return s, usageError{err}
+	}
+	s.est = f.memoryEstimate(s.cfg, s.prompts)
+	if s.device == "cpu" && f.device == "cpu" && !fs.Changed("model") && f.model.modelPath == "" {
+		fmt.Fprintf(stderr, "stepbench: --device cpu runs %s, the --model default: %.2f GB of bf16 weights in host memory, "+
+			"minutes per step on a CPU (--model llama-tiny is the small one)\n", s.cfg.Name, float64(s.est.WeightBytes)/1e9)
+	}
+	return s, nil
+}
+
+// resolveDevice turns --device auto into cuda or cpu. Without a GPU, auto
+// falls back to the cpu backend and, unless a model was named, to the
+// llama-tiny preset: an 8B model on two cores is no run.
+func (f *runFlags) resolveDevice(fs *pflag.FlagSet, stderr io.Writer) (string, error) {
 	device := f.device
-	var gpuWhy error
 	if device == "auto" {
-		if gpuWhy = probeGPU(); gpuWhy != nil {
+		if gpuWhy := probeGPU(); gpuWhy != nil {
 			device = "cpu"
+			if f.backend.kernelsDir != "" {
+				return "", usagef("--kernels-dir needs a GPU, and there is none usable (%v)", gpuWhy)
+			}
 			if !fs.Changed("model") && f.model.modelPath == "" {
 				f.model.model = "llama-tiny"
 			}
@@ -89,36 +165,17 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			device = "cuda"
 		}
 	}
+	if device == "cpu" && f.backend.kernelsDir != "" {
+		return "", usagef("--kernels-dir: the cpu backend runs kernels/ref, not CUDA kernels; use --device cuda")
+	}
 	if f.breakdown && device == "cuda" && !f.backend.disableCUDAGraph {
 		// A replayed graph has no op boundaries to put events at.
-		return usagef("--breakdown on the cuda backend needs --disable-cuda-graph")
+		return "", usagef("--breakdown on the cuda backend needs --disable-cuda-graph")
 	}
-	cfg, err := f.model.resolve()
-	if err != nil {
-		return err
-	}
-	if !f.correctness {
-		if err := f.shapes.validate(cfg); err != nil {
-			return err
-		}
-	}
-	loadFormat := f.loadFormat
-	if loadFormat == "auto" {
-		loadFormat = "dummy"
-		if f.model.modelPath != "" {
-			loadFormat = "safetensors"
-		}
-	}
-	if loadFormat == "safetensors" && f.model.modelPath == "" {
-		return usagef("--load-format safetensors needs --model-path")
-	}
-	var prompts [][]int32
-	if f.correctness {
-		if prompts, err = readPrompts(f.promptIDs, cfg, f.shapes.output); err != nil {
-			return err
-		}
-	}
+	return device, nil
+}
 
+func (f *runFlags) memoryEstimate(cfg runner.Config, prompts [][]int32) runner.MemoryEstimate {
 	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
 	if f.correctness {
 		maxBatch, maxTokens, maxSeq = 1, 0, 0
@@ -127,144 +184,31 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			maxSeq = max(maxSeq, len(p)+f.shapes.output[0])
 		}
 	}
-	est := runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
-	be, env, err := openBackend(device, f.backend, est, stderr)
-	if err != nil {
-		return err
-	}
-	defer be.Close()
+	return runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
+}
 
+func (f *runFlags) loadEngine(s runSetup, be runner.Backend, stderr io.Writer) (*runner.Engine, error) {
 	var src runner.WeightSource
 	src.Seed = f.seed
-	if loadFormat == "safetensors" {
+	if s.loadFormat == "safetensors" {
 		st, err := runner.OpenSafetensors(f.model.modelPath)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer st.Close()
-		if err := st.Check(cfg); err != nil {
-			return err
+		if err := st.Check(s.cfg); err != nil {
+			return nil, err
 		}
 		src.Reader = st
 	}
 	loadStart := time.Now()
-	engine, err := runner.NewEngine(cfg, be, src, loadProgress(stderr, loadFormat))
+	engine, err := runner.NewEngine(s.cfg, be, src, loadProgress(stderr, s.loadFormat))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer engine.Close()
-	fmt.Fprintf(stderr, "stepbench: %s weights (%s, %.2f GB bf16) on %s in %.1f s\n", cfg.Name, loadFormat,
-		float64(est.WeightBytes)/1e9, be.Name(), time.Since(loadStart).Seconds())
-
-	if f.correctness {
-		return runCorrectness(engine, prompts, f.shapes.output[0], f.logitsOut, stdout)
-	}
-
-	opt := bench.Options{
-		BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
-		NumIters: f.numIters, WarmupIters: f.warmupIters, Seed: f.seed, VocabSize: cfg.VocabSize,
-		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Stdout: stdout, Progress: stderr,
-	}
-	textOut := stdout
-	if f.format == "gobench" {
-		textOut, opt.Stdout = stderr, stderr // stdout carries only benchmark lines
-	}
-	f.telemetry.run = startTelemetry(!f.telemetry.noTelemetry, f.telemetry.discardThrottled, f.telemetry.energyWindowSeconds, &env, &opt, stderr)
-	shapes, runErr := bench.Run(engine, opt)
-	shapes = f.telemetry.run.finish(shapes, &env, stderr)
-	gpu, gpuErr := f.floorGPU(env)
-	floors := floorFunc(cfg, gpu)
-	// Whatever was measured is written even when the run stopped early.
-	var errs []error
-	if runErr != nil {
-		errs = append(errs, runErr)
-	}
-	if gpuErr != nil {
-		errs = append(errs, gpuErr)
-	}
-	if len(shapes) > 0 {
-		fmt.Fprintln(textOut)
-		if env.Emulated != "" {
-			fmt.Fprintln(textOut, emulatedNote)
-		}
-		if gpu != nil {
-			fmt.Fprintf(textOut, "summary (floors: %s datasheet peaks, %s)\n", gpu.Description, "derived by the cost model")
-		} else {
-			fmt.Fprintln(textOut, "summary")
-		}
-		if err := bench.WriteSummaryTable(textOut, shapes, floors); err != nil {
-			errs = append(errs, err)
-		}
-		errs = append(errs, f.telemetry.report(textOut, shapes, cfg, &env, gpu, stderr))
-		errs = append(errs, f.writeOutputs(shapes, cfg, env, loadFormat, fs, gpu)...)
-		if f.format == "gobench" {
-			errs = append(errs, bench.WriteGoBench(stdout, cfg.Name, bench.GoBenchConfig{"backend": env.Backend, "gpu": env.GPUName,
-				"driver": env.DriverVersion, "goos": runtime.GOOS, "goarch": runtime.GOARCH}, shapes))
-		}
-	}
-	if f.breakdown && runErr == nil {
-		for _, s := range shapes {
-			sb, err := bench.MeasureBreakdown(engine, s.Batch, s.InputLen, s.OutputLen, f.seed, gpu)
-			if err != nil {
-				errs = append(errs, err)
-				break
-			}
-			errs = append(errs, bench.WriteBreakdownTable(textOut, sb))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// check validates flags that need no model.
-func (f *runFlags) check(fs *pflag.FlagSet) error {
-	switch f.loadFormat {
-	case "auto", "dummy", "safetensors":
-	default:
-		return usagef("--load-format: %q is not auto, dummy or safetensors", f.loadFormat)
-	}
-	if f.format != "text" && f.format != "gobench" {
-		return usagef("--format: %q is not text or gobench", f.format)
-	}
-	switch f.device {
-	case "auto", "cuda", "cpu":
-	default:
-		return usagef("--device: %q is not auto, cuda or cpu", f.device)
-	}
-	if f.numIters < 1 {
-		return usagef("--num-iters: %d must be at least 1", f.numIters)
-	}
-	if f.warmupIters < 0 {
-		return usagef("--num-iters-warmup: %d must not be negative", f.warmupIters)
-	}
-	if f.logDecodeStep < 0 {
-		return usagef("--log-decode-step: %d must not be negative", f.logDecodeStep)
-	}
-	if f.correctness {
-		if f.promptIDs == "" {
-			return usagef("--correctness-test needs --prompt-ids FILE")
-		}
-		if len(f.shapes.output) != 1 {
-			return usagef("--correctness-test takes one --output-len, not %v", f.shapes.output)
-		}
-		if f.shapes.output[0] < 1 {
-			return usagef("--output-len: %d must be at least 1", f.shapes.output[0])
-		}
-	} else {
-		for _, name := range []string{"prompt-ids", "logits-out"} {
-			if fs.Changed(name) {
-				return usagef("--%s needs --correctness-test", name)
-			}
-		}
-	}
-	if err := f.telemetry.check(); err != nil {
-		return err
-	}
-	if f.gpu != "auto" && f.gpu != "none" {
-		if _, err := bench.GPUPreset(f.gpu); err != nil {
-			return usagef("--gpu: %v", err)
-		}
-	}
-	return nil
+	fmt.Fprintf(stderr, "stepbench: %s weights (%s, %.2f GB bf16) on %s in %.1f s\n", s.cfg.Name, s.loadFormat,
+		float64(s.est.WeightBytes)/1e9, be.Name(), time.Since(loadStart).Seconds())
+	return engine, nil
 }
 
 func modelLabel(m modelFlags) string {
@@ -286,87 +230,6 @@ func (s *shapeFlags) maxima() (batch, tokens, seq int) {
 	return batch, tokens, seq
 }
 
-// floorGPU is the GPU whose datasheet peaks give the summary's floors.
-func (f *runFlags) floorGPU(env bench.Environment) (*bench.GPUSpec, error) {
-	switch f.gpu {
-	case "none":
-		return nil, nil
-	case "auto":
-		if env.GPUName == "" {
-			return nil, nil
-		}
-		g, ok := bench.GPUPresetForDevice(env.GPUName)
-		if !ok {
-			return nil, nil
-		}
-		return &g, nil
-	}
-	g, err := bench.GPUPreset(f.gpu)
-	if err != nil {
-		return nil, usagef("--gpu: %v", err)
-	}
-	return &g, nil
-}
-
-func floorFunc(cfg runner.Config, g *bench.GPUSpec) bench.FloorFunc {
-	if g == nil {
-		return nil
-	}
-	return func(batch, inputLen, outputLen int) (float64, float64) {
-		sf, err := bench.ComputeFloors(cfg, *g, batch, inputLen, outputLen)
-		if err != nil {
-			return 0, 0
-		}
-		return sf.PrefillFloor.Seconds, sf.MedianDecodeFloorSeconds()
-	}
-}
-
-func (f *runFlags) writeOutputs(shapes []bench.ShapeResult, cfg runner.Config, env bench.Environment, loadFormat string, fs *pflag.FlagSet, gpu *bench.GPUSpec) []error {
-	var errs []error
-	if f.resultFile != "" {
-		recs := make([]bench.OneBatchRecord, len(shapes))
-		for i, s := range shapes {
-			recs[i] = bench.NewOneBatchRecord(f.runName, s)
-		}
-		if err := bench.AppendOneBatchJSONL(f.resultFile, recs); err != nil {
-			errs = append(errs, fmt.Errorf("--result-filename: %w", err))
-		}
-	}
-	if f.outputJSON != "" {
-		if err := bench.WriteVLLMJSON(f.outputJSON, bench.IterationLatencies(shapes)); err != nil {
-			errs = append(errs, fmt.Errorf("--output-json: %w", err))
-		}
-	}
-	if f.jsonOut != "" {
-		flags := map[string]string{}
-		fs.VisitAll(func(fl *pflag.Flag) { flags[fl.Name] = fl.Value.String() })
-		rep := bench.Report{
-			ToolVersion: versionString(),
-			CreatedAt:   time.Now().UTC().Format(time.RFC3339),
-			Environment: env,
-			Config: bench.RunConfig{Model: cfg, ModelPath: f.model.modelPath, LoadFormat: loadFormat, RunName: f.runName,
-				Seed: f.seed, NumIters: f.numIters, WarmupIters: f.warmupIters, Flags: flags},
-		}
-		for _, s := range shapes {
-			sr := bench.NewShapeReport(s)
-			f.telemetry.run.fillShape(&sr, s, cfg, f.telemetry.roof)
-			if gpu != nil {
-				if sf, err := bench.ComputeFloors(cfg, *gpu, s.Batch, s.InputLen, s.OutputLen); err == nil {
-					sr.PrefillFloorSeconds, sr.PrefillFLOPs, sr.PrefillBytes = sf.PrefillFloor.Seconds, sf.Prefill.FLOPs, sf.Prefill.Bytes
-					if len(sf.Decode) > 0 {
-						sr.DecodeFloorSeconds, sr.DecodeFLOPs, sr.DecodeBytes = sf.DecodeFloors[0].Seconds, sf.Decode[0].FLOPs, sf.Decode[0].Bytes
-					}
-				}
-			}
-			rep.Shapes = append(rep.Shapes, sr)
-		}
-		if err := bench.WriteReport(f.jsonOut, rep); err != nil {
-			errs = append(errs, fmt.Errorf("--json-out: %w", err))
-		}
-	}
-	return errs
-}
-
 // loadProgress reports weight loading on stderr every 10%.
 func loadProgress(stderr io.Writer, format string) func(done, total int) {
 	last := -1
@@ -377,97 +240,6 @@ func loadProgress(stderr io.Writer, format string) func(done, total int) {
 			fmt.Fprintf(stderr, "stepbench: loading %s weights %3d%% (%d/%d tensors)\n", format, pct*10, done, total)
 		}
 	}
-}
-
-// readPrompts reads and checks the correctness prompts.
-func readPrompts(path string, cfg runner.Config, outputLens []int) ([][]int32, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, usagef("--prompt-ids: %v", err)
-	}
-	defer file.Close()
-	prompts, err := runner.ParsePromptIDs(file, path, cfg.VocabSize)
-	if err != nil {
-		return nil, usagef("--prompt-ids: %v", err)
-	}
-	for i, p := range prompts {
-		if n := len(p) + outputLens[0]; n > cfg.MaxPositionEmbeddings {
-			return nil, usagef("--prompt-ids: prompt %d has %d tokens; with --output-len %d that is %d positions, beyond %s's %d",
-				i+1, len(p), outputLens[0], n, cfg.Name, cfg.MaxPositionEmbeddings)
-		}
-	}
-	return prompts, nil
-}
-
-// correctnessRecord is one line of --logits-out.
-type correctnessRecord struct {
-	Prompt    []int32     `json:"prompt"`
-	Generated []int32     `json:"generated"`
-	Logits    [][]float32 `json:"logits"`
-}
-
-// runCorrectness generates greedily from each prompt on its own (batch 1,
-// so prompts may differ in length) and prints the generated ids.
-func runCorrectness(e *runner.Engine, prompts [][]int32, outputLen int, logitsOut string, stdout io.Writer) error {
-	var out *os.File
-	if logitsOut != "" {
-		var err error
-		if out, err = os.OpenFile(logitsOut, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err != nil {
-			return fmt.Errorf("--logits-out: %w", err)
-		}
-		defer out.Close()
-	}
-	for i, p := range prompts {
-		rec := correctnessRecord{Prompt: p}
-		if err := e.Begin(1, len(p), outputLen, p); err != nil {
-			return fmt.Errorf("prompt %d: %w", i+1, err)
-		}
-		for step := 0; step < outputLen; step++ {
-			var err error
-			if step == 0 {
-				err = e.Prefill()
-			} else {
-				err = e.Decode()
-			}
-			if err != nil {
-				return fmt.Errorf("prompt %d step %d: %w", i+1, step, err)
-			}
-			ids, err := e.NextTokens()
-			if err != nil {
-				return fmt.Errorf("prompt %d step %d: %w", i+1, step, err)
-			}
-			rec.Generated = append(rec.Generated, ids[0])
-			if out != nil {
-				logits, err := e.Logits()
-				if err != nil {
-					return fmt.Errorf("prompt %d step %d: %w", i+1, step, err)
-				}
-				rec.Logits = append(rec.Logits, logits[0])
-			}
-		}
-		fmt.Fprintf(stdout, "prompt %d: %s\n", i+1, joinIDs(rec.Generated))
-		if out != nil {
-			line, err := json.Marshal(rec)
-			if err != nil {
-				return fmt.Errorf("--logits-out: prompt %d: %w", i+1, err)
-			}
-			if _, err := out.Write(append(line, '\n')); err != nil {
-				return fmt.Errorf("--logits-out: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-func joinIDs(ids []int32) string {
-	var b strings.Builder
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprint(&b, id)
-	}
-	return b.String()
 }
 
 // hostEnvironment is what every report says about the machine.

@@ -46,6 +46,9 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := checkKernelsDir(flags.kernelsDir); err != nil {
+		return err
+	}
 	if _, err := cuda.OpenDriver(); err != nil {
 		return fmt.Errorf("no usable GPU: %w", err)
 	}
@@ -99,9 +102,23 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
+	e2e := verifyEndToEnd(be, tiny, *seed, row)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if failures > 0 {
+		return fmt.Errorf("%d check(s) failed", failures)
+	}
+	fmt.Fprintf(stdout, "\nall %d checks passed\n", len(results)+e2e)
+	return nil
+}
+
+// verifyEndToEnd runs llama-tiny on the GPU against the cpu backend, one
+// row per prompt; it returns the count of rows.
+func verifyEndToEnd(be *runner.CUDA, tiny runner.Config, seed uint64, row func(check, shape string, rel float64, exact bool, err error)) int {
 	prompts := [][]int32{{1, 2, 3, 4, 5, 6, 7, 8}, {42}, {300, 17, 9, 9, 9, 250, 3, 1, 77, 5, 11, 12, 13}}
 	const outputLen = 8
-	e2e, err := runner.CompareWithCPU(be, tiny, *seed, prompts, outputLen)
+	e2e, err := runner.CompareWithCPU(be, tiny, seed, prompts, outputLen)
 	for i, r := range e2e {
 		var bad error
 		switch {
@@ -115,14 +132,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		row("end to end vs cpu", tiny.Name, 0, false, err)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if failures > 0 {
-		return fmt.Errorf("%d check(s) failed", failures)
-	}
-	fmt.Fprintf(stdout, "\nall %d checks passed\n", len(results)+len(e2e))
-	return nil
+	return len(e2e)
 }
 
 func kernelsOrigin(dir string) string {

@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+
+	"golang.org/x/perf/benchmath"
+)
+
+// NoiseConfidence is the level of the median intervals that define noise.
+const NoiseConfidence = 0.95
+
+// Metrics of a shape: one value per timed iteration each. Prefill is the
+// iteration's prefill time; decode is the iteration's median decode step,
+// so that decode steps at different KV lengths are never pooled as if they
+// were exchangeable samples; every iteration covers the same positions, so
+// these per-iteration values are.
+const (
+	MetricPrefillHost   = "prefill_host"
+	MetricPrefillDevice = "prefill_device"
+	MetricDecodeHost    = "decode_host"
+	MetricDecodeDevice  = "decode_device"
+)
+
+// metricSeries is one metric's per-iteration values (seconds).
+type metricSeries struct {
+	metric string
+	values []float64
+}
+
+// iterationSeries returns the shape's metrics in a fixed order, leaving
+// out those nobody measured: decode without decode steps, device times of
+// a backend without device timers (all zero).
+func iterationSeries(iterations []IterationResult) []metricSeries {
+	series := []metricSeries{{metric: MetricPrefillHost}, {metric: MetricPrefillDevice},
+		{metric: MetricDecodeHost}, {metric: MetricDecodeDevice}}
+	for _, it := range iterations {
+		series[0].values = append(series[0].values, it.Prefill.HostSeconds)
+		series[1].values = append(series[1].values, it.Prefill.DeviceSeconds)
+		if len(it.Decode) == 0 {
+			continue
+		}
+		host, device := make([]float64, len(it.Decode)), make([]float64, len(it.Decode))
+		for i, d := range it.Decode {
+			host[i], device[i] = d.HostSeconds, d.DeviceSeconds
+		}
+		series[2].values = append(series[2].values, Median(host))
+		series[3].values = append(series[3].values, Median(device))
+	}
+	return slices.DeleteFunc(series, func(s metricSeries) bool {
+		return len(s.values) == 0 || allZero(s.values)
+	})
+}
+
+func allZero(xs []float64) bool {
+	for _, x := range xs {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// RelativeNoise is the noise of a median: the half-width of the
+// distribution-free 95% confidence interval of the median of xs (order
+// statistics; golang.org/x/perf/benchmath's AssumeNothing summary) over the
+// median. +Inf when xs are too few for such an interval (fewer than 6) or
+// the median is not positive. xs is not modified.
+func RelativeNoise(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.Inf(1)
+	}
+	sample := benchmath.NewSample(slices.Clone(xs), &benchmath.DefaultThresholds)
+	sum := benchmath.AssumeNothing.Summary(sample, NoiseConfidence)
+	if !(sum.Center > 0) || math.IsInf(sum.Lo, 0) || math.IsInf(sum.Hi, 0) {
+		return math.Inf(1)
+	}
+	return (sum.Hi - sum.Lo) / 2 / sum.Center
+}
+
+// Noise is the achieved noise of each of a shape's medians (RelativeNoise
+// of the per-iteration values; decode: of each iteration's median decode
+// step). NaN marks a metric not measured, +Inf one with too few iterations
+// for an interval; both are written to JSON as null.
+type Noise struct {
+	PrefillHost   float64 `json:"prefill_host"`
+	PrefillDevice float64 `json:"prefill_device"`
+	DecodeHost    float64 `json:"decode_host"`
+	DecodeDevice  float64 `json:"decode_device"`
+	TotalHost     float64 `json:"total_host"` // of the iteration totals
+}
+
+// ShapeNoise computes the noise of a shape's iterations.
+func ShapeNoise(iterations []IterationResult) Noise {
+	nan := math.NaN()
+	n := Noise{PrefillHost: nan, PrefillDevice: nan, DecodeHost: nan, DecodeDevice: nan, TotalHost: nan}
+	for _, s := range iterationSeries(iterations) {
+		*n.field(s.metric) = RelativeNoise(s.values)
+	}
+	if len(iterations) > 0 {
+		totals := make([]float64, len(iterations))
+		for i, it := range iterations {
+			totals[i] = it.TotalHostSeconds
+		}
+		n.TotalHost = RelativeNoise(totals)
+	}
+	return n
+}
+
+func (n *Noise) field(metric string) *float64 {
+	switch metric {
+	case MetricPrefillHost:
+		return &n.PrefillHost
+	case MetricPrefillDevice:
+		return &n.PrefillDevice
+	case MetricDecodeHost:
+		return &n.DecodeHost
+	}
+	return &n.DecodeDevice
+}
+
+// maxNoise is the largest noise of the compared metrics (what the stopping
+// rule holds to the target); +Inf when none is known.
+func maxNoise(iterations []IterationResult) float64 {
+	series := iterationSeries(iterations)
+	if len(series) == 0 {
+		return math.Inf(1)
+	}
+	worst := 0.0
+	for _, s := range series {
+		worst = math.Max(worst, RelativeNoise(s.values))
+	}
+	return worst
+}
+
+// MarshalJSON writes NaN and ±Inf (not measured; too few iterations) as null.
+func (n Noise) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		PrefillHost   *float64 `json:"prefill_host"`
+		PrefillDevice *float64 `json:"prefill_device"`
+		DecodeHost    *float64 `json:"decode_host"`
+		DecodeDevice  *float64 `json:"decode_device"`
+		TotalHost     *float64 `json:"total_host"`
+	}{finite(n.PrefillHost), finite(n.PrefillDevice), finite(n.DecodeHost), finite(n.DecodeDevice), finite(n.TotalHost)})
+}
+
+// UnmarshalJSON reads null as +Inf (unknown), the conservative reading.
+func (n *Noise) UnmarshalJSON(data []byte) error {
+	var m map[string]*float64
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	read := func(key string) float64 {
+		if v := m[key]; v != nil {
+			return *v
+		}
+		return math.Inf(1)
+	}
+	*n = Noise{PrefillHost: read("prefill_host"), PrefillDevice: read("prefill_device"),
+		DecodeHost: read("decode_host"), DecodeDevice: read("decode_device"), TotalHost: read("total_host")}
+	return nil
+}
+
+// finite is x, or nil for NaN and ±Inf, which encoding/json refuses.
+func finite(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}

@@ -1,0 +1,26 @@
+package bench
+
+import "fmt"
+
+// One_batch's stdout lines (SGLang bench_one_batch.py, latency_test_run_once),
+// byte for byte: Python's {x:6.5f} and {x:9.2f} are Go's %6.5f and %9.2f.
+
+func prefillLine(batch, inputLen int, latencySeconds float64) string {
+	return fmt.Sprintf("Prefill. latency: %6.5f s, throughput: %9.2f token/s",
+		latencySeconds, tokensPerSecond(batch*inputLen, latencySeconds))
+}
+
+func decodeStepLine(step, batch int, latencySeconds float64) string {
+	return fmt.Sprintf("Decode %d. Batch size: %d, latency: %6.5f s, throughput: %9.2f token/s",
+		step, batch, latencySeconds, tokensPerSecond(batch, latencySeconds))
+}
+
+func decodeMedianLine(batch int, medianSeconds float64) string {
+	return fmt.Sprintf("Decode.  median latency: %6.5f s, median throughput: %9.2f token/s",
+		medianSeconds, tokensPerSecond(batch, medianSeconds))
+}
+
+func totalLine(batch, inputLen, outputLen int, totalSeconds float64) string {
+	return fmt.Sprintf("Total. latency: %6.3f s, throughput: %9.2f token/s",
+		totalSeconds, tokensPerSecond((inputLen+outputLen)*batch, totalSeconds))
+}

@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"fmt"
+)
+
+// runIteration is one_batch's latency_test_run_once: a fresh run, a timed
+// prefill, outputLen−1 timed decode steps, and its stdout lines.
+func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
+	it := IterationResult{Iter: key.Iter, PromptStream: key.stream()}
+	prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
+	if err != nil {
+		return it, err
+	}
+	if err := h.ctx.Err(); err != nil {
+		return it, fmt.Errorf("%w: %v", ErrInterrupted, err)
+	}
+	if err := h.target.Begin(key.Batch, key.InputLen, key.OutputLen, prompts); err != nil {
+		return it, fmt.Errorf("begin: %w", err)
+	}
+
+	it.Prefill, err = h.timeRegion(h.target.Prefill, Sample{Phase: PhasePrefill, Iter: key.Iter, Warmup: key.Warmup})
+	if err != nil {
+		return it, fmt.Errorf("prefill: %w", err)
+	}
+	fmt.Fprintln(h.stdout, prefillLine(key.Batch, key.InputLen, it.Prefill.HostSeconds))
+	it.TotalHostSeconds = it.Prefill.HostSeconds
+	it.TotalDeviceSeconds = it.Prefill.DeviceSeconds
+
+	decodeHostSeconds := make([]float64, 0, key.OutputLen-1)
+	for step := 0; step < key.OutputLen-1; step++ {
+		sample, err := h.timeRegion(h.target.Decode, Sample{
+			Phase: PhaseDecode, Iter: key.Iter, Step: step, Position: key.InputLen + step, Warmup: key.Warmup,
+		})
+		if err != nil {
+			return it, fmt.Errorf("decode step %d: %w", step, err)
+		}
+		it.Decode = append(it.Decode, sample)
+		it.TotalHostSeconds += sample.HostSeconds
+		it.TotalDeviceSeconds += sample.DeviceSeconds
+		decodeHostSeconds = append(decodeHostSeconds, sample.HostSeconds)
+		if step < 5 || (h.opt.LogDecodeStep > 0 && step%h.opt.LogDecodeStep == 0) {
+			fmt.Fprintln(h.stdout, decodeStepLine(step, key.Batch, sample.HostSeconds))
+		}
+	}
+	if key.OutputLen > 1 {
+		fmt.Fprintln(h.stdout, decodeMedianLine(key.Batch, Median(decodeHostSeconds)))
+	}
+	fmt.Fprintln(h.stdout, totalLine(key.Batch, key.InputLen, key.OutputLen, it.TotalHostSeconds))
+	return it, nil
+}
+
+// timeRegion is DESIGN.md's timed region: synchronise; host clock; record
+// start; enqueue the step; record end; synchronise; host clock. The host time
+// is what one_batch reports, the event time is the device's view of it. A
+// cancelled Context stops the run here, at a region boundary.
+func (h *harness) timeRegion(step func() error, sample Sample) (Sample, error) {
+	if err := h.ctx.Err(); err != nil {
+		return sample, fmt.Errorf("%w: %v", ErrInterrupted, err)
+	}
+	if err := h.target.Sync(); err != nil {
+		return sample, fmt.Errorf("sync before region: %w", err)
+	}
+	t0 := h.now()
+	if err := h.start.Record(); err != nil {
+		return sample, fmt.Errorf("record start event: %w", err)
+	}
+	if err := step(); err != nil {
+		return sample, fmt.Errorf("enqueue: %w", err)
+	}
+	if err := h.end.Record(); err != nil {
+		return sample, fmt.Errorf("record end event: %w", err)
+	}
+	if err := h.target.Sync(); err != nil {
+		return sample, fmt.Errorf("sync after region: %w", err)
+	}
+	host := h.now().Sub(t0) // monotonic clock: never negative
+	device, err := h.target.Elapsed(h.start, h.end)
+	if err != nil {
+		return sample, fmt.Errorf("event elapsed time: %w", err)
+	}
+	sample.HostSeconds = host.Seconds()
+	sample.DeviceSeconds = device.Seconds()
+	if h.opt.BetweenRegions != nil {
+		h.opt.BetweenRegions(sample)
+	}
+	return sample, nil
+}

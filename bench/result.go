@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Phase names of a Sample.
+const (
+	PhasePrefill = "prefill"
+	PhaseDecode  = "decode"
+)
+
+// Sample is one timed region.
+type Sample struct {
+	Phase string `json:"phase"` // PhasePrefill or PhaseDecode
+	// Iter is the timed iteration (0-based); Step the decode step (0-based,
+	// 0 for prefill).
+	Iter int `json:"iter"`
+	Step int `json:"step"`
+	// Position is the KV cache length of every sequence before the step:
+	// 0 for prefill, inputLen+Step for decode.
+	Position      int     `json:"position"`
+	HostSeconds   float64 `json:"host_seconds"`
+	DeviceSeconds float64 `json:"device_seconds"`
+	// Warmup marks samples of warmup iterations; they reach BetweenRegions
+	// but are never kept in results.
+	Warmup bool `json:"warmup,omitempty"`
+}
+
+// IterationResult is one timed iteration of a shape: a prefill and
+// outputLen−1 decode steps, as one_batch.
+type IterationResult struct {
+	Iter int
+	// PromptStream is the PCG stream its prompts came from (PromptIDs with
+	// Options.Seed reproduces them).
+	PromptStream uint64
+	Prefill      Sample
+	Decode       []Sample
+	// TotalHostSeconds is prefill + Σ decode host times (one_batch's total).
+	TotalHostSeconds   float64
+	TotalDeviceSeconds float64
+}
+
+// ShapeSummary summarises a shape's samples over all its timed iterations.
+type ShapeSummary struct {
+	PrefillHostSeconds   Summary
+	PrefillDeviceSeconds Summary
+	DecodeHostSeconds    Summary // every decode step of every iteration
+	DecodeDeviceSeconds  Summary
+	TotalHostSeconds     Summary // per-iteration totals
+	TotalDeviceSeconds   Summary
+}
+
+// ShapeResult is everything measured for one (batch, input, output) shape.
+type ShapeResult struct {
+	Batch, InputLen, OutputLen int
+	Iterations                 []IterationResult
+	Summary                    ShapeSummary
+	// Noise is the achieved noise of each median (see ShapeNoise) and
+	// StopReason why the timed iterations stopped (Stop* constants).
+	Noise      Noise
+	StopReason string
+	// Complete is false when an error or an interruption stopped the shape
+	// before its stopping rule held; Iterations then holds the finished ones.
+	Complete bool
+	// Energy is set when Options.EnergyMeter was.
+	Energy *ShapeEnergy
+}
+
+// finish computes the summary and noise of the finished iterations.
+func (s *ShapeResult) finish(reason string) {
+	s.Summary = summarizeShape(s.Iterations)
+	s.Noise = ShapeNoise(s.Iterations)
+	s.StopReason = reason
+}
+
+// Samples returns every kept sample of the shape, in the order measured.
+func (s ShapeResult) Samples() []Sample {
+	var samples []Sample
+	for _, it := range s.Iterations {
+		samples = append(samples, it.Prefill)
+		samples = append(samples, it.Decode...)
+	}
+	return samples
+}
+
+// NoiseLine says how many iterations ran, why they stopped and the noise
+// reached, e.g. "23 iterations (target_noise: every median within 0.50%):
+// noise prefill_host 0.31%, decode_host 0.22%".
+func (s ShapeResult) NoiseLine(opt Options) string {
+	why := s.StopReason
+	switch s.StopReason {
+	case StopTargetNoise:
+		why += fmt.Sprintf(": every median within %.2f%%", 100*opt.Adaptive.TargetNoise)
+	case StopMaxSeconds:
+		why += fmt.Sprintf(": %g s spent before every median reached %.2f%%", opt.Adaptive.MaxSeconds, 100*opt.Adaptive.TargetNoise)
+	}
+	var parts []string
+	for _, m := range []struct {
+		name  string
+		noise float64
+	}{{MetricPrefillHost, s.Noise.PrefillHost}, {MetricPrefillDevice, s.Noise.PrefillDevice},
+		{MetricDecodeHost, s.Noise.DecodeHost}, {MetricDecodeDevice, s.Noise.DecodeDevice}} {
+		if !math.IsNaN(m.noise) {
+			parts = append(parts, m.name+" "+noiseText(m.noise))
+		}
+	}
+	return fmt.Sprintf("%d iterations (%s); noise %s", len(s.Iterations), why, strings.Join(parts, ", "))
+}
+
+// noiseText prints a relative noise as ±0.31%; "n/a" when too few
+// iterations gave no interval, "-" when not measured.
+func noiseText(noise float64) string {
+	switch {
+	case math.IsNaN(noise):
+		return "-"
+	case math.IsInf(noise, 0):
+		return "n/a"
+	}
+	return fmt.Sprintf("±%.2f%%", 100*noise)
+}
+
+func summarizeShape(iterations []IterationResult) ShapeSummary {
+	summary, _ := summarizeKept(iterations, nil)
+	return summary
+}
+
+// summarizeKept summarises the samples for which drop is false (every
+// sample when drop is nil); an iteration's total counts only when none of
+// its samples was dropped. It also returns how many samples were dropped.
+func summarizeKept(iterations []IterationResult, drop func(Sample) bool) (ShapeSummary, int) {
+	var prefillHost, prefillDevice, decodeHost, decodeDevice, totalHost, totalDevice []float64
+	dropped := 0
+	for _, it := range iterations {
+		clean := true
+		for i, sample := range append([]Sample{it.Prefill}, it.Decode...) {
+			if drop != nil && drop(sample) {
+				dropped++
+				clean = false
+				continue
+			}
+			if i == 0 {
+				prefillHost = append(prefillHost, sample.HostSeconds)
+				prefillDevice = append(prefillDevice, sample.DeviceSeconds)
+			} else {
+				decodeHost = append(decodeHost, sample.HostSeconds)
+				decodeDevice = append(decodeDevice, sample.DeviceSeconds)
+			}
+		}
+		if clean {
+			totalHost = append(totalHost, it.TotalHostSeconds)
+			totalDevice = append(totalDevice, it.TotalDeviceSeconds)
+		}
+	}
+	return ShapeSummary{
+		PrefillHostSeconds:   Summarize(prefillHost),
+		PrefillDeviceSeconds: Summarize(prefillDevice),
+		DecodeHostSeconds:    Summarize(decodeHost),
+		DecodeDeviceSeconds:  Summarize(decodeDevice),
+		TotalHostSeconds:     Summarize(totalHost),
+		TotalDeviceSeconds:   Summarize(totalDevice),
+	}, dropped
+}
+
+// tokensPerSecond is tokens/seconds, or 0 when no time was measured (a
+// division by zero would make the result unencodable as JSON).
+func tokensPerSecond(tokens int, seconds float64) float64 {
+	if seconds <= 0 {
+		return 0
+	}
+	return float64(tokens) / seconds
+}

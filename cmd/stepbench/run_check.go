@@ -1,0 +1,145 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/pflag"
+
+	"stepbench/bench"
+)
+
+// samplingFlags choose how many timed iterations a shape gets (run and ab).
+type samplingFlags struct {
+	numIters       int
+	targetNoisePct float64
+	maxSeconds     float64
+	minIters       int
+}
+
+func (s *samplingFlags) register(fs *pflag.FlagSet) {
+	d := bench.DefaultAdaptive()
+	fs.IntVar(&s.numIters, "num-iters", 0, "a fixed count of timed iterations per shape (default: adaptive, see --target-noise)")
+	fs.Float64Var(&s.targetNoisePct, "target-noise", 100*d.TargetNoise,
+		"adaptive: iterate a shape until every median's 95% interval half-width is at most this percent of it")
+	fs.Float64Var(&s.maxSeconds, "max-seconds", d.MaxSeconds, "adaptive: stop a shape's timed iterations after this many seconds")
+	fs.IntVar(&s.minIters, "min-iters", d.MinIters, "adaptive: never fewer timed iterations per shape")
+}
+
+func (s *samplingFlags) check(fs *pflag.FlagSet) error {
+	if fs.Changed("num-iters") && s.numIters < 1 {
+		return usagef("--num-iters: %d must be at least 1", s.numIters)
+	}
+	if s.numIters > 0 {
+		for _, name := range []string{"target-noise", "max-seconds", "min-iters"} {
+			if fs.Changed(name) {
+				return usagef("--%s is for adaptive sampling; --num-iters %d fixes the count", name, s.numIters)
+			}
+		}
+		return nil
+	}
+	switch {
+	case !(s.targetNoisePct > 0) || s.targetNoisePct >= 100:
+		return usagef("--target-noise: %g%% is not in (0, 100)", s.targetNoisePct)
+	case !(s.maxSeconds > 0):
+		return usagef("--max-seconds: %g must be positive", s.maxSeconds)
+	case s.minIters < 1:
+		return usagef("--min-iters: %d must be at least 1", s.minIters)
+	}
+	return nil
+}
+
+// options sets the sampling fields of opt.
+func (s *samplingFlags) options(opt *bench.Options) {
+	opt.NumIters = s.numIters
+	if s.numIters == 0 {
+		opt.Adaptive = bench.Adaptive{TargetNoise: s.targetNoisePct / 100, MaxSeconds: s.maxSeconds, MinIters: s.minIters}
+	}
+}
+
+// correctnessFlags are the flags --correctness-test uses; it refuses the
+// others rather than ignore them.
+var correctnessFlags = []string{"model", "model-path", "load-format", "device", "seed", "correctness-test", "prompt-ids",
+	"logits-out", "output-len", "kernels-dir", "disable-cuda-graph", "nvrtc", "cublas"}
+
+// check validates flags that need no model.
+func (f *runFlags) check(fs *pflag.FlagSet) error {
+	checks := []func(*pflag.FlagSet) error{f.checkChoices, f.sampling.check, f.checkModes, func(*pflag.FlagSet) error {
+		return checkKernelsDir(f.backend.kernelsDir)
+	}, func(*pflag.FlagSet) error { return f.telemetry.check() }}
+	for _, check := range checks {
+		if err := check(fs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *runFlags) checkChoices(fs *pflag.FlagSet) error {
+	switch {
+	case !slices.Contains([]string{"auto", "dummy", "safetensors"}, f.loadFormat):
+		return usagef("--load-format: %q is not auto, dummy or safetensors", f.loadFormat)
+	case f.format != "text" && f.format != "gobench":
+		return usagef("--format: %q is not text or gobench", f.format)
+	case !slices.Contains([]string{"auto", "cuda", "cpu"}, f.device):
+		return usagef("--device: %q is not auto, cuda or cpu", f.device)
+	case f.warmupIters < 0:
+		return usagef("--num-iters-warmup: %d must not be negative", f.warmupIters)
+	case f.logDecodeStep < 0:
+		return usagef("--log-decode-step: %d must not be negative", f.logDecodeStep)
+	}
+	if f.gpu != "auto" && f.gpu != "none" {
+		if _, err := bench.GPUPreset(f.gpu); err != nil {
+			return usagef("--gpu: %v", err)
+		}
+	}
+	return nil
+}
+
+func (f *runFlags) checkModes(fs *pflag.FlagSet) error {
+	if !f.correctness {
+		for _, name := range []string{"prompt-ids", "logits-out"} {
+			if fs.Changed(name) {
+				return usagef("--%s needs --correctness-test", name)
+			}
+		}
+		return nil
+	}
+	var refused error
+	fs.Visit(func(fl *pflag.Flag) {
+		if refused == nil && !slices.Contains(correctnessFlags, fl.Name) {
+			refused = usagef("--correctness-test does not use --%s: leave it out", fl.Name)
+		}
+	})
+	switch {
+	case refused != nil:
+		return refused
+	case f.promptIDs == "":
+		return usagef("--correctness-test needs --prompt-ids FILE")
+	case len(f.shapes.output) != 1:
+		return usagef("--correctness-test takes one --output-len, not %v", f.shapes.output)
+	case f.shapes.output[0] < 1:
+		return usagef("--output-len: %d must be at least 1", f.shapes.output[0])
+	}
+	return nil
+}
+
+// checkKernelsDir checks --kernels-dir before anything else, on every
+// backend: it must be a directory holding *.cu files.
+func checkKernelsDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return usagef("--kernels-dir: %v", err)
+	}
+	if !st.IsDir() {
+		return usagef("--kernels-dir: %s is not a directory", dir)
+	}
+	if sources, _ := filepath.Glob(filepath.Join(dir, "*.cu")); len(sources) == 0 {
+		return usagef("--kernels-dir: %s holds no *.cu file", dir)
+	}
+	return nil
+}

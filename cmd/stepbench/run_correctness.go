@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"stepbench/runner"
+)
+
+// readPrompts reads and checks the correctness prompts.
+func readPrompts(path string, cfg runner.Config, outputLens []int) ([][]int32, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("--prompt-ids: %v", err)
+	}
+	defer file.Close()
+	prompts, err := runner.ParsePromptIDs(file, path, cfg.VocabSize)
+	if err != nil {
+		return nil, usagef("--prompt-ids: %v", err)
+	}
+	for i, p := range prompts {
+		if n := len(p) + outputLens[0]; n > cfg.MaxPositionEmbeddings {
+			return nil, usagef("--prompt-ids: prompt %d has %d tokens; with --output-len %d that is %d positions, beyond %s's %d",
+				i+1, len(p), outputLens[0], n, cfg.Name, cfg.MaxPositionEmbeddings)
+		}
+	}
+	return prompts, nil
+}
+
+// correctnessRecord is one line of --logits-out.
+type correctnessRecord struct {
+	Prompt    []int32     `json:"prompt"`
+	Generated []int32     `json:"generated"`
+	Logits    [][]float32 `json:"logits"`
+}
+
+// runCorrectness generates greedily from each prompt on its own (batch 1,
+// so prompts may differ in length) and prints the generated ids.
+func runCorrectness(e *runner.Engine, prompts [][]int32, outputLen int, logitsOut string, stdout io.Writer) error {
+	var out *os.File
+	if logitsOut != "" {
+		var err error
+		if out, err = os.OpenFile(logitsOut, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err != nil {
+			return fmt.Errorf("--logits-out: %w", err)
+		}
+		defer out.Close()
+	}
+	for i, p := range prompts {
+		rec, err := generate(e, p, outputLen, out != nil)
+		if err != nil {
+			return fmt.Errorf("prompt %d: %w", i+1, err)
+		}
+		fmt.Fprintf(stdout, "prompt %d: %s\n", i+1, joinIDs(rec.Generated))
+		if out != nil {
+			line, err := json.Marshal(rec)
+			if err != nil {
+				return fmt.Errorf("--logits-out: prompt %d: %w", i+1, err)
+			}
+			if _, err := out.Write(append(line, '\n')); err != nil {
+				return fmt.Errorf("--logits-out: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// generate runs one prompt greedily for outputLen tokens.
+func generate(e *runner.Engine, prompt []int32, outputLen int, withLogits bool) (correctnessRecord, error) {
+	rec := correctnessRecord{Prompt: prompt}
+	if err := e.Begin(1, len(prompt), outputLen, prompt); err != nil {
+		return rec, err
+	}
+	for step := 0; step < outputLen; step++ {
+		var err error
+		if step == 0 {
+			err = e.Prefill()
+		} else {
+			err = e.Decode()
+		}
+		if err != nil {
+			return rec, fmt.Errorf("step %d: %w", step, err)
+		}
+		ids, err := e.NextTokens()
+		if err != nil {
+			return rec, fmt.Errorf("step %d: %w", step, err)
+		}
+		rec.Generated = append(rec.Generated, ids[0])
+		if withLogits {
+			logits, err := e.Logits()
+			if err != nil {
+				return rec, fmt.Errorf("step %d: %w", step, err)
+			}
+			rec.Logits = append(rec.Logits, logits[0])
+		}
+	}
+	return rec, nil
+}
+
+func joinIDs(ids []int32) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprint(&b, id)
+	}
+	return b.String()
+}
