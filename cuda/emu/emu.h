@@ -112,6 +112,9 @@ public:
     bool CheckRange(uintptr_t p, size_t bytes, std::string *why, const Alloc **found = nullptr);
     // Finds the allocation whose mapping (guard included) holds addr; a copy.
     bool Describe(uintptr_t addr, Alloc *out);
+    // Nearest finds the allocation closest to an address outside every
+    // mapping (within 1 MiB), for messages about near misses.
+    bool Nearest(uintptr_t addr, Alloc *out);
     // Canaries between each live allocation's end and its guard are intact;
     // otherwise describes the first one overwritten.
     bool CheckCanaries(std::string *why);

@@ -584,6 +584,11 @@ Result FaultResult(Worker &w) {
     snprintf(hex, sizeof hex, "%#" PRIxPTR, addr);
     if (!D().memory.Describe(addr, &a)) {
         std::string what = addr < 65536 ? " (a null pointer plus an offset?)" : " (not device memory)";
+        if (addr >= 65536 && D().memory.Nearest(addr, &a)) {
+            const long long off = (long long)addr - (long long)a.user;
+            what = " (not device memory: byte offset " + std::to_string(off) + " of the nearest, " + D().memory.Label(a) +
+                   ArgumentsInto(l, a) + ")";
+        }
         return Result::Fail(kIllegalAddress, std::string("illegal ") + rw + " at " + hex + what + "; " + who);
     }
     const long long off = (long long)addr - (long long)a.user;

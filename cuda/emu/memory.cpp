@@ -50,7 +50,9 @@ std::string Memory::Label(const Alloc &a) const {
 Result Memory::Allocate(Context *ctx, size_t bytes, const Settings &s, Alloc **out) {
     if (bytes == 0) return Result::Fail(kInvalidValue, "cuMemAlloc of 0 bytes");
     const size_t need = RoundUp(bytes, kAlign);
-    const size_t body = RoundUp(need, kPage);
+    // With the guard after, at least kHeadCanary bytes in front stay free
+    // for the canary that catches small underruns.
+    const size_t body = RoundUp(s.guard_before ? need : need + kHeadCanary, kPage);
     const size_t map_len = body + kPage;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -218,6 +220,28 @@ bool Memory::Describe(uintptr_t addr, Alloc *out) {
     const Alloc *a = it->second;
     if (addr >= a->map + a->map_len) return false;
     *out = *a;
+    return true;
+}
+
+bool Memory::Nearest(uintptr_t addr, Alloc *out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_map_.lower_bound(addr);
+    const Alloc *best = nullptr;
+    uintptr_t dist = ~(uintptr_t)0;
+    if (it != by_map_.end() && it->second->user - addr < dist) {
+        best = it->second;
+        dist = it->second->user - addr;
+    }
+    if (it != by_map_.begin()) {
+        const Alloc *below = std::prev(it)->second;
+        const uintptr_t end = below->user + below->size;
+        if (addr >= end && addr - end < dist) {
+            best = below;
+            dist = addr - end;
+        }
+    }
+    if (best == nullptr || dist > (1u << 20)) return false;
+    *out = *best;
     return true;
 }
 
