@@ -203,15 +203,19 @@ func TestEmulatorScheduleRevealsRace(t *testing.T) {
 	}
 }
 
-// TestEmulatorSchedules runs every kernel check, at llama-3-8b's shapes too,
-// with the threads of each block run in reverse and in a seeded random
-// order: a kernel whose output depends on the order has a race.
+// TestEmulatorSchedules runs every kernel check at the odd widths, and
+// attention and the replayed decode step at llama-3-8b's shapes too, with
+// the threads of each block run in reverse and in a seeded random order: a
+// kernel whose output depends on the order has a race. (TestGPU runs every
+// check at both shapes in the default, forward order.)
 func TestEmulatorSchedules(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	emutest.Use(t)
 	if mode := os.Getenv(scheduleChild); mode == "all" {
-		failures := verifyOnEmulator(t, mustSources(t), testModelShapes, os.Getenv("STEPBENCH_TEST_CACHE"))
+		cache := os.Getenv("STEPBENCH_TEST_CACHE")
+		failures := verifyOnEmulator(t, mustSources(t), tinyShapes, cache)
+		failures = append(failures, verifyOnEmulator(t, mustSources(t), testModelShapes[1:], cache, "attention", "decode_graph")...)
 		for _, f := range failures {
 			t.Error(f)
 		}
