@@ -65,7 +65,8 @@ EMU_CXX      ?= g++
 EMU_CC       ?= gcc
 EMU_CXXFLAGS := -std=c++17 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
 EMU_DRIVER   := $(addprefix cuda/emu/,api.cpp exec.cpp memory.cpp stream.cpp settings.cpp switch.S)
-EMU_LIBS     := $(EMU_DIR)/libcuda.so.1 $(EMU_DIR)/libnvrtc.so.13 $(EMU_DIR)/libcublas.so.13 $(EMU_DIR)/libnvidia-ml.so.1
+EMU_LIBS     := $(EMU_DIR)/libcuda.so.1 $(EMU_DIR)/libnvrtc.so.13 $(EMU_DIR)/libcublas.so.13 $(EMU_DIR)/libnvidia-ml.so.1 \
+                $(EMU_DIR)/libnccl.so.2
 
 emu: $(EMU_LIBS)
 
@@ -84,6 +85,10 @@ $(EMU_DIR)/libnvrtc.so.13: cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/rewr
 $(EMU_DIR)/libcublas.so.13: cuda/emu/cublas.cpp $(EMU_DIR)/libcuda.so.1
 	$(EMU_CXX) $(EMU_CXXFLAGS) -O3 -shared -Wl,-soname,libcublas.so.13 -o $@ cuda/emu/cublas.cpp \
 	  -L$(EMU_DIR) -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
+
+$(EMU_DIR)/libnccl.so.2: cuda/emu/nccl.cpp $(EMU_DIR)/libcuda.so.1
+	$(EMU_CXX) $(EMU_CXXFLAGS) -shared -Wl,-soname,libnccl.so.2 -o $@ cuda/emu/nccl.cpp \
+	  -L$(EMU_DIR) -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN' -lpthread -lrt
 
 $(EMU_DIR)/libnvidia-ml.so.1: cuda/emu/nvml.c
 	@mkdir -p $(EMU_DIR)

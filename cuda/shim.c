@@ -196,3 +196,36 @@ cublasStatus_t sb_cublasGemmEx(void *fn, cublasHandle_t handle, int transa, int 
 	    (void *)c, c_type, ldc,
 	    compute_type, algo);
 }
+
+// NCCL.
+typedef struct {
+	char internal[128];
+} sb_ncclUniqueId;
+ncclResult_t sb_ncclGetVersion(void *fn, int *version) { return ((ncclResult_t(*)(int *))fn)(version); }
+const char *sb_ncclGetErrorString(void *fn, ncclResult_t result) {
+	return ((const char *(*)(ncclResult_t))fn)(result);
+}
+const char *sb_ncclGetLastError(void *fn, ncclComm_t comm) { return ((const char *(*)(ncclComm_t))fn)(comm); }
+ncclResult_t sb_ncclGetUniqueId(void *fn, void *id128) { return ((ncclResult_t(*)(sb_ncclUniqueId *))fn)(id128); }
+ncclResult_t sb_ncclCommInitRank(void *fn, ncclComm_t *comm, int nranks, const void *id128, int rank) {
+	sb_ncclUniqueId id;
+	memcpy(&id, id128, sizeof id);
+	return ((ncclResult_t(*)(ncclComm_t *, int, sb_ncclUniqueId, int))fn)(comm, nranks, id, rank);
+}
+ncclResult_t sb_ncclCommDestroy(void *fn, ncclComm_t comm) { return ((ncclResult_t(*)(ncclComm_t))fn)(comm); }
+ncclResult_t sb_ncclGroup(void *fn) { return ((ncclResult_t(*)(void))fn)(); }
+ncclResult_t sb_ncclAllReduce(void *fn, CUdeviceptr send, CUdeviceptr recv, size_t count, int datatype, int op,
+                              ncclComm_t comm, CUstream stream) {
+	return ((ncclResult_t(*)(const void *, void *, size_t, int, int, ncclComm_t, CUstream))fn)(
+	    (const void *)send, (void *)recv, count, datatype, op, comm, stream);
+}
+ncclResult_t sb_ncclAllGather(void *fn, CUdeviceptr send, CUdeviceptr recv, size_t count, int datatype,
+                              ncclComm_t comm, CUstream stream) {
+	return ((ncclResult_t(*)(const void *, void *, size_t, int, ncclComm_t, CUstream))fn)(
+	    (const void *)send, (void *)recv, count, datatype, comm, stream);
+}
+ncclResult_t sb_ncclBroadcast(void *fn, CUdeviceptr send, CUdeviceptr recv, size_t count, int datatype, int root,
+                              ncclComm_t comm, CUstream stream) {
+	return ((ncclResult_t(*)(const void *, void *, size_t, int, int, ncclComm_t, CUstream))fn)(
+	    (const void *)send, (void *)recv, count, datatype, root, comm, stream);
+}

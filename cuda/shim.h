@@ -111,4 +111,22 @@ cublasStatus_t sb_cublasGemmEx(void *fn, cublasHandle_t handle, int transa, int 
                                int b_type, int ldb, const float *beta, CUdeviceptr c, int c_type, int ldc,
                                int compute_type, int algo);
 
+// NCCL trampolines (libnccl.so.2). ncclUniqueId is a struct of 128 bytes
+// passed by value: the trampoline takes a pointer to it.
+typedef int ncclResult_t;
+typedef void *ncclComm_t;
+ncclResult_t sb_ncclGetVersion(void *fn, int *version);
+const char *sb_ncclGetErrorString(void *fn, ncclResult_t result);
+const char *sb_ncclGetLastError(void *fn, ncclComm_t comm);
+ncclResult_t sb_ncclGetUniqueId(void *fn, void *id128);
+ncclResult_t sb_ncclCommInitRank(void *fn, ncclComm_t *comm, int nranks, const void *id128, int rank);
+ncclResult_t sb_ncclCommDestroy(void *fn, ncclComm_t comm);
+ncclResult_t sb_ncclGroup(void *fn);
+ncclResult_t sb_ncclAllReduce(void *fn, CUdeviceptr send, CUdeviceptr recv, size_t count, int datatype, int op,
+                              ncclComm_t comm, CUstream stream);
+ncclResult_t sb_ncclAllGather(void *fn, CUdeviceptr send, CUdeviceptr recv, size_t count, int datatype,
+                              ncclComm_t comm, CUstream stream);
+ncclResult_t sb_ncclBroadcast(void *fn, CUdeviceptr send, CUdeviceptr recv, size_t count, int datatype, int root,
+                              ncclComm_t comm, CUstream stream);
+
 #endif

@@ -1,0 +1,232 @@
+package cuda
+
+// #include <stdlib.h>
+// #include "shim.h"
+import "C"
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"stepbench/cuda/libdir"
+)
+
+// NCCL is an opened NCCL library (libnccl.so.2): communicators among GPUs of
+// one process (one locked OS thread and context per GPU) or of several
+// processes, and the collectives tensor parallelism needs.
+type NCCL struct {
+	lib      *library
+	api      ncclAPI
+	version  int
+	emulated string
+}
+
+type ncclAPI struct {
+	getVersion, getErrorString, getLastError unsafe.Pointer
+	getUniqueID, commInitRank, commDestroy   unsafe.Pointer
+	groupStart, groupEnd                     unsafe.Pointer
+	allReduce, allGather, broadcast          unsafe.Pointer
+}
+
+func (a *ncclAPI) slots() []symbolSlot {
+	return []symbolSlot{
+		{name: "ncclGetVersion", dst: &a.getVersion},
+		{name: "ncclGetErrorString", dst: &a.getErrorString},
+		{name: "ncclGetLastError", dst: &a.getLastError, optional: true}, // NCCL 2.13+
+		{name: "ncclGetUniqueId", dst: &a.getUniqueID},
+		{name: "ncclCommInitRank", dst: &a.commInitRank},
+		{name: "ncclCommDestroy", dst: &a.commDestroy},
+		{name: "ncclGroupStart", dst: &a.groupStart},
+		{name: "ncclGroupEnd", dst: &a.groupEnd},
+		{name: "ncclAllReduce", dst: &a.allReduce},
+		{name: "ncclAllGather", dst: &a.allGather},
+		{name: "ncclBroadcast", dst: &a.broadcast},
+	}
+}
+
+// ncclSoname is NCCL's ABI-stable name.
+const ncclSoname = "libnccl.so.2"
+
+// ncclResultNames are ncclResult_t's names, for errors.
+var ncclResultNames = map[int]string{
+	0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
+	4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress",
+}
+
+// OpenNCCL opens explicitPath, or libnccl.so.2 through STEPBENCH_CUDA_LIBS or
+// the loader path (the Python wheels' nvidia/nccl/lib are not searched: set
+// the path explicitly for those).
+func OpenNCCL(explicitPath string) (*NCCL, error) {
+	path := explicitPath
+	if path == "" {
+		var err error
+		if path, err = libdir.Resolve(ncclSoname); err != nil {
+			return nil, fmt.Errorf("NCCL: %w", err)
+		}
+	}
+	lib, err := openLibrary(path)
+	if err != nil {
+		return nil, fmt.Errorf("NCCL: %w", err)
+	}
+	n := &NCCL{lib: lib}
+	if err := lib.resolve(n.api.slots()); err != nil {
+		lib.close()
+		return nil, fmt.Errorf("NCCL: %w", err)
+	}
+	var v C.int
+	if err := n.check(C.sb_ncclGetVersion(n.api.getVersion, &v), nil, "ncclGetVersion"); err != nil {
+		lib.close()
+		return nil, err
+	}
+	n.version = int(v)
+	n.emulated = lib.describeEmulator()
+	return n, nil
+}
+
+// Path is the file or soname NCCL was opened from.
+func (n *NCCL) Path() string { return n.lib.path }
+
+// Version is NCCL's version code, major*10000 + minor*100 + patch (2.9 and later).
+func (n *NCCL) Version() int { return n.version }
+
+// Emulated describes the emulated NCCL (cuda/emu), "" for the real one.
+func (n *NCCL) Emulated() string { return n.emulated }
+
+// check turns an ncclResult_t into an *Error; comm (may be nil) adds NCCL's
+// last error message where the library has one.
+func (n *NCCL) check(code C.ncclResult_t, comm C.ncclComm_t, call string, args ...any) error {
+	if code == 0 {
+		return nil
+	}
+	if len(args) > 0 {
+		call = fmt.Sprintf(call, args...)
+	}
+	name, ok := ncclResultNames[int(code)]
+	if !ok {
+		name = fmt.Sprintf("ncclResult(%d)", int(code))
+	}
+	e := &Error{Call: call, Code: int(code), Name: name}
+	if n.api.getLastError != nil {
+		if msg := C.sb_ncclGetLastError(n.api.getLastError, comm); msg != nil {
+			e.Detail = strings.TrimSpace(C.GoString(msg))
+		}
+	}
+	return e
+}
+
+// NCCLUniqueID names a communicator: one rank makes it, every rank gets it
+// (by value, over whatever channel joins them) and passes it to InitRank.
+type NCCLUniqueID [128]byte
+
+// UniqueID makes a new communicator id.
+func (n *NCCL) UniqueID() (NCCLUniqueID, error) {
+	var id NCCLUniqueID
+	buf := C.malloc(C.size_t(len(id)))
+	defer C.free(buf)
+	if err := n.check(C.sb_ncclGetUniqueId(n.api.getUniqueID, buf), nil, "ncclGetUniqueId"); err != nil {
+		return id, err
+	}
+	copy(id[:], C.GoBytes(buf, C.int(len(id))))
+	return id, nil
+}
+
+// NCCLComm is one rank of a communicator. Like every CUDA object it belongs
+// to the goroutine (locked OS thread) whose context was current at InitRank.
+type NCCLComm struct {
+	n            *NCCL
+	comm         C.ncclComm_t
+	rank, nranks int
+}
+
+// InitRank joins rank of an nranks communicator on the calling thread's
+// current device. Every rank must call it (concurrently, from its own
+// thread): it returns when all have joined.
+func (n *NCCL) InitRank(nranks int, id NCCLUniqueID, rank int) (*NCCLComm, error) {
+	if nranks < 1 || rank < 0 || rank >= nranks {
+		return nil, fmt.Errorf("ncclCommInitRank: rank %d of %d", rank, nranks)
+	}
+	buf := C.CBytes(id[:])
+	defer C.free(buf)
+	c := &NCCLComm{n: n, rank: rank, nranks: nranks}
+	if err := n.check(C.sb_ncclCommInitRank(n.api.commInitRank, &c.comm, C.int(nranks), buf, C.int(rank)), nil,
+		"ncclCommInitRank(rank %d of %d)", rank, nranks); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Rank and Size are this rank and the communicator's rank count.
+func (c *NCCLComm) Rank() int { return c.rank }
+func (c *NCCLComm) Size() int { return c.nranks }
+
+// Destroy leaves the communicator.
+func (c *NCCLComm) Destroy() error {
+	if c.comm == nil {
+		return nil
+	}
+	err := c.n.check(C.sb_ncclCommDestroy(c.n.api.commDestroy, c.comm), nil, "ncclCommDestroy(rank %d)", c.rank)
+	c.comm = nil
+	return err
+}
+
+// NCCLDataType and NCCLRedOp are ncclDataType_t and ncclRedOp_t values.
+type (
+	NCCLDataType int
+	NCCLRedOp    int
+)
+
+const (
+	NCCLInt8     NCCLDataType = 0
+	NCCLInt32    NCCLDataType = 2
+	NCCLFloat32  NCCLDataType = 7
+	NCCLBfloat16 NCCLDataType = 9
+
+	NCCLSum NCCLRedOp = 0
+	NCCLMax NCCLRedOp = 2
+)
+
+func (t NCCLDataType) String() string {
+	switch t {
+	case NCCLInt8:
+		return "int8"
+	case NCCLInt32:
+		return "int32"
+	case NCCLFloat32:
+		return "float32"
+	case NCCLBfloat16:
+		return "bfloat16"
+	}
+	return fmt.Sprintf("ncclDataType(%d)", int(t))
+}
+
+// AllReduce enqueues recv = op over ranks of send (count elements) on s.
+func (c *NCCLComm) AllReduce(send, recv DevPtr, count int, dt NCCLDataType, op NCCLRedOp, s *Stream) error {
+	if count < 0 {
+		return fmt.Errorf("ncclAllReduce: negative count %d", count)
+	}
+	return c.n.check(C.sb_ncclAllReduce(c.n.api.allReduce, C.CUdeviceptr(send), C.CUdeviceptr(recv), C.size_t(count),
+		C.int(dt), C.int(op), c.comm, s.stream), c.comm, "ncclAllReduce(%d %s, rank %d of %d)", count, dt, c.rank, c.nranks)
+}
+
+// AllGather enqueues recv[r*count:(r+1)*count] = send of rank r, for every r, on s.
+func (c *NCCLComm) AllGather(send, recv DevPtr, count int, dt NCCLDataType, s *Stream) error {
+	if count < 0 {
+		return fmt.Errorf("ncclAllGather: negative count %d", count)
+	}
+	return c.n.check(C.sb_ncclAllGather(c.n.api.allGather, C.CUdeviceptr(send), C.CUdeviceptr(recv), C.size_t(count),
+		C.int(dt), c.comm, s.stream), c.comm, "ncclAllGather(%d %s per rank, rank %d of %d)", count, dt, c.rank, c.nranks)
+}
+
+// Broadcast enqueues recv = root's send (count elements) on every rank, on s.
+func (c *NCCLComm) Broadcast(send, recv DevPtr, count int, dt NCCLDataType, root int, s *Stream) error {
+	return c.n.check(C.sb_ncclBroadcast(c.n.api.broadcast, C.CUdeviceptr(send), C.CUdeviceptr(recv), C.size_t(count),
+		C.int(dt), C.int(root), c.comm, s.stream), c.comm, "ncclBroadcast(%d %s from rank %d, rank %d of %d)", count, dt, root, c.rank, c.nranks)
+}
+
+// GroupStart and GroupEnd bracket collectives one thread issues for several
+// ranks (unused when every rank has its own thread).
+func (n *NCCL) GroupStart() error {
+	return n.check(C.sb_ncclGroup(n.api.groupStart), nil, "ncclGroupStart")
+}
+func (n *NCCL) GroupEnd() error { return n.check(C.sb_ncclGroup(n.api.groupEnd), nil, "ncclGroupEnd") }

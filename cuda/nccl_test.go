@@ -1,0 +1,257 @@
+package cuda
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"stepbench/cuda/emutest"
+)
+
+// rankEnv is one rank of a test communicator: its thread's context and stream.
+type rankEnv struct {
+	ctx    *Context
+	stream *Stream
+	comm   *NCCLComm
+}
+
+func (r *rankEnv) upload(t *testing.T, vals []float32) DevPtr {
+	p, err := r.ctx.Alloc(4 * len(vals))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	if err := r.stream.CopyHtoD(p, unsafe.Pointer(&vals[0]), 4*len(vals)); err != nil {
+		t.Error(err)
+	}
+	if err := r.stream.Sync(); err != nil {
+		t.Error(err)
+	}
+	return p
+}
+
+func (r *rankEnv) download(t *testing.T, p DevPtr, n int) []float32 {
+	out := make([]float32, n)
+	if err := r.stream.CopyDtoH(unsafe.Pointer(&out[0]), p, 4*n); err != nil {
+		t.Error(err)
+	}
+	if err := r.stream.Sync(); err != nil {
+		t.Error(err)
+	}
+	return out
+}
+
+// TestNCCLEmulatedRanks runs 4 ranks of one process, each on its own thread
+// and emulated GPU, through all-reduce and all-gather, eagerly and replayed
+// from a captured graph. STEPBENCH_EMU_DEVICES is per process: a child runs it.
+func TestNCCLEmulatedRanks(t *testing.T) {
+	emutest.Use(t)
+	if os.Getenv("STEPBENCH_TEST_NCCL") != "ranks" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNCCLEmulatedRanks$", "-test.v")
+		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_NCCL=ranks", "STEPBENCH_EMU_DEVICES=4")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	nccl, err := OpenNCCL("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nccl.Emulated() == "" {
+		t.Fatal("not the emulated NCCL")
+	}
+	drv, err := OpenDriver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := nccl.UniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ranks, n = 4, 1000
+	var wg sync.WaitGroup
+	for rank := 0; rank < ranks; rank++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			r := &rankEnv{}
+			if r.ctx, err = drv.NewContext(rank); err != nil {
+				t.Error(err)
+				return
+			}
+			defer r.ctx.Close()
+			if r.stream, err = r.ctx.NewStream(); err != nil {
+				t.Error(err)
+				return
+			}
+			if r.comm, err = nccl.InitRank(ranks, id, rank); err != nil {
+				t.Error(err)
+				return
+			}
+			defer r.comm.Destroy()
+			ncclRankChecks(t, r, rank, ranks, n)
+		}()
+	}
+	wg.Wait()
+}
+
+func ncclRankChecks(t *testing.T, r *rankEnv, rank, ranks, n int) {
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32(rank*n + i)
+	}
+	send := r.upload(t, vals)
+	recv := r.upload(t, make([]float32, n*ranks))
+	if err := r.comm.AllReduce(send, recv, n, NCCLFloat32, NCCLSum, r.stream); err != nil {
+		t.Error(err)
+		return
+	}
+	for i, v := range r.download(t, recv, n) {
+		want := float32(ranks*i) + float32(n*ranks*(ranks-1)/2)
+		if v != want {
+			t.Errorf("rank %d: all-reduce[%d] = %v, want %v", rank, i, v, want)
+			return
+		}
+	}
+	if err := r.comm.AllGather(send, recv, n, NCCLFloat32, r.stream); err != nil {
+		t.Error(err)
+		return
+	}
+	for i, v := range r.download(t, recv, n*ranks) {
+		if v != float32(i) {
+			t.Errorf("rank %d: all-gather[%d] = %v, want %d", rank, i, v, i)
+			return
+		}
+	}
+	// Captured: the graph's all-reduce rendezvous again at every replay.
+	if err := r.stream.BeginCapture(); err != nil {
+		t.Error(err)
+		return
+	}
+	arErr := r.comm.AllReduce(send, recv, n, NCCLFloat32, NCCLMax, r.stream)
+	g, err := r.stream.EndCapture()
+	if arErr != nil || err != nil {
+		t.Errorf("rank %d capture: %v, %v", rank, arErr, err)
+		return
+	}
+	exec, err := g.Instantiate()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer exec.Destroy()
+	g.Destroy()
+	for range 3 {
+		if err := exec.Launch(r.stream); err != nil {
+			t.Error(err)
+			return
+		}
+	}
+	for i, v := range r.download(t, recv, n) {
+		if want := float32((ranks-1)*n + i); v != want {
+			t.Errorf("rank %d: replayed max[%d] = %v, want %v", rank, i, v, want)
+			return
+		}
+	}
+}
+
+// TestNCCLEmulatedTwoProcesses joins two processes (one emulated GPU each)
+// in one communicator: rank 0 writes the unique id to a file, rank 1 reads it.
+func TestNCCLEmulatedTwoProcesses(t *testing.T) {
+	emutest.Use(t)
+	if rank := os.Getenv("STEPBENCH_TEST_NCCL_RANK"); rank != "" {
+		ncclProcessRank(t, rank, os.Getenv("STEPBENCH_TEST_NCCL_ID"))
+		return
+	}
+	idFile := filepath.Join(t.TempDir(), "id")
+	var cmds []*exec.Cmd
+	var outs []*strings.Builder
+	for rank := 0; rank < 2; rank++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNCCLEmulatedTwoProcesses$", "-test.v")
+		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_NCCL_RANK="+strconv.Itoa(rank), "STEPBENCH_TEST_NCCL_ID="+idFile)
+		var b strings.Builder
+		cmd.Stdout, cmd.Stderr = &b, &b
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds, outs = append(cmds, cmd), append(outs, &b)
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil || !strings.Contains(outs[i].String(), "--- PASS") {
+			t.Errorf("rank %d: %v\n%s", i, err, outs[i])
+		}
+	}
+}
+
+func ncclProcessRank(t *testing.T, rankText, idFile string) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	rank, _ := strconv.Atoi(rankText)
+	nccl, err := OpenNCCL("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id NCCLUniqueID
+	if rank == 0 {
+		if id, err = nccl.UniqueID(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(idFile+".tmp", []byte(hex.EncodeToString(id[:])), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(idFile+".tmp", idFile); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			text, err := os.ReadFile(idFile)
+			if err == nil {
+				raw, _ := hex.DecodeString(string(text))
+				copy(id[:], raw)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no unique id from rank 0")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	drv, err := OpenDriver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rankEnv{}
+	if r.ctx, err = drv.NewContext(0); err != nil {
+		t.Fatal(err)
+	}
+	defer r.ctx.Close()
+	if r.stream, err = r.ctx.NewStream(); err != nil {
+		t.Fatal(err)
+	}
+	if r.comm, err = nccl.InitRank(2, id, rank); err != nil {
+		t.Fatal(err)
+	}
+	defer r.comm.Destroy()
+	send := r.upload(t, []float32{float32(rank + 1), 10})
+	recv := r.upload(t, []float32{0, 0})
+	if err := r.comm.AllReduce(send, recv, 2, NCCLFloat32, NCCLSum, r.stream); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.download(t, recv, 2); fmt.Sprint(got) != "[3 20]" {
+		t.Errorf("rank %d: all-reduce across processes = %v, want [3 20]", rank, got)
+	}
+}
