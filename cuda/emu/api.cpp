@@ -189,6 +189,10 @@ size_t ElfSize(const void *image) {
 
 using namespace emu;
 
+namespace {
+void ProfileLaunch(const std::string &what);  // profiler section below
+}
+
 API const char *sbemu_describe(void) {
     return "stepbench emulated CUDA device 1.0 (kernels run on the CPU as g++-compiled fibers; times are not GPU times)";
 }
@@ -929,6 +933,7 @@ API CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned g
     for (int i = 0; i < k->num_params; i++) l->params.push_back(l->args.data() + offsets[i]);
     if (!s->capturing) f->loaded.store(true);
     D().launches++;
+    if (!s->capturing) ProfileLaunch(std::string("kernel ") + k->name);
     Submit(s, Op{name, [l] { return Execute(*l); }});
     return kSuccess;
 }
@@ -1009,6 +1014,7 @@ API CUresult cuGraphLaunch(void *exec, void *h) {
     if (!Live(e) || !e->executable) return Err(kInvalidHandle, "not a live executable graph");
     if (int rc = GetStream(c, h, &s)) return rc;
     std::shared_ptr<const std::vector<Op>> ops = e->ops;
+    if (!s->capturing) ProfileLaunch("graph (" + std::to_string(ops->size()) + " nodes)");
     Submit(s, Op{"graph launch", [ops] {
                      for (const Op &op : *ops) {
                          Result r = op.run();
@@ -1035,6 +1041,52 @@ static CUresult DestroyGraph(void *graph, bool executable) {
 
 API CUresult cuGraphDestroy(void *graph) { return DestroyGraph(graph, false); }
 API CUresult cuGraphExecDestroy(void *exec) { return DestroyGraph(exec, true); }
+
+// ---- profiler (cuProfilerStart/Stop) ----
+// With STEPBENCH_EMU_PROFILE_LOG=FILE set, the emulated driver appends to
+// FILE one line per profiler start and stop, and one per kernel launch or
+// graph launch made while the profiler runs: what a tool started with a
+// cudaProfilerApi capture range would capture. The emulated NVTX recorder
+// appends its ranges to the same file.
+
+namespace {
+std::mutex g_profile_mu;
+bool g_profiling = false;
+
+void ProfileLog(const std::string &line) {
+    const char *path = getenv("STEPBENCH_EMU_PROFILE_LOG");
+    if (path == nullptr || *path == '\0') return;
+    FILE *f = fopen(path, "a");
+    if (f == nullptr) return;
+    fprintf(f, "%s\n", line.c_str());
+    fclose(f);
+}
+
+void ProfileLaunch(const std::string &what) {
+    std::lock_guard<std::mutex> lock(g_profile_mu);
+    if (g_profiling) ProfileLog("launch " + what);
+}
+}  // namespace
+
+API CUresult cuProfilerStart(void) {
+    std::lock_guard<std::mutex> lock(D().mu);
+    Context *c = nullptr;
+    if (int rc = Cur(&c)) return rc;
+    std::lock_guard<std::mutex> plock(g_profile_mu);
+    if (!g_profiling) ProfileLog("profiler start");
+    g_profiling = true;
+    return kSuccess;
+}
+
+API CUresult cuProfilerStop(void) {
+    std::lock_guard<std::mutex> lock(D().mu);
+    Context *c = nullptr;
+    if (int rc = Cur(&c)) return rc;
+    std::lock_guard<std::mutex> plock(g_profile_mu);
+    if (g_profiling) ProfileLog("profiler stop");
+    g_profiling = false;
+    return kSuccess;
+}
 
 // ---- services for the other stand-ins (cuBLAS, NCCL) ----
 
