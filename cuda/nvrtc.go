@@ -21,6 +21,7 @@ type nvrtcAPI struct {
 	createProgram, compileProgram, destroyProgram unsafe.Pointer
 	getProgramLogSize, getProgramLog              unsafe.Pointer
 	getCUBINSize, getCUBIN                        unsafe.Pointer
+	getPTXSize, getPTX                            unsafe.Pointer
 }
 
 func (a *nvrtcAPI) slots() []symbolSlot {
@@ -36,6 +37,8 @@ func (a *nvrtcAPI) slots() []symbolSlot {
 		{name: "nvrtcGetProgramLog", dst: &a.getProgramLog},
 		{name: "nvrtcGetCUBINSize", dst: &a.getCUBINSize},
 		{name: "nvrtcGetCUBIN", dst: &a.getCUBIN},
+		{name: "nvrtcGetPTXSize", dst: &a.getPTXSize},
+		{name: "nvrtcGetPTX", dst: &a.getPTX},
 	}
 }
 
@@ -204,6 +207,28 @@ func (n *NVRTC) SupportedArchs() ([]int, error) {
 // PTX only and is an error here. On failure err wraps the NVRTC error name
 // and log holds the program log; log is also returned on success (warnings).
 func (n *NVRTC) Compile(src, fileName string, opts []string) (cubin []byte, log string, err error) {
+	image, log, err := n.compile(src, fileName, opts, n.api.getCUBINSize, n.api.getCUBIN, "nvrtcGetCUBIN")
+	if err != nil {
+		return nil, log, err
+	}
+	if len(image) == 0 {
+		return nil, log, fmt.Errorf("nvrtcGetCUBIN(%s): no cubin; compile for a real architecture (--gpu-architecture=sm_XX), not a virtual compute_XX", fileName)
+	}
+	return image, log, nil
+}
+
+// CompilePTX compiles for a virtual architecture (--gpu-architecture=
+// compute_XX) and returns the PTX: what a test reads to see which
+// instructions a kernel uses (mma.sync, ldmatrix, cp.async). The emulated
+// NVRTC has no PTX to give and returns "".
+func (n *NVRTC) CompilePTX(src, fileName string, opts []string) (ptx, log string, err error) {
+	text, log, err := n.compile(src, fileName, opts, n.api.getPTXSize, n.api.getPTX, "nvrtcGetPTX")
+	return string(trimNUL(text)), log, err
+}
+
+// compile runs one NVRTC program and reads one output (cubin or PTX)
+// through its size/get pair.
+func (n *NVRTC) compile(src, fileName string, opts []string, sizeFn, getFn unsafe.Pointer, getName string) (out []byte, log string, err error) {
 	cSrc := C.CString(src)
 	defer C.free(unsafe.Pointer(cSrc))
 	cName := C.CString(fileName)
@@ -244,14 +269,11 @@ func (n *NVRTC) Compile(src, fileName string, opts []string) (cubin []byte, log 
 	if logErr != nil {
 		return nil, "", logErr
 	}
-	image, err := n.programBytes(prog, n.api.getCUBINSize, n.api.getCUBIN, "nvrtcGetCUBIN", fileName)
+	out, err = n.programBytes(prog, sizeFn, getFn, getName, fileName)
 	if err != nil {
 		return nil, log, err
 	}
-	if len(image) == 0 {
-		return nil, log, fmt.Errorf("nvrtcGetCUBIN(%s): no cubin; compile for a real architecture (--gpu-architecture=sm_XX), not a virtual compute_XX", fileName)
-	}
-	return image, log, nil
+	return out, log, nil
 }
 
 // programBytes reads one of the program's outputs (log or cubin) via its

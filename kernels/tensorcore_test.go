@@ -64,6 +64,27 @@ func TestTensorCoreHelpersCompile(t *testing.T) {
 	}
 }
 
+// TestTensorCoreHelpersEmitTensorCoreInstructions reads the PTX: the helpers
+// must be the real instructions, not a fallback.
+func TestTensorCoreHelpersEmitTensorCoreInstructions(t *testing.T) {
+	n := openNVRTCForTest(t)
+	if n.Emulated() != "" {
+		t.Skip("the emulated NVRTC makes no PTX")
+	}
+	for _, arch := range []string{"compute_80", "compute_90"} {
+		ptx, log, err := n.CompilePTX(mmaCheckUnit(t, true), "mma_check.cu", []string{"--gpu-architecture=" + arch, "-std=c++17", "-default-device"})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", arch, err, log)
+		}
+		for _, want := range []string{"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+			"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "cp.async.cg.shared.global", "cp.async.wait_group 0"} {
+			if !strings.Contains(ptx, want) {
+				t.Errorf("%s: the PTX lacks %q", arch, want)
+			}
+		}
+	}
+}
+
 // runMMACheck runs mma_check on the emulated device and returns D.
 func runMMACheck(t *testing.T, unit string, a, b []uint16, c []float32) []float32 {
 	t.Helper()

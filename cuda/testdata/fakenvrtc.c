@@ -26,4 +26,4 @@ const char *sbemu_describe(void) { return "fake emulated NVRTC (test)"; }
 #endif
 
 STUB(nvrtcCreateProgram) STUB(nvrtcCompileProgram) STUB(nvrtcDestroyProgram) STUB(nvrtcGetProgramLogSize)
-STUB(nvrtcGetProgramLog) STUB(nvrtcGetCUBINSize) STUB(nvrtcGetCUBIN)
+STUB(nvrtcGetProgramLog) STUB(nvrtcGetCUBINSize) STUB(nvrtcGetCUBIN) STUB(nvrtcGetPTXSize) STUB(nvrtcGetPTX)
