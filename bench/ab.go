@@ -3,8 +3,8 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"math"
 
+	"stepbench/kernels/ref"
 	"stepbench/runner"
 )
 
@@ -143,25 +143,14 @@ func ArmsAgree(a, b *runner.Engine, batch, inputLen int, seed uint64, maxRelativ
 	return logitsAgree(logits[0], logits[1], maxRelativeError)
 }
 
-// logitsAgree is ArmsAgree's arithmetic on the two arms' logits.
+// logitsAgree is ArmsAgree's arithmetic on the two arms' logits: A is
+// compared with B as with a reference (ref.RelErr).
 func logitsAgree(a, b [][]float32, maxRelativeError float64) error {
-	var diff, norm float64
-	for row := range b {
-		if len(a) != len(b) || len(a[row]) != len(b[row]) {
-			return errors.New("arms agree: logits of different shapes")
-		}
-		for j, want := range b[row] {
-			got := a[row][j]
-			if math.IsNaN(float64(got)) || math.IsInf(float64(got), 0) {
-				return fmt.Errorf("arms agree: arm A logit [%d][%d] is %v", row, j, got)
-			}
-			d := float64(got) - float64(want)
-			diff += d * d
-			norm += float64(want) * float64(want)
-		}
+	rel, err := ref.RelErrRows(a, b)
+	if err != nil {
+		return fmt.Errorf("arms agree: arm A's logits against arm B's: %w", err)
 	}
-	rel := math.Sqrt(diff / math.Max(norm, math.SmallestNonzeroFloat64))
-	if rel > maxRelativeError || math.IsNaN(rel) {
+	if rel > maxRelativeError {
 		return fmt.Errorf("arms agree: the arms' logits differ by %.3g (relative), more than %.3g: A computes a different model",
 			rel, maxRelativeError)
 	}

@@ -3,7 +3,6 @@ package kernels
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -317,33 +316,9 @@ func RandomBF16(rng *rand.Rand, n int, mean, std float64) []uint16 {
 	return out
 }
 
-// RelErrBF16 is ‖got−want‖/‖want‖ (‖got−want‖ when want is all zeros); a
-// NaN in either is an error.
-func RelErrBF16(got, want []uint16) (float64, error) {
-	if len(got) != len(want) {
-		return 0, fmt.Errorf("%d elements, want %d", len(got), len(want))
-	}
-	var diff, norm float64
-	for i := range got {
-		g, w := float64(ref.BF16ToF32(got[i])), float64(ref.BF16ToF32(want[i]))
-		if math.IsNaN(g) {
-			return 0, fmt.Errorf("element %d is NaN (%#04x), want %g", i, got[i], w)
-		}
-		if math.IsNaN(w) {
-			return 0, fmt.Errorf("reference element %d is NaN", i)
-		}
-		diff += (g - w) * (g - w)
-		norm += w * w
-	}
-	if norm == 0 {
-		return math.Sqrt(diff), nil
-	}
-	return math.Sqrt(diff / norm), nil
-}
-
 // closeBF16 compares within MaxRelErrBF16.
 func closeBF16(got, want []uint16) (float64, error) {
-	rel, err := RelErrBF16(got, want)
+	rel, err := ref.RelErrBF16(got, want)
 	if err != nil {
 		return rel, err
 	}
@@ -647,10 +622,8 @@ func (v *Verifier) verifyAddI32() {
 	}
 	buf := v.i32(in)
 	v.launch(func() error { return v.set.AddI32(v.stream, buf, n, -7) })
-	want := make([]int32, n)
-	for i := range want {
-		want[i] = in[i] - 7
-	}
+	want := append([]int32(nil), in...)
+	ref.AddI32(want, -7)
 	v.record("add_i32", fmt.Sprintf("n=%d delta=-7", n), 0, true, equalBits(v.getI32(buf, n), want))
 }
 

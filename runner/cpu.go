@@ -294,9 +294,7 @@ func (*CPU) AddI32(buf Buffer, delta int) error {
 	if err != nil {
 		return err
 	}
-	for i := range cb.i32 {
-		cb.i32[i] += int32(delta)
-	}
+	ref.AddI32(cb.i32, int32(delta))
 	return nil
 }
 

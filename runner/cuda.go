@@ -829,15 +829,15 @@ func CompareWithCPU(be Backend, cfg Config, seed uint64, prompts [][]int32, outp
 		return nil, fmt.Errorf("compare: %s engine: %w", be.Name(), err)
 	}
 	defer eng.Close()
-	ref, err := NewEngine(cfg, NewCPU(), src, nil)
+	cpu, err := NewEngine(cfg, NewCPU(), src, nil)
 	if err != nil {
 		return nil, fmt.Errorf("compare: cpu engine: %w", err)
 	}
-	defer ref.Close()
+	defer cpu.Close()
 	var out []EndToEnd
 	for _, p := range prompts {
 		r := EndToEnd{PromptLen: len(p), OutputLen: outputLen}
-		for _, e := range []*Engine{eng, ref} {
+		for _, e := range []*Engine{eng, cpu} {
 			if err := e.Begin(1, len(p), outputLen, p); err != nil {
 				return out, fmt.Errorf("compare: %w", err)
 			}
@@ -850,7 +850,7 @@ func CompareWithCPU(be Backend, cfg Config, seed uint64, prompts [][]int32, outp
 				if err := eng.Decode(); err != nil {
 					return out, fmt.Errorf("compare: %w", err)
 				}
-				if err := ref.Decode(); err != nil {
+				if err := cpu.Decode(); err != nil {
 					return out, fmt.Errorf("compare: %w", err)
 				}
 			}
@@ -858,16 +858,20 @@ func CompareWithCPU(be Backend, cfg Config, seed uint64, prompts [][]int32, outp
 			if err != nil {
 				return out, fmt.Errorf("compare: %w", err)
 			}
-			want, err := ref.Logits()
+			want, err := cpu.Logits()
 			if err != nil {
 				return out, fmt.Errorf("compare: %w", err)
 			}
-			r.MaxLogitsRelErr = max(r.MaxLogitsRelErr, relErrF32(got[0], want[0]))
+			rel, err := ref.RelErr(got[0], want[0])
+			if err != nil {
+				return out, fmt.Errorf("compare: prompt %d step %d logits: %w", len(out), step, err)
+			}
+			r.MaxLogitsRelErr = max(r.MaxLogitsRelErr, rel)
 			tok, err := eng.NextTokens()
 			if err != nil {
 				return out, fmt.Errorf("compare: %w", err)
 			}
-			refTok, err := ref.NextTokens()
+			refTok, err := cpu.NextTokens()
 			if err != nil {
 				return out, fmt.Errorf("compare: %w", err)
 			}
@@ -876,26 +880,6 @@ func CompareWithCPU(be Backend, cfg Config, seed uint64, prompts [][]int32, outp
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// relErrF32 is ‖got−want‖/‖want‖; NaN anywhere in got gives +Inf.
-func relErrF32(got, want []float32) float64 {
-	if len(got) != len(want) {
-		return math.Inf(1)
-	}
-	var diff, norm float64
-	for i := range want {
-		g, w := float64(got[i]), float64(want[i])
-		if math.IsNaN(g) {
-			return math.Inf(1)
-		}
-		diff += (g - w) * (g - w)
-		norm += w * w
-	}
-	if norm == 0 {
-		return math.Sqrt(diff)
-	}
-	return math.Sqrt(diff / norm)
 }
 
 // VerifyKernels runs every kernel (or those named in only, see

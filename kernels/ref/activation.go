@@ -1,3 +1,5 @@
+// activation.go is the twin of kernels/activation.cu: SwiGLU's gate.
+
 package ref
 
 import "math"
