@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"stepbench/kernels"
 )
 
 // Config is the shape of a Llama-family model, with HF config.json's names.
@@ -413,4 +415,10 @@ func parseRopeScaling(f hfFields) (*RopeScaling, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// KernelShape is the model's widths as the kernels see them.
+func (cfg Config) KernelShape() kernels.ModelShape {
+	return kernels.ModelShape{Name: cfg.Name, Hidden: cfg.HiddenSize, Inter: cfg.IntermediateSize, Vocab: cfg.VocabSize,
+		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, RopeTheta: cfg.RopeTheta}
 }

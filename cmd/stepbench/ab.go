@@ -9,12 +9,13 @@ import (
 
 	"stepbench/bench"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
 
 // openCUDAWithKernels opens a cuda backend, with eager or captured decode
 // steps as flags say, whose kernels come from dir ("" = the embedded ones).
-func openCUDAWithKernels(dir string, flags backendFlags, stderr io.Writer) (*runner.CUDA, error) {
-	be, err := runner.NewCUDA(runner.CUDAOptions{KernelsDir: dir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+func openCUDAWithKernels(dir string, flags backendFlags, stderr io.Writer) (*gpu.Backend, error) {
+	be, err := gpu.New(gpu.Options{KernelsDir: dir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Progress: stderr})
 	if err != nil {
 		return nil, err

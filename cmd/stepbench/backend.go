@@ -10,6 +10,7 @@ import (
 	"stepbench/bench"
 	"stepbench/cuda"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
 
 // backendFlags configure the cuda backend.
@@ -62,7 +63,7 @@ func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, s
 	case "cpu":
 		return runner.NewCPU(), hostEnvironment("cpu"), nil
 	case "cuda":
-		be, err := runner.NewCUDA(runner.CUDAOptions{
+		be, err := gpu.New(gpu.Options{
 			KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 			DisableGraphs: flags.disableCUDAGraph, Progress: stderr,
 		})
@@ -91,7 +92,7 @@ const emulatedNote = "note: the emulated CUDA device ran this (cuda/emu, STEPBEN
 
 // cudaEnvironment is what a report says about the GPU and its libraries.
 // The NVIDIA driver's own version string comes from NVML, not from here.
-func cudaEnvironment(info runner.CUDAInfo) bench.Environment {
+func cudaEnvironment(info gpu.Info) bench.Environment {
 	env := hostEnvironment("cuda")
 	d := info.Device
 	env.GPUName, env.GPUUUID = d.Name, d.UUID

@@ -9,14 +9,14 @@ import (
 
 	"stepbench/bench"
 	"stepbench/cuda"
-	"stepbench/kernels"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
 
 // calibrateCmd measures the roofline ceilings of a GPU and caches them per UUID.
 func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("calibrate", stderr)
-	opt := kernels.DefaultCalibrateOptions()
+	opt := gpu.DefaultCalibrateOptions()
 	var force bool
 	var copyMiB int
 	var cacheDir, cublasPath string
@@ -57,7 +57,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "stepbench: calibrating %s (%s): %d MiB copy and %d³ bf16 GEMM, %d runs each\n",
 		props.Name, props.UUID, copyMiB, opt.GEMMSize, opt.Repeats)
-	res, err := kernels.Calibrate(drv, blas, opt)
+	res, err := gpu.Calibrate(drv, blas, opt)
 	if err != nil {
 		return err
 	}

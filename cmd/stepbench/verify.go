@@ -11,6 +11,7 @@ import (
 	"stepbench/cuda"
 	"stepbench/kernels"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
 
 // endToEndMaxRelErr bounds the logits' relative error of a whole forward
@@ -29,7 +30,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	flags.register(fs)
 	model := fs.String("model", "llama-3-8b", "model preset whose shapes the kernels are checked at: "+joinNames(runner.PresetNames()))
 	seed := fs.Uint64("seed", 1, "seed of the random inputs and dummy weights")
-	only := fs.StringSlice("kernel", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(kernels.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
+	only := fs.StringSlice("kernel", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(gpu.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -38,8 +39,8 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		return usagef("--model: %v", err)
 	}
 	for _, k := range *only {
-		if !slices.Contains(kernels.VerifyKernelNames, k) {
-			return usagef("--kernel: %q is not one of %s", k, strings.Join(kernels.VerifyKernelNames, ", "))
+		if !slices.Contains(gpu.VerifyKernelNames, k) {
+			return usagef("--kernel: %q is not one of %s", k, strings.Join(gpu.VerifyKernelNames, ", "))
 		}
 	}
 	tiny, err := runner.Preset("llama-tiny")
@@ -52,7 +53,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if _, err := cuda.OpenDriver(); err != nil {
 		return fmt.Errorf("no usable GPU: %w", err)
 	}
-	be, err := runner.NewCUDA(runner.CUDAOptions{
+	be, err := gpu.New(gpu.Options{
 		KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Progress: stderr,
 	})
@@ -86,7 +87,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	lost := false
 	for _, r := range results {
 		row(r.Check, r.Shape, r.RelErr, r.Exact, r.Err)
-		lost = lost || errors.Is(r.Err, kernels.ErrContextLost)
+		lost = lost || errors.Is(r.Err, gpu.ErrContextLost)
 	}
 	if err != nil {
 		row("kernel checks", "", 0, false, err)
@@ -115,7 +116,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 
 // verifyEndToEnd runs llama-tiny on the GPU against the cpu backend, one
 // row per prompt; it returns the count of rows.
-func verifyEndToEnd(be *runner.CUDA, tiny runner.Config, seed uint64, row func(check, shape string, rel float64, exact bool, err error)) int {
+func verifyEndToEnd(be *gpu.Backend, tiny runner.Config, seed uint64, row func(check, shape string, rel float64, exact bool, err error)) int {
 	prompts := [][]int32{{1, 2, 3, 4, 5, 6, 7, 8}, {42}, {300, 17, 9, 9, 9, 250, 3, 1, 77, 5, 11, 12, 13}}
 	const outputLen = 8
 	e2e, err := runner.CompareWithCPU(be, tiny, seed, prompts, outputLen)

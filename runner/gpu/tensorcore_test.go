@@ -1,4 +1,4 @@
-package kernels
+package gpu
 
 import (
 	"math"
@@ -10,6 +10,7 @@ import (
 
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
+	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
 
@@ -46,7 +47,7 @@ func mmaCheckUnit(t *testing.T, wait bool) string {
 	if !wait {
 		w = ""
 	}
-	return translationUnit(srcs[CommonSource], "mma_check.cu", strings.Replace(mmaCheckSource, "WAIT", w, 1))
+	return kernels.TranslationUnit(srcs[kernels.CommonSource], "mma_check.cu", strings.Replace(mmaCheckSource, "WAIT", w, 1))
 }
 
 // TestTensorCoreHelpersCompile compiles the helpers' PTX with the real NVRTC
@@ -54,7 +55,7 @@ func mmaCheckUnit(t *testing.T, wait bool) string {
 func TestTensorCoreHelpersCompile(t *testing.T) {
 	n := openNVRTCForTest(t)
 	for _, arch := range []int{80, 90} {
-		cubin, log, err := n.Compile(mmaCheckUnit(t, true), "mma_check.cu", compileOptions(arch))
+		cubin, log, err := n.Compile(mmaCheckUnit(t, true), "mma_check.cu", kernels.CompileOptions(arch))
 		if err != nil {
 			t.Fatalf("sm_%d: %v\n%s", arch, err, log)
 		}
@@ -74,7 +75,7 @@ func runMMACheck(t *testing.T, unit string, a, b []uint16, c []float32) []float3
 	if err != nil {
 		t.Fatal(err)
 	}
-	cubin, log, err := nv.Compile(unit, "mma_check.cu", compileOptions(90))
+	cubin, log, err := nv.Compile(unit, "mma_check.cu", kernels.CompileOptions(90))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}

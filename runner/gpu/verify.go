@@ -1,4 +1,4 @@
-package kernels
+package gpu
 
 import (
 	"errors"
@@ -9,17 +9,9 @@ import (
 	"unsafe"
 
 	"stepbench/cuda"
+	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
-
-// ModelShape is the widths of a model that the kernels see; Verify runs
-// every kernel at them. Odd widths (not multiples of 8) take scalar paths.
-type ModelShape struct {
-	Name                    string
-	Hidden, Inter, Vocab    int
-	Heads, KVHeads, HeadDim int
-	RopeTheta               float64
-}
 
 // CheckResult is one kernel compared with its kernels/ref twin.
 type CheckResult struct {
@@ -32,7 +24,7 @@ type CheckResult struct {
 	Err    error // nil when the check passed
 }
 
-// MaxRelErrBF16 is the tolerance of bf16 outputs (DESIGN.md 'Kernels').
+// MaxRelErrBF16 is the tolerance of bf16 outputs (docs/design.md, Kernels).
 const MaxRelErrBF16 = 1e-2
 
 // poisonBF16 is a NaN bf16 pattern written over every output before a
@@ -45,7 +37,7 @@ const poisonBF16 = 0xFFFF
 type Verifier struct {
 	ctx     *cuda.Context
 	stream  *cuda.Stream
-	set     *Set
+	set     *Kernels
 	rng     *rand.Rand
 	allocs  []cuda.DevPtr
 	err     error // first cuda error of the current check (sticky until read)
@@ -55,7 +47,7 @@ type Verifier struct {
 }
 
 // NewVerifier makes a verifier drawing its inputs from seed.
-func NewVerifier(ctx *cuda.Context, stream *cuda.Stream, set *Set, seed uint64) *Verifier {
+func NewVerifier(ctx *cuda.Context, stream *cuda.Stream, set *Kernels, seed uint64) *Verifier {
 	return &Verifier{ctx: ctx, stream: stream, set: set, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 }
 
@@ -73,11 +65,11 @@ func (v *Verifier) Close() error {
 // shapes of models (and a fixed set of edge cases), decode attention replayed
 // from a CUDA graph, and the dummy-weight generator. It frees each check's
 // memory as it goes.
-func (v *Verifier) VerifyAll(models []ModelShape) []CheckResult {
+func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 	v.results = nil
 	perModel := []struct {
 		kernel string
-		check  func(ModelShape)
+		check  func(kernels.ModelShape)
 	}{
 		{"embed", v.verifyEmbed}, {"add_rmsnorm", v.verifyAddRMSNorm}, {"silu_mul", v.verifySiluMul},
 		{"gather_last", v.verifyGatherLast}, {"argmax", v.verifyArgmax}, {"rope_kv_write", v.verifyRope},
@@ -140,20 +132,13 @@ func (v *Verifier) wants(kernel string) bool {
 	return len(v.only) == 0 || slices.Contains(v.only, kernel)
 }
 
-func supportedHeadDim(d int) bool {
-	for _, s := range SupportedHeadDims {
-		if s == d {
-			return true
-		}
-	}
-	return false
-}
+func supportedHeadDim(d int) bool { return slices.Contains(kernels.SupportedHeadDims, d) }
 
 // attentionShapes are edge cases (one split, many splits with a short last
 // chunk, keys far below MaxSeq so most splits are empty, MHA at D=32, cached
 // prefixes in prefill) plus a decode and a prefill at each model's heads.
-func attentionShapes(models []ModelShape) []AttnShape {
-	shapes := []AttnShape{
+func attentionShapes(models []kernels.ModelShape) []kernels.AttnShape {
+	shapes := []kernels.AttnShape{
 		{Batch: 3, SeqLen: 1, StartPos: 37, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 64},
 		{Batch: 2, SeqLen: 1, StartPos: 700, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 1024},
 		{Batch: 1, SeqLen: 1, StartPos: 4095, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 4096},
@@ -171,8 +156,8 @@ func attentionShapes(models []ModelShape) []AttnShape {
 			continue
 		}
 		shapes = append(shapes,
-			AttnShape{Batch: 4, SeqLen: 1, StartPos: 1030, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 1056},
-			AttnShape{Batch: 1, SeqLen: 200, StartPos: 0, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 232})
+			kernels.AttnShape{Batch: 4, SeqLen: 1, StartPos: 1030, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 1056},
+			kernels.AttnShape{Batch: 1, SeqLen: 200, StartPos: 0, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 232})
 	}
 	return shapes
 }
@@ -341,7 +326,7 @@ func equalBits[T comparable](got, want []T) error {
 	return nil
 }
 
-func (v *Verifier) verifyEmbed(m ModelShape) {
+func (v *Verifier) verifyEmbed(m kernels.ModelShape) {
 	const tokens = 37
 	vocab := min(m.Vocab, 8192) // the row width is what matters; a full table is a gigabyte of draws
 	table := RandomBF16(v.rng, vocab*m.Hidden, 0, 1)
@@ -359,7 +344,7 @@ func (v *Verifier) verifyEmbed(m ModelShape) {
 	v.record("embed", fmt.Sprintf("%s tokens=%d hidden=%d", m.Name, tokens, m.Hidden), 0, true, equalBits(got, want))
 }
 
-func (v *Verifier) verifyAddRMSNorm(m ModelShape) {
+func (v *Verifier) verifyAddRMSNorm(m kernels.ModelShape) {
 	for _, rows := range []int{1, 5, 128} {
 		for _, withAdd := range []bool{true, false} {
 			n := rows * m.Hidden
@@ -390,7 +375,7 @@ func (v *Verifier) verifyAddRMSNorm(m ModelShape) {
 	}
 }
 
-func (v *Verifier) verifySiluMul(m ModelShape) {
+func (v *Verifier) verifySiluMul(m kernels.ModelShape) {
 	for _, rows := range []int{1, 64} {
 		gateUp := RandomBF16(v.rng, rows*2*m.Inter, 0, 2)
 		want := make([]uint16, rows*m.Inter)
@@ -402,7 +387,7 @@ func (v *Verifier) verifySiluMul(m ModelShape) {
 	}
 }
 
-func (v *Verifier) verifyGatherLast(m ModelShape) {
+func (v *Verifier) verifyGatherLast(m kernels.ModelShape) {
 	const batch, seqLen = 3, 19
 	for _, width := range []int{m.Hidden, m.Vocab} {
 		in := RandomBF16(v.rng, batch*seqLen*width, 0, 1)
@@ -415,7 +400,7 @@ func (v *Verifier) verifyGatherLast(m ModelShape) {
 	}
 }
 
-func (v *Verifier) verifyArgmax(m ModelShape) {
+func (v *Verifier) verifyArgmax(m kernels.ModelShape) {
 	const rows = 6
 	logits := RandomBF16(v.rng, rows*m.Vocab, 0, 3)
 	row := func(r int) []uint16 { return logits[r*m.Vocab : (r+1)*m.Vocab] }
@@ -443,8 +428,8 @@ func (v *Verifier) verifyArgmax(m ModelShape) {
 	v.record("argmax", fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(v.getI32(out, rows), want))
 }
 
-func (v *Verifier) verifyRope(m ModelShape) {
-	for _, a := range []AttnShape{
+func (v *Verifier) verifyRope(m kernels.ModelShape) {
+	for _, a := range []kernels.AttnShape{
 		{Batch: 2, SeqLen: 9, StartPos: 0, MaxSeq: 32},
 		{Batch: 3, SeqLen: 1, StartPos: 4000, MaxSeq: 4100},
 		{Batch: 1, SeqLen: 128, StartPos: 300, MaxSeq: 512},
@@ -493,12 +478,12 @@ func (v *Verifier) verifyRope(m ModelShape) {
 }
 
 // FormatShape prints an attention shape compactly for tables.
-func FormatShape(a AttnShape) string {
+func FormatShape(a kernels.AttnShape) string {
 	return fmt.Sprintf("b=%d s=%d pos=%d h=%d kv=%d d=%d max=%d", a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
 }
 
 // maskRows zeroes the rows RopeKVWrite writes, leaving those it must not touch.
-func maskRows(cache []uint16, a AttnShape) []uint16 {
+func maskRows(cache []uint16, a kernels.AttnShape) []uint16 {
 	out := append([]uint16(nil), cache...)
 	kvWidth := a.KVHeads * a.HeadDim
 	for b := 0; b < a.Batch; b++ {
@@ -507,7 +492,7 @@ func maskRows(cache []uint16, a AttnShape) []uint16 {
 	return out
 }
 
-func (v *Verifier) verifyAttention(a AttnShape) {
+func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 	tokens := a.Batch * a.SeqLen
 	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	q := RandomBF16(v.rng, tokens*qWidth, 0, 1)
@@ -536,9 +521,9 @@ func (v *Verifier) verifyAttention(a AttnShape) {
 // add_i32 on the position) into a CUDA graph at position start and replays
 // it at the following positions, as the cuda backend does: each replay must
 // match the reference at its own position.
-func (v *Verifier) verifyDecodeGraph(m ModelShape) {
+func (v *Verifier) verifyDecodeGraph(m kernels.ModelShape) {
 	const batch, start, replays = 2, 60, 70 // replays cross a 64-key chunk boundary
-	a := AttnShape{Batch: batch, SeqLen: 1, StartPos: start, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: start + replays + 1}
+	a := kernels.AttnShape{Batch: batch, SeqLen: 1, StartPos: start, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: start + replays + 1}
 	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	cacheLen := batch * a.MaxSeq * kvWidth
 	kCache, vCache := RandomBF16(v.rng, cacheLen, 0, 1), RandomBF16(v.rng, cacheLen, 0, 1)

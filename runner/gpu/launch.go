@@ -1,82 +1,35 @@
-package kernels
+package gpu
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"stepbench/cuda"
+	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
 
-// kernelSources says which source file defines each entry point.
-var kernelSources = map[string]string{
-	"embed":                  "copy.cu",
-	"gather_last":            "copy.cu",
-	"add_i32":                "copy.cu",
-	"add_rmsnorm":            "norm.cu",
-	"rope_kv_write":          "rope.cu",
-	"silu_mul":               "activation.cu",
-	"argmax":                 "sample.cu",
-	"fill_dummy":             "dummy.cu",
-	"attn_decode_combine":    "attention.cu",
-	"attn_decode_split_d32":  "attention.cu",
-	"attn_decode_split_d64":  "attention.cu",
-	"attn_decode_split_d128": "attention.cu",
-	"attn_prefill_d32":       "attention.cu",
-	"attn_prefill_d64":       "attention.cu",
-	"attn_prefill_d128":      "attention.cu",
-}
-
-// SupportedHeadDims are the head dimensions the attention kernels are built for.
-var SupportedHeadDims = []int{32, 64, 128}
-
-const (
-	// defaultSharedLimitBytes is what a block may use without opting in.
-	defaultSharedLimitBytes = 48 * 1024
-
-	decodeThreads       = 128 // attn_decode_split's __launch_bounds__
-	decodeMinChunkKeys  = 64
-	decodeMaxChunkKeys  = 256
-	decodeBlocksPerSM   = 2 // splits aim at this many blocks per SM
-	prefillThreads      = 256
-	prefillQueryTile    = 64 // PF_BQ in attention.cu
-	prefillKeyTile      = 32 // PF_BK in attention.cu
-	maxGridYZ           = 65535
-	gridStrideBlocksPer = 32 // grid-stride kernels launch at most this many blocks per SM
-)
-
-// AttnShape describes one attention call over the KV cache; it has the same
-// fields as runner.AttnShape, so one converts to the other. Every sequence
-// holds StartPos cached tokens and brings SeqLen new ones: token (b, s) sits
-// at position StartPos+s and row b*SeqLen+s of the activations. The cache of
-// one layer is [Batch][MaxSeq][KVHeads][HeadDim].
-type AttnShape struct {
-	Batch, SeqLen, StartPos int
-	Heads, KVHeads, HeadDim int
-	MaxSeq                  int
-}
-
-// Set is the loaded kernels of one context. Its methods enqueue on the given
-// stream; like every cuda call they must come from the context's goroutine.
-type Set struct {
+// Kernels is the loaded kernels of one context: every entry point of
+// kernels.Families, by name. Its methods check their arguments (every
+// problem in one error naming the op) and enqueue on the given stream; like
+// every cuda call they must come from the context's goroutine.
+type Kernels struct {
 	modules []*cuda.Module
 	smCount int
-
-	embed, gatherLast, addRMSNorm, ropeKVWrite *cuda.Function
-	siluMul, argmax, fillDummy, decodeCombine  *cuda.Function
-	addI32                                     *cuda.Function
-	decodeSplit, prefill                       map[int]*cuda.Function // by head dim
+	fn      map[string]*cuda.Function // by entry point
 }
 
-// Load loads the compiled modules into ctx and looks up every kernel. smCount
-// (the device's multiprocessor count) sizes grids and attention splits.
-func Load(ctx *cuda.Context, compiled []Compiled, smCount int) (*Set, error) {
+// LoadKernels loads the compiled modules into ctx and looks up every entry
+// point of the registry in its source's module. smCount (the device's
+// multiprocessor count) sizes grids and attention splits.
+func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*Kernels, error) {
 	if smCount < 1 {
 		return nil, fmt.Errorf("load kernels: SM count %d < 1", smCount)
 	}
-	k := &Set{smCount: smCount, decodeSplit: map[int]*cuda.Function{}, prefill: map[int]*cuda.Function{}}
+	k := &Kernels{smCount: smCount, fn: map[string]*cuda.Function{}}
 	byFile := map[string]*cuda.Module{}
 	for _, c := range compiled {
 		m, err := ctx.LoadModule(c.Cubin)
@@ -86,40 +39,24 @@ func Load(ctx *cuda.Context, compiled []Compiled, smCount int) (*Set, error) {
 		k.modules = append(k.modules, m)
 		byFile[c.Name] = m
 	}
-	fn := func(name string) (*cuda.Function, error) {
-		file := kernelSources[name]
+	var errs []error
+	for name, file := range kernels.EntryPointSources() {
 		m, ok := byFile[file]
 		if !ok {
-			return nil, fmt.Errorf("load kernel %s: no compiled %s", name, file)
+			errs = append(errs, fmt.Errorf("load kernel %s: no compiled %s", name, file))
+			continue
 		}
 		f, err := m.Function(name)
 		if err != nil {
-			return nil, fmt.Errorf("load kernel %s from %s: %w", name, file, err)
+			errs = append(errs, fmt.Errorf("load kernel %s from %s: %w", name, file, err))
+			continue
 		}
-		return f, nil
+		k.fn[name] = f
 	}
-	var errs []error
-	get := func(dst **cuda.Function, name string) {
-		f, err := fn(name)
-		errs = append(errs, err)
-		*dst = f
-	}
-	get(&k.embed, "embed")
-	get(&k.gatherLast, "gather_last")
-	get(&k.addI32, "add_i32")
-	get(&k.addRMSNorm, "add_rmsnorm")
-	get(&k.ropeKVWrite, "rope_kv_write")
-	get(&k.siluMul, "silu_mul")
-	get(&k.argmax, "argmax")
-	get(&k.fillDummy, "fill_dummy")
-	get(&k.decodeCombine, "attn_decode_combine")
-	for _, d := range SupportedHeadDims {
-		var split, pre *cuda.Function
-		get(&split, fmt.Sprintf("attn_decode_split_d%d", d))
-		get(&pre, fmt.Sprintf("attn_prefill_d%d", d))
-		k.decodeSplit[d], k.prefill[d] = split, pre
-		if pre != nil && prefillSharedBytes(d) > defaultSharedLimitBytes {
-			if err := pre.SetMaxDynamicShared(prefillSharedBytes(d)); err != nil {
+	for _, d := range kernels.SupportedHeadDims {
+		pre := k.fn[kernels.EntryPoint("attn_prefill", d)]
+		if shared := kernels.PrefillSharedBytes(d); pre != nil && shared > kernels.DefaultSharedLimitBytes {
+			if err := pre.SetMaxDynamicShared(shared); err != nil {
 				errs = append(errs, fmt.Errorf("load kernel attn_prefill_d%d: %w", d, err))
 			}
 		}
@@ -131,7 +68,7 @@ func Load(ctx *cuda.Context, compiled []Compiled, smCount int) (*Set, error) {
 }
 
 // Close unloads the modules.
-func (k *Set) Close() error {
+func (k *Kernels) Close() error {
 	var errs []error
 	for _, m := range k.modules {
 		errs = append(errs, m.Unload())
@@ -173,23 +110,24 @@ func (c *argCheck) err() error {
 	return fmt.Errorf("%s: %s", c.op, strings.Join(c.errs, "; "))
 }
 
-func (k *Set) launch(s *cuda.Stream, op string, f *cuda.Function, grid, block cuda.Dim3, sharedBytes int, args ...any) error {
+// launch enqueues entry point name (the op names it in errors).
+func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3, sharedBytes int, args ...any) error {
+	f, ok := k.fn[name]
+	if !ok {
+		return fmt.Errorf("%s: kernel %s is not loaded", op, name)
+	}
 	if err := s.Launch(f, grid, block, sharedBytes, args...); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	return nil
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// threadsFor is a block size for n work items: a multiple of 32 in [32, maxThreads].
-func threadsFor(n, maxThreads int) uint32 {
-	return uint32(min(max(ceilDiv(n, 32)*32, 32), maxThreads))
-}
+// threadsFor is kernels.ThreadsFor as a block dimension.
+func threadsFor(n, maxThreads int) uint32 { return uint32(kernels.ThreadsFor(n, maxThreads)) }
 
 // gridStrideBlocks caps a grid-stride kernel's grid at a few waves.
-func (k *Set) gridStrideBlocks(items, threads int) uint32 {
-	return uint32(max(1, min(ceilDiv(items, threads), k.smCount*gridStrideBlocksPer)))
+func (k *Kernels) gridStrideBlocks(items, threads int) uint32 {
+	return uint32(kernels.GridStrideBlocks(items, threads, k.smCount))
 }
 
 // aligned16 reports whether 8-element (16-byte) vector access is possible.
@@ -214,7 +152,7 @@ func flag(b bool) int32 {
 
 // Embed: out[t, :] = table[ids[t], :] for t < tokens (ids int32; in range is
 // the caller's duty). hidden % 8 == 0, pointers 16-byte aligned.
-func (k *Set) Embed(s *cuda.Stream, out, table, ids cuda.DevPtr, tokens, hidden int) error {
+func (k *Kernels) Embed(s *cuda.Stream, out, table, ids cuda.DevPtr, tokens, hidden int) error {
 	c := argCheck{op: "embed"}
 	c.count("tokens", tokens)
 	c.positive("hidden", hidden)
@@ -225,7 +163,7 @@ func (k *Set) Embed(s *cuda.Stream, out, table, ids cuda.DevPtr, tokens, hidden 
 	if err := c.err(); err != nil || tokens == 0 {
 		return err
 	}
-	return k.launch(s, c.op, k.embed, cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
+	return k.launch(s, c.op, "embed", cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
 		cuda.Dim3{X: threadsFor(hidden/8, 256), Y: 1, Z: 1}, 0,
 		out, table, ids, int32(tokens), int32(hidden))
 }
@@ -233,7 +171,7 @@ func (k *Set) Embed(s *cuda.Stream, out, table, ids cuda.DevPtr, tokens, hidden 
 // AddRMSNorm: residual += add (when add != 0, rounded to bf16 and written
 // back), then out = bf16(weight * bf16(residual * rsqrt(mean(residual²) + eps))).
 // hidden % 8 == 0, pointers 16-byte aligned.
-func (k *Set) AddRMSNorm(s *cuda.Stream, out, residual, add, weight cuda.DevPtr, rows, hidden int, eps float32) error {
+func (k *Kernels) AddRMSNorm(s *cuda.Stream, out, residual, add, weight cuda.DevPtr, rows, hidden int, eps float32) error {
 	c := argCheck{op: "add_rmsnorm"}
 	c.count("rows", rows)
 	c.positive("hidden", hidden)
@@ -246,13 +184,13 @@ func (k *Set) AddRMSNorm(s *cuda.Stream, out, residual, add, weight cuda.DevPtr,
 	if err := c.err(); err != nil || rows == 0 {
 		return err
 	}
-	return k.launch(s, c.op, k.addRMSNorm, cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
-		cuda.Dim3{X: threadsFor(hidden/8, 1024), Y: 1, Z: 1}, 0,
+	return k.launch(s, c.op, "add_rmsnorm", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
+		cuda.Dim3{X: threadsFor(hidden/8, kernels.MaxReduceThreads), Y: 1, Z: 1}, 0,
 		out, residual, add, weight, int32(rows), int32(hidden), eps)
 }
 
 // checkAttnShape checks what both RoPE and attention need of a shape.
-func checkAttnShape(c *argCheck, a AttnShape) {
+func checkAttnShape(c *argCheck, a kernels.AttnShape) {
 	c.count("batch", a.Batch)
 	c.count("seqLen", a.SeqLen)
 	c.count("startPos", a.StartPos)
@@ -262,7 +200,7 @@ func checkAttnShape(c *argCheck, a AttnShape) {
 	c.positive("maxSeq", a.MaxSeq)
 	c.require(a.KVHeads > 0 && a.Heads%a.KVHeads == 0, "heads = %d is not a multiple of kvHeads = %d", a.Heads, a.KVHeads)
 	c.require(a.StartPos+a.SeqLen <= a.MaxSeq, "startPos %d + seqLen %d > maxSeq %d", a.StartPos, a.SeqLen, a.MaxSeq)
-	c.require(a.Batch <= maxGridYZ, "batch = %d > %d", a.Batch, maxGridYZ)
+	c.require(a.Batch <= kernels.MaxGridYZ, "batch = %d > %d", a.Batch, kernels.MaxGridYZ)
 	// Element offsets are 64-bit in the kernels, but token rows index the grid.
 	c.require(int64(a.Batch)*int64(a.SeqLen) <= math.MaxInt32, "batch*seqLen = %d too large", int64(a.Batch)*int64(a.SeqLen))
 }
@@ -270,16 +208,16 @@ func checkAttnShape(c *argCheck, a AttnShape) {
 // RopeKVWrite rotates q and k of each qkv row [T, (heads+2*kvHeads)*headDim]
 // (rotate-half RoPE at position startPos+s, invFreq float32 [headDim/2]),
 // writes rotated q to q [T, heads*headDim] and rotated k and raw v to the
-// caches at (b, startPos+s). headDim even and <= 256.
+// caches at (b, startPos+s). headDim even and <= kernels.RopeMaxHeadDim.
 //
 // The kernel reads startPos from pos (one int32 in device memory), so that a
 // captured decode step replays at every position; a.StartPos is the caller's
 // expectation, used only for the argument checks. Rows whose position would
 // fall outside the cache are not written.
-func (k *Set) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, pos cuda.DevPtr, a AttnShape) error {
+func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, pos cuda.DevPtr, a kernels.AttnShape) error {
 	c := argCheck{op: "rope_kv_write"}
 	checkAttnShape(&c, a)
-	c.require(a.HeadDim%2 == 0 && a.HeadDim <= 256, "headDim = %d, want even and <= 256", a.HeadDim)
+	c.require(a.HeadDim%2 == 0 && a.HeadDim <= kernels.RopeMaxHeadDim, "headDim = %d, want even and <= %d", a.HeadDim, kernels.RopeMaxHeadDim)
 	c.pointer("q", q, 2)
 	c.pointer("kCache", kCache, 2)
 	c.pointer("vCache", vCache, 2)
@@ -290,50 +228,15 @@ func (k *Set) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, pos c
 	if err := c.err(); err != nil || tokens == 0 {
 		return err
 	}
-	return k.launch(s, c.op, k.ropeKVWrite, cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
-		cuda.Dim3{X: 128, Y: 1, Z: 1}, 0,
+	return k.launch(s, c.op, "rope_kv_write", cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.RopeThreads, Y: 1, Z: 1}, 0,
 		q, kCache, vCache, qkv, invFreq, pos, int32(a.Batch), int32(a.SeqLen),
 		int32(a.Heads), int32(a.KVHeads), int32(a.HeadDim), int32(a.MaxSeq))
 }
 
-// decodePlan splits the cache's MaxSeq positions into chunks so that
-// batch*kvHeads*splits blocks fill the GPU about decodeBlocksPerSM times,
-// with chunks of 64..256 keys (a multiple of 32). The plan depends on MaxSeq,
-// not StartPos: a decode step captured in a CUDA graph keeps its grid at
-// every position, and the blocks of splits beyond the current keys exit at
-// once (the combine skips them).
-func decodePlan(a AttnShape, smCount int) (chunkKeys, splits int) {
-	keys := max(a.MaxSeq, 1)
-	want := max(1, ceilDiv(decodeBlocksPerSM*smCount, max(1, a.Batch*a.KVHeads)))
-	chunkKeys = min(max(ceilDiv(ceilDiv(keys, want), 32)*32, decodeMinChunkKeys), decodeMaxChunkKeys)
-	return chunkKeys, ceilDiv(keys, chunkKeys)
-}
-
-// AttentionWorkspaceBytes is the float32 workspace Attention needs for shape
-// a on a GPU with smCount SMs: zero for prefill (SeqLen > 1); for decode it
-// depends on Batch, Heads, KVHeads, HeadDim and MaxSeq, never on StartPos.
-func AttentionWorkspaceBytes(a AttnShape, smCount int) int {
-	if a.SeqLen != 1 || a.Batch <= 0 || a.Heads <= 0 || a.HeadDim <= 0 {
-		return 0
-	}
-	_, splits := decodePlan(a, smCount)
-	return a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
-}
-
-// AttentionWorkspaceBytes is the package function for this Set's GPU.
-func (k *Set) AttentionWorkspaceBytes(a AttnShape) int {
-	return AttentionWorkspaceBytes(a, k.smCount)
-}
-
-func decodeSharedBytes(a AttnShape, chunkKeys int) int {
-	group := a.Heads / a.KVHeads
-	return (group*a.HeadDim + group*chunkKeys + 2*group + 2*decodeThreads) * 4
-}
-
-// prefillSharedBytes mirrors attn_prefill's shared layout.
-func prefillSharedBytes(headDim int) int {
-	ld := headDim + 1
-	return (prefillQueryTile*ld + 2*prefillKeyTile*ld + prefillQueryTile*(prefillKeyTile+1) + 3*prefillQueryTile) * 4
+// AttentionWorkspaceBytes is kernels.AttentionWorkspaceBytes on this GPU.
+func (k *Kernels) AttentionWorkspaceBytes(a kernels.AttnShape) int {
+	return kernels.AttentionWorkspaceBytes(a, k.smCount)
 }
 
 // Attention: causal GQA attention of q [T, heads*headDim] over the caches
@@ -342,11 +245,11 @@ func prefillSharedBytes(headDim int) int {
 // SeqLen > 1 the tiled prefill kernel (workspace unused, may be 0). The
 // kernels read startPos from pos (one int32 in device memory); a.StartPos is
 // the caller's expectation, used only for the argument checks.
-func (k *Set) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a AttnShape) error {
+func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
 	c := argCheck{op: "attention"}
 	checkAttnShape(&c, a)
-	c.require(a.HeadDim == 32 || a.HeadDim == 64 || a.HeadDim == 128, "headDim = %d, want one of %v", a.HeadDim, SupportedHeadDims)
-	c.require(a.Heads <= maxGridYZ, "heads = %d > %d", a.Heads, maxGridYZ)
+	c.require(slices.Contains(kernels.SupportedHeadDims, a.HeadDim), "headDim = %d, want one of %v", a.HeadDim, kernels.SupportedHeadDims)
+	c.require(a.Heads <= kernels.MaxGridYZ, "heads = %d > %d", a.Heads, kernels.MaxGridYZ)
 	c.pointer("out", out, 2)
 	c.pointer("q", q, 16)
 	c.pointer("kCache", kCache, 16)
@@ -356,32 +259,32 @@ func (k *Set) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspace c
 		return err
 	}
 	if a.SeqLen > 1 {
-		return k.launch(s, c.op, k.prefill[a.HeadDim],
-			cuda.Dim3{X: uint32(ceilDiv(a.SeqLen, prefillQueryTile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
-			cuda.Dim3{X: prefillThreads, Y: 1, Z: 1}, prefillSharedBytes(a.HeadDim),
+		return k.launch(s, c.op, kernels.EntryPoint("attn_prefill", a.HeadDim),
+			cuda.Dim3{X: uint32(kernels.CeilDiv(a.SeqLen, kernels.PrefillQueryTile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
+			cuda.Dim3{X: kernels.PrefillThreads, Y: 1, Z: 1}, kernels.PrefillSharedBytes(a.HeadDim),
 			out, q, kCache, vCache, pos, int32(a.SeqLen), int32(a.Heads),
 			int32(a.KVHeads), int32(a.MaxSeq))
 	}
 
-	chunkKeys, splits := decodePlan(a, k.smCount)
+	chunkKeys, splits := kernels.DecodePlan(a, k.smCount)
 	need := a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
-	shared := decodeSharedBytes(a, chunkKeys)
+	shared := kernels.DecodeSharedBytes(a, chunkKeys)
 	c.pointer("workspace", workspace, 16)
 	c.require(workspaceBytes >= need, "workspace has %d bytes, need %d (see AttentionWorkspaceBytes)", workspaceBytes, need)
-	c.require(a.KVHeads <= maxGridYZ, "kvHeads = %d > %d", a.KVHeads, maxGridYZ)
-	c.require(shared <= defaultSharedLimitBytes, "heads/kvHeads = %d needs %d bytes of shared memory, more than %d",
-		a.Heads/a.KVHeads, shared, defaultSharedLimitBytes)
+	c.require(a.KVHeads <= kernels.MaxGridYZ, "kvHeads = %d > %d", a.KVHeads, kernels.MaxGridYZ)
+	c.require(shared <= kernels.DefaultSharedLimitBytes, "heads/kvHeads = %d needs %d bytes of shared memory, more than %d",
+		a.Heads/a.KVHeads, shared, kernels.DefaultSharedLimitBytes)
 	if err := c.err(); err != nil {
 		return err
 	}
-	if err := k.launch(s, c.op, k.decodeSplit[a.HeadDim],
+	if err := k.launch(s, c.op, kernels.EntryPoint("attn_decode_split", a.HeadDim),
 		cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)},
-		cuda.Dim3{X: decodeThreads, Y: 1, Z: 1}, shared,
+		cuda.Dim3{X: kernels.DecodeThreads, Y: 1, Z: 1}, shared,
 		workspace, q, kCache, vCache, pos, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
 		int32(a.MaxSeq), int32(chunkKeys), int32(splits)); err != nil {
 		return err
 	}
-	return k.launch(s, c.op, k.decodeCombine,
+	return k.launch(s, c.op, "attn_decode_combine",
 		cuda.Dim3{X: uint32(a.Heads), Y: uint32(a.Batch), Z: 1},
 		cuda.Dim3{X: threadsFor(a.HeadDim, 128), Y: 1, Z: 1}, 0,
 		out, workspace, pos, int32(a.MaxSeq), int32(a.Batch), int32(a.Heads), int32(a.HeadDim),
@@ -391,7 +294,7 @@ func (k *Set) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspace c
 // SiluMul: out[r, i] = bf16(bf16(silu(gate[r, i])) * up[r, i]) with gateUp
 // [rows, 2*inter] (gate columns first). Vectorised when inter % 8 == 0 and
 // the pointers are 16-byte aligned.
-func (k *Set) SiluMul(s *cuda.Stream, out, gateUp cuda.DevPtr, rows, inter int) error {
+func (k *Kernels) SiluMul(s *cuda.Stream, out, gateUp cuda.DevPtr, rows, inter int) error {
 	c := argCheck{op: "silu_mul"}
 	c.count("rows", rows)
 	c.positive("inter", inter)
@@ -405,12 +308,12 @@ func (k *Set) SiluMul(s *cuda.Stream, out, gateUp cuda.DevPtr, rows, inter int) 
 	if vec {
 		items /= 8
 	}
-	return k.launch(s, c.op, k.siluMul, cuda.Dim3{X: k.gridStrideBlocks(items, 256), Y: 1, Z: 1},
-		cuda.Dim3{X: 256, Y: 1, Z: 1}, 0, out, gateUp, int32(rows), int32(inter), flag(vec))
+	return k.launch(s, c.op, "silu_mul", cuda.Dim3{X: k.gridStrideBlocks(items, kernels.GridStrideThreads), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.GridStrideThreads, Y: 1, Z: 1}, 0, out, gateUp, int32(rows), int32(inter), flag(vec))
 }
 
 // GatherLast: out[b, :] = in[b*seqLen + seqLen-1, :].
-func (k *Set) GatherLast(s *cuda.Stream, out, in cuda.DevPtr, batch, seqLen, width int) error {
+func (k *Kernels) GatherLast(s *cuda.Stream, out, in cuda.DevPtr, batch, seqLen, width int) error {
 	c := argCheck{op: "gather_last"}
 	c.count("batch", batch)
 	c.positive("seqLen", seqLen)
@@ -421,14 +324,14 @@ func (k *Set) GatherLast(s *cuda.Stream, out, in cuda.DevPtr, batch, seqLen, wid
 		return err
 	}
 	vec := aligned16(width, out, in)
-	return k.launch(s, c.op, k.gatherLast, cuda.Dim3{X: uint32(batch), Y: 1, Z: 1},
+	return k.launch(s, c.op, "gather_last", cuda.Dim3{X: uint32(batch), Y: 1, Z: 1},
 		cuda.Dim3{X: 256, Y: 1, Z: 1}, 0,
 		out, in, int32(batch), int32(seqLen), int32(width), flag(vec))
 }
 
 // Argmax: out[r] (int32) = first index of the max of logits[r, :]; NaN never
 // wins; a row of NaN gives 0.
-func (k *Set) Argmax(s *cuda.Stream, out, logits cuda.DevPtr, rows, vocab int) error {
+func (k *Kernels) Argmax(s *cuda.Stream, out, logits cuda.DevPtr, rows, vocab int) error {
 	c := argCheck{op: "argmax"}
 	c.count("rows", rows)
 	c.positive("vocab", vocab)
@@ -438,14 +341,14 @@ func (k *Set) Argmax(s *cuda.Stream, out, logits cuda.DevPtr, rows, vocab int) e
 		return err
 	}
 	vec := aligned16(vocab, logits)
-	return k.launch(s, c.op, k.argmax, cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
-		cuda.Dim3{X: 512, Y: 1, Z: 1}, 0,
+	return k.launch(s, c.op, "argmax", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.ArgmaxThreads, Y: 1, Z: 1}, 0,
 		out, logits, int32(rows), int32(vocab), flag(vec))
 }
 
 // FillDummy writes elements [first, first+n) of the dummy tensor whose key is
 // key (ref.DummyKey) into dst[0:n], bit-identical to ref.DummyElem.
-func (k *Set) FillDummy(s *cuda.Stream, dst cuda.DevPtr, n int, key, first uint64, kind ref.DummyKind) error {
+func (k *Kernels) FillDummy(s *cuda.Stream, dst cuda.DevPtr, n int, key, first uint64, kind ref.DummyKind) error {
 	c := argCheck{op: "fill_dummy"}
 	c.require(n >= 0, "n = %d < 0", n)
 	c.require(kind == ref.DummyUniform || kind == ref.DummyOnes, "unknown dummy kind %d", kind)
@@ -453,14 +356,14 @@ func (k *Set) FillDummy(s *cuda.Stream, dst cuda.DevPtr, n int, key, first uint6
 	if err := c.err(); err != nil || n == 0 {
 		return err
 	}
-	return k.launch(s, c.op, k.fillDummy, cuda.Dim3{X: k.gridStrideBlocks(n, 256), Y: 1, Z: 1},
-		cuda.Dim3{X: 256, Y: 1, Z: 1}, 0,
+	return k.launch(s, c.op, "fill_dummy", cuda.Dim3{X: k.gridStrideBlocks(n, kernels.GridStrideThreads), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.GridStrideThreads, Y: 1, Z: 1}, 0,
 		dst, int64(n), key, first, int32(kind))
 }
 
 // AddI32: buf[i] += delta for i < n (int32). It advances the device-side
 // position at the end of a step, inside a captured decode graph.
-func (k *Set) AddI32(s *cuda.Stream, buf cuda.DevPtr, n, delta int) error {
+func (k *Kernels) AddI32(s *cuda.Stream, buf cuda.DevPtr, n, delta int) error {
 	c := argCheck{op: "add_i32"}
 	c.count("n", n)
 	c.require(delta >= math.MinInt32 && delta <= math.MaxInt32, "delta = %d does not fit int32", delta)
@@ -468,6 +371,6 @@ func (k *Set) AddI32(s *cuda.Stream, buf cuda.DevPtr, n, delta int) error {
 	if err := c.err(); err != nil || n == 0 {
 		return err
 	}
-	return k.launch(s, c.op, k.addI32, cuda.Dim3{X: k.gridStrideBlocks(n, 256), Y: 1, Z: 1},
-		cuda.Dim3{X: threadsFor(n, 256), Y: 1, Z: 1}, 0, buf, int32(n), int32(delta))
+	return k.launch(s, c.op, "add_i32", cuda.Dim3{X: k.gridStrideBlocks(n, kernels.GridStrideThreads), Y: 1, Z: 1},
+		cuda.Dim3{X: threadsFor(n, kernels.GridStrideThreads), Y: 1, Z: 1}, 0, buf, int32(n), int32(delta))
 }

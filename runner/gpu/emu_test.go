@@ -1,4 +1,4 @@
-package kernels
+package gpu
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
+	"stepbench/kernels"
 )
 
 // These tests run on the emulated CUDA device (cuda/emu): they check that
@@ -67,7 +68,7 @@ var seededBugs = []seededBug{
 // seed returns the embedded sources with b applied (exactly once).
 func (b seededBug) seed(t *testing.T) map[string]string {
 	t.Helper()
-	srcs, err := Sources("")
+	srcs, err := kernels.Sources("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func (b seededBug) seed(t *testing.T) map[string]string {
 // verifyOnEmulator compiles srcs for the emulated device, loads them in a
 // fresh context and runs the kernel checks at shapes; it returns every
 // failure as "check [shape]: error".
-func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []ModelShape, cacheDir string, only ...string) []string {
+func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.ModelShape, cacheDir string, only ...string) []string {
 	t.Helper()
 	drv, err := cuda.OpenDriver()
 	if err != nil {
@@ -91,7 +92,7 @@ func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []ModelShape,
 	if err != nil {
 		t.Fatal(err)
 	}
-	compiled, err := Compile(openNVRTCForTest(t), srcs, props.Major*10+props.Minor, cacheDir)
+	compiled, err := kernels.Compile(openNVRTCForTest(t), srcs, props.Major*10+props.Minor, cacheDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []ModelShape,
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := Load(ctx, compiled, props.SMCount)
+	set, err := LoadKernels(ctx, compiled, props.SMCount)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestEmulatorSchedules(t *testing.T) {
 
 func mustSources(t *testing.T) map[string]string {
 	t.Helper()
-	srcs, err := Sources("")
+	srcs, err := kernels.Sources("")
 	if err != nil {
 		t.Fatal(err)
 	}

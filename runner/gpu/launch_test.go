@@ -1,78 +1,21 @@
-package kernels
+package gpu
 
 import (
 	"strings"
 	"testing"
 
 	"stepbench/cuda"
+	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
 
-func TestDecodePlanCoversMaxSeqWithinWorkspace(t *testing.T) {
-	for _, smCount := range []int{1, 108, 132} {
-		for _, batch := range []int{1, 3, 64, 256} {
-			for _, kvHeads := range []int{1, 8} {
-				for maxSeq := 1; maxSeq < 40000; maxSeq = maxSeq*3 + 1 {
-					a := AttnShape{Batch: batch, SeqLen: 1, StartPos: maxSeq - 1, Heads: 4 * kvHeads, KVHeads: kvHeads, HeadDim: 128, MaxSeq: maxSeq}
-					chunk, splits := decodePlan(a, smCount)
-					if chunk%32 != 0 || chunk < decodeMinChunkKeys || chunk > decodeMaxChunkKeys {
-						t.Errorf("%+v sm=%d: chunk %d not a multiple of 32 in [%d, %d]", a, smCount, chunk, decodeMinChunkKeys, decodeMaxChunkKeys)
-					}
-					if splits*chunk < maxSeq || (splits-1)*chunk >= maxSeq {
-						t.Errorf("%+v sm=%d: %d splits of %d keys do not tile %d positions (an empty or missing split)", a, smCount, splits, chunk, maxSeq)
-					}
-					need := batch * a.Heads * splits * (a.HeadDim + 2) * 4
-					if have := AttentionWorkspaceBytes(a, smCount); have != need {
-						t.Errorf("%+v sm=%d: workspace %d bytes, want %d", a, smCount, have, need)
-					}
-					if shared := decodeSharedBytes(a, chunk); shared > defaultSharedLimitBytes {
-						t.Errorf("%+v: decode needs %d shared bytes", a, shared)
-					}
-				}
-			}
-		}
-	}
-}
-
-// A captured decode step replays at every position: its plan and workspace
-// must not change with StartPos.
-func TestDecodePlanIndependentOfStartPos(t *testing.T) {
-	base := AttnShape{Batch: 2, SeqLen: 1, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10000}
-	chunk0, splits0 := decodePlan(base, 132)
-	ws0 := AttentionWorkspaceBytes(base, 132)
-	for startPos := 0; startPos < base.MaxSeq; startPos += 37 {
-		a := base
-		a.StartPos = startPos
-		chunk, splits := decodePlan(a, 132)
-		if chunk != chunk0 || splits != splits0 {
-			t.Fatalf("startPos %d: plan (%d, %d), at 0 (%d, %d)", startPos, chunk, splits, chunk0, splits0)
-		}
-		if ws := AttentionWorkspaceBytes(a, 132); ws != ws0 {
-			t.Fatalf("startPos %d: workspace %d, at 0 %d", startPos, ws, ws0)
-		}
-	}
-	prefill := AttnShape{Batch: 2, SeqLen: 5, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10}
-	if got := AttentionWorkspaceBytes(prefill, 132); got != 0 {
-		t.Errorf("prefill workspace = %d, want 0", got)
-	}
-}
-
-func TestPrefillSharedFitsHopperAndAmpere(t *testing.T) {
-	const ampereOptinBytes = 163 * 1024
-	for _, d := range SupportedHeadDims {
-		if b := prefillSharedBytes(d); b > ampereOptinBytes {
-			t.Errorf("head dim %d: prefill needs %d shared bytes > %d", d, b, ampereOptinBytes)
-		}
-	}
-}
-
 // TestWrappersRejectBadArguments needs no GPU: every check runs before a launch.
 func TestWrappersRejectBadArguments(t *testing.T) {
-	k := &Set{smCount: 132}
+	k := &Kernels{smCount: 132}
 	var s *cuda.Stream
 	const p = cuda.DevPtr(1 << 20) // a plausible, aligned device address
-	good := AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
-	with := func(change func(*AttnShape)) AttnShape {
+	good := kernels.AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
+	with := func(change func(*kernels.AttnShape)) kernels.AttnShape {
 		a := good
 		change(&a)
 		return a
@@ -89,19 +32,19 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		{"norm zero hidden", "add_rmsnorm", "hidden", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 0, 1e-5) }},
 		{"norm negative eps", "add_rmsnorm", "eps", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 64, -1) }},
 		{"rope odd head dim", "rope_kv_write", "headDim", func() error {
-			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *AttnShape) { a.HeadDim = 63 }))
+			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *kernels.AttnShape) { a.HeadDim = 63 }))
 		}},
 		{"rope past maxSeq", "rope_kv_write", "maxSeq", func() error {
-			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *AttnShape) { a.StartPos = 8 }))
+			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *kernels.AttnShape) { a.StartPos = 8 }))
 		}},
 		{"attention head dim 96", "attention", "headDim", func() error {
-			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.HeadDim = 96 }))
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.HeadDim = 96 }))
 		}},
 		{"attention heads not multiple of kv", "attention", "multiple of kvHeads", func() error {
-			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.Heads = 5 }))
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.Heads = 5 }))
 		}},
 		{"attention zero kv heads", "attention", "kvHeads", func() error {
-			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *AttnShape) { a.KVHeads = 0 }))
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.KVHeads = 0 }))
 		}},
 		{"attention small workspace", "attention", "workspace has 16 bytes", func() error {
 			return k.Attention(s, p, p, p, p, p, p, 16, good)
@@ -138,10 +81,10 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 
 // Empty work launches nothing (a nil stream would fail if it did).
 func TestWrappersSkipEmptyWork(t *testing.T) {
-	k := &Set{smCount: 132}
+	k := &Kernels{smCount: 132}
 	var s *cuda.Stream
 	const p = cuda.DevPtr(1 << 20)
-	empty := AttnShape{Batch: 0, SeqLen: 1, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
+	empty := kernels.AttnShape{Batch: 0, SeqLen: 1, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
 	for name, err := range map[string]error{
 		"embed":     k.Embed(s, p, p, p, 0, 64),
 		"norm":      k.AddRMSNorm(s, p, p, 0, p, 0, 64, 1e-5),

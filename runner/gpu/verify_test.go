@@ -1,4 +1,4 @@
-package kernels
+package gpu
 
 import (
 	"runtime"
@@ -6,11 +6,12 @@ import (
 
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
+	"stepbench/kernels"
 )
 
 // testModelShapes are llama-tiny-ish odd widths (scalar paths) and
 // llama-3-8b's (the real ones).
-var testModelShapes = []ModelShape{
+var testModelShapes = []kernels.ModelShape{
 	{Name: "tiny", Hidden: 256, Inter: 172, Vocab: 1003, Heads: 4, KVHeads: 2, HeadDim: 64, RopeTheta: 10000},
 	{Name: "llama-3-8b", Hidden: 4096, Inter: 14336, Vocab: 128256, Heads: 32, KVHeads: 8, HeadDim: 128, RopeTheta: 500000},
 }
@@ -39,11 +40,11 @@ func TestGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	nv := openNVRTCForTest(t)
-	srcs, err := Sources("")
+	srcs, err := kernels.Sources("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	compiled, err := Compile(nv, srcs, props.Major*10+props.Minor, t.TempDir())
+	compiled, err := kernels.Compile(nv, srcs, props.Major*10+props.Minor, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestGPU(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	set, err := Load(ctx, compiled, props.SMCount)
+	set, err := LoadKernels(ctx, compiled, props.SMCount)
 	if err != nil {
 		t.Fatal(err)
 	}
