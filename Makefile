@@ -45,7 +45,7 @@ fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptIDs -fuzztime $(FUZZTIME)
 	$(GO) test ./bench -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
 	$(GO) test ./bench -run '^$$' -fuzz FuzzParseKernelShape -fuzztime $(FUZZTIME)
-	$(GO) test ./bench -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
+	$(GO) test ./bench/stats -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)
 	$(GO) test ./cuda -run '^$$' -fuzz FuzzCudaDirVersion -fuzztime $(FUZZTIME)
 

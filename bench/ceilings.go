@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"stepbench/runner"
+
+	"stepbench/bench/internal/files"
+	"stepbench/bench/stats"
 )
 
 // Roof sources.
@@ -191,7 +194,7 @@ func SaveCalibration(cacheDir string, c Calibration) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("save calibration: %w", err)
 	}
-	if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+	if err := files.WriteAtomic(path, append(data, '\n')); err != nil {
 		return "", fmt.Errorf("save calibration: %w", err)
 	}
 	return path, nil
@@ -202,7 +205,7 @@ func SaveCalibration(cacheDir string, c Calibration) (string, error) {
 func NewCalibration(uuid, name string, copyBytes int64, copySeconds []float64, gemmSize int, gemmSeconds []float64) (Calibration, error) {
 	c := Calibration{GPUUUID: uuid, GPUName: name, MeasuredAt: time.Now().UTC().Format(time.RFC3339),
 		CopyBytes: copyBytes, CopySeconds: copySeconds, GEMMSize: gemmSize, GEMMSeconds: gemmSeconds}
-	copyMedian, gemmMedian := Median(copySeconds), Median(gemmSeconds)
+	copyMedian, gemmMedian := stats.Median(copySeconds), stats.Median(gemmSeconds)
 	if !(copyMedian > 0) || !(gemmMedian > 0) {
 		return c, fmt.Errorf("calibration: no positive times (copy median %v s, GEMM median %v s)", copyMedian, gemmMedian)
 	}
@@ -264,7 +267,7 @@ func NewRooflinePoint(roof *Roof, flops, bytes, seconds float64) RooflinePoint {
 
 // stepSeconds is the device time when there is one, else the host time
 // (the CPU backend's events may measure nothing).
-func stepSeconds(device, host Summary) float64 {
+func stepSeconds(device, host stats.Summary) float64 {
 	if device.N > 0 && device.Median > 0 {
 		return device.Median
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/perf/benchmath"
+
+	"stepbench/bench/stats"
 )
 
 // CompareOptions tunes the verdict.
@@ -32,23 +34,6 @@ func (o CompareOptions) withDefaults() CompareOptions {
 	return o
 }
 
-// MedianCI is a run's median of one metric's per-iteration values with its
-// order-statistic confidence interval (benchmath's AssumeNothing summary),
-// in seconds. Without enough values for an interval, Low and High are NaN.
-type MedianCI struct {
-	N             int     `json:"n"`
-	MedianSeconds float64 `json:"median_seconds"`
-	LowSeconds    float64 `json:"ci_low_seconds"`
-	HighSeconds   float64 `json:"ci_high_seconds"`
-	Confidence    float64 `json:"confidence"` // the interval's actual level (>= the requested)
-	// RelativeNoise is the run's achieved noise: the interval's half-width
-	// over the median (what run's --target-noise aims at); +Inf without one.
-	RelativeNoise float64 `json:"relative_noise"`
-	// spread is the robust relative spread of the values (IQR/1.349 over
-	// the median), used to estimate the samples an INCONCLUSIVE row needs.
-	spread float64
-}
-
 // CompareRow is one metric of one shape in both runs. Ratio is NEW/OLD
 // (below 1 is faster); see RatioEstimate. Its JSON form is MarshalJSON's.
 type CompareRow struct {
@@ -56,7 +41,7 @@ type CompareRow struct {
 	InputLen  int
 	OutputLen int
 	Metric    string // MetricPrefillHost, ...: one value per iteration
-	Old, New  MedianCI
+	Old, New  stats.MedianCI
 	// Ratio is the Hodges-Lehmann ratio: the median of new/old over all
 	// pairs; [RatioLow, RatioHigh] its Moses interval at RatioConfidence.
 	Ratio, RatioLow, RatioHigh, RatioConfidence float64
@@ -84,7 +69,7 @@ type CompareResult struct {
 func (r CompareResult) Regressions() int {
 	n := 0
 	for _, row := range r.Rows {
-		if row.Verdict == VerdictSlower {
+		if row.Verdict == stats.VerdictSlower {
 			n++
 		}
 	}
@@ -192,18 +177,18 @@ func (r *CompareRow) fill(oldValues, newValues []float64, opt CompareOptions) {
 	thresholds.CompareAlpha = opt.Alpha
 	oldSample := benchmath.NewSample(slices.Clone(oldValues), &thresholds)
 	newSample := benchmath.NewSample(slices.Clone(newValues), &thresholds)
-	r.Old, r.New = medianCI(oldSample, opt.Confidence), medianCI(newSample, opt.Confidence)
+	r.Old, r.New = stats.NewMedianCI(oldSample, opt.Confidence), stats.NewMedianCI(newSample, opt.Confidence)
 	cmp := benchmath.AssumeNothing.Compare(oldSample, newSample)
 	r.PValue = cmp.P
-	est := pairwiseRatio(oldValues, newValues, opt.Confidence)
+	est := stats.HodgesLehmannRatio(oldValues, newValues, opt.Confidence)
 	r.Ratio, r.RatioLow, r.RatioHigh, r.RatioConfidence = est.Ratio, est.Low, est.High, est.Confidence
-	r.Verdict = verdict(r.PValue, r.Ratio, r.RatioLow, r.RatioHigh, opt.Alpha, opt.Threshold)
+	r.Verdict = stats.Decide(r.PValue, r.Ratio, r.RatioLow, r.RatioHigh, opt.Alpha, opt.Threshold)
 	r.Notes = rowNotes(r, opt, cmp)
-	if r.Verdict == VerdictInconclusive {
+	if r.Verdict == stats.VerdictInconclusive {
 		// Hodges-Lehmann: var ≈ π/3·σ²·(1/m + 1/n) for normal samples.
 		n := min(r.Old.N, r.New.N)
-		fallback := zTwoSided95 * math.Sqrt(math.Pi/3*(r.Old.spread*r.Old.spread+r.New.spread*r.New.spread)/float64(max(n, 1)))
-		r.SamplesNeeded = samplesNeeded(n, minRatioSamples(opt.Confidence), r.Ratio, r.RatioLow, r.RatioHigh, fallback, opt.Threshold)
+		fallback := stats.Z95 * math.Sqrt(math.Pi/3*(r.Old.Spread*r.Old.Spread+r.New.Spread*r.New.Spread)/float64(max(n, 1)))
+		r.SamplesNeeded = stats.SamplesNeeded(n, stats.MinRatioSamples(opt.Confidence), r.Ratio, r.RatioLow, r.RatioHigh, fallback, opt.Threshold)
 	}
 }
 
@@ -213,54 +198,17 @@ func rowNotes(r *CompareRow, opt CompareOptions, cmp benchmath.Comparison) []str
 	var notes []string
 	conf := fmt.Sprintf("%g%%", 100*opt.Confidence)
 	if math.IsNaN(r.Old.LowSeconds) || math.IsNaN(r.New.LowSeconds) {
-		notes = append(notes, fmt.Sprintf("no %s interval of a median with fewer than %d iterations", conf, minMedianSamples(opt.Confidence)))
+		notes = append(notes, fmt.Sprintf("no %s interval of a median with fewer than %d iterations", conf, stats.MinMedianSamples(opt.Confidence)))
 	}
 	if math.IsNaN(r.Ratio) {
 		notes = append(notes, "no ratio: a time is zero or negative")
 	} else if math.IsNaN(r.RatioLow) {
-		notes = append(notes, fmt.Sprintf("no %s interval of the ratio with fewer than %d iterations per run", conf, minRatioSamples(opt.Confidence)))
+		notes = append(notes, fmt.Sprintf("no %s interval of the ratio with fewer than %d iterations per run", conf, stats.MinRatioSamples(opt.Confidence)))
 	}
 	if len(cmp.Warnings) > 0 && cmp.P >= opt.Alpha {
 		notes = append(notes, fmt.Sprintf("p cannot fall below %g with so few iterations", opt.Alpha))
 	}
 	return notes
-}
-
-func medianCI(s *benchmath.Sample, confidence float64) MedianCI {
-	sum := benchmath.AssumeNothing.Summary(s, confidence)
-	m := MedianCI{N: len(s.Values), MedianSeconds: sum.Center, LowSeconds: sum.Lo, HighSeconds: sum.Hi,
-		Confidence: sum.Confidence, RelativeNoise: RelativeNoise(s.Values)}
-	if math.IsInf(sum.Lo, 0) || math.IsInf(sum.Hi, 0) {
-		m.LowSeconds, m.HighSeconds, m.Confidence = math.NaN(), math.NaN(), 0
-	}
-	if sum.Center > 0 && len(s.Values) > 0 {
-		iqr := percentileSorted(s.Values, 75) - percentileSorted(s.Values, 25)
-		m.spread = iqr / 1.349 / sum.Center
-	}
-	return m
-}
-
-// minMedianSamples is the least n with an order-statistic interval of the
-// median at the confidence level (6 at 95%).
-func minMedianSamples(confidence float64) int {
-	for n := 1; n < 1000; n++ {
-		s := benchmath.NewSample(make([]float64, n), &benchmath.DefaultThresholds)
-		if sum := benchmath.AssumeNothing.Summary(s, confidence); !math.IsInf(sum.Lo, 0) && !math.IsInf(sum.Hi, 0) {
-			return n
-		}
-	}
-	return 1000
-}
-
-// minRatioSamples is the least n per run with a Moses interval of the
-// ratio at the confidence level (4 at 95%).
-func minRatioSamples(confidence float64) int {
-	for n := 1; n < 1000; n++ {
-		if k, _ := mannWhitneyCritical(n, n, confidence); k >= 1 {
-			return n
-		}
-	}
-	return 1000
 }
 
 // shapeLabel is a row's shape in notes: "b1 i64 o11".

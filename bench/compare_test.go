@@ -5,12 +5,12 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
+
+	"stepbench/bench/stats"
 )
 
 // syntheticShape is a shape whose prefill and decode host and device times
@@ -55,13 +55,13 @@ func TestCompareVerdicts(t *testing.T) {
 		old, new    Report
 		wantVerdict string
 	}{
-		{"2% slower under 0.5% noise", syntheticReport(1, 1, 0.005, 20), syntheticReport(2, 1.02, 0.005, 20), VerdictSlower},
-		{"2% faster under 0.5% noise", syntheticReport(1, 1, 0.005, 20), syntheticReport(2, 0.98, 0.005, 20), VerdictFaster},
-		{"a run against itself", syntheticReport(1, 1, 0.005, 20), syntheticReport(1, 1, 0.005, 20), VerdictSame},
-		{"identical distributions", syntheticReport(1, 1, 0.005, 30), syntheticReport(2, 1, 0.005, 30), VerdictSame},
-		{"10% slower under 15% noise, 3 iterations", prefillReport(1, 1, 0.15, 3), prefillReport(2, 1.1, 0.15, 3), VerdictInconclusive},
-		{"10% slower under 15% noise, 5 iterations", prefillReport(1, 1, 0.15, 5), prefillReport(2, 1.1, 0.15, 5), VerdictInconclusive},
-		{"10% slower under 15% noise, 300 iterations", prefillReport(1, 1, 0.15, 300), prefillReport(2, 1.1, 0.15, 300), VerdictSlower},
+		{"2% slower under 0.5% noise", syntheticReport(1, 1, 0.005, 20), syntheticReport(2, 1.02, 0.005, 20), stats.VerdictSlower},
+		{"2% faster under 0.5% noise", syntheticReport(1, 1, 0.005, 20), syntheticReport(2, 0.98, 0.005, 20), stats.VerdictFaster},
+		{"a run against itself", syntheticReport(1, 1, 0.005, 20), syntheticReport(1, 1, 0.005, 20), stats.VerdictSame},
+		{"identical distributions", syntheticReport(1, 1, 0.005, 30), syntheticReport(2, 1, 0.005, 30), stats.VerdictSame},
+		{"10% slower under 15% noise, 3 iterations", prefillReport(1, 1, 0.15, 3), prefillReport(2, 1.1, 0.15, 3), stats.VerdictInconclusive},
+		{"10% slower under 15% noise, 5 iterations", prefillReport(1, 1, 0.15, 5), prefillReport(2, 1.1, 0.15, 5), stats.VerdictInconclusive},
+		{"10% slower under 15% noise, 300 iterations", prefillReport(1, 1, 0.15, 300), prefillReport(2, 1.1, 0.15, 300), stats.VerdictSlower},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,7 +78,7 @@ func TestCompareVerdicts(t *testing.T) {
 				if iters >= 4 && (!(r.RatioLow <= r.Ratio && r.Ratio <= r.RatioHigh) || r.RatioConfidence < 0.95) {
 					t.Errorf("%s: ratio %.4f outside its interval [%.4f, %.4f] at %g", r.Metric, r.Ratio, r.RatioLow, r.RatioHigh, r.RatioConfidence)
 				}
-				if (r.Verdict == VerdictInconclusive) != (r.SamplesNeeded > iters) {
+				if (r.Verdict == stats.VerdictInconclusive) != (r.SamplesNeeded > iters) {
 					t.Errorf("%s: %s after %d iterations with %d said to be needed", r.Metric, r.Verdict, iters, r.SamplesNeeded)
 				}
 			}
@@ -96,7 +96,7 @@ func TestCompareTenPercentSlowdownIsNeverSame(t *testing.T) {
 			slower.Shapes[0].Samples[i].DeviceSeconds *= 1.10
 		}
 		for _, r := range mustCompare(t, old, slower, CompareOptions{}).Rows {
-			want := []string{VerdictSlower, VerdictInconclusive}
+			want := []string{stats.VerdictSlower, stats.VerdictInconclusive}
 			if iters >= 4 {
 				want = want[:1] // ×1.10 separates the samples completely: p is its minimum
 			}
@@ -114,7 +114,7 @@ func TestCompareTenPercentSlowdownIsNeverSame(t *testing.T) {
 func TestCompareDecodeIsNotPooledAcrossPositions(t *testing.T) {
 	res := mustCompare(t, syntheticReport(1, 1, 0.002, 12), syntheticReport(2, 1.03, 0.002, 12), CompareOptions{})
 	for _, r := range res.Rows {
-		if strings.HasPrefix(r.Metric, "decode") && r.Verdict != VerdictSlower {
+		if strings.HasPrefix(r.Metric, "decode") && r.Verdict != stats.VerdictSlower {
 			t.Errorf("%s: %s (ratio %.4f [%.4f, %.4f]), want SLOWER", r.Metric, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh)
 		}
 		if r.Old.N != 12 {
@@ -128,7 +128,7 @@ func TestCompareThreshold(t *testing.T) {
 	tests := []struct {
 		threshold float64
 		want      string
-	}{{0, VerdictSlower}, {0.01, VerdictSlower}, {0.05, VerdictSame}, {0.02, VerdictInconclusive}}
+	}{{0, stats.VerdictSlower}, {0.01, stats.VerdictSlower}, {0.05, stats.VerdictSame}, {0.02, stats.VerdictInconclusive}}
 	for _, tc := range tests {
 		for _, r := range mustCompare(t, old, slower, CompareOptions{Threshold: tc.threshold}).Rows {
 			if r.Metric == MetricPrefillDevice && r.Verdict != tc.want {
@@ -143,7 +143,7 @@ func TestCompareTooFewSamples(t *testing.T) {
 	newReport := Report{Shapes: []ShapeReport{syntheticShape(2, 1e-3, 2, 0.01, 2, 3)}}
 	res := mustCompare(t, oldReport, newReport, CompareOptions{})
 	for _, r := range res.Rows {
-		if r.Verdict != VerdictInconclusive || len(r.Notes) == 0 || r.SamplesNeeded < 4 {
+		if r.Verdict != stats.VerdictInconclusive || len(r.Notes) == 0 || r.SamplesNeeded < 4 {
 			t.Errorf("%s: %s, notes %q, needed %d; want INCONCLUSIVE with notes and >= 4 needed", r.Metric, r.Verdict, r.Notes, r.SamplesNeeded)
 		}
 	}
@@ -235,52 +235,3 @@ func TestCompareOutputsGolden(t *testing.T) {
 }
 
 // kthRatio and mannWhitneyCritical against brute force and tables.
-func TestPairwiseRatioOrderStatistics(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 3))
-	for trial := 0; trial < 50; trial++ {
-		x, y := make([]float64, 1+rng.IntN(9)), make([]float64, 1+rng.IntN(9))
-		for i := range x {
-			x[i] = 0.5 + float64(rng.IntN(20))/10 // ties included
-		}
-		for i := range y {
-			y[i] = 0.5 + float64(rng.IntN(20))/10
-		}
-		var all []float64
-		for _, xi := range x {
-			for _, yj := range y {
-				all = append(all, yj/xi)
-			}
-		}
-		sort.Float64s(all)
-		sort.Float64s(x)
-		sort.Float64s(y)
-		for k := 1; k <= len(all); k++ {
-			if got := kthRatio(x, y, k); got != all[k-1] {
-				t.Fatalf("x %v y %v: k=%d gives %v, want %v", x, y, k, got, all[k-1])
-			}
-		}
-	}
-}
-
-func TestMannWhitneyCritical(t *testing.T) {
-	// Two-sided 5% critical values of U (tables): reject when U <= c, so k = c+1.
-	for _, tc := range []struct{ m, n, k int }{{3, 3, 0}, {4, 4, 1}, {5, 5, 3}, {10, 10, 24}, {20, 20, 128}, {8, 12, 23}} {
-		k, level := mannWhitneyCritical(tc.m, tc.n, 0.95)
-		if k != tc.k || (k > 0 && level < 0.95) {
-			t.Errorf("m=%d n=%d: k=%d (level %.4f), want %d", tc.m, tc.n, k, level, tc.k)
-		}
-	}
-	// The normal approximation (beyond m·n = 2500) stays at the level.
-	if k, level := mannWhitneyCritical(60, 60, 0.95); k < 1300 || k > 1450 || level < 0.95 || level > 0.96 {
-		t.Errorf("m=n=60: k=%d level %.4f", k, level)
-	}
-	if minRatioSamples(0.95) != 4 || minMedianSamples(0.95) != 6 {
-		t.Errorf("minimum samples %d (ratio), %d (median)", minRatioSamples(0.95), minMedianSamples(0.95))
-	}
-	if d := mannWhitneyDistribution(2, 2); !slices.Equal(d, []float64{1.0 / 6, 1.0 / 6, 2.0 / 6, 1.0 / 6, 1.0 / 6}) {
-		t.Errorf("U distribution for 2×2: %v", d)
-	}
-	if math.IsNaN(pairwiseRatio([]float64{1, 2}, []float64{2, 4}, 0.95).Ratio) {
-		t.Error("no ratio of positive samples")
-	}
-}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"stepbench/bench/stats"
 )
 
 // CompareNote is one distinct note and the rows it applies to.
@@ -50,7 +52,7 @@ func WriteCompareMarkdown(w io.Writer, res CompareResult) error {
 	for _, r := range res.Rows {
 		fmt.Fprintf(&b, "| %d | %d | %d | %s | %d/%d | %s | %s | %s / %s | %s | %s | %s |\n",
 			r.BatchSize, r.InputLen, r.OutputLen, r.Metric, r.Old.N, r.New.N,
-			medianText(r.Old), medianText(r.New), noiseText(r.Old.RelativeNoise), noiseText(r.New.RelativeNoise),
+			medianText(r.Old), medianText(r.New), stats.NoiseText(r.Old.RelativeNoise), stats.NoiseText(r.New.RelativeNoise),
 			ratioText(r), pText(r.PValue), verdictText(r))
 	}
 	if notes := res.Notes(); len(notes) > 0 {
@@ -77,7 +79,7 @@ func methodText(res CompareResult) string {
 		"with its distribution-free %g%% interval (Moses), p the Mann-Whitney U test (golang.org/x/perf/benchmath), "+
 		"noise the half-width of a median's interval over the median. %s or %s: p < %g and %s; %s: the interval lies within ±%g%%; "+
 		"else %s, with about the iterations per run a verdict would need.",
-		100*res.Confidence, VerdictFaster, VerdictSlower, res.Alpha, change, VerdictSame, 100*sameBand(res.Threshold), VerdictInconclusive)
+		100*res.Confidence, stats.VerdictFaster, stats.VerdictSlower, res.Alpha, change, stats.VerdictSame, 100*stats.SameBand(res.Threshold), stats.VerdictInconclusive)
 }
 
 func rowsText(rows []string, total int) string {
@@ -90,7 +92,7 @@ func rowsText(rows []string, total int) string {
 	return fmt.Sprintf("%s and %d more rows", strings.Join(rows[:3], "; "), len(rows)-3)
 }
 
-func medianText(m MedianCI) string {
+func medianText(m stats.MedianCI) string {
 	if math.IsNaN(m.LowSeconds) || math.IsNaN(m.HighSeconds) {
 		return fmt.Sprintf("%.4f [n/a]", 1e3*m.MedianSeconds)
 	}
@@ -116,7 +118,7 @@ func pText(p float64) string {
 }
 
 func verdictText(r CompareRow) string {
-	if r.Verdict == VerdictInconclusive && r.SamplesNeeded > 0 {
+	if r.Verdict == stats.VerdictInconclusive && r.SamplesNeeded > 0 {
 		return fmt.Sprintf("%s (~%d iters/run)", r.Verdict, r.SamplesNeeded)
 	}
 	return r.Verdict
@@ -180,37 +182,25 @@ func WriteCompareJSON(w io.Writer, res CompareResult) error {
 	return nil
 }
 
-// MarshalJSON writes non-finite values as null.
-func (m MedianCI) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		N             int      `json:"n"`
-		MedianSeconds *float64 `json:"median_seconds"`
-		LowSeconds    *float64 `json:"ci_low_seconds"`
-		HighSeconds   *float64 `json:"ci_high_seconds"`
-		Confidence    *float64 `json:"confidence"`
-		RelativeNoise *float64 `json:"relative_noise"`
-	}{m.N, finite(m.MedianSeconds), finite(m.LowSeconds), finite(m.HighSeconds), finite(nonZero(m.Confidence)), finite(m.RelativeNoise)})
-}
-
 // MarshalJSON writes the row in snake_case, non-finite values as null.
 func (r CompareRow) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		BatchSize       int      `json:"batch_size"`
-		InputLen        int      `json:"input_len"`
-		OutputLen       int      `json:"output_len"`
-		Metric          string   `json:"metric"`
-		Old             MedianCI `json:"old"`
-		New             MedianCI `json:"new"`
-		Ratio           *float64 `json:"ratio"`
-		RatioLow        *float64 `json:"ratio_ci_low"`
-		RatioHigh       *float64 `json:"ratio_ci_high"`
-		RatioConfidence *float64 `json:"ratio_confidence"`
-		PValue          *float64 `json:"p_value"`
-		Verdict         string   `json:"verdict"`
-		SamplesNeeded   int      `json:"samples_needed,omitempty"`
-		Notes           []string `json:"notes,omitempty"`
-	}{r.BatchSize, r.InputLen, r.OutputLen, r.Metric, r.Old, r.New, finite(r.Ratio), finite(r.RatioLow),
-		finite(r.RatioHigh), finite(nonZero(r.RatioConfidence)), finite(r.PValue), r.Verdict, r.SamplesNeeded, r.Notes})
+		BatchSize       int            `json:"batch_size"`
+		InputLen        int            `json:"input_len"`
+		OutputLen       int            `json:"output_len"`
+		Metric          string         `json:"metric"`
+		Old             stats.MedianCI `json:"old"`
+		New             stats.MedianCI `json:"new"`
+		Ratio           *float64       `json:"ratio"`
+		RatioLow        *float64       `json:"ratio_ci_low"`
+		RatioHigh       *float64       `json:"ratio_ci_high"`
+		RatioConfidence *float64       `json:"ratio_confidence"`
+		PValue          *float64       `json:"p_value"`
+		Verdict         string         `json:"verdict"`
+		SamplesNeeded   int            `json:"samples_needed,omitempty"`
+		Notes           []string       `json:"notes,omitempty"`
+	}{r.BatchSize, r.InputLen, r.OutputLen, r.Metric, r.Old, r.New, stats.Finite(r.Ratio), stats.Finite(r.RatioLow),
+		stats.Finite(r.RatioHigh), stats.Finite(nonZero(r.RatioConfidence)), stats.Finite(r.PValue), r.Verdict, r.SamplesNeeded, r.Notes})
 }
 
 // nonZero is x, or NaN for 0 (a confidence level of no interval).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +12,8 @@ import (
 
 	"stepbench/kernels/ref"
 	"stepbench/runner"
+
+	"stepbench/bench/stats"
 )
 
 // KernelTarget is one op, ready to launch repeatedly on fixed buffers.
@@ -41,14 +42,14 @@ type KernelOptions struct {
 
 // KernelResult is one op at one shape.
 type KernelResult struct {
-	Op            string    `json:"op"`
-	ShapeLabel    string    `json:"shape"`
-	DeviceSeconds []float64 `json:"device_seconds"` // every cold sample, in order
-	Summary       Summary   `json:"summary"`
-	Noise         float64   `json:"noise"`       // relative half-width of the median interval
-	StopReason    string    `json:"stop_reason"` // "noise", "timeout" or "max-samples"
-	FLOPs         float64   `json:"flops"`       // the cost model's minimal work per launch
-	Bytes         float64   `json:"bytes"`
+	Op            string        `json:"op"`
+	ShapeLabel    string        `json:"shape"`
+	DeviceSeconds []float64     `json:"device_seconds"` // every cold sample, in order
+	Summary       stats.Summary `json:"summary"`
+	Noise         float64       `json:"noise"`       // relative half-width of the median interval
+	StopReason    string        `json:"stop_reason"` // "noise", "timeout" or "max-samples"
+	FLOPs         float64       `json:"flops"`       // the cost model's minimal work per launch
+	Bytes         float64       `json:"bytes"`
 }
 
 // MeasureKernel times t cold (L2 flushed before every sample) until the
@@ -114,7 +115,7 @@ func MeasureKernel(t KernelTarget, opt KernelOptions) (KernelResult, error) {
 		case n >= nextCheck:
 			// Sorting every sample is O(n log n): check at ~10% growth steps.
 			nextCheck = n + max(1, n/10)
-			if MedianNoise(res.DeviceSeconds) <= opt.MaxNoise {
+			if stats.MedianNoise(res.DeviceSeconds) <= opt.MaxNoise {
 				res.StopReason = "noise"
 			}
 		}
@@ -122,29 +123,9 @@ func MeasureKernel(t KernelTarget, opt KernelOptions) (KernelResult, error) {
 			break
 		}
 	}
-	res.Summary = Summarize(res.DeviceSeconds)
-	res.Noise = MedianNoise(res.DeviceSeconds)
+	res.Summary = stats.Summarize(res.DeviceSeconds)
+	res.Noise = stats.MedianNoise(res.DeviceSeconds)
 	return res, nil
-}
-
-// MedianNoise is the relative half-width of the distribution-free 95%
-// interval of the median: the order statistics n/2 ± 1.96·√n/2 (the normal
-// approximation of the binomial), over the median. +Inf with too few
-// samples for such an interval.
-func MedianNoise(xs []float64) float64 {
-	n := len(xs)
-	sorted := append([]float64(nil), xs...)
-	sort.Float64s(sorted)
-	half := 1.96 * math.Sqrt(float64(n)) / 2
-	lo, hi := int(math.Floor(float64(n)/2-half)), int(math.Ceil(float64(n)/2+half))
-	if n == 0 || lo < 0 || hi > n-1 {
-		return math.Inf(1)
-	}
-	median := percentileSorted(sorted, 50)
-	if median <= 0 {
-		return math.Inf(1)
-	}
-	return (sorted[hi] - sorted[lo]) / 2 / median
 }
 
 // KernelShape is where an op runs: Batch sequences of SeqLen new tokens

@@ -8,6 +8,9 @@ import (
 	"slices"
 
 	"stepbench/runner"
+
+	"stepbench/bench/internal/files"
+	"stepbench/bench/stats"
 )
 
 // ReportSchema is the schema string of the native report this package
@@ -97,11 +100,11 @@ type ShapeReport struct {
 	// IterationTotalHostSeconds is each iteration's prefill + Σ decode.
 	IterationTotalHostSeconds []float64 `json:"iteration_total_host_seconds"`
 
-	PrefillHostSeconds   Summary `json:"prefill_host_seconds"`
-	PrefillDeviceSeconds Summary `json:"prefill_device_seconds"`
-	DecodeHostSeconds    Summary `json:"decode_host_seconds"`
-	DecodeDeviceSeconds  Summary `json:"decode_device_seconds"`
-	TotalHostSeconds     Summary `json:"total_host_seconds"`
+	PrefillHostSeconds   stats.Summary `json:"prefill_host_seconds"`
+	PrefillDeviceSeconds stats.Summary `json:"prefill_device_seconds"`
+	DecodeHostSeconds    stats.Summary `json:"decode_host_seconds"`
+	DecodeDeviceSeconds  stats.Summary `json:"decode_device_seconds"`
+	TotalHostSeconds     stats.Summary `json:"total_host_seconds"`
 
 	// Roofline: the cost model's minimal work per step and the time it takes
 	// at the GPU's peak rates. Zero (left out) when not computed. The decode
@@ -207,7 +210,7 @@ func WriteReport(path string, r Report) error {
 	if err != nil {
 		return fmt.Errorf("encode report %s: %w", path, err)
 	}
-	return writeFileAtomic(path, append(data, '\n'))
+	return files.WriteAtomic(path, append(data, '\n'))
 }
 
 // ReadReport reads and validates a native report.
@@ -273,14 +276,4 @@ func (s ShapeReport) validate() error {
 		}
 	}
 	return nil
-}
-
-// MarshalJSON writes a summary of no samples (an output_len of 1 has no
-// decode steps) as null rather than as zeros that look measured.
-func (s Summary) MarshalJSON() ([]byte, error) {
-	if s.N == 0 {
-		return []byte("null"), nil
-	}
-	type plain Summary // without this method
-	return json.Marshal(plain(s))
 }

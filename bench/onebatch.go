@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"stepbench/bench/internal/files"
+	"stepbench/bench/stats"
 )
 
 // OneBatchRecord is one line of SGLang one_batch's --result-filename JSONL:
@@ -45,13 +48,13 @@ func NewOneBatchRecord(runName string, s ShapeResult) OneBatchRecord {
 		OutputLen: s.OutputLen,
 	}
 	if len(prefill) > 0 {
-		rec.PrefillLatency = Median(prefill)
-		rec.TotalLatency = Median(totals)
+		rec.PrefillLatency = stats.Median(prefill)
+		rec.TotalLatency = stats.Median(totals)
 	}
 	rec.PrefillThroughput = tokensPerSecond(s.Batch*s.InputLen, rec.PrefillLatency)
 	rec.OverallThroughput = tokensPerSecond((s.InputLen+s.OutputLen)*s.Batch, rec.TotalLatency)
 	if s.OutputLen > 1 && len(decode) > 0 {
-		median := Median(decode)
+		median := stats.Median(decode)
 		throughput := tokensPerSecond(s.Batch, median)
 		rec.MedianDecodeLatency = &median
 		rec.MedianDecodeThroughput = &throughput
@@ -94,12 +97,12 @@ func AppendOneBatchJSONL(path string, recs []OneBatchRecord) error {
 	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
-		return fmt.Errorf("open: %w", bareError(err))
+		return fmt.Errorf("open: %w", files.Bare(err))
 	}
 	_, writeErr := f.WriteString(b.String())
 	syncErr := f.Sync()
 	if err := errors.Join(writeErr, syncErr, f.Close()); err != nil {
-		return fmt.Errorf("append: %w", bareError(err))
+		return fmt.Errorf("append: %w", files.Bare(err))
 	}
 	return nil
 }

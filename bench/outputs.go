@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"stepbench/bench/internal/files"
 )
 
 // CheckOutputs checks, before anything is loaded or measured, that the
@@ -62,7 +64,7 @@ func checkWritable(path string) error {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("directory %s does not exist", dir)
 		}
-		return bareError(err)
+		return files.Bare(err)
 	} else if !info.IsDir() {
 		return fmt.Errorf("%s is not a directory", dir)
 	}
@@ -73,15 +75,15 @@ func checkWritable(path string) error {
 	case err == nil:
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
-			return fmt.Errorf("cannot write it: %w", bareError(err))
+			return fmt.Errorf("cannot write it: %w", files.Bare(err))
 		}
 		return f.Close()
 	case !errors.Is(err, os.ErrNotExist):
-		return bareError(err)
+		return files.Bare(err)
 	}
 	probe, err := os.CreateTemp(dir, ".stepbench-probe-*")
 	if err != nil {
-		return fmt.Errorf("cannot create files in %s: %w", dir, bareError(err))
+		return fmt.Errorf("cannot create files in %s: %w", dir, files.Bare(err))
 	}
 	probe.Close()
 	return os.Remove(probe.Name())

@@ -14,6 +14,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"stepbench/runner"
+
+	"stepbench/bench/internal/files"
 )
 
 // Figure sizes: the panels fill the left, the legend has its own column on
@@ -85,7 +87,7 @@ func saveFigure(path, title string, panels []*plot.Plot, legend plot.Legend) err
 	if _, err := c.WriteTo(&buf); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
+	if err := files.WriteAtomic(path, buf.Bytes()); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return nil

@@ -18,6 +18,8 @@ import (
 	"gonum.org/v1/plot/vg/recorder"
 
 	"stepbench/runner"
+
+	"stepbench/bench/stats"
 )
 
 // cpuRunShapes are a sweep as the CPU backend reports it: host times, no
@@ -27,9 +29,9 @@ func cpuRunShapes() []ShapeResult {
 	for _, b := range []int{1, 4} {
 		prefill, decode := 0.02*float64(b), 0.004+0.001*float64(b)
 		shapes = append(shapes, ShapeResult{Batch: b, InputLen: 16, OutputLen: 4, Complete: true, Summary: ShapeSummary{
-			PrefillHostSeconds: Summarize([]float64{prefill, prefill * 1.1}),
-			DecodeHostSeconds:  Summarize([]float64{decode, decode * 1.05, decode}),
-			TotalHostSeconds:   Summarize([]float64{prefill + 3*decode}),
+			PrefillHostSeconds: stats.Summarize([]float64{prefill, prefill * 1.1}),
+			DecodeHostSeconds:  stats.Summarize([]float64{decode, decode * 1.05, decode}),
+			TotalHostSeconds:   stats.Summarize([]float64{prefill + 3*decode}),
 		}})
 	}
 	return shapes

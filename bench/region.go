@@ -2,6 +2,8 @@ package bench
 
 import (
 	"fmt"
+
+	"stepbench/bench/stats"
 )
 
 // runIteration is one_batch's latency_test_run_once: a fresh run, a timed
@@ -44,7 +46,7 @@ func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
 		}
 	}
 	if key.OutputLen > 1 {
-		fmt.Fprintln(h.stdout, decodeMedianLine(key.Batch, Median(decodeHostSeconds)))
+		fmt.Fprintln(h.stdout, decodeMedianLine(key.Batch, stats.Median(decodeHostSeconds)))
 	}
 	fmt.Fprintln(h.stdout, totalLine(key.Batch, key.InputLen, key.OutputLen, it.TotalHostSeconds))
 	return it, nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"stepbench/bench/stats"
 )
 
 // Phase names of a Sample.
@@ -45,12 +47,12 @@ type IterationResult struct {
 
 // ShapeSummary summarises a shape's samples over all its timed iterations.
 type ShapeSummary struct {
-	PrefillHostSeconds   Summary
-	PrefillDeviceSeconds Summary
-	DecodeHostSeconds    Summary // every decode step of every iteration
-	DecodeDeviceSeconds  Summary
-	TotalHostSeconds     Summary // per-iteration totals
-	TotalDeviceSeconds   Summary
+	PrefillHostSeconds   stats.Summary
+	PrefillDeviceSeconds stats.Summary
+	DecodeHostSeconds    stats.Summary // every decode step of every iteration
+	DecodeDeviceSeconds  stats.Summary
+	TotalHostSeconds     stats.Summary // per-iteration totals
+	TotalDeviceSeconds   stats.Summary
 }
 
 // ShapeResult is everything measured for one (batch, input, output) shape.
@@ -104,22 +106,10 @@ func (s ShapeResult) NoiseLine(opt Options) string {
 	}{{MetricPrefillHost, s.Noise.PrefillHost}, {MetricPrefillDevice, s.Noise.PrefillDevice},
 		{MetricDecodeHost, s.Noise.DecodeHost}, {MetricDecodeDevice, s.Noise.DecodeDevice}} {
 		if !math.IsNaN(m.noise) {
-			parts = append(parts, m.name+" "+noiseText(m.noise))
+			parts = append(parts, m.name+" "+stats.NoiseText(m.noise))
 		}
 	}
 	return fmt.Sprintf("%d iterations (%s); noise %s", len(s.Iterations), why, strings.Join(parts, ", "))
-}
-
-// noiseText prints a relative noise as ±0.31%; "n/a" when too few
-// iterations gave no interval, "-" when not measured.
-func noiseText(noise float64) string {
-	switch {
-	case math.IsNaN(noise):
-		return "-"
-	case math.IsInf(noise, 0):
-		return "n/a"
-	}
-	return fmt.Sprintf("±%.2f%%", 100*noise)
 }
 
 func summarizeShape(iterations []IterationResult) ShapeSummary {
@@ -155,12 +145,12 @@ func summarizeKept(iterations []IterationResult, drop func(Sample) bool) (ShapeS
 		}
 	}
 	return ShapeSummary{
-		PrefillHostSeconds:   Summarize(prefillHost),
-		PrefillDeviceSeconds: Summarize(prefillDevice),
-		DecodeHostSeconds:    Summarize(decodeHost),
-		DecodeDeviceSeconds:  Summarize(decodeDevice),
-		TotalHostSeconds:     Summarize(totalHost),
-		TotalDeviceSeconds:   Summarize(totalDevice),
+		PrefillHostSeconds:   stats.Summarize(prefillHost),
+		PrefillDeviceSeconds: stats.Summarize(prefillDevice),
+		DecodeHostSeconds:    stats.Summarize(decodeHost),
+		DecodeDeviceSeconds:  stats.Summarize(decodeDevice),
+		TotalHostSeconds:     stats.Summarize(totalHost),
+		TotalDeviceSeconds:   stats.Summarize(totalDevice),
 	}, dropped
 }
 

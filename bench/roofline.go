@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"stepbench/runner"
+
+	"stepbench/bench/stats"
 )
 
 // GPUSpec is a GPU's datasheet peaks: dense bf16 tensor-core FLOP/s (no
@@ -93,7 +95,7 @@ func (s StepFloors) MedianDecodeFloorSeconds() float64 {
 	for i, f := range s.DecodeFloors {
 		xs[i] = f.Seconds
 	}
-	return Median(xs)
+	return stats.Median(xs)
 }
 
 // ComputeFloors costs every step of one shape. Decode steps are costed at

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"stepbench/bench/stats"
 )
 
 // virtualRun runs one arm alone on its own virtual device (host time is
@@ -58,7 +60,7 @@ func TestDefaultSettingsDetectTwoPercent(t *testing.T) {
 	for _, tc := range []struct {
 		scale float64
 		want  string
-	}{{1.02, VerdictSlower}, {0.98, VerdictFaster}, {1, VerdictSame}} {
+	}{{1.02, stats.VerdictSlower}, {0.98, stats.VerdictFaster}, {1, stats.VerdictSame}} {
 		old := virtualRun(t, 1, 1, 0.005, 0, DefaultAdaptive())
 		newer := virtualRun(t, 2, tc.scale, 0.005, 0, DefaultAdaptive())
 		toReport := func(shapes []ShapeResult) Report {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"stepbench/bench/stats"
 )
 
 // FloorFunc gives a shape's roofline floors: the least time its prefill and
@@ -75,7 +77,7 @@ func withNoise(cell string, noise float64) string {
 	case math.IsInf(noise, 0):
 		return cell + "±n/a"
 	}
-	return cell + noiseText(noise)
+	return cell + stats.NoiseText(noise)
 }
 
 func writeRow(w io.Writer, cells []string) {

@@ -13,6 +13,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"stepbench/cuda/libdir"
+
+	"stepbench/bench/stats"
 )
 
 // Telemetry is read from NVML (github.com/NVIDIA/go-nvml) through
@@ -441,7 +443,7 @@ func ClockVariationWarning(readings []TelemetryReading, locked bool) string {
 	if len(clocks) < 2 {
 		return ""
 	}
-	s := Summarize(clocks)
+	s := stats.Summarize(clocks)
 	if s.Max-s.Min <= 0.02*s.Median {
 		return ""
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"stepbench/bench/stats"
 )
 
 // TelemetrySource gives one reading; *Monitor is one.
@@ -194,10 +196,10 @@ func (r *TelemetryRecorder) AttachTelemetry(sr *ShapeReport) {
 		}
 	}
 	if len(power) > 0 {
-		sr.MedianPowerWatts = Median(power)
+		sr.MedianPowerWatts = stats.Median(power)
 	}
 	if len(clocks) > 0 {
-		sr.MedianSMClockMHz = Median(clocks)
+		sr.MedianSMClockMHz = stats.Median(clocks)
 	}
 	sr.TelemetryTimeline = r.Timeline(sr.BatchSize, sr.InputLen, sr.OutputLen)
 }

@@ -6,6 +6,9 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+
+	"stepbench/bench/internal/files"
+	"stepbench/bench/stats"
 )
 
 // VLLMLatency is vLLM's `bench latency --output-json` document for one
@@ -39,7 +42,7 @@ func NewVLLMLatency(iterationLatencies []float64) (VLLMLatency, error) {
 			return VLLMLatency{}, fmt.Errorf("vLLM latency: iteration %d latency is %v", i, x)
 		}
 	}
-	s := Summarize(iterationLatencies)
+	s := stats.Summarize(iterationLatencies)
 	return VLLMLatency{
 		AvgLatency: s.Mean,
 		StdLatency: s.Std,
@@ -100,7 +103,7 @@ func WriteVLLMJSON(path string, iterationLatencies []float64) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, []byte(text))
+	return files.WriteAtomic(path, []byte(text))
 }
 
 // VLLMPath is where --output-json F puts one shape's vLLM file: F itself

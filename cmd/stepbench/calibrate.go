@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/stats"
 	"stepbench/cuda"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
@@ -178,7 +179,7 @@ func medianSMClock(readings []bench.TelemetryReading) float64 {
 	if len(clocks) == 0 {
 		return 0
 	}
-	return bench.Median(clocks)
+	return stats.Median(clocks)
 }
 
 // runRoofs are every roof known for the run and the one points use:

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/stats"
 )
 
 // verdictFlags are compare's and ab's statistics and exit-code flags.
@@ -45,7 +46,7 @@ func (v *verdictFlags) outcome(w io.Writer, writer func(io.Writer, bench.Compare
 		return err
 	}
 	if n := res.Regressions(); n > 0 && v.failOnRegression {
-		return exitError{exitRegression, fmt.Errorf("%d of %d rows are %s (--fail-on-regression)", n, len(res.Rows), bench.VerdictSlower)}
+		return exitError{exitRegression, fmt.Errorf("%d of %d rows are %s (--fail-on-regression)", n, len(res.Rows), stats.VerdictSlower)}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package bench
+package stats
 
 import "math"
 
@@ -14,13 +14,13 @@ const (
 // means SAME when no --threshold is given.
 const DefaultSameBand = 0.01
 
-// verdict decides a row from its p-value and ratio interval, claiming no
+// Decide decides a comparison row from its p-value and ratio interval, claiming no
 // more than the samples support:
 //   - FASTER or SLOWER when p < alpha and the ratio's interval excludes 1
 //     (and, with a threshold t > 0, lies entirely beyond 1±t);
 //   - SAME when the interval lies within 1±t (1±1% without a threshold);
 //   - else INCONCLUSIVE.
-func verdict(p, ratio, low, high, alpha, threshold float64) string {
+func Decide(p, ratio, low, high, alpha, threshold float64) string {
 	if math.IsNaN(low) || math.IsNaN(high) {
 		return VerdictInconclusive
 	}
@@ -30,21 +30,23 @@ func verdict(p, ratio, low, high, alpha, threshold float64) string {
 	if p < alpha && low > 1+threshold {
 		return VerdictSlower
 	}
-	band := sameBand(threshold)
+	band := SameBand(threshold)
 	if low >= 1-band && high <= 1+band {
 		return VerdictSame
 	}
 	return VerdictInconclusive
 }
 
-func sameBand(threshold float64) float64 {
+// SameBand is the half-width of the SAME band: threshold when > 0, else
+// DefaultSameBand.
+func SameBand(threshold float64) float64 {
 	if threshold > 0 {
 		return threshold
 	}
 	return DefaultSameBand
 }
 
-// samplesNeeded estimates, for an INCONCLUSIVE row, how many iterations
+// SamplesNeeded estimates, for an INCONCLUSIVE row, how many iterations
 // per run would give a verdict: an interval's half-width w shrinks as 1/√n,
 // so n·(w/gap)², gap being the distance from the estimate to the nearer
 // decision (beyond 1±t for FASTER/SLOWER, within the SAME band). w is the
@@ -52,9 +54,9 @@ func sameBand(threshold float64) float64 {
 // large-sample approximation from the runs' spread) without an interval. It
 // is never below minimum (the least n that gives an interval) nor below n+1;
 // 0 means no estimate (the ratio sits on a decision bound).
-func samplesNeeded(n, minimum int, ratio, low, high, fallbackHalfWidth, threshold float64) int {
+func SamplesNeeded(n, minimum int, ratio, low, high, fallbackHalfWidth, threshold float64) int {
 	d := math.Abs(ratio - 1)
-	gap := math.Max(d-threshold, sameBand(threshold)-d)
+	gap := math.Max(d-threshold, SameBand(threshold)-d)
 	w := (high - low) / 2
 	if math.IsNaN(w) {
 		w = fallbackHalfWidth
@@ -69,5 +71,5 @@ func samplesNeeded(n, minimum int, ratio, low, high, fallbackHalfWidth, threshol
 	return max(int(need), minimum, n+1)
 }
 
-// zTwoSided95 is the standard normal quantile of a two-sided 95% interval.
-const zTwoSided95 = 1.96
+// Z95 is the standard normal quantile of a two-sided 95% interval.
+const Z95 = 1.96

@@ -1,4 +1,4 @@
-package bench
+package stats
 
 import (
 	"math"
@@ -19,9 +19,9 @@ type RatioEstimate struct {
 	Confidence       float64 // the interval's actual level (>= the requested); 0 without one
 }
 
-// pairwiseRatio estimates new/old; every value must be positive (else all
-// fields are NaN).
-func pairwiseRatio(oldValues, newValues []float64, confidence float64) RatioEstimate {
+// HodgesLehmannRatio estimates new/old of two sets of per-iteration times;
+// every value must be positive (else all fields are NaN).
+func HodgesLehmannRatio(oldValues, newValues []float64, confidence float64) RatioEstimate {
 	nan := math.NaN()
 	est := RatioEstimate{Ratio: nan, Low: nan, High: nan}
 	if len(oldValues) == 0 || len(newValues) == 0 || !allPositive(oldValues) || !allPositive(newValues) {
@@ -35,7 +35,7 @@ func pairwiseRatio(oldValues, newValues []float64, confidence float64) RatioEsti
 	if pairs%2 == 0 {
 		est.Ratio = (est.Ratio + kthRatio(x, y, pairs/2+1)) / 2
 	}
-	k, level := mannWhitneyCritical(len(x), len(y), confidence)
+	k, level := MannWhitneyCritical(len(x), len(y), confidence)
 	if k >= 1 {
 		est.Low, est.High, est.Confidence = kthRatio(x, y, k), kthRatio(x, y, pairs+1-k), level
 	}
@@ -101,13 +101,13 @@ func largestRatioAtMost(x, y []float64, r float64) float64 {
 	return best
 }
 
-// mannWhitneyCritical returns the largest k >= 1 with P(U <= k−1) <=
+// MannWhitneyCritical returns the largest k >= 1 with P(U <= k−1) <=
 // (1−confidence)/2 under the null distribution of the Mann-Whitney U of
 // samples of m and n values (no ties), and the level 1 − 2·P(U <= k−1) of
 // the interval it gives; k = 0 when no k qualifies (too few values). The
 // distribution is exact up to m·n = 2500, else normal with a
 // continuity correction.
-func mannWhitneyCritical(m, n int, confidence float64) (k int, level float64) {
+func MannWhitneyCritical(m, n int, confidence float64) (k int, level float64) {
 	tail := (1 - confidence) / 2
 	if m*n > 2500 {
 		mean, sd := float64(m*n)/2, math.Sqrt(float64(m*n*(m+n+1))/12)
@@ -160,9 +160,73 @@ func mannWhitneyDistribution(m, n int) []float64 {
 		prev = cur
 	}
 	counts := prev[n]
-	total := pairwiseSum(counts)
+	total := PairwiseSum(counts)
 	for u := range counts {
 		counts[u] /= total
 	}
 	return counts
+}
+
+// PairRatios are candidate[i]/baseline[i]; NaN when a time is not positive.
+func PairRatios(baseline, candidate []float64) []float64 {
+	n := min(len(baseline), len(candidate))
+	ratios := make([]float64, n)
+	for i := range n {
+		ratios[i] = math.NaN()
+		if baseline[i] > 0 && candidate[i] > 0 {
+			ratios[i] = candidate[i] / baseline[i]
+		}
+	}
+	return ratios
+}
+
+// SignTest is the exact two-sided sign test of the ratios' median against
+// 1: with k of the n ratios that differ from 1 above it, p = 2·P(X <=
+// min(k, n−k)) for X ~ Binomial(n, 1/2), at most 1.
+func SignTest(ratios []float64) float64 {
+	n, above := 0, 0
+	for _, r := range ratios {
+		if r != 1 {
+			n++
+			if r > 1 {
+				above++
+			}
+		}
+	}
+	if n == 0 {
+		return 1
+	}
+	k := min(above, n-above)
+	tail := 0.0
+	if n <= 1000 {
+		// C(n,i)/2^n term by term: exact enough to give 2/64 for 6 of 6.
+		term := math.Ldexp(1, -n)
+		for i := 0; i <= k; i++ {
+			tail += term
+			term = term * float64(n-i) / float64(i+1)
+		}
+	} else {
+		for i := 0; i <= k; i++ {
+			tail += math.Exp(logChoose(n, i) - float64(n)*math.Ln2)
+		}
+	}
+	return math.Min(1, 2*tail)
+}
+
+func logChoose(n, k int) float64 {
+	a, _ := math.Lgamma(float64(n + 1))
+	b, _ := math.Lgamma(float64(k + 1))
+	c, _ := math.Lgamma(float64(n - k + 1))
+	return a - b - c
+}
+
+// MinRatioSamples is the least n per run with a Moses interval of the
+// ratio at the confidence level (4 at 95%).
+func MinRatioSamples(confidence float64) int {
+	for n := 1; n < 1000; n++ {
+		if k, _ := MannWhitneyCritical(n, n, confidence); k >= 1 {
+			return n
+		}
+	}
+	return 1000
 }

@@ -1,6 +1,7 @@
-package bench
+package stats
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 )
@@ -43,12 +44,12 @@ func Summarize(xs []float64) Summary {
 		Min:    sorted[0],
 		Max:    sorted[len(sorted)-1],
 		Median: medianSorted(sorted),
-		P10:    percentileSorted(sorted, 10),
-		P25:    percentileSorted(sorted, 25),
-		P50:    percentileSorted(sorted, 50),
-		P75:    percentileSorted(sorted, 75),
-		P90:    percentileSorted(sorted, 90),
-		P99:    percentileSorted(sorted, 99),
+		P10:    PercentileSorted(sorted, 10),
+		P25:    PercentileSorted(sorted, 25),
+		P50:    PercentileSorted(sorted, 50),
+		P75:    PercentileSorted(sorted, 75),
+		P90:    PercentileSorted(sorted, 90),
+		P99:    PercentileSorted(sorted, 99),
 	}
 }
 
@@ -57,20 +58,20 @@ func Summarize(xs []float64) Summary {
 // deviations from it over n (two passes: stable where E[x²]−E[x]² is not).
 func meanStd(xs []float64) (mean, std float64) {
 	n := float64(len(xs))
-	mean = pairwiseSum(xs) / n
+	mean = PairwiseSum(xs) / n
 	squares := make([]float64, len(xs))
 	for i, x := range xs {
 		d := x - mean
 		squares[i] = float64(d * d) // the conversion forbids a fused multiply-add
 	}
-	return mean, math.Sqrt(pairwiseSum(squares) / n)
+	return mean, math.Sqrt(PairwiseSum(squares) / n)
 }
 
-// pairwiseSum is numpy's pairwise_sum (the float64 add.reduce of a
+// PairwiseSum is numpy's pairwise_sum (the float64 add.reduce of a
 // contiguous array): a plain loop below 8 values, 8 interleaved
 // accumulators up to 128, else the two halves (split at a multiple of 8)
 // summed recursively. Its rounding is numpy's, so means match bit for bit.
-func pairwiseSum(xs []float64) float64 {
+func PairwiseSum(xs []float64) float64 {
 	n := len(xs)
 	switch {
 	case n < 8:
@@ -96,7 +97,7 @@ func pairwiseSum(xs []float64) float64 {
 	}
 	half := n / 2
 	half -= half % 8
-	return pairwiseSum(xs[:half]) + pairwiseSum(xs[half:])
+	return PairwiseSum(xs[:half]) + PairwiseSum(xs[half:])
 }
 
 // Percentile returns the p-th percentile (0 <= p <= 100) of xs as
@@ -110,7 +111,7 @@ func Percentile(xs []float64, p float64) float64 {
 	}
 	sorted := slices.Clone(xs)
 	slices.Sort(sorted)
-	return percentileSorted(sorted, p)
+	return PercentileSorted(sorted, p)
 }
 
 // Median is np.median(xs): the middle sample, or the mean of the two middle
@@ -132,8 +133,8 @@ func medianSorted(sorted []float64) float64 {
 	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
-// percentileSorted is Percentile over an already sorted, non-empty slice.
-func percentileSorted(sorted []float64, p float64) float64 {
+// PercentileSorted is Percentile over an already sorted, non-empty slice.
+func PercentileSorted(sorted []float64, p float64) float64 {
 	rank := float64(len(sorted)-1) * (p / 100) // numpy divides q by 100 first
 	lower := math.Floor(rank)
 	lowerIndex := int(lower)
@@ -151,4 +152,14 @@ func percentileSorted(sorted []float64, p float64) float64 {
 		return above - float64((above-below)*(1-fraction))
 	}
 	return below + float64((above-below)*fraction)
+}
+
+// MarshalJSON writes a summary of no samples (an output_len of 1 has no
+// decode steps) as null rather than as zeros that look measured.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	if s.N == 0 {
+		return []byte("null"), nil
+	}
+	type plain Summary // without this method
+	return json.Marshal(plain(s))
 }
