@@ -7,6 +7,7 @@ import (
 	"sort"
 	"text/tabwriter"
 
+	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
 
@@ -58,9 +59,9 @@ type ShapeBreakdown struct {
 	Decode    PhaseBreakdown `json:"decode"`
 }
 
-// MeasureBreakdown runs the breakdown pass of one shape on e. gpu (may be
+// MeasureBreakdown runs the breakdown pass of one shape on e. roof (may be
 // nil) gives the attainment column. e.OnOp is restored afterwards.
-func MeasureBreakdown(e *runner.Engine, batch, inputLen, outputLen int, seed uint64, gpu *GPUSpec) (ShapeBreakdown, error) {
+func MeasureBreakdown(e *runner.Engine, batch, inputLen, outputLen int, seed uint64, roof *roofline.Roof) (ShapeBreakdown, error) {
 	sb := ShapeBreakdown{BatchSize: batch, InputLen: inputLen, OutputLen: outputLen}
 	if e == nil {
 		return sb, errors.New("breakdown: nil engine")
@@ -100,14 +101,14 @@ func MeasureBreakdown(e *runner.Engine, batch, inputLen, outputLen int, seed uin
 	if err := rec.measureStep(e.Prefill, prefill); err != nil {
 		return sb, fmt.Errorf("breakdown: prefill: %w", err)
 	}
-	sb.Prefill = prefill.phase(PhasePrefill, prefillCost.Ops, gpu)
+	sb.Prefill = prefill.phase(PhasePrefill, prefillCost.Ops, roof)
 	decode := newOpTotals()
 	for step := 0; step < outputLen-1; step++ {
 		if err := rec.measureStep(e.Decode, decode); err != nil {
 			return sb, fmt.Errorf("breakdown: decode step %d: %w", step, err)
 		}
 	}
-	sb.Decode = decode.phase(PhaseDecode, decodeCost, gpu)
+	sb.Decode = decode.phase(PhaseDecode, decodeCost, roof)
 	return sb, nil
 }
 
@@ -257,7 +258,7 @@ func (t *opTotals) add(op string, seconds float64) {
 }
 
 // phase turns the totals into per-step rows, slowest first.
-func (t *opTotals) phase(name string, costs []runner.OpCost, gpu *GPUSpec) PhaseBreakdown {
+func (t *opTotals) phase(name string, costs []runner.OpCost, roof *roofline.Roof) PhaseBreakdown {
 	p := PhaseBreakdown{Phase: name, Steps: t.steps}
 	if t.steps == 0 {
 		return p
@@ -282,8 +283,8 @@ func (t *opTotals) phase(name string, costs []runner.OpCost, gpu *GPUSpec) Phase
 		}
 		if seconds > 0 {
 			row.BytesPerSecond, row.FLOPsPerSecond = c.Bytes/seconds, c.FLOPs/seconds
-			if gpu != nil {
-				row.Attainment = FloorOf(*gpu, c.FLOPs, c.Bytes).Seconds / seconds
+			if roof != nil {
+				row.Attainment = roof.Floor(c.FLOPs, c.Bytes).Seconds / seconds
 			}
 		}
 		p.Rows = append(p.Rows, row)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
 
@@ -18,12 +19,13 @@ func TestBreakdownLlamaTinyCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	gpu, err := GPUPreset("h100-sxm")
+	h100, err := roofline.LookupPreset("h100-sxm")
 	if err != nil {
 		t.Fatal(err)
 	}
+	roof := h100.Roof()
 	const batch, inputLen, outputLen = 2, 16, 4
-	sb, err := MeasureBreakdown(e, batch, inputLen, outputLen, 7, &gpu)
+	sb, err := MeasureBreakdown(e, batch, inputLen, outputLen, 7, &roof)
 	if err != nil {
 		t.Fatal(err)
 	}

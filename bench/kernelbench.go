@@ -13,6 +13,7 @@ import (
 	"stepbench/kernels/ref"
 	"stepbench/runner"
 
+	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
 )
 
@@ -348,15 +349,15 @@ func (k *OpKernel) Close() error {
 
 // WriteKernelTable writes one row per result: median and p10/p90 device µs,
 // noise, samples, stop reason, GB/s and TFLOP/s at the median, and the
-// attainment against gpu (may be nil).
-func WriteKernelTable(w io.Writer, results []KernelResult, gpu *GPUSpec) error {
+// attainment against roof (may be nil).
+func WriteKernelTable(w io.Writer, results []KernelResult, roof *roofline.Roof) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	writeRow(tw, []string{"op", "shape", "median_us", "p10_us", "p90_us", "noise", "samples", "stop", "GB/s", "TFLOP/s", "attain(derived)"})
 	for _, r := range results {
 		m := r.Summary.Median
 		attain := 0.0
-		if gpu != nil && m > 0 {
-			attain = FloorOf(*gpu, r.FLOPs, r.Bytes).Seconds / m
+		if roof != nil && m > 0 {
+			attain = roof.Floor(r.FLOPs, r.Bytes).Seconds / m
 		}
 		writeRow(tw, []string{r.Op, r.ShapeLabel, fmt.Sprintf("%.2f", 1e6*m), fmt.Sprintf("%.2f", 1e6*r.Summary.P10),
 			fmt.Sprintf("%.2f", 1e6*r.Summary.P90), optional(100*r.Noise, "%.2f%%", !math.IsInf(r.Noise, 0)),

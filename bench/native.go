@@ -10,6 +10,7 @@ import (
 	"stepbench/runner"
 
 	"stepbench/bench/internal/files"
+	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
 )
 
@@ -62,8 +63,8 @@ type Environment struct {
 	TelemetryNotes []string `json:"telemetry_notes,omitempty"`
 	// Roofs are the roofline ceilings the report's points use, and the
 	// others known (device-derived, measured, datasheet).
-	Roof  *Roof  `json:"roof,omitempty"`
-	Roofs []Roof `json:"roofs,omitempty"`
+	Roof  *roofline.Roof  `json:"roof,omitempty"`
+	Roofs []roofline.Roof `json:"roofs,omitempty"`
 }
 
 // RunConfig is the configuration a report was measured with.
@@ -125,7 +126,7 @@ type ShapeReport struct {
 	MedianSMClockMHz          float64            `json:"median_sm_clock_mhz,omitempty"`
 	TelemetryTimeline         []TelemetryReading `json:"telemetry_timeline,omitempty"`
 	Energy                    *ShapeEnergy       `json:"energy,omitempty"`
-	RooflinePoints            []RooflinePoint    `json:"roofline_points,omitempty"`
+	RooflinePoints            []roofline.Point   `json:"roofline_points,omitempty"`
 }
 
 // SampleReport is one timed region.

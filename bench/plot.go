@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"stepbench/bench/roofline"
 	"stepbench/runner"
 
 	"stepbench/bench/internal/files"
@@ -103,12 +104,12 @@ func recoverPlot(path string, err *error) {
 
 // PlotRun writes both plots of a run: the roofline (path) and the sweep
 // (PlotPaths' sweep path), and returns the paths written. roof may be nil.
-func PlotRun(path string, cfg runner.Config, roof *Roof, shapes []ShapeResult, title string) ([]string, error) {
+func PlotRun(path string, cfg runner.Config, roof *roofline.Roof, shapes []ShapeResult, title string) ([]string, error) {
 	rooflinePath, sweepPath, err := PlotPaths(path)
 	if err != nil {
 		return nil, err
 	}
-	var points []RooflinePoint
+	var points []roofline.Point
 	var sweep []SweepPoint
 	for _, s := range shapes {
 		ps, err := ShapeRooflinePoints(cfg, roof, s)
@@ -117,12 +118,12 @@ func PlotRun(path string, cfg runner.Config, roof *Roof, shapes []ShapeResult, t
 		}
 		points = append(points, ps...)
 		sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen,
-			PrefillSeconds: stepSeconds(s.Summary.PrefillDeviceSeconds, s.Summary.PrefillHostSeconds)}
+			PrefillSeconds: StepSeconds(s.Summary.PrefillDeviceSeconds, s.Summary.PrefillHostSeconds)}
 		if s.OutputLen > 1 {
-			sp.DecodeSeconds = stepSeconds(s.Summary.DecodeDeviceSeconds, s.Summary.DecodeHostSeconds)
+			sp.DecodeSeconds = StepSeconds(s.Summary.DecodeDeviceSeconds, s.Summary.DecodeHostSeconds)
 		}
 		if roof != nil {
-			if sf, err := ComputeFloors(cfg, roof.Spec(), s.Batch, s.InputLen, s.OutputLen); err == nil {
+			if sf, err := roofline.ComputeFloors(cfg, *roof, s.Batch, s.InputLen, s.OutputLen); err == nil {
 				sp.PrefillFloorSeconds, sp.DecodeFloorSeconds = sf.PrefillFloor.Seconds, sf.MedianDecodeFloorSeconds()
 			}
 		}

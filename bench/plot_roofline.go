@@ -11,6 +11,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"stepbench/bench/roofline"
 )
 
 // markerShapes tell input lengths apart on the roofline.
@@ -26,7 +28,7 @@ const markerRadius = 3.5 // points
 // (green) and the compute roof (purple) meet at the dashed ridge, all in
 // the legend. Without a roof the title says the points are the cost model's
 // work over measured time only.
-func WriteRooflinePlot(path string, roof *Roof, points []RooflinePoint, title string) (err error) {
+func WriteRooflinePlot(path string, roof *roofline.Roof, points []roofline.Point, title string) (err error) {
 	defer recoverPlot(path, &err)
 	p := plot.New()
 	// Short axis labels: a label longer than its axis makes gonum shrink
@@ -61,11 +63,11 @@ func WriteRooflinePlot(path string, roof *Roof, points []RooflinePoint, title st
 
 // addRooflineSeries adds one series per (phase, input length) and returns
 // the data extents and the batch-size labels.
-func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []RooflinePoint) (xs, ys []float64, labels []pointLabel, err error) {
+func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []roofline.Point) (xs, ys []float64, labels []pointLabel, err error) {
 	inputs := inputLengths(points)
 	for _, phase := range []string{PhasePrefill, PhaseDecode} {
 		for k, in := range inputs {
-			var series []RooflinePoint
+			var series []roofline.Point
 			for _, pt := range points {
 				if pt.Phase == phase && pt.InputLen == in && pt.IntensityFLOPsPerByte > 0 && pt.AchievedFLOPsPerSec > 0 {
 					series = append(series, pt)
@@ -112,7 +114,7 @@ func seriesName(phase string, inputLen, inputs int) string {
 
 // addRoofs draws the memory roof up to the ridge, the compute roof from
 // it, and the ridge, across the whole x axis.
-func addRoofs(p *plot.Plot, legend *plot.Legend, roof *Roof) error {
+func addRoofs(p *plot.Plot, legend *plot.Legend, roof *roofline.Roof) error {
 	ridge := roof.RidgeFLOPsPerByte
 	xMin, xMax := math.Min(p.X.Min, ridge), math.Max(p.X.Max, ridge)
 	memory, err := plotter.NewLine(plotter.XYs{{X: xMin, Y: xMin * roof.PeakBytesPerSec}, {X: ridge, Y: roof.PeakFLOPsPerSec}})
@@ -137,7 +139,7 @@ func addRoofs(p *plot.Plot, legend *plot.Legend, roof *Roof) error {
 	return nil
 }
 
-func inputLengths(points []RooflinePoint) []int {
+func inputLengths(points []roofline.Point) []int {
 	var inputs []int
 	for _, pt := range points {
 		if !slices.Contains(inputs, pt.InputLen) {

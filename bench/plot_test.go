@@ -19,6 +19,7 @@ import (
 
 	"stepbench/runner"
 
+	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
 )
 
@@ -42,14 +43,14 @@ func TestPlotsFromACPURun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h100, err := GPUPreset("h100-sxm")
+	h100, err := roofline.LookupPreset("h100-sxm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	roof := DatasheetRoof(h100)
+	roof := h100.Roof()
 	for _, c := range []struct {
 		name string
-		roof *Roof
+		roof *roofline.Roof
 		ext  string
 	}{{"svg with roof", &roof, ".svg"}, {"png with roof", &roof, ".png"}, {"svg without roof", nil, ".svg"}, {"png without roof", nil, ".png"}} {
 		t.Run(c.name, func(t *testing.T) {

@@ -6,12 +6,13 @@ import (
 	"strings"
 
 	"stepbench/bench/stats"
+	"stepbench/runner"
 )
 
 // Phase names of a Sample.
 const (
-	PhasePrefill = "prefill"
-	PhaseDecode  = "decode"
+	PhasePrefill = runner.PhasePrefill
+	PhaseDecode  = runner.PhaseDecode
 )
 
 // Sample is one timed region.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	"stepbench/bench/roofline"
 )
 
 // WriteTelemetryTable writes one row per shape with its telemetry and
@@ -49,7 +51,7 @@ func joulesCell(e *EnergyWindow) string {
 }
 
 // roofCell is "attainment% bound" of the phase's step point.
-func roofCell(points []RooflinePoint, phase string) string {
+func roofCell(points []roofline.Point, phase string) string {
 	for _, p := range points {
 		if p.Phase == phase && p.Op == "" && p.Bound != "" {
 			return fmt.Sprintf("%.1f%% %s", 100*p.AttainmentFraction, p.Bound)

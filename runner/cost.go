@@ -29,6 +29,12 @@ import (
 //	argmax         bytes: rows×vocab read, rows ids written;                 FLOPs: rows×vocab compares
 //	add_i32        bytes: 8 per element;                                     FLOPs 0
 
+// The two kinds of step; every package that names a phase uses these.
+const (
+	PhasePrefill = "prefill"
+	PhaseDecode  = "decode"
+)
+
 // OpCost is what one op must compute and move at minimum.
 type OpCost struct {
 	Op    string  `json:"op"`
@@ -39,7 +45,7 @@ type OpCost struct {
 
 // StepCost is a whole step: the sum of its ops.
 type StepCost struct {
-	Phase       string   `json:"phase"` // "prefill" or "decode"
+	Phase       string   `json:"phase"` // PhasePrefill or PhaseDecode
 	Batch       int      `json:"batch"`
 	SeqLen      int      `json:"seq_len"`   // new tokens per sequence
 	StartPos    int      `json:"start_pos"` // cached tokens per sequence before the step
@@ -59,13 +65,13 @@ func (c StepCost) Intensity() float64 {
 
 // PrefillCost is the cost of prefilling batch prompts of inputLen tokens.
 func PrefillCost(cfg Config, batch, inputLen int) (StepCost, error) {
-	return stepCost(cfg, "prefill", batch, inputLen, inputLen, 0)
+	return stepCost(cfg, PhasePrefill, batch, inputLen, inputLen, 0)
 }
 
 // DecodeCost is the cost of one decode step whose sequences already hold
 // startPos tokens (the step attends over startPos+1 positions).
 func DecodeCost(cfg Config, batch, startPos int) (StepCost, error) {
-	return stepCost(cfg, "decode", batch, startPos, 1, startPos)
+	return stepCost(cfg, PhaseDecode, batch, startPos, 1, startPos)
 }
 
 func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (StepCost, error) {
@@ -79,7 +85,7 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 	}
 	prompts := make([]int32, batch*inputLen)
 	outLen := 1 + startPos + seqLen - inputLen
-	if phase == "prefill" {
+	if phase == PhasePrefill {
 		outLen = 1
 	}
 	if outLen < 1 {
@@ -90,7 +96,7 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 	}
 	e.OnOp = func(op string) { cb.label = op }
 	cb.counting = true
-	if phase == "prefill" {
+	if phase == PhasePrefill {
 		err = e.forward(e.ids, seqLen)
 	} else {
 		e.pos, e.prefilled = startPos, true

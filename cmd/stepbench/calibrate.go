@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
 	"stepbench/cuda"
 	"stepbench/runner"
@@ -47,7 +48,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if !force {
-		if c, err := bench.LoadCalibration(cacheDir, props.UUID); err == nil {
+		if c, err := roofline.LoadCalibration(cacheDir, props.UUID); err == nil {
 			printCalibration(stdout, c, "cached; --force to measure again")
 			return nil
 		}
@@ -62,7 +63,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := bench.NewCalibration(res.UUID, res.DeviceName, int64(res.CopyBytes), res.CopySeconds, res.GEMMSize, res.GEMMSeconds)
+	c, err := roofline.NewCalibration(res.UUID, res.DeviceName, int64(res.CopyBytes), res.CopySeconds, res.GEMMSize, res.GEMMSeconds)
 	if err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 		c.SMClockMHz = m.Read().SMClockMHz
 		m.Close()
 	}
-	path, err := bench.SaveCalibration(cacheDir, c)
+	path, err := roofline.SaveCalibration(cacheDir, c)
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func printCalibration(w io.Writer, c bench.Calibration, note string) {
+func printCalibration(w io.Writer, c roofline.Calibration, note string) {
 	fmt.Fprintf(w, "%s %s (%s, %s)\n", c.GPUName, c.GPUUUID, c.MeasuredAt, note)
 	fmt.Fprintf(w, "  device-to-device copy: %.3f TB/s (read+write, median of %d, %d MiB)\n",
 		c.CopyBytesPerSec/1e12, len(c.CopySeconds), c.CopyBytes>>20)
@@ -185,10 +186,10 @@ func medianSMClock(readings []bench.TelemetryReading) float64 {
 // runRoofs are every roof known for the run and the one points use:
 // measured (a cached calibration of this GPU), else device-derived (NVML
 // clocks during the run), else the datasheet of --gpu; nil when none.
-func runRoofs(env *bench.Environment, gpu *bench.GPUSpec) (*bench.Roof, []bench.Roof) {
-	var roofs []bench.Roof
+func runRoofs(env *bench.Environment, gpu *roofline.Preset) (*roofline.Roof, []roofline.Roof) {
+	var roofs []roofline.Roof
 	if env.GPUUUID != "" {
-		if c, err := bench.LoadCalibration("", env.GPUUUID); err == nil {
+		if c, err := roofline.LoadCalibration("", env.GPUUUID); err == nil {
 			roofs = append(roofs, c.Roof())
 		}
 	}
@@ -202,12 +203,12 @@ func runRoofs(env *bench.Environment, gpu *bench.GPUSpec) (*bench.Roof, []bench.
 		if memClock == 0 {
 			memClock = env.MemoryClockMHz
 		}
-		if c, err := bench.ComputeDeviceCeilings(env.SMCount, major, minor, smClock, memClock, env.MemoryBusWidthBits); err == nil {
+		if c, err := roofline.ComputeDeviceCeilings(env.SMCount, major, minor, smClock, memClock, env.MemoryBusWidthBits); err == nil {
 			roofs = append(roofs, c.Roof())
 		}
 	}
 	if gpu != nil {
-		roofs = append(roofs, bench.DatasheetRoof(*gpu))
+		roofs = append(roofs, gpu.Roof())
 	}
 	if len(roofs) == 0 {
 		return nil, nil
@@ -216,7 +217,7 @@ func runRoofs(env *bench.Environment, gpu *bench.GPUSpec) (*bench.Roof, []bench.
 }
 
 // fillShape adds telemetry, energy and roofline points to a shape's report.
-func (t *runTelemetry) fillShape(sr *bench.ShapeReport, s bench.ShapeResult, cfg runner.Config, roof *bench.Roof) {
+func (t *runTelemetry) fillShape(sr *bench.ShapeReport, s bench.ShapeResult, cfg runner.Config, roof *roofline.Roof) {
 	if t != nil {
 		t.recorder.AttachTelemetry(sr)
 		sr.DiscardedThrottledSamples = t.dropped[[3]int{s.Batch, s.InputLen, s.OutputLen}]
@@ -235,7 +236,7 @@ func (t *runTelemetry) fillShape(sr *bench.ShapeReport, s bench.ShapeResult, cfg
 
 // writeTelemetryOutputs prints the telemetry and roofline table and draws
 // --plot. It returns the shape reports it built (for --json-out).
-func writeTelemetryOutputs(w io.Writer, plotPath string, t *runTelemetry, shapes []bench.ShapeResult, cfg runner.Config, env bench.Environment, roof *bench.Roof, stderr io.Writer) error {
+func writeTelemetryOutputs(w io.Writer, plotPath string, t *runTelemetry, shapes []bench.ShapeResult, cfg runner.Config, env bench.Environment, roof *roofline.Roof, stderr io.Writer) error {
 	var reports []bench.ShapeReport
 	for _, s := range shapes {
 		sr := bench.NewShapeReport(s)
@@ -278,11 +279,11 @@ type telemetryFlags struct {
 
 	// State of the run, set by runCmd.
 	run  *runTelemetry
-	roof *bench.Roof
+	roof *roofline.Roof
 }
 
 // report picks the roofs, prints the telemetry table and draws --plot.
-func (t *telemetryFlags) report(w io.Writer, shapes []bench.ShapeResult, cfg runner.Config, env *bench.Environment, gpu *bench.GPUSpec, stderr io.Writer) error {
+func (t *telemetryFlags) report(w io.Writer, shapes []bench.ShapeResult, cfg runner.Config, env *bench.Environment, gpu *roofline.Preset, stderr io.Writer) error {
 	t.roof, env.Roofs = runRoofs(env, gpu)
 	env.Roof = t.roof
 	return writeTelemetryOutputs(w, t.plot, t.run, shapes, cfg, *env, t.roof, stderr)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
 
@@ -36,7 +37,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 15*time.Second, "stop sampling a shape after this long")
 	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if unknown)")
 	format := fs.String("format", "table", "output: table or gobench")
-	gpuName := fs.String("gpu", "auto", "GPU preset for the attainment column: auto, none or "+joinNames(bench.GPUPresetNames()))
+	gpuName := fs.String("gpu", "auto", "GPU preset for the attainment column: auto, none or "+joinNames(roofline.PresetNames()))
 	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(bench.KernelOps())+")")
 	if err != nil {
 		return err
@@ -93,7 +94,12 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		if *format == "gobench" {
 			errs = append(errs, bench.WriteKernelGoBench(stdout, bench.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
 		} else {
-			errs = append(errs, bench.WriteKernelTable(stdout, results, gpu))
+			var roof *roofline.Roof
+			if gpu != nil {
+				r := gpu.Roof()
+				roof = &r
+			}
+			errs = append(errs, bench.WriteKernelTable(stdout, results, roof))
 		}
 	}
 	return errors.Join(errs...)
@@ -113,17 +119,17 @@ func kernelShapes(shapeText string, batch, inputLen int) ([]bench.KernelShape, e
 }
 
 // kernelGPU is --gpu's preset for the attainment column (auto: the device's).
-func kernelGPU(env bench.Environment, name string) (*bench.GPUSpec, error) {
+func kernelGPU(env bench.Environment, name string) (*roofline.Preset, error) {
 	switch name {
 	case "none":
 		return nil, nil
 	case "auto":
-		if g, ok := bench.GPUPresetForDevice(env.GPUName); ok {
+		if g, ok := roofline.PresetForDevice(env.GPUName); ok {
 			return &g, nil
 		}
 		return nil, nil
 	}
-	g, err := bench.GPUPreset(name)
+	g, err := roofline.LookupPreset(name)
 	if err != nil {
 		return nil, usagef("--gpu: %v", err)
 	}

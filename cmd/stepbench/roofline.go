@@ -6,7 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"stepbench/bench"
+	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
 
@@ -16,7 +16,7 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	var sh shapeFlags
 	m.register(fs)
 	sh.register(fs, []int{1024}, []int{16})
-	gpu := fs.String("gpu", "h100-sxm", "GPU preset (datasheet peaks): "+joinNames(bench.GPUPresetNames()))
+	gpu := fs.String("gpu", "h100-sxm", "GPU preset (datasheet peaks): "+joinNames(roofline.PresetNames()))
 	ops := fs.Bool("ops", false, "also print every op's FLOPs, bytes and floor for prefill and the first decode step")
 	format := fs.String("format", "text", "output format: text or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -25,7 +25,7 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	if *format != "text" && *format != "json" {
 		return usagef("--format: %q is not text or json", *format)
 	}
-	g, err := bench.GPUPreset(*gpu)
+	g, err := roofline.LookupPreset(*gpu)
 	if err != nil {
 		return usagef("--gpu: %v", err)
 	}
@@ -56,18 +56,18 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 
 // rooflineShape is one shape's floors; its JSON keys are snake_case.
 type rooflineShape struct {
-	Batch     int              `json:"batch_size"`
-	InputLen  int              `json:"input_len"`
-	OutputLen int              `json:"output_len"`
-	Floors    bench.StepFloors `json:"floors"`
+	Batch     int                 `json:"batch_size"`
+	InputLen  int                 `json:"input_len"`
+	OutputLen int                 `json:"output_len"`
+	Floors    roofline.StepFloors `json:"floors"`
 }
 
-func rooflineShapes(cfg runner.Config, g bench.GPUSpec, sh shapeFlags) ([]rooflineShape, error) {
+func rooflineShapes(cfg runner.Config, g roofline.Preset, sh shapeFlags) ([]rooflineShape, error) {
 	var shapes []rooflineShape
 	for _, b := range sh.batch {
 		for _, in := range sh.input {
 			for _, out := range sh.output {
-				f, err := bench.ComputeFloors(cfg, g, b, in, out)
+				f, err := roofline.ComputeFloors(cfg, g.Roof(), b, in, out)
 				if err != nil {
 					return nil, err
 				}
@@ -78,13 +78,13 @@ func rooflineShapes(cfg runner.Config, g bench.GPUSpec, sh shapeFlags) ([]roofli
 	return shapes, nil
 }
 
-func writeRooflineTable(stdout io.Writer, cfg runner.Config, g bench.GPUSpec, shapes []rooflineShape) error {
+func writeRooflineTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, shapes []rooflineShape) error {
 	fmt.Fprintf(stdout, "roofline: %s (%.2f B parameters) on %s — datasheet %.1f TFLOP/s bf16 dense, %.2f TB/s; ridge %.1f FLOP/byte\n",
-		cfg.Name, float64(cfg.ParamCount())/1e9, g.Description, g.PeakFLOPsPerSec/1e12, g.PeakBytesPerSec/1e12, g.RidgeFLOPsPerByte())
+		cfg.Name, float64(cfg.ParamCount())/1e9, g.Description, g.PeakFLOPsPerSec/1e12, g.PeakBytesPerSec/1e12, g.Roof().RidgeFLOPsPerByte)
 	fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s); bytes = every input read once, every output written once (derived, not measured)")
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "batch\tinput\toutput\tstep\tkv_len\tGFLOP\tGB\tweight_GB\tFLOP/byte\tfloor_ms\tbound\t")
-	row := func(b, in, out int, step string, kv int, c runner.StepCost, f bench.Floor) {
+	row := func(b, in, out int, step string, kv int, c runner.StepCost, f roofline.Floor) {
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", b, in, out, step, kv,
 			c.FLOPs/1e9, c.Bytes/1e9, c.WeightBytes/1e9, c.Intensity(), f.Seconds*1e3, f.Bound)
 	}
@@ -106,7 +106,7 @@ func writeRooflineTable(stdout io.Writer, cfg runner.Config, g bench.GPUSpec, sh
 
 // writeRooflineOps is --ops: every op of the first shape's prefill and
 // first decode step.
-func writeRooflineOps(stdout io.Writer, g bench.GPUSpec, s rooflineShape) error {
+func writeRooflineOps(stdout io.Writer, g roofline.Preset, s rooflineShape) error {
 	steps := []runner.StepCost{s.Floors.Prefill}
 	if len(s.Floors.Decode) > 0 {
 		steps = append(steps, s.Floors.Decode[0])
@@ -116,7 +116,7 @@ func writeRooflineOps(stdout io.Writer, g bench.GPUSpec, s rooflineShape) error 
 	fmt.Fprintln(tw, "step\top\tcalls\tGFLOP\tMB\tFLOP/byte\tfloor_us\tbound\t")
 	for _, st := range steps {
 		for _, o := range st.Ops {
-			f := bench.FloorOf(g, o.FLOPs, o.Bytes)
+			f := g.Roof().Floor(o.FLOPs, o.Bytes)
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t\n", st.Phase, o.Op, o.Calls, o.FLOPs/1e9, o.Bytes/1e6, o.FLOPs/o.Bytes, f.Seconds*1e6, f.Bound)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
 
@@ -55,12 +56,12 @@ type runOutputs struct {
 	f      *runFlags
 	fs     *pflag.FlagSet
 	setup  runSetup
-	gpu    *bench.GPUSpec
-	roof   *bench.Roof // the roof of the per-shape reports; the final one replaces it
+	gpu    *roofline.Preset
+	roof   *roofline.Roof // the roof of the per-shape reports; the final one replaces it
 	writer *bench.ResultWriter
 }
 
-func (f *runFlags) newRunOutputs(fs *pflag.FlagSet, s runSetup, env bench.Environment, gpu *bench.GPUSpec, lines io.Writer) *runOutputs {
+func (f *runFlags) newRunOutputs(fs *pflag.FlagSet, s runSetup, env bench.Environment, gpu *roofline.Preset, lines io.Writer) *runOutputs {
 	o := &runOutputs{f: f, fs: fs, setup: s, gpu: gpu}
 	o.roof, _ = runRoofs(&env, gpu)
 	files := bench.ResultFiles{
@@ -109,13 +110,13 @@ func (o *runOutputs) header(env bench.Environment) bench.Report {
 
 // shapeReport is a shape's native report: samples, summaries, noise,
 // telemetry, roofline points (against roof) and the GPU preset's floors.
-func (o *runOutputs) shapeReport(s bench.ShapeResult, roof *bench.Roof) bench.ShapeReport {
+func (o *runOutputs) shapeReport(s bench.ShapeResult, roof *roofline.Roof) bench.ShapeReport {
 	sr := bench.NewShapeReport(s)
 	o.f.telemetry.run.fillShape(&sr, s, o.setup.cfg, roof)
 	if o.gpu == nil {
 		return sr
 	}
-	if sf, err := bench.ComputeFloors(o.setup.cfg, *o.gpu, s.Batch, s.InputLen, s.OutputLen); err == nil {
+	if sf, err := roofline.ComputeFloors(o.setup.cfg, o.gpu.Roof(), s.Batch, s.InputLen, s.OutputLen); err == nil {
 		sr.PrefillFloorSeconds, sr.PrefillFLOPs, sr.PrefillBytes = sf.PrefillFloor.Seconds, sf.Prefill.FLOPs, sf.Prefill.Bytes
 		if len(sf.Decode) > 0 {
 			sr.DecodeFloorSeconds, sr.DecodeFLOPs, sr.DecodeBytes = sf.DecodeFloors[0].Seconds, sf.Decode[0].FLOPs, sf.Decode[0].Bytes
@@ -175,7 +176,7 @@ func completeShapes(shapes []bench.ShapeResult) int {
 
 // report prints the summary and telemetry tables, draws --plot and writes
 // --format gobench.
-func (f *runFlags) report(textOut, stdout, stderr io.Writer, shapes []bench.ShapeResult, cfg runner.Config, env *bench.Environment, gpu *bench.GPUSpec) []error {
+func (f *runFlags) report(textOut, stdout, stderr io.Writer, shapes []bench.ShapeResult, cfg runner.Config, env *bench.Environment, gpu *roofline.Preset) []error {
 	var errs []error
 	fmt.Fprintln(textOut)
 	if env.Emulated != "" {
@@ -195,10 +196,15 @@ func (f *runFlags) report(textOut, stdout, stderr io.Writer, shapes []bench.Shap
 	return errs
 }
 
-func (f *runFlags) runBreakdown(engine *runner.Engine, shapes []bench.ShapeResult, gpu *bench.GPUSpec, textOut io.Writer) error {
+func (f *runFlags) runBreakdown(engine *runner.Engine, shapes []bench.ShapeResult, gpu *roofline.Preset, textOut io.Writer) error {
 	var errs []error
 	for _, s := range shapes {
-		sb, err := bench.MeasureBreakdown(engine, s.Batch, s.InputLen, s.OutputLen, f.seed, gpu)
+		var roof *roofline.Roof
+		if gpu != nil {
+			r := gpu.Roof()
+			roof = &r
+		}
+		sb, err := bench.MeasureBreakdown(engine, s.Batch, s.InputLen, s.OutputLen, f.seed, roof)
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
@@ -208,7 +214,7 @@ func (f *runFlags) runBreakdown(engine *runner.Engine, shapes []bench.ShapeResul
 }
 
 // floorGPU is the GPU whose datasheet peaks give the summary's floors.
-func (f *runFlags) floorGPU(env bench.Environment) (*bench.GPUSpec, error) {
+func (f *runFlags) floorGPU(env bench.Environment) (*roofline.Preset, error) {
 	switch f.gpu {
 	case "none":
 		return nil, nil
@@ -216,25 +222,25 @@ func (f *runFlags) floorGPU(env bench.Environment) (*bench.GPUSpec, error) {
 		if env.GPUName == "" {
 			return nil, nil
 		}
-		g, ok := bench.GPUPresetForDevice(env.GPUName)
+		g, ok := roofline.PresetForDevice(env.GPUName)
 		if !ok {
 			return nil, nil
 		}
 		return &g, nil
 	}
-	g, err := bench.GPUPreset(f.gpu)
+	g, err := roofline.LookupPreset(f.gpu)
 	if err != nil {
 		return nil, usagef("--gpu: %v", err)
 	}
 	return &g, nil
 }
 
-func floorFunc(cfg runner.Config, g *bench.GPUSpec) bench.FloorFunc {
+func floorFunc(cfg runner.Config, g *roofline.Preset) bench.FloorFunc {
 	if g == nil {
 		return nil
 	}
 	return func(batch, inputLen, outputLen int) (float64, float64) {
-		sf, err := bench.ComputeFloors(cfg, *g, batch, inputLen, outputLen)
+		sf, err := roofline.ComputeFloors(cfg, g.Roof(), batch, inputLen, outputLen)
 		if err != nil {
 			return 0, 0
 		}

@@ -1,61 +1,17 @@
-package bench
+package roofline
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"time"
-
-	"stepbench/runner"
 
 	"stepbench/bench/internal/files"
 	"stepbench/bench/stats"
 )
-
-// Roof sources.
-const (
-	RoofDevice    = "device"    // SM count × FLOP/clock/SM × NVML SM clock; memory clock × bus width × 2
-	RoofMeasured  = "measured"  // stepbench calibrate: cuBLAS bf16 GEMM and device-to-device copy
-	RoofDatasheet = "datasheet" // a --gpu preset
-)
-
-// Roof is a pair of roofline ceilings: dense bf16 FLOP/s and memory bytes/s.
-type Roof struct {
-	Source            string  `json:"source"` // RoofDevice, RoofMeasured or RoofDatasheet
-	Description       string  `json:"description,omitempty"`
-	PeakFLOPsPerSec   float64 `json:"peak_flops_per_second"`
-	PeakBytesPerSec   float64 `json:"peak_bytes_per_second"`
-	RidgeFLOPsPerByte float64 `json:"ridge_flops_per_byte"` // where the two roofs meet
-}
-
-// NewRoof makes a roof and computes its ridge.
-func NewRoof(source, description string, flopsPerSec, bytesPerSec float64) Roof {
-	r := Roof{Source: source, Description: description, PeakFLOPsPerSec: flopsPerSec, PeakBytesPerSec: bytesPerSec}
-	if bytesPerSec > 0 {
-		r.RidgeFLOPsPerByte = flopsPerSec / bytesPerSec
-	}
-	return r
-}
-
-// DatasheetRoof is a GPU preset's roof.
-func DatasheetRoof(g GPUSpec) Roof {
-	return NewRoof(RoofDatasheet, g.Description+" datasheet", g.PeakFLOPsPerSec, g.PeakBytesPerSec)
-}
-
-// Spec is the roof as a GPUSpec, for FloorOf and ComputeFloors.
-func (r Roof) Spec() GPUSpec {
-	return GPUSpec{Name: r.Source, Description: r.Description, PeakFLOPsPerSec: r.PeakFLOPsPerSec, PeakBytesPerSec: r.PeakBytesPerSec}
-}
-
-// AttainableFLOPsPerSec is the roofline: min(peak, intensity × bandwidth).
-func (r Roof) AttainableFLOPsPerSec(intensityFLOPsPerByte float64) float64 {
-	return math.Min(r.PeakFLOPsPerSec, intensityFLOPsPerByte*r.PeakBytesPerSec)
-}
 
 // DenseBF16FLOPsPerClockPerSM is the tensor cores' dense bf16 rate (fp32
 // accumulate) per SM per clock for a compute capability, checked against
@@ -114,7 +70,7 @@ func ComputeDeviceCeilings(smCount, major, minor int, smClockMHz, memoryClockMHz
 
 // Roof returns the ceilings as a Roof.
 func (c DeviceCeilings) Roof() Roof {
-	return NewRoof(RoofDevice, fmt.Sprintf("device: %d SMs × %.0f FLOP/clk × %.0f MHz; %.0f MHz × %d bit × 2",
+	return NewRoof(SourceDevice, fmt.Sprintf("device: %d SMs × %.0f FLOP/clk × %.0f MHz; %.0f MHz × %d bit × 2",
 		c.SMCount, c.FLOPsPerClockPerSM, c.SMClockMHz, c.MemoryClockMHz, c.MemoryBusWidthBits), c.PeakFLOPsPerSec, c.PeakBytesPerSec)
 }
 
@@ -138,7 +94,7 @@ type Calibration struct {
 
 // Roof returns the measured ceilings as a Roof.
 func (c Calibration) Roof() Roof {
-	return NewRoof(RoofMeasured, fmt.Sprintf("measured %s: cuBLAS bf16 GEMM %d³, device copy %d MiB",
+	return NewRoof(SourceMeasured, fmt.Sprintf("measured %s: cuBLAS bf16 GEMM %d³, device copy %d MiB",
 		c.MeasuredAt, c.GEMMSize, c.CopyBytes>>20), c.GEMMFLOPsPerSec, c.CopyBytesPerSec)
 }
 
@@ -213,110 +169,4 @@ func NewCalibration(uuid, name string, copyBytes int64, copySeconds []float64, g
 	n := float64(gemmSize)
 	c.GEMMFLOPsPerSec = 2 * n * n * n / gemmMedian
 	return c, nil
-}
-
-// RooflinePoint is one measured step or op placed on a roofline.
-type RooflinePoint struct {
-	Label     string `json:"label"`          // e.g. "decode b=8"
-	Phase     string `json:"phase"`          // "prefill" or "decode"
-	Op        string `json:"op,omitempty"`   // set for per-op points
-	Batch     int    `json:"batch_size"`     //
-	InputLen  int    `json:"input_len"`      //
-	OutputLen int    `json:"output_len"`     //
-	Position  int    `json:"position"`       // KV length the cost was computed at
-	Roof      string `json:"roof,omitempty"` // the roof's Source
-	// The cost model's work and the measured (median device) time.
-	FLOPs   float64 `json:"flops"`
-	Bytes   float64 `json:"bytes"`
-	Seconds float64 `json:"seconds"`
-	// Derived: FLOPs/Bytes, FLOPs/Seconds, Bytes/Seconds.
-	IntensityFLOPsPerByte float64 `json:"intensity_flops_per_byte"`
-	AchievedFLOPsPerSec   float64 `json:"achieved_flops_per_second"`
-	AchievedBytesPerSec   float64 `json:"achieved_bytes_per_second"`
-	AttainableFLOPsPerSec float64 `json:"attainable_flops_per_second,omitempty"` // min(peak, I × bandwidth)
-	FloorSeconds          float64 `json:"floor_seconds,omitempty"`               // max(FLOPs/peak, Bytes/bandwidth)
-	AttainmentFraction    float64 `json:"attainment_fraction,omitempty"`         // floor / measured
-	Bound                 string  `json:"bound,omitempty"`                       // "compute" or "memory": the roof that binds
-}
-
-// NewRooflinePoint places work (flops, bytes) done in seconds under roof
-// (nil: no roof, only the achieved rates). The attainment is
-// achieved / attainable FLOP/s, computed as floor / measured time so that
-// ops without FLOPs (copies) get one too; the two are equal otherwise.
-func NewRooflinePoint(roof *Roof, flops, bytes, seconds float64) RooflinePoint {
-	p := RooflinePoint{FLOPs: flops, Bytes: bytes, Seconds: seconds}
-	if bytes > 0 {
-		p.IntensityFLOPsPerByte = flops / bytes
-	}
-	if seconds > 0 {
-		p.AchievedFLOPsPerSec = flops / seconds
-		p.AchievedBytesPerSec = bytes / seconds
-	}
-	if roof == nil || !(roof.PeakFLOPsPerSec > 0) || !(roof.PeakBytesPerSec > 0) {
-		return p
-	}
-	p.Roof = roof.Source
-	p.AttainableFLOPsPerSec = roof.AttainableFLOPsPerSec(p.IntensityFLOPsPerByte)
-	f := FloorOf(roof.Spec(), flops, bytes)
-	p.FloorSeconds, p.Bound = f.Seconds, f.Bound
-	if seconds > 0 {
-		p.AttainmentFraction = f.Seconds / seconds
-	}
-	return p
-}
-
-// stepSeconds is the device time when there is one, else the host time
-// (the CPU backend's events may measure nothing).
-func stepSeconds(device, host stats.Summary) float64 {
-	if device.N > 0 && device.Median > 0 {
-		return device.Median
-	}
-	if host.N > 0 {
-		return host.Median
-	}
-	return 0
-}
-
-// ShapeRooflinePoints places a shape's prefill (median time) and its decode
-// steps (median time, costed at the median step's position) under roof.
-func ShapeRooflinePoints(cfg runner.Config, roof *Roof, s ShapeResult) ([]RooflinePoint, error) {
-	var points []RooflinePoint
-	if seconds := stepSeconds(s.Summary.PrefillDeviceSeconds, s.Summary.PrefillHostSeconds); seconds > 0 {
-		c, err := runner.PrefillCost(cfg, s.Batch, s.InputLen)
-		if err != nil {
-			return nil, fmt.Errorf("roofline point: %w", err)
-		}
-		p := NewRooflinePoint(roof, c.FLOPs, c.Bytes, seconds)
-		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen = fmt.Sprintf("prefill b=%d", s.Batch), PhasePrefill, s.Batch, s.InputLen, s.OutputLen
-		points = append(points, p)
-	}
-	if seconds := stepSeconds(s.Summary.DecodeDeviceSeconds, s.Summary.DecodeHostSeconds); seconds > 0 && s.OutputLen > 1 {
-		position := s.InputLen + (s.OutputLen-2)/2
-		c, err := runner.DecodeCost(cfg, s.Batch, position)
-		if err != nil {
-			return nil, fmt.Errorf("roofline point: %w", err)
-		}
-		p := NewRooflinePoint(roof, c.FLOPs, c.Bytes, seconds)
-		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen, p.Position = fmt.Sprintf("decode b=%d", s.Batch), PhaseDecode, s.Batch, s.InputLen, s.OutputLen, position
-		points = append(points, p)
-	}
-	return points, nil
-}
-
-// OpRooflinePoints places every op of a step that has a measured time
-// (seconds per step, summed over the op's calls) under roof, sorted by op.
-func OpRooflinePoints(roof *Roof, step runner.StepCost, opSeconds map[string]float64) []RooflinePoint {
-	var points []RooflinePoint
-	for _, op := range step.Ops {
-		seconds, ok := opSeconds[op.Op]
-		if !ok || !(seconds > 0) {
-			continue
-		}
-		p := NewRooflinePoint(roof, op.FLOPs, op.Bytes, seconds)
-		p.Label = fmt.Sprintf("%s %s b=%d", step.Phase, op.Op, step.Batch)
-		p.Phase, p.Op, p.Batch, p.Position = step.Phase, op.Op, step.Batch, step.StartPos
-		points = append(points, p)
-	}
-	sort.Slice(points, func(i, j int) bool { return points[i].Op < points[j].Op })
-	return points
 }

@@ -1,4 +1,4 @@
-package bench
+package roofline
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func TestDeviceCeilingsH100(t *testing.T) {
 }
 
 func TestRooflinePointAttainment(t *testing.T) {
-	roof := NewRoof(RoofDatasheet, "test", 1000e12, 4e12) // ridge 250 FLOP/byte
+	roof := NewRoof(SourceDatasheet, "test", 1000e12, 4e12) // ridge 250 FLOP/byte
 	if roof.RidgeFLOPsPerByte != 250 {
 		t.Fatalf("ridge %v", roof.RidgeFLOPsPerByte)
 	}
@@ -56,7 +56,7 @@ func TestRooflinePointAttainment(t *testing.T) {
 		{"copy, no flops", 0, 8e9, 4e-3, "memory", 0, 0.5},
 	}
 	for _, c := range cases {
-		p := NewRooflinePoint(&roof, c.flops, c.bytes, c.seconds)
+		p := NewPoint(&roof, c.flops, c.bytes, c.seconds)
 		if p.Bound != c.bound || math.Abs(p.AttainmentFraction-c.attainment) > 1e-9 ||
 			math.Abs(p.AttainableFLOPsPerSec-c.attainable) > 1e-3*math.Max(1, c.attainable) {
 			t.Errorf("%s: %+v", c.name, p)
@@ -68,7 +68,7 @@ func TestRooflinePointAttainment(t *testing.T) {
 			}
 		}
 	}
-	if p := NewRooflinePoint(nil, 1, 1, 1); p.Bound != "" || p.AchievedFLOPsPerSec != 1 {
+	if p := NewPoint(nil, 1, 1, 1); p.Bound != "" || p.AchievedFLOPsPerSec != 1 {
 		t.Errorf("no roof: %+v", p)
 	}
 }
@@ -98,7 +98,7 @@ func TestCalibrationCache(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load %s: %v", path, err)
 	}
-	if got.GEMMFLOPsPerSec != c.GEMMFLOPsPerSec || got.Roof().Source != RoofMeasured {
+	if got.GEMMFLOPsPerSec != c.GEMMFLOPsPerSec || got.Roof().Source != SourceMeasured {
 		t.Errorf("round trip: %+v", got)
 	}
 	if _, err := NewCalibration(uuid, "x", 1, []float64{0}, 1, []float64{1}); err == nil {
