@@ -56,8 +56,8 @@ func RunAB(pair ABTarget, opt Options) (baseline, candidate []ShapeResult, err e
 	return baseline, candidate, nil
 }
 
-func runABShape(armA, armB *harness, sh shape) (a, b ShapeResult, err error) {
-	a = ShapeResult{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen}
+func runABShape(armA, armB *harness, sh Shape) (a, b ShapeResult, err error) {
+	a = ShapeResult{Shape: sh}
 	b = a
 	finish := func(reason string, complete bool) {
 		a.finish(reason)
@@ -65,7 +65,7 @@ func runABShape(armA, armB *harness, sh shape) (a, b ShapeResult, err error) {
 		a.Complete, b.Complete = complete, complete
 	}
 	for w := 0; w < armA.opt.WarmupIters; w++ {
-		key := PromptKey{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen, Iter: w, Warmup: true}
+		key := PromptKey{Shape: sh, Iter: w, Warmup: true}
 		if _, err := armA.runIteration(key); err != nil {
 			return a, b, fmt.Errorf("A warmup %d: %w", w, err)
 		}
@@ -76,7 +76,7 @@ func runABShape(armA, armB *harness, sh shape) (a, b ShapeResult, err error) {
 	stop := armA.newStopper()
 	noise := func() float64 { return pairedNoise(b.Iterations, a.Iterations) }
 	for i := 0; !stop.done(i, noise); i++ {
-		key := PromptKey{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen, Iter: i}
+		key := PromptKey{Shape: sh, Iter: i}
 		itA, itB, err := runPair(armA, armB, key, stop.iterationLabel(i))
 		if err != nil {
 			finish(stopReason(err), false)
@@ -124,7 +124,7 @@ func ArmsAgree(a, b *runner.Engine, batch, inputLen int, seed uint64, maxRelativ
 		return errors.New("arms agree: nil engine")
 	}
 	cfg := a.Config()
-	prompts, err := PromptIDs(seed, cfg.VocabSize, PromptKey{Batch: batch, InputLen: inputLen, OutputLen: 1})
+	prompts, err := PromptIDs(seed, cfg.VocabSize, PromptKey{Shape: Shape{Batch: batch, InputLen: inputLen, OutputLen: 1}})
 	if err != nil {
 		return fmt.Errorf("arms agree: %w", err)
 	}

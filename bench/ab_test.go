@@ -101,7 +101,7 @@ func TestRunABInterleavesAndDetects(t *testing.T) {
 					continue // host times of a virtual device are meaningless
 				}
 				if r.Verdict != tc.want {
-					t.Errorf("batch %d %s: verdict %s (ratio %.4f [%.4f, %.4f], p %.3g), want %s", r.BatchSize, r.Metric,
+					t.Errorf("batch %d %s: verdict %s (ratio %.4f [%.4f, %.4f], p %.3g), want %s", r.Batch, r.Metric,
 						r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh, r.PValue, tc.want)
 				}
 			}

@@ -90,7 +90,7 @@ func MeasureBreakdown(e *runner.Engine, batch, inputLen, outputLen int, seed uin
 	previousHook := e.OnOp
 	defer func() { e.OnOp = previousHook }()
 
-	prompts, err := PromptIDs(seed, cfg.VocabSize, PromptKey{Batch: batch, InputLen: inputLen, OutputLen: outputLen, Warmup: true})
+	prompts, err := PromptIDs(seed, cfg.VocabSize, PromptKey{Shape: Shape{Batch: batch, InputLen: inputLen, OutputLen: outputLen}, Warmup: true})
 	if err != nil {
 		return sb, fmt.Errorf("breakdown: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"golang.org/x/perf/benchmath"
 
@@ -37,11 +36,9 @@ func (o CompareOptions) withDefaults() CompareOptions {
 // CompareRow is one metric of one shape in both runs. Ratio is NEW/OLD
 // (below 1 is faster); see RatioEstimate. Its JSON form is MarshalJSON's.
 type CompareRow struct {
-	BatchSize int
-	InputLen  int
-	OutputLen int
-	Metric    string // MetricPrefillHost, ...: one value per iteration
-	Old, New  stats.MedianCI
+	Shape
+	Metric   string // MetricPrefillHost, ...: one value per iteration
+	Old, New stats.MedianCI
 	// Ratio is the Hodges-Lehmann ratio: the median of new/old over all
 	// pairs; [RatioLow, RatioHigh] its Moses interval at RatioConfidence.
 	Ratio, RatioLow, RatioHigh, RatioConfidence float64
@@ -86,25 +83,24 @@ func Compare(oldReport, newReport Report, opt CompareOptions) (CompareResult, er
 	opt = opt.withDefaults()
 	res := CompareResult{Alpha: opt.Alpha, Confidence: opt.Confidence, Threshold: opt.Threshold}
 	res.Warnings = environmentWarnings(oldReport, newReport)
-	key := func(s ShapeReport) shape { return shape{s.BatchSize, s.InputLen, s.OutputLen} }
-	newShapes := map[shape]ShapeReport{}
+	newShapes := map[Shape]ShapeReport{}
 	for _, s := range newReport.Shapes {
-		newShapes[key(s)] = s
+		newShapes[s.Shape] = s
 	}
-	matched := map[shape]bool{}
+	matched := map[Shape]bool{}
 	for _, o := range oldReport.Shapes {
-		n, ok := newShapes[key(o)]
+		n, ok := newShapes[o.Shape]
 		if !ok {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("shape %s is only in OLD", key(o)))
+			res.Warnings = append(res.Warnings, fmt.Sprintf("shape %s is only in OLD", o.Shape))
 			continue
 		}
-		matched[key(o)] = true
+		matched[o.Shape] = true
 		res.Warnings = append(res.Warnings, incompleteWarnings(o, n)...)
 		res.Rows = append(res.Rows, compareShape(o, n, opt)...)
 	}
 	for _, n := range newReport.Shapes {
-		if !matched[key(n)] {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("shape %s is only in NEW", key(n)))
+		if !matched[n.Shape] {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("shape %s is only in NEW", n.Shape))
 		}
 	}
 	if len(matched) == 0 {
@@ -121,7 +117,7 @@ func incompleteWarnings(o, n ShapeReport) []string {
 	}{{"OLD", o}, {"NEW", n}} {
 		if !s.shape.Complete {
 			w = append(w, fmt.Sprintf("shape %s stopped early in %s (%s): its finished iterations are compared",
-				shape{s.shape.BatchSize, s.shape.InputLen, s.shape.OutputLen}, s.run, orDash(s.shape.StopReason)))
+				s.shape.Shape, s.run, orDash(s.shape.StopReason)))
 		}
 	}
 	return w
@@ -164,7 +160,7 @@ func compareShape(o, n ShapeReport, opt CompareOptions) []CompareRow {
 		if i < 0 {
 			continue // measured in one run only (e.g. device timers in one)
 		}
-		row := CompareRow{BatchSize: o.BatchSize, InputLen: o.InputLen, OutputLen: o.OutputLen, Metric: os.metric}
+		row := CompareRow{Shape: o.Shape, Metric: os.metric}
 		row.fill(os.values, newSeries[i].values, opt)
 		rows = append(rows, row)
 	}
@@ -209,9 +205,4 @@ func rowNotes(r *CompareRow, opt CompareOptions, cmp benchmath.Comparison) []str
 		notes = append(notes, fmt.Sprintf("p cannot fall below %g with so few iterations", opt.Alpha))
 	}
 	return notes
-}
-
-// shapeLabel is a row's shape in notes: "b1 i64 o11".
-func (r CompareRow) shapeLabel() string {
-	return strings.Join([]string{fmt.Sprintf("b%d", r.BatchSize), fmt.Sprintf("i%d", r.InputLen), fmt.Sprintf("o%d", r.OutputLen)}, " ")
 }

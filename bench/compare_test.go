@@ -19,7 +19,7 @@ import (
 func syntheticShape(seed uint64, base, scale, noise float64, iters, decodeSteps int) ShapeReport {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	draw := func(b float64) float64 { return b * scale * (1 + noise*rng.NormFloat64()) }
-	s := ShapeReport{BatchSize: 1, InputLen: 64, OutputLen: decodeSteps + 1, Complete: true}
+	s := ShapeReport{Shape: Shape{Batch: 1, InputLen: 64, OutputLen: decodeSteps + 1}, Complete: true}
 	for i := 0; i < iters; i++ {
 		s.Samples = append(s.Samples, SampleReport{Phase: PhasePrefill, Iter: i, HostSeconds: draw(10 * base), DeviceSeconds: draw(9 * base)})
 		for step := 0; step < decodeSteps; step++ {
@@ -168,7 +168,7 @@ func TestCompareTooFewSamples(t *testing.T) {
 
 func TestCompareNoCommonShape(t *testing.T) {
 	o, n := syntheticReport(1, 1, 0.01, 5), syntheticReport(2, 1, 0.01, 5)
-	n.Shapes[0].BatchSize = 8
+	n.Shapes[0].Batch = 8
 	if _, err := Compare(o, n, CompareOptions{}); !errors.Is(err, ErrNoCommonShape) {
 		t.Errorf("error %v, want ErrNoCommonShape", err)
 	}
@@ -181,7 +181,7 @@ func TestCompareWarnsOnEnvironmentAndShapes(t *testing.T) {
 	oldReport.Config.Flags = map[string]string{"disable-cuda-graph": "false", "json-out": "a.json", "num-iters": "3"}
 	newReport.Config.Flags = map[string]string{"disable-cuda-graph": "true", "json-out": "b.json", "num-iters": "0"}
 	oldReport.Config.Model.Name, newReport.Config.Model.Name = "llama-3-8b", "llama-3.2-1b"
-	newReport.Shapes = append(newReport.Shapes, ShapeReport{BatchSize: 8, InputLen: 64, OutputLen: 1})
+	newReport.Shapes = append(newReport.Shapes, ShapeReport{Shape: Shape{Batch: 8, InputLen: 64, OutputLen: 1}})
 	newReport.Shapes[0].Complete, newReport.Shapes[0].StopReason = false, StopInterrupted
 	joined := strings.Join(mustCompare(t, oldReport, newReport, CompareOptions{}).Warnings, "\n")
 	for _, want := range []string{"GPU differs", "SM clock MHz differs", "model differs", "--disable-cuda-graph",

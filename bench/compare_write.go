@@ -29,7 +29,7 @@ func (r CompareResult) Notes() []CompareNote {
 				index[note] = i
 				notes = append(notes, CompareNote{Note: note})
 			}
-			notes[i].Rows = append(notes[i].Rows, row.shapeLabel()+" "+row.Metric)
+			notes[i].Rows = append(notes[i].Rows, row.Label()+" "+row.Metric)
 		}
 	}
 	return notes
@@ -51,7 +51,7 @@ func WriteCompareMarkdown(w io.Writer, res CompareResult) error {
 	b.WriteString("|---:|---:|---:|:---|---:|---:|---:|---:|---:|---:|:---|\n")
 	for _, r := range res.Rows {
 		fmt.Fprintf(&b, "| %d | %d | %d | %s | %d/%d | %s | %s | %s / %s | %s | %s | %s |\n",
-			r.BatchSize, r.InputLen, r.OutputLen, r.Metric, r.Old.N, r.New.N,
+			r.Batch, r.InputLen, r.OutputLen, r.Metric, r.Old.N, r.New.N,
 			medianText(r.Old), medianText(r.New), stats.NoiseText(r.Old.RelativeNoise), stats.NoiseText(r.New.RelativeNoise),
 			ratioText(r), pText(r.PValue), verdictText(r))
 	}
@@ -143,7 +143,7 @@ func WriteCompareCSV(w io.Writer, res CompareResult) error {
 		return fmt.Sprintf("%g", x)
 	}
 	for _, r := range res.Rows {
-		record := []string{fmt.Sprint(r.BatchSize), fmt.Sprint(r.InputLen), fmt.Sprint(r.OutputLen), r.Metric,
+		record := []string{fmt.Sprint(r.Batch), fmt.Sprint(r.InputLen), fmt.Sprint(r.OutputLen), r.Metric,
 			fmt.Sprint(r.Old.N), g(r.Old.MedianSeconds), g(r.Old.LowSeconds), g(r.Old.HighSeconds), g(r.Old.RelativeNoise),
 			fmt.Sprint(r.New.N), g(r.New.MedianSeconds), g(r.New.LowSeconds), g(r.New.HighSeconds), g(r.New.RelativeNoise),
 			g(r.Ratio), g(r.RatioLow), g(r.RatioHigh), g(r.RatioConfidence), g(r.PValue), r.Verdict, fmt.Sprint(r.SamplesNeeded)}
@@ -199,7 +199,7 @@ func (r CompareRow) MarshalJSON() ([]byte, error) {
 		Verdict         string         `json:"verdict"`
 		SamplesNeeded   int            `json:"samples_needed,omitempty"`
 		Notes           []string       `json:"notes,omitempty"`
-	}{r.BatchSize, r.InputLen, r.OutputLen, r.Metric, r.Old, r.New, stats.Finite(r.Ratio), stats.Finite(r.RatioLow),
+	}{r.Batch, r.InputLen, r.OutputLen, r.Metric, r.Old, r.New, stats.Finite(r.Ratio), stats.Finite(r.RatioLow),
 		stats.Finite(r.RatioHigh), stats.Finite(nonZero(r.RatioConfidence)), stats.Finite(r.PValue), r.Verdict, r.SamplesNeeded, r.Notes})
 }
 

@@ -15,7 +15,7 @@ import (
 // scriptedShape builds a shape whose host times are given: prefill[i] and
 // decode[i] for iteration i.
 func scriptedShape(batch, inputLen, outputLen int, prefill []float64, decode [][]float64) ShapeResult {
-	s := ShapeResult{Batch: batch, InputLen: inputLen, OutputLen: outputLen, Complete: true}
+	s := ShapeResult{Shape: Shape{Batch: batch, InputLen: inputLen, OutputLen: outputLen}, Complete: true}
 	for i := range prefill {
 		it := IterationResult{Iter: i, Prefill: Sample{Phase: PhasePrefill, Iter: i,
 			HostSeconds: prefill[i], DeviceSeconds: prefill[i] / 2}}

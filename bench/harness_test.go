@@ -231,8 +231,7 @@ func TestRunPromptsFreshInRangeReproducible(t *testing.T) {
 		}
 	}
 	first := results[0]
-	want, err := PromptIDs(opt.Seed, opt.VocabSize, PromptKey{Batch: first.Batch, InputLen: first.InputLen,
-		OutputLen: first.OutputLen, Iter: 1})
+	want, err := PromptIDs(opt.Seed, opt.VocabSize, PromptKey{Shape: first.Shape, Iter: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +239,7 @@ func TestRunPromptsFreshInRangeReproducible(t *testing.T) {
 	if !slices.Equal(fake.prompts[2], want) {
 		t.Errorf("iteration 1 prompts %v, want PromptIDs' %v", fake.prompts[2], want)
 	}
-	if first.Iterations[1].PromptStream != (PromptKey{Batch: first.Batch, InputLen: first.InputLen,
-		OutputLen: first.OutputLen, Iter: 1}).stream() {
+	if first.Iterations[1].PromptStream != (PromptKey{Shape: first.Shape, Iter: 1}).stream() {
 		t.Errorf("PromptStream not recorded")
 	}
 	other := &fakeTarget{}

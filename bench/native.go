@@ -85,10 +85,8 @@ type RunConfig struct {
 
 // ShapeReport is one shape's samples, summaries and roofline floors.
 type ShapeReport struct {
-	BatchSize int  `json:"batch_size"`
-	InputLen  int  `json:"input_len"`
-	OutputLen int  `json:"output_len"`
-	Complete  bool `json:"complete"`
+	Shape
+	Complete bool `json:"complete"`
 	// Iterations is the count of timed iterations, StopReason why they
 	// stopped (num_iters, target_noise, max_seconds, interrupted, error)
 	// and Noise the achieved noise of each median (null: not measured or
@@ -163,9 +161,7 @@ type Telemetry struct {
 // no telemetry: the caller adds them).
 func NewShapeReport(s ShapeResult) ShapeReport {
 	r := ShapeReport{
-		BatchSize:                 s.Batch,
-		InputLen:                  s.InputLen,
-		OutputLen:                 s.OutputLen,
+		Shape:                     s.Shape,
 		Complete:                  s.Complete,
 		Iterations:                len(s.Iterations),
 		StopReason:                s.StopReason,
@@ -252,14 +248,14 @@ func ParseReport(data []byte) (Report, error) {
 	for i, s := range r.Shapes {
 		if err := s.validate(); err != nil {
 			return Report{}, fmt.Errorf("shape %d (batch_size=%d input_len=%d output_len=%d): %w",
-				i, s.BatchSize, s.InputLen, s.OutputLen, err)
+				i, s.Batch, s.InputLen, s.OutputLen, err)
 		}
 	}
 	return r, nil
 }
 
 func (s ShapeReport) validate() error {
-	if s.BatchSize < 1 || s.InputLen < 1 || s.OutputLen < 1 {
+	if s.Batch < 1 || s.InputLen < 1 || s.OutputLen < 1 {
 		return errors.New("batch_size, input_len and output_len must be >= 1")
 	}
 	for i, sample := range s.Samples {

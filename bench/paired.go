@@ -27,7 +27,7 @@ func ComparePaired(baseline, candidate []ShapeResult, opt CompareOptions) (Compa
 		a := candidate[i]
 		if !b.Complete {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("shape %s stopped early (%s): its finished pairs are compared",
-				shape{b.Batch, b.InputLen, b.OutputLen}, orDash(b.StopReason)))
+				b.Shape, orDash(b.StopReason)))
 		}
 		bSeries, aSeries := iterationSeries(b.Iterations), iterationSeries(a.Iterations)
 		for _, bs := range bSeries {
@@ -35,7 +35,7 @@ func ComparePaired(baseline, candidate []ShapeResult, opt CompareOptions) (Compa
 			if j < 0 {
 				continue
 			}
-			row := CompareRow{BatchSize: b.Batch, InputLen: b.InputLen, OutputLen: b.OutputLen, Metric: bs.metric}
+			row := CompareRow{Shape: b.Shape, Metric: bs.metric}
 			row.fillPaired(bs.values, aSeries[j].values, opt)
 			res.Rows = append(res.Rows, row)
 		}

@@ -29,7 +29,7 @@ func cpuRunShapes() []ShapeResult {
 	var shapes []ShapeResult
 	for _, b := range []int{1, 4} {
 		prefill, decode := 0.02*float64(b), 0.004+0.001*float64(b)
-		shapes = append(shapes, ShapeResult{Batch: b, InputLen: 16, OutputLen: 4, Complete: true, Summary: ShapeSummary{
+		shapes = append(shapes, ShapeResult{Shape: Shape{Batch: b, InputLen: 16, OutputLen: 4}, Complete: true, Summary: ShapeSummary{
 			PrefillHostSeconds: stats.Summarize([]float64{prefill, prefill * 1.1}),
 			DecodeHostSeconds:  stats.Summarize([]float64{decode, decode * 1.05, decode}),
 			TotalHostSeconds:   stats.Summarize([]float64{prefill + 3*decode}),

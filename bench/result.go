@@ -58,9 +58,9 @@ type ShapeSummary struct {
 
 // ShapeResult is everything measured for one (batch, input, output) shape.
 type ShapeResult struct {
-	Batch, InputLen, OutputLen int
-	Iterations                 []IterationResult
-	Summary                    ShapeSummary
+	Shape
+	Iterations []IterationResult
+	Summary    ShapeSummary
 	// Noise is the achieved noise of each median (see ShapeNoise) and
 	// StopReason why the timed iterations stopped (Stop* constants).
 	Noise      Noise

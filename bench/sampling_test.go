@@ -74,7 +74,7 @@ func TestDefaultSettingsDetectTwoPercent(t *testing.T) {
 		for _, r := range res.Rows {
 			if r.Verdict != tc.want {
 				t.Errorf("×%g batch %d %s: %s after %d/%d iterations (ratio %.4f [%.4f, %.4f], p %.2g), want %s", tc.scale,
-					r.BatchSize, r.Metric, r.Verdict, r.Old.N, r.New.N, r.Ratio, r.RatioLow, r.RatioHigh, r.PValue, tc.want)
+					r.Batch, r.Metric, r.Verdict, r.Old.N, r.New.N, r.Ratio, r.RatioLow, r.RatioHigh, r.PValue, tc.want)
 			}
 		}
 	}

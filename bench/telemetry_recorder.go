@@ -16,10 +16,8 @@ type TelemetrySource interface {
 // DefaultSamplePeriod is the background sampler's period.
 const DefaultSamplePeriod = 20 * time.Millisecond
 
-type shapeKey struct{ batch, inputLen, outputLen int }
-
 type regionKey struct {
-	shape       shapeKey
+	shape       Shape
 	phase       string
 	iter, step  int
 	shapeRepeat int // a sweep may list a shape twice; later runs overwrite
@@ -32,8 +30,8 @@ type TelemetryRecorder struct {
 	source TelemetrySource
 
 	mu       sync.Mutex
-	shape    shapeKey
-	started  map[shapeKey][2]int64 // unix nanos of the shape's first and last region
+	shape    Shape
+	started  map[Shape][2]int64 // unix nanos of the shape's first and last region
 	regions  map[regionKey]TelemetryReading
 	between  []TelemetryReading // every between-region reading, warmup included
 	timeline []TelemetryReading // the background sampler's readings
@@ -44,14 +42,14 @@ type TelemetryRecorder struct {
 
 // NewTelemetryRecorder records readings of source.
 func NewTelemetryRecorder(source TelemetrySource) *TelemetryRecorder {
-	return &TelemetryRecorder{source: source, started: map[shapeKey][2]int64{}, regions: map[regionKey]TelemetryReading{}}
+	return &TelemetryRecorder{source: source, started: map[Shape][2]int64{}, regions: map[regionKey]TelemetryReading{}}
 }
 
 // BeforeShape marks the start of a shape (Options.BeforeShape).
-func (r *TelemetryRecorder) BeforeShape(batch, inputLen, outputLen int) {
+func (r *TelemetryRecorder) BeforeShape(s Shape) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.shape = shapeKey{batch, inputLen, outputLen}
+	r.shape = s
 	now := time.Now().UnixNano()
 	r.started[r.shape] = [2]int64{now, now}
 }
@@ -117,10 +115,10 @@ func (r *TelemetryRecorder) Stop() {
 }
 
 // Region returns the reading taken after the given timed region of a shape.
-func (r *TelemetryRecorder) Region(batch, inputLen, outputLen int, phase string, iter, step int) (TelemetryReading, bool) {
+func (r *TelemetryRecorder) Region(s Shape, phase string, iter, step int) (TelemetryReading, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	reading, ok := r.regions[regionKey{shape: shapeKey{batch, inputLen, outputLen}, phase: phase, iter: iter, step: step}]
+	reading, ok := r.regions[regionKey{shape: s, phase: phase, iter: iter, step: step}]
 	return reading, ok
 }
 
@@ -134,10 +132,10 @@ func (r *TelemetryRecorder) Readings() (between, sampled []TelemetryReading) {
 
 // Timeline returns the sampler's readings taken while a shape ran (from its
 // start to its last region).
-func (r *TelemetryRecorder) Timeline(batch, inputLen, outputLen int) []TelemetryReading {
+func (r *TelemetryRecorder) Timeline(s Shape) []TelemetryReading {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	span, ok := r.started[shapeKey{batch, inputLen, outputLen}]
+	span, ok := r.started[s]
 	if !ok {
 		return nil
 	}
@@ -152,7 +150,7 @@ func (r *TelemetryRecorder) Timeline(batch, inputLen, outputLen int) []Telemetry
 
 // Throttled says whether the reading after a kept sample was flagged.
 func (r *TelemetryRecorder) Throttled(s ShapeResult, sample Sample) bool {
-	reading, ok := r.Region(s.Batch, s.InputLen, s.OutputLen, sample.Phase, sample.Iter, sample.Step)
+	reading, ok := r.Region(s.Shape, sample.Phase, sample.Iter, sample.Step)
 	return ok && reading.Throttled
 }
 
@@ -180,7 +178,7 @@ func (r *TelemetryRecorder) AttachTelemetry(sr *ShapeReport) {
 	sr.ThrottledSamples = 0
 	for i := range sr.Samples {
 		s := &sr.Samples[i]
-		reading, ok := r.Region(sr.BatchSize, sr.InputLen, sr.OutputLen, s.Phase, s.Iter, s.Step)
+		reading, ok := r.Region(sr.Shape, s.Phase, s.Iter, s.Step)
 		if !ok {
 			continue
 		}
@@ -201,7 +199,7 @@ func (r *TelemetryRecorder) AttachTelemetry(sr *ShapeReport) {
 	if len(clocks) > 0 {
 		sr.MedianSMClockMHz = stats.Median(clocks)
 	}
-	sr.TelemetryTimeline = r.Timeline(sr.BatchSize, sr.InputLen, sr.OutputLen)
+	sr.TelemetryTimeline = r.Timeline(sr.Shape)
 }
 
 // DiscardThrottled recomputes a shape's summary without the samples whose

@@ -18,7 +18,7 @@ func WriteTelemetryTable(w io.Writer, shapes []ShapeReport) error {
 	writeRow(tw, []string{"batch", "input", "output", "power_W", "sm_MHz", "throttled",
 		"prefill_J/tok", "decode_J/tok(derived)", "iter_J/tok", "prefill_roof", "decode_roof"})
 	for _, s := range shapes {
-		row := []string{fmt.Sprint(s.BatchSize), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen),
+		row := []string{fmt.Sprint(s.Batch), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen),
 			optional(s.MedianPowerWatts, "%.0f", s.MedianPowerWatts > 0),
 			optional(s.MedianSMClockMHz, "%.0f", s.MedianSMClockMHz > 0),
 			throttledCell(s)}

@@ -173,7 +173,7 @@ func TestTelemetryLandsOnTheRightStep(t *testing.T) {
 		{2, 1, 0, PhaseDecode, 16},
 	}
 	for _, c := range cases {
-		r, ok := rec.Region(c.batch, 4, 3, c.phase, c.iter, c.step)
+		r, ok := rec.Region(Shape{c.batch, 4, 3}, c.phase, c.iter, c.step)
 		if !ok {
 			t.Fatalf("no reading for batch %d %s iter %d step %d", c.batch, c.phase, c.iter, c.step)
 		}
@@ -231,7 +231,7 @@ func TestThrottleFlag(t *testing.T) {
 }
 
 func TestDiscardThrottled(t *testing.T) {
-	s := ShapeResult{Batch: 1, InputLen: 4, OutputLen: 3, Iterations: []IterationResult{
+	s := ShapeResult{Shape: Shape{Batch: 1, InputLen: 4, OutputLen: 3}, Iterations: []IterationResult{
 		{Iter: 0, Prefill: Sample{Phase: PhasePrefill, HostSeconds: 1}, Decode: []Sample{{Phase: PhaseDecode, HostSeconds: 1}, {Phase: PhaseDecode, Step: 1, HostSeconds: 1}}, TotalHostSeconds: 3},
 		{Iter: 1, Prefill: Sample{Phase: PhasePrefill, Iter: 1, HostSeconds: 9}, Decode: []Sample{{Phase: PhaseDecode, Iter: 1, HostSeconds: 9}, {Phase: PhaseDecode, Iter: 1, Step: 1, HostSeconds: 2}}, TotalHostSeconds: 20},
 	}}
@@ -310,7 +310,7 @@ func TestClockLockAndVariation(t *testing.T) {
 func TestSamplerRecordsTimeline(t *testing.T) {
 	g := &scriptedGPU{smClocks: []uint32{1980}, reasons: []uint64{0}}
 	rec := NewTelemetryRecorder(openMock(t, g))
-	rec.BeforeShape(1, 1, 1)
+	rec.BeforeShape(Shape{1, 1, 1})
 	rec.Start(time.Millisecond)
 	time.Sleep(30 * time.Millisecond)
 	rec.AfterRegion(Sample{Phase: PhasePrefill})
@@ -325,7 +325,7 @@ func TestSamplerRecordsTimeline(t *testing.T) {
 			t.Fatal("timeline not in time order")
 		}
 	}
-	if tl := rec.Timeline(1, 1, 1); len(tl) == 0 || len(tl) > len(sampled) {
+	if tl := rec.Timeline(Shape{1, 1, 1}); len(tl) == 0 || len(tl) > len(sampled) {
 		t.Errorf("shape timeline has %d of %d readings", len(tl), len(sampled))
 	}
 }

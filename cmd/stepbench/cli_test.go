@@ -190,7 +190,7 @@ func TestCompareExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	report := func(name string, scale float64, batch int) string {
 		r := bench.Report{Schema: bench.ReportSchema}
-		s := bench.ShapeReport{BatchSize: batch, InputLen: 8, OutputLen: 1, Complete: true}
+		s := bench.ShapeReport{Shape: bench.Shape{Batch: batch, InputLen: 8, OutputLen: 1}, Complete: true}
 		for i := 0; i < 8; i++ {
 			x := scale * (0.010 + 0.0001*float64(i%3))
 			s.Samples = append(s.Samples, bench.SampleReport{Phase: bench.PhasePrefill, Iter: i, HostSeconds: x, DeviceSeconds: x})

@@ -1,12 +1,9 @@
 package bench
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // EnergyMeter reads a cumulative energy counter in millijoules (NVML's
-// nvmlDeviceGetTotalEnergyConsumption; *Monitor is one).
+// nvmlDeviceGetTotalEnergyConsumption; bench/telemetry/nvml's Monitor is one).
 type EnergyMeter interface {
 	EnergyMillijoules() (uint64, error)
 }
@@ -51,22 +48,21 @@ type ShapeEnergy struct {
 
 // measureEnergy runs the energy windows of one shape (untimed, no
 // BetweenRegions calls): the GPU works back to back inside each window.
-func (h *harness) measureEnergy(batch, inputLen, outputLen int) (*ShapeEnergy, error) {
+func (h *harness) measureEnergy(sh Shape) (*ShapeEnergy, error) {
 	minSeconds := h.opt.EnergyWindowSeconds
 	if minSeconds <= 0 {
 		minSeconds = DefaultEnergyWindowSeconds
 	}
-	prefillTokens := batch * inputLen
-	prefill, err := h.energyWindow(batch, inputLen, outputLen, minSeconds, prefillTokens, h.target.Prefill)
+	prefill, err := h.energyWindow(sh, minSeconds, sh.Batch*sh.InputLen, h.target.Prefill)
 	if err != nil {
 		return nil, fmt.Errorf("prefill energy window: %w", err)
 	}
 	e := &ShapeEnergy{Prefill: &prefill}
-	iteration, err := h.energyWindow(batch, inputLen, outputLen, minSeconds, batch*(inputLen+outputLen), func() error {
+	iteration, err := h.energyWindow(sh, minSeconds, sh.Batch*(sh.InputLen+sh.OutputLen), func() error {
 		if err := h.target.Prefill(); err != nil {
 			return err
 		}
-		for step := 0; step < outputLen-1; step++ {
+		for step := 0; step < sh.OutputLen-1; step++ {
 			if err := h.target.Decode(); err != nil {
 				return fmt.Errorf("decode step %d: %w", step, err)
 			}
@@ -77,8 +73,8 @@ func (h *harness) measureEnergy(batch, inputLen, outputLen int) (*ShapeEnergy, e
 		return e, fmt.Errorf("iteration energy window: %w", err)
 	}
 	e.Iteration = &iteration
-	if outputLen > 1 {
-		d := DeriveDecodeEnergy(prefill, iteration, batch*(outputLen-1))
+	if sh.OutputLen > 1 {
+		d := DeriveDecodeEnergy(prefill, iteration, sh.Batch*(sh.OutputLen-1))
 		e.Decode = &d
 	}
 	return e, nil
@@ -118,10 +114,10 @@ func NewEnergyWindow(startMillijoules, endMillijoules uint64, seconds float64, r
 	return w, nil
 }
 
-// energyWindow repeats Begin + body until minSeconds have passed, then
-// synchronises and reads the counter again. Prompts come from their own
-// streams (negative iterations), fresh per repetition.
-func (h *harness) energyWindow(batch, inputLen, outputLen int, minSeconds float64, tokensPerRep int, body func() error) (EnergyWindow, error) {
+// energyWindow repeats Begin + body until minSeconds have passed on the
+// host clock, then synchronises and reads the counter again. Prompts come
+// from their own streams (negative iterations), fresh per repetition.
+func (h *harness) energyWindow(sh Shape, minSeconds float64, tokensPerRep int, body func() error) (EnergyWindow, error) {
 	if err := h.target.Sync(); err != nil {
 		return EnergyWindow{}, fmt.Errorf("sync: %w", err)
 	}
@@ -129,18 +125,17 @@ func (h *harness) energyWindow(batch, inputLen, outputLen int, minSeconds float6
 	if err != nil {
 		return EnergyWindow{}, err
 	}
-	t0 := time.Now()
+	t0 := h.now()
 	reps := 0
-	for reps == 0 || time.Since(t0).Seconds() < minSeconds {
+	for reps == 0 || h.now().Sub(t0).Seconds() < minSeconds {
 		if err := h.ctx.Err(); err != nil {
 			return EnergyWindow{}, fmt.Errorf("%w: %v", ErrInterrupted, err)
 		}
-		key := PromptKey{Batch: batch, InputLen: inputLen, OutputLen: outputLen, Iter: -1 - reps, Warmup: true}
-		prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
+		prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, PromptKey{Shape: sh, Iter: -1 - reps, Warmup: true})
 		if err != nil {
 			return EnergyWindow{}, err
 		}
-		if err := h.target.Begin(batch, inputLen, outputLen, prompts); err != nil {
+		if err := h.target.Begin(sh.Batch, sh.InputLen, sh.OutputLen, prompts); err != nil {
 			return EnergyWindow{}, fmt.Errorf("begin: %w", err)
 		}
 		if err := body(); err != nil {
@@ -152,7 +147,7 @@ func (h *harness) energyWindow(batch, inputLen, outputLen int, minSeconds float6
 			return EnergyWindow{}, fmt.Errorf("sync: %w", err)
 		}
 	}
-	seconds := time.Since(t0).Seconds()
+	seconds := h.now().Sub(t0).Seconds()
 	end, err := h.opt.EnergyMeter.EnergyMillijoules()
 	if err != nil {
 		return EnergyWindow{}, err
