@@ -43,11 +43,13 @@ FUZZTIME ?= 10s
 fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzSafetensorsHeader -fuzztime $(FUZZTIME)
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptIDs -fuzztime $(FUZZTIME)
-	$(GO) test ./bench -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
-	$(GO) test ./bench -run '^$$' -fuzz FuzzParseKernelShape -fuzztime $(FUZZTIME)
+	$(GO) test ./bench/report -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
+	$(GO) test ./bench/kernelbench -run '^$$' -fuzz FuzzParseShape -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/stats -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
+	$(GO) test ./bench/compat -run '^$$' -fuzz FuzzPyFloatRoundTrip -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)
 	$(GO) test ./cuda -run '^$$' -fuzz FuzzCudaDirVersion -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzJoinListValues -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh

@@ -3,7 +3,10 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 
+	"stepbench/bench/stats"
 	"stepbench/kernels/ref"
 	"stepbench/runner"
 )
@@ -60,8 +63,8 @@ func runABShape(armA, armB *harness, sh Shape) (a, b ShapeResult, err error) {
 	a = ShapeResult{Shape: sh}
 	b = a
 	finish := func(reason string, complete bool) {
-		a.finish(reason)
-		b.finish(reason)
+		a.Finish(reason)
+		b.Finish(reason)
 		a.Complete, b.Complete = complete, complete
 	}
 	for w := 0; w < armA.opt.WarmupIters; w++ {
@@ -155,4 +158,27 @@ func logitsAgree(a, b [][]float32, maxRelativeError float64) error {
 			rel, maxRelativeError)
 	}
 	return nil
+}
+
+// pairedNoise is the largest noise of the median pair ratio over the
+// compared metrics: what an A/B run's stopping rule holds to the target.
+func pairedNoise(baseline, candidate []IterationResult) float64 {
+	bSeries, aSeries := IterationSeries(baseline), IterationSeries(candidate)
+	worst, seen := 0.0, false
+	for _, bs := range bSeries {
+		j := slices.IndexFunc(aSeries, func(s MetricSeries) bool { return s.Metric == bs.Metric })
+		if j < 0 {
+			continue
+		}
+		ratios := stats.PairRatios(bs.Values, aSeries[j].Values)
+		noise := math.Inf(1)
+		if !slices.ContainsFunc(ratios, math.IsNaN) {
+			noise = stats.RelativeNoise(ratios)
+		}
+		worst, seen = math.Max(worst, noise), true
+	}
+	if !seen {
+		return math.Inf(1)
+	}
+	return worst
 }

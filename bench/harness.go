@@ -66,7 +66,9 @@ type Options struct {
 	EnergyMeter         EnergyMeter
 	EnergyWindowSeconds float64
 
-	now func() time.Time // the host clock; tests replace it
+	// Now is the host clock of timed regions, adaptive sampling and energy
+	// windows (time.Now when nil); tests give a virtual one.
+	Now func() time.Time
 }
 
 // ErrInterrupted is wrapped by the error of a run stopped by its Context.
@@ -174,7 +176,7 @@ type harness struct {
 // newHarness makes a harness on t with its one pair of events: creating
 // events per region would put allocation next to the timed regions.
 func newHarness(t Target, opt Options, stdout, progress io.Writer) (harness, error) {
-	h := harness{target: t, opt: opt, ctx: opt.Context, now: opt.now, stdout: orDiscard(stdout), progress: orDiscard(progress)}
+	h := harness{target: t, opt: opt, ctx: opt.Context, now: opt.Now, stdout: orDiscard(stdout), progress: orDiscard(progress)}
 	if h.ctx == nil {
 		h.ctx = context.Background()
 	}
@@ -210,12 +212,12 @@ func (h *harness) runShape(sh Shape) (ShapeResult, error) {
 			stop.iterationLabel(i), sh.Batch, sh.InputLen, sh.OutputLen)
 		it, err := h.runIteration(PromptKey{Shape: sh, Iter: i})
 		if err != nil {
-			shape.finish(stopReason(err))
+			shape.Finish(stopReason(err))
 			return shape, fmt.Errorf("iteration %d: %w", i, err)
 		}
 		shape.Iterations = append(shape.Iterations, it)
 	}
-	shape.finish(stop.reason)
+	shape.Finish(stop.reason)
 	shape.Complete = true
 	fmt.Fprintf(h.progress, "  %s\n", shape.NoiseLine(h.opt))
 	if h.opt.EnergyMeter != nil {

@@ -372,3 +372,10 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		t.Errorf("nil target: no error")
 	}
 }
+
+func TestIterationLabels(t *testing.T) {
+	st := newStopper(3, Adaptive{}, time.Now)
+	if st.iterationLabel(0) != "1/3" || newStopper(0, DefaultAdaptive(), func() time.Time { return time.Time{} }).iterationLabel(4) != "5" {
+		t.Error("iteration labels")
+	}
+}

@@ -20,21 +20,21 @@ const (
 	MetricDecodeDevice  = "decode_device"
 )
 
-// metricSeries is one metric's per-iteration values (seconds).
-type metricSeries struct {
-	metric string
-	values []float64
+// MetricSeries is one metric's per-iteration values (seconds).
+type MetricSeries struct {
+	Metric string
+	Values []float64
 }
 
-// iterationSeries returns the shape's metrics in a fixed order, leaving
+// IterationSeries returns the shape's metrics in a fixed order, leaving
 // out those nobody measured: decode without decode steps, device times of
 // a backend without device timers (all zero).
-func iterationSeries(iterations []IterationResult) []metricSeries {
-	series := []metricSeries{{metric: MetricPrefillHost}, {metric: MetricPrefillDevice},
-		{metric: MetricDecodeHost}, {metric: MetricDecodeDevice}}
+func IterationSeries(iterations []IterationResult) []MetricSeries {
+	series := []MetricSeries{{Metric: MetricPrefillHost}, {Metric: MetricPrefillDevice},
+		{Metric: MetricDecodeHost}, {Metric: MetricDecodeDevice}}
 	for _, it := range iterations {
-		series[0].values = append(series[0].values, it.Prefill.HostSeconds)
-		series[1].values = append(series[1].values, it.Prefill.DeviceSeconds)
+		series[0].Values = append(series[0].Values, it.Prefill.HostSeconds)
+		series[1].Values = append(series[1].Values, it.Prefill.DeviceSeconds)
 		if len(it.Decode) == 0 {
 			continue
 		}
@@ -42,11 +42,11 @@ func iterationSeries(iterations []IterationResult) []metricSeries {
 		for i, d := range it.Decode {
 			host[i], device[i] = d.HostSeconds, d.DeviceSeconds
 		}
-		series[2].values = append(series[2].values, stats.Median(host))
-		series[3].values = append(series[3].values, stats.Median(device))
+		series[2].Values = append(series[2].Values, stats.Median(host))
+		series[3].Values = append(series[3].Values, stats.Median(device))
 	}
-	return slices.DeleteFunc(series, func(s metricSeries) bool {
-		return len(s.values) == 0 || allZero(s.values)
+	return slices.DeleteFunc(series, func(s MetricSeries) bool {
+		return len(s.Values) == 0 || allZero(s.Values)
 	})
 }
 
@@ -75,8 +75,8 @@ type Noise struct {
 func ShapeNoise(iterations []IterationResult) Noise {
 	nan := math.NaN()
 	n := Noise{PrefillHost: nan, PrefillDevice: nan, DecodeHost: nan, DecodeDevice: nan, TotalHost: nan}
-	for _, s := range iterationSeries(iterations) {
-		*n.field(s.metric) = stats.RelativeNoise(s.values)
+	for _, s := range IterationSeries(iterations) {
+		*n.field(s.Metric) = stats.RelativeNoise(s.Values)
 	}
 	if len(iterations) > 0 {
 		totals := make([]float64, len(iterations))
@@ -103,13 +103,13 @@ func (n *Noise) field(metric string) *float64 {
 // maxNoise is the largest noise of the compared metrics (what the stopping
 // rule holds to the target); +Inf when none is known.
 func maxNoise(iterations []IterationResult) float64 {
-	series := iterationSeries(iterations)
+	series := IterationSeries(iterations)
 	if len(series) == 0 {
 		return math.Inf(1)
 	}
 	worst := 0.0
 	for _, s := range series {
-		worst = math.Max(worst, stats.RelativeNoise(s.values))
+		worst = math.Max(worst, stats.RelativeNoise(s.Values))
 	}
 	return worst
 }

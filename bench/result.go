@@ -72,8 +72,9 @@ type ShapeResult struct {
 	Energy *ShapeEnergy
 }
 
-// finish computes the summary and noise of the finished iterations.
-func (s *ShapeResult) finish(reason string) {
+// Finish computes the summary and noise of the finished iterations and
+// records why they stopped (Stop* constants).
+func (s *ShapeResult) Finish(reason string) {
 	s.Summary = summarizeShape(s.Iterations)
 	s.Noise = ShapeNoise(s.Iterations)
 	s.StopReason = reason
@@ -155,9 +156,9 @@ func summarizeKept(iterations []IterationResult, drop func(Sample) bool) (ShapeS
 	}, dropped
 }
 
-// tokensPerSecond is tokens/seconds, or 0 when no time was measured (a
+// TokensPerSecond is tokens/seconds, or 0 when no time was measured (a
 // division by zero would make the result unencodable as JSON).
-func tokensPerSecond(tokens int, seconds float64) float64 {
+func TokensPerSecond(tokens int, seconds float64) float64 {
 	if seconds <= 0 {
 		return 0
 	}

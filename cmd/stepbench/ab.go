@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/compare"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
 )
@@ -78,7 +79,7 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	return f.runArms(bench.ABTarget{A: engines[0], B: engines[1]}, cfg, writer, stdout, stderr)
 }
 
-func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, bench.CompareResult) error, runner.Config, error) {
+func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) error, runner.Config, error) {
 	var cfg runner.Config
 	if f.kernelsA == "" {
 		return nil, cfg, usagef("--kernels-dir A is required")
@@ -142,7 +143,7 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 
 // runArms times the pairs and prints the paired comparison (B = old, A =
 // new), also after an interruption (exit 130) for the pairs that finished.
-func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io.Writer, bench.CompareResult) error, stdout, stderr io.Writer) error {
+func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io.Writer, compare.Result) error, stdout, stderr io.Writer) error {
 	in := newInterruption()
 	defer in.stop()
 	opt := bench.Options{BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
@@ -151,7 +152,7 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io
 	baseline, candidate, runErr := bench.RunAB(pair, opt)
 	errs := []error{runErr}
 	if len(candidate) > 0 {
-		res, err := bench.ComparePaired(baseline, candidate, f.verdict.options())
+		res, err := compare.Paired(baseline, candidate, f.verdict.options())
 		if err == nil {
 			err = f.verdict.outcome(stdout, writer, res)
 		}

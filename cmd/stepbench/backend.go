@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"stepbench/bench"
+	"stepbench/bench/report"
 	"stepbench/cuda"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
@@ -58,7 +58,7 @@ func probeGPU() error {
 
 // openBackend opens the named backend for a run needing est. The cuda
 // backend belongs to the calling goroutine (main's, locked to its thread).
-func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, stderr io.Writer) (runner.Backend, bench.Environment, error) {
+func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, stderr io.Writer) (runner.Backend, report.Environment, error) {
 	switch device {
 	case "cpu":
 		return runner.NewCPU(), hostEnvironment("cpu"), nil
@@ -68,10 +68,10 @@ func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, s
 			DisableGraphs: flags.disableCUDAGraph, Progress: stderr,
 		})
 		if err != nil {
-			return nil, bench.Environment{}, fmt.Errorf("--device cuda: %w", err)
+			return nil, report.Environment{}, fmt.Errorf("--device cuda: %w", err)
 		}
 		if err := be.CheckMemory(est); err != nil {
-			return nil, bench.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
+			return nil, report.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
 		}
 		info := be.Info()
 		mode := "replayed CUDA graphs"
@@ -84,7 +84,7 @@ func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, s
 		}
 		return be, cudaEnvironment(info), nil
 	}
-	return nil, bench.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
+	return nil, report.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
 }
 
 // emulatedNote is printed with every output made on the emulated device.
@@ -92,7 +92,7 @@ const emulatedNote = "note: the emulated CUDA device ran this (cuda/emu, STEPBEN
 
 // cudaEnvironment is what a report says about the GPU and its libraries.
 // The NVIDIA driver's own version string comes from NVML, not from here.
-func cudaEnvironment(info gpu.Info) bench.Environment {
+func cudaEnvironment(info gpu.Info) report.Environment {
 	env := hostEnvironment("cuda")
 	d := info.Device
 	env.GPUName, env.GPUUUID = d.Name, d.UUID

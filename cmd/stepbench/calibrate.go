@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/plot"
+	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
 	"stepbench/cuda"
@@ -98,7 +100,7 @@ type runTelemetry struct {
 // startTelemetry opens NVML for the run's GPU (matched by UUID), wires the
 // recorder and the energy meter into opt and starts the background
 // sampler. Without NVML it prints one notice and returns nil: the run goes on.
-func startTelemetry(enabled, discard bool, energyWindowSeconds float64, env *bench.Environment, opt *bench.Options, stderr io.Writer) *runTelemetry {
+func startTelemetry(enabled, discard bool, energyWindowSeconds float64, env *report.Environment, opt *bench.Options, stderr io.Writer) *runTelemetry {
 	if !enabled || env.Backend != "cuda" {
 		return nil
 	}
@@ -129,7 +131,7 @@ func startTelemetry(enabled, discard bool, energyWindowSeconds float64, env *ben
 
 // finish stops the sampler, warns about unlocked varying clocks, drops
 // throttled samples from the statistics when asked, and closes NVML.
-func (t *runTelemetry) finish(shapes []bench.ShapeResult, env *bench.Environment, stderr io.Writer) []bench.ShapeResult {
+func (t *runTelemetry) finish(shapes []bench.ShapeResult, env *report.Environment, stderr io.Writer) []bench.ShapeResult {
 	if t == nil {
 		return shapes
 	}
@@ -186,7 +188,7 @@ func medianSMClock(readings []bench.TelemetryReading) float64 {
 // runRoofs are every roof known for the run and the one points use:
 // measured (a cached calibration of this GPU), else device-derived (NVML
 // clocks during the run), else the datasheet of --gpu; nil when none.
-func runRoofs(env *bench.Environment, gpu *roofline.Preset) (*roofline.Roof, []roofline.Roof) {
+func runRoofs(env *report.Environment, gpu *roofline.Preset) (*roofline.Roof, []roofline.Roof) {
 	var roofs []roofline.Roof
 	if env.GPUUUID != "" {
 		if c, err := roofline.LoadCalibration("", env.GPUUUID); err == nil {
@@ -217,9 +219,9 @@ func runRoofs(env *bench.Environment, gpu *roofline.Preset) (*roofline.Roof, []r
 }
 
 // fillShape adds telemetry, energy and roofline points to a shape's report.
-func (t *runTelemetry) fillShape(sr *bench.ShapeReport, s bench.ShapeResult, cfg runner.Config, roof *roofline.Roof) {
+func (t *runTelemetry) fillShape(sr *report.ShapeReport, s bench.ShapeResult, cfg runner.Config, roof *roofline.Roof) {
 	if t != nil {
-		t.recorder.AttachTelemetry(sr)
+		report.AttachTelemetry(t.recorder, sr)
 		sr.DiscardedThrottledSamples = t.dropped[[3]int{s.Batch, s.InputLen, s.OutputLen}]
 		if sr.DiscardedThrottledSamples > 0 {
 			// The report's summaries follow the statistics actually used.
@@ -229,17 +231,17 @@ func (t *runTelemetry) fillShape(sr *bench.ShapeReport, s bench.ShapeResult, cfg
 		}
 	}
 	sr.Energy = s.Energy
-	if points, err := bench.ShapeRooflinePoints(cfg, roof, s); err == nil {
+	if points, err := report.ShapeRooflinePoints(cfg, roof, s); err == nil {
 		sr.RooflinePoints = points
 	}
 }
 
 // writeTelemetryOutputs prints the telemetry and roofline table and draws
 // --plot. It returns the shape reports it built (for --json-out).
-func writeTelemetryOutputs(w io.Writer, plotPath string, t *runTelemetry, shapes []bench.ShapeResult, cfg runner.Config, env bench.Environment, roof *roofline.Roof, stderr io.Writer) error {
-	var reports []bench.ShapeReport
+func writeTelemetryOutputs(w io.Writer, plotPath string, t *runTelemetry, shapes []bench.ShapeResult, cfg runner.Config, env report.Environment, roof *roofline.Roof, stderr io.Writer) error {
+	var reports []report.ShapeReport
 	for _, s := range shapes {
-		sr := bench.NewShapeReport(s)
+		sr := report.NewShapeReport(s)
 		t.fillShape(&sr, s, cfg, roof)
 		reports = append(reports, sr)
 	}
@@ -251,10 +253,10 @@ func writeTelemetryOutputs(w io.Writer, plotPath string, t *runTelemetry, shapes
 	} else {
 		fmt.Fprintln(w, "telemetry and roofline (no roof: pass --gpu for datasheet roofs)")
 	}
-	errs = append(errs, bench.WriteTelemetryTable(w, reports))
+	errs = append(errs, report.WriteTelemetryTable(w, reports))
 	if plotPath != "" {
 		title := fmt.Sprintf("%s on %s", cfg.Name, orString(env.GPUName, env.Backend))
-		written, err := bench.PlotRun(plotPath, cfg, roof, shapes, title)
+		written, err := plot.Run(plotPath, cfg, roof, shapes, title)
 		errs = append(errs, err)
 		for _, p := range written {
 			fmt.Fprintf(stderr, "stepbench: wrote %s\n", p)
@@ -283,7 +285,7 @@ type telemetryFlags struct {
 }
 
 // report picks the roofs, prints the telemetry table and draws --plot.
-func (t *telemetryFlags) report(w io.Writer, shapes []bench.ShapeResult, cfg runner.Config, env *bench.Environment, gpu *roofline.Preset, stderr io.Writer) error {
+func (t *telemetryFlags) report(w io.Writer, shapes []bench.ShapeResult, cfg runner.Config, env *report.Environment, gpu *roofline.Preset, stderr io.Writer) error {
 	t.roof, env.Roofs = runRoofs(env, gpu)
 	env.Roof = t.roof
 	return writeTelemetryOutputs(w, t.plot, t.run, shapes, cfg, *env, t.roof, stderr)
@@ -298,7 +300,7 @@ func (t *telemetryFlags) register(fs *pflag.FlagSet) {
 
 func (t *telemetryFlags) check() error {
 	if t.plot != "" {
-		if _, _, err := bench.PlotPaths(t.plot); err != nil {
+		if _, _, err := plot.Paths(t.plot); err != nil {
 			return usagef("--plot: %v", err)
 		}
 	}

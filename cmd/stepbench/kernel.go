@@ -9,7 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"stepbench/bench"
+	"stepbench/bench/kernelbench"
+	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
@@ -38,13 +39,13 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if unknown)")
 	format := fs.String("format", "table", "output: table or gobench")
 	gpuName := fs.String("gpu", "auto", "GPU preset for the attainment column: auto, none or "+joinNames(roofline.PresetNames()))
-	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(bench.KernelOps())+")")
+	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(kernelbench.Ops())+")")
 	if err != nil {
 		return err
 	}
 	op := positional[0]
-	if !slices.Contains(bench.KernelOps(), op) {
-		return usagef("unknown op %q (ops: %s)", op, joinNames(bench.KernelOps()))
+	if !slices.Contains(kernelbench.Ops(), op) {
+		return usagef("unknown op %q (ops: %s)", op, joinNames(kernelbench.Ops()))
 	}
 	if err := checkKernelsDir(backend.kernelsDir); err != nil {
 		return err
@@ -88,18 +89,18 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 			flush = l2BytesByPreset[gpu.Name]
 		}
 	}
-	opt := bench.KernelOptions{WarmupLaunches: 3, MinSamples: *minSamples, MaxSamples: *maxSamples, MaxNoise: *maxNoise, Timeout: *timeout}
+	opt := kernelbench.Options{WarmupLaunches: 3, MinSamples: *minSamples, MaxSamples: *maxSamples, MaxNoise: *maxNoise, Timeout: *timeout}
 	results, errs := measureKernels(be, cfg, op, shapes, flush, opt)
 	if len(results) > 0 {
 		if *format == "gobench" {
-			errs = append(errs, bench.WriteKernelGoBench(stdout, bench.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
+			errs = append(errs, report.WriteKernelGoBench(stdout, report.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
 		} else {
 			var roof *roofline.Roof
 			if gpu != nil {
 				r := gpu.Roof()
 				roof = &r
 			}
-			errs = append(errs, bench.WriteKernelTable(stdout, results, roof))
+			errs = append(errs, report.WriteKernelTable(stdout, results, roof))
 		}
 	}
 	return errors.Join(errs...)
@@ -107,19 +108,19 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 
 // kernelShapes are --shape's one shape, or the model's prefill and decode
 // shapes at --batch-size and --input-len.
-func kernelShapes(shapeText string, batch, inputLen int) ([]bench.KernelShape, error) {
+func kernelShapes(shapeText string, batch, inputLen int) ([]kernelbench.Shape, error) {
 	if shapeText == "" {
-		return []bench.KernelShape{{Batch: batch, SeqLen: inputLen}, {Batch: batch, SeqLen: 1, StartPos: inputLen}}, nil
+		return []kernelbench.Shape{{Batch: batch, SeqLen: inputLen}, {Batch: batch, SeqLen: 1, StartPos: inputLen}}, nil
 	}
-	s, err := bench.ParseKernelShape(shapeText)
+	s, err := kernelbench.ParseShape(shapeText)
 	if err != nil {
 		return nil, usagef("--shape: %v", err)
 	}
-	return []bench.KernelShape{s}, nil
+	return []kernelbench.Shape{s}, nil
 }
 
 // kernelGPU is --gpu's preset for the attainment column (auto: the device's).
-func kernelGPU(env bench.Environment, name string) (*roofline.Preset, error) {
+func kernelGPU(env report.Environment, name string) (*roofline.Preset, error) {
 	switch name {
 	case "none":
 		return nil, nil
@@ -137,15 +138,15 @@ func kernelGPU(env bench.Environment, name string) (*roofline.Preset, error) {
 }
 
 // measureKernels times op at every shape, stopping at the first failure.
-func measureKernels(be runner.Backend, cfg runner.Config, op string, shapes []bench.KernelShape, flush int, opt bench.KernelOptions) ([]bench.KernelResult, []error) {
-	var results []bench.KernelResult
+func measureKernels(be runner.Backend, cfg runner.Config, op string, shapes []kernelbench.Shape, flush int, opt kernelbench.Options) ([]kernelbench.Result, []error) {
+	var results []kernelbench.Result
 	var errs []error
 	for _, s := range shapes {
-		k, cost, err := bench.NewOpKernel(be, cfg, op, s, flush)
+		k, cost, err := kernelbench.NewOp(be, cfg, op, s, flush)
 		if err != nil {
 			return results, append(errs, err)
 		}
-		res, err := bench.MeasureKernel(k, opt)
+		res, err := kernelbench.Measure(k, opt)
 		errs = append(errs, k.Close())
 		if err != nil {
 			return results, append(errs, fmt.Errorf("%s %s: %w", op, s.Label(), err))

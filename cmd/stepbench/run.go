@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"stepbench/bench"
+	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
@@ -135,7 +135,7 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 			return s, err
 		}
 	}
-	if err := bench.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
+	if err := report.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
 		return s, usageError{err}
 	}
 	s.est = f.memoryEstimate(s.cfg, s.prompts)
@@ -244,7 +244,7 @@ func loadProgress(stderr io.Writer, format string) func(done, total int) {
 }
 
 // hostEnvironment is what every report says about the machine.
-func hostEnvironment(backend string) bench.Environment {
+func hostEnvironment(backend string) report.Environment {
 	host, _ := os.Hostname()
-	return bench.Environment{Backend: backend, Hostname: host, GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	return report.Environment{Backend: backend, Hostname: host, GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 }

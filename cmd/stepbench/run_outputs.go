@@ -11,17 +11,21 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/breakdown"
+	"stepbench/bench/compat"
+	"stepbench/bench/plot"
+	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
 
 // outputFiles are every file the run writes (CheckOutputs checks them up
 // front): --output-json's per-shape names, --plot's two plots included.
-func (f *runFlags) outputFiles() []bench.OutputFile {
-	var out []bench.OutputFile
+func (f *runFlags) outputFiles() []report.OutputFile {
+	var out []report.OutputFile
 	add := func(label, path string) {
 		if path != "" {
-			out = append(out, bench.OutputFile{Label: label, Path: path})
+			out = append(out, report.OutputFile{Label: label, Path: path})
 		}
 	}
 	add("--result-filename", f.resultFile)
@@ -30,13 +34,13 @@ func (f *runFlags) outputFiles() []bench.OutputFile {
 		for _, b := range f.shapes.batch {
 			for _, in := range f.shapes.input {
 				for _, o := range f.shapes.output {
-					add("--output-json", bench.VLLMPath(f.outputJSON, several, b, in, o))
+					add("--output-json", compat.VLLMPath(f.outputJSON, several, b, in, o))
 				}
 			}
 		}
 	}
 	add("--json-out", f.jsonOut)
-	if roofline, sweep, err := bench.PlotPaths(f.telemetry.plot); f.telemetry.plot != "" && err == nil {
+	if roofline, sweep, err := plot.Paths(f.telemetry.plot); f.telemetry.plot != "" && err == nil {
 		add("--plot", roofline)
 		add("--plot", sweep)
 	}
@@ -44,35 +48,35 @@ func (f *runFlags) outputFiles() []bench.OutputFile {
 	return out
 }
 
-func (f *runFlags) inputFiles() []bench.OutputFile {
+func (f *runFlags) inputFiles() []report.OutputFile {
 	if f.promptIDs == "" {
 		return nil
 	}
-	return []bench.OutputFile{{Label: "--prompt-ids", Path: f.promptIDs}}
+	return []report.OutputFile{{Label: "--prompt-ids", Path: f.promptIDs}}
 }
 
-// runOutputs writes a run's results shape by shape (bench.ResultWriter).
+// runOutputs writes a run's results shape by shape (report.ResultWriter).
 type runOutputs struct {
 	f      *runFlags
 	fs     *pflag.FlagSet
 	setup  runSetup
 	gpu    *roofline.Preset
 	roof   *roofline.Roof // the roof of the per-shape reports; the final one replaces it
-	writer *bench.ResultWriter
+	writer *report.ResultWriter
 }
 
-func (f *runFlags) newRunOutputs(fs *pflag.FlagSet, s runSetup, env bench.Environment, gpu *roofline.Preset, lines io.Writer) *runOutputs {
+func (f *runFlags) newRunOutputs(fs *pflag.FlagSet, s runSetup, env report.Environment, gpu *roofline.Preset, lines io.Writer) *runOutputs {
 	o := &runOutputs{f: f, fs: fs, setup: s, gpu: gpu}
 	o.roof, _ = runRoofs(&env, gpu)
-	files := bench.ResultFiles{
-		OneBatchJSONL: bench.OutputFile{Label: "--result-filename", Path: f.resultFile},
-		VLLMJSON:      bench.OutputFile{Label: "--output-json", Path: f.outputJSON},
-		Native:        bench.OutputFile{Label: "--json-out", Path: f.jsonOut},
+	files := report.ResultFiles{
+		OneBatchJSONL: report.OutputFile{Label: "--result-filename", Path: f.resultFile},
+		VLLMJSON:      report.OutputFile{Label: "--output-json", Path: f.outputJSON},
+		Native:        report.OutputFile{Label: "--json-out", Path: f.jsonOut},
 		SeveralShapes: len(f.shapes.batch)*len(f.shapes.input)*len(f.shapes.output) > 1,
 		RunName:       f.runName,
 		VLLMLines:     lines,
 	}
-	o.writer = bench.NewResultWriter(files, o.header(env))
+	o.writer = report.NewResultWriter(files, o.header(env))
 	return o
 }
 
@@ -83,35 +87,35 @@ func (o *runOutputs) addShape(s bench.ShapeResult) error {
 
 // finish rewrites the native report with the run's final environment,
 // roofs and telemetry.
-func (o *runOutputs) finish(shapes []bench.ShapeResult, env bench.Environment) error {
+func (o *runOutputs) finish(shapes []bench.ShapeResult, env report.Environment) error {
 	if o.f.jsonOut == "" {
 		return nil
 	}
-	reports := make([]bench.ShapeReport, len(shapes))
+	reports := make([]report.ShapeReport, len(shapes))
 	for i, s := range shapes {
 		reports[i] = o.shapeReport(s, o.f.telemetry.roof)
 	}
 	return o.writer.Rewrite(o.header(env), reports)
 }
 
-func (o *runOutputs) header(env bench.Environment) bench.Report {
+func (o *runOutputs) header(env report.Environment) report.Report {
 	f, s := o.f, o.setup
 	flags := map[string]string{}
 	o.fs.VisitAll(func(fl *pflag.Flag) { flags[fl.Name] = fl.Value.String() })
-	cfg := bench.RunConfig{Model: s.cfg, ModelPath: f.model.modelPath, LoadFormat: s.loadFormat, RunName: f.runName,
+	cfg := report.RunConfig{Model: s.cfg, ModelPath: f.model.modelPath, LoadFormat: s.loadFormat, RunName: f.runName,
 		Seed: f.seed, NumIters: f.sampling.numIters, WarmupIters: f.warmupIters, Flags: flags}
 	if f.sampling.numIters == 0 {
 		var opt bench.Options
 		f.sampling.options(&opt)
 		cfg.Adaptive = &opt.Adaptive
 	}
-	return bench.Report{ToolVersion: versionString(), CreatedAt: time.Now().UTC().Format(time.RFC3339), Environment: env, Config: cfg}
+	return report.Report{ToolVersion: versionString(), CreatedAt: time.Now().UTC().Format(time.RFC3339), Environment: env, Config: cfg}
 }
 
 // shapeReport is a shape's native report: samples, summaries, noise,
 // telemetry, roofline points (against roof) and the GPU preset's floors.
-func (o *runOutputs) shapeReport(s bench.ShapeResult, roof *roofline.Roof) bench.ShapeReport {
-	sr := bench.NewShapeReport(s)
+func (o *runOutputs) shapeReport(s bench.ShapeResult, roof *roofline.Roof) report.ShapeReport {
+	sr := report.NewShapeReport(s)
 	o.f.telemetry.run.fillShape(&sr, s, o.setup.cfg, roof)
 	if o.gpu == nil {
 		return sr
@@ -127,7 +131,7 @@ func (o *runOutputs) shapeReport(s bench.ShapeResult, roof *roofline.Roof) bench
 
 // benchmark times the sweep, writing each shape's results as it ends; a
 // SIGINT or SIGTERM stops it at the next timed-region boundary (exit 130).
-func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, engine *runner.Engine, env bench.Environment, stdout, stderr io.Writer) error {
+func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, engine *runner.Engine, env report.Environment, stdout, stderr io.Writer) error {
 	in := newInterruption()
 	defer in.stop()
 	opt := bench.Options{
@@ -176,7 +180,7 @@ func completeShapes(shapes []bench.ShapeResult) int {
 
 // report prints the summary and telemetry tables, draws --plot and writes
 // --format gobench.
-func (f *runFlags) report(textOut, stdout, stderr io.Writer, shapes []bench.ShapeResult, cfg runner.Config, env *bench.Environment, gpu *roofline.Preset) []error {
+func (f *runFlags) report(textOut, stdout, stderr io.Writer, shapes []bench.ShapeResult, cfg runner.Config, env *report.Environment, gpu *roofline.Preset) []error {
 	var errs []error
 	fmt.Fprintln(textOut)
 	if env.Emulated != "" {
@@ -187,10 +191,10 @@ func (f *runFlags) report(textOut, stdout, stderr io.Writer, shapes []bench.Shap
 	} else {
 		fmt.Fprintln(textOut, "summary")
 	}
-	errs = append(errs, bench.WriteSummaryTable(textOut, shapes, floorFunc(cfg, gpu)))
+	errs = append(errs, report.WriteSummaryTable(textOut, shapes, floorFunc(cfg, gpu)))
 	errs = append(errs, f.telemetry.report(textOut, shapes, cfg, env, gpu, stderr))
 	if f.format == "gobench" {
-		errs = append(errs, bench.WriteGoBench(stdout, cfg.Name, bench.GoBenchConfig{"backend": env.Backend, "gpu": env.GPUName,
+		errs = append(errs, report.WriteGoBench(stdout, cfg.Name, report.GoBenchConfig{"backend": env.Backend, "gpu": env.GPUName,
 			"driver": env.DriverVersion, "goos": runtime.GOOS, "goarch": runtime.GOARCH}, shapes))
 	}
 	return errs
@@ -204,17 +208,17 @@ func (f *runFlags) runBreakdown(engine *runner.Engine, shapes []bench.ShapeResul
 			r := gpu.Roof()
 			roof = &r
 		}
-		sb, err := bench.MeasureBreakdown(engine, s.Batch, s.InputLen, s.OutputLen, f.seed, roof)
+		sb, err := breakdown.Measure(engine, s.Shape, f.seed, roof)
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		errs = append(errs, bench.WriteBreakdownTable(textOut, sb))
+		errs = append(errs, report.WriteBreakdownTable(textOut, sb))
 	}
 	return errors.Join(errs...)
 }
 
 // floorGPU is the GPU whose datasheet peaks give the summary's floors.
-func (f *runFlags) floorGPU(env bench.Environment) (*roofline.Preset, error) {
+func (f *runFlags) floorGPU(env report.Environment) (*roofline.Preset, error) {
 	switch f.gpu {
 	case "none":
 		return nil, nil
@@ -235,7 +239,7 @@ func (f *runFlags) floorGPU(env bench.Environment) (*roofline.Preset, error) {
 	return &g, nil
 }
 
-func floorFunc(cfg runner.Config, g *roofline.Preset) bench.FloorFunc {
+func floorFunc(cfg runner.Config, g *roofline.Preset) report.FloorFunc {
 	if g == nil {
 		return nil
 	}
