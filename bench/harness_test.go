@@ -379,3 +379,17 @@ func TestIterationLabels(t *testing.T) {
 		t.Error("iteration labels")
 	}
 }
+func TestDropSamples(t *testing.T) {
+	s := ShapeResult{Shape: Shape{Batch: 1, InputLen: 4, OutputLen: 3}, Iterations: []IterationResult{
+		{Iter: 0, Prefill: Sample{Phase: PhasePrefill, HostSeconds: 1}, Decode: []Sample{{Phase: PhaseDecode, HostSeconds: 1}, {Phase: PhaseDecode, Step: 1, HostSeconds: 1}}, TotalHostSeconds: 3},
+		{Iter: 1, Prefill: Sample{Phase: PhasePrefill, Iter: 1, HostSeconds: 9}, Decode: []Sample{{Phase: PhaseDecode, Iter: 1, HostSeconds: 9}, {Phase: PhaseDecode, Iter: 1, Step: 1, HostSeconds: 2}}, TotalHostSeconds: 20},
+	}}
+	got, dropped := DropSamples(s, func(x Sample) bool { return x.HostSeconds == 9 })
+	if dropped != 2 {
+		t.Errorf("dropped %d, want 2", dropped)
+	}
+	if got.Summary.PrefillHostSeconds.N != 1 || got.Summary.DecodeHostSeconds.N != 3 || got.Summary.TotalHostSeconds.N != 1 ||
+		got.Summary.TotalHostSeconds.Median != 3 || got.Summary.PrefillHostSeconds.Max != 1 {
+		t.Errorf("summary after discard: %+v", got.Summary)
+	}
+}

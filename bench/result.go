@@ -164,3 +164,13 @@ func TokensPerSecond(tokens int, seconds float64) float64 {
 	}
 	return float64(tokens) / seconds
 }
+
+// DropSamples is s with its summary recomputed without the samples drop
+// names (an iteration's total counts only when none of its samples was
+// dropped), and the count of dropped samples. Iterations keep every sample:
+// reports still show them, marked.
+func DropSamples(s ShapeResult, drop func(Sample) bool) (ShapeResult, int) {
+	var dropped int
+	s.Summary, dropped = summarizeKept(s.Iterations, drop)
+	return s, dropped
+}

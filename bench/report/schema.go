@@ -13,6 +13,7 @@ import (
 	"stepbench/bench/internal/files"
 	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
+	"stepbench/bench/telemetry"
 )
 
 // Schema is the schema string of the native report this package
@@ -119,13 +120,13 @@ type ShapeReport struct {
 	// Telemetry (issue 4): flagged samples, medians over kept samples'
 	// readings, the background sampler's readings during the shape, energy
 	// windows, and roofline points.
-	ThrottledSamples          int                      `json:"throttled_samples,omitempty"`
-	DiscardedThrottledSamples int                      `json:"discarded_throttled_samples,omitempty"`
-	MedianPowerWatts          float64                  `json:"median_power_watts,omitempty"`
-	MedianSMClockMHz          float64                  `json:"median_sm_clock_mhz,omitempty"`
-	TelemetryTimeline         []bench.TelemetryReading `json:"telemetry_timeline,omitempty"`
-	Energy                    *bench.ShapeEnergy       `json:"energy,omitempty"`
-	RooflinePoints            []roofline.Point         `json:"roofline_points,omitempty"`
+	ThrottledSamples          int                 `json:"throttled_samples,omitempty"`
+	DiscardedThrottledSamples int                 `json:"discarded_throttled_samples,omitempty"`
+	MedianPowerWatts          float64             `json:"median_power_watts,omitempty"`
+	MedianSMClockMHz          float64             `json:"median_sm_clock_mhz,omitempty"`
+	TelemetryTimeline         []telemetry.Reading `json:"telemetry_timeline,omitempty"`
+	Energy                    *bench.ShapeEnergy  `json:"energy,omitempty"`
+	RooflinePoints            []roofline.Point    `json:"roofline_points,omitempty"`
 }
 
 // SampleReport is one timed region.

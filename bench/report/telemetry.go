@@ -1,12 +1,12 @@
 package report
 
 import (
-	"stepbench/bench"
 	"stepbench/bench/stats"
+	"stepbench/bench/telemetry"
 )
 
 // reportTelemetry converts a reading to its report form.
-func reportTelemetry(t bench.TelemetryReading) *Telemetry {
+func reportTelemetry(t telemetry.Reading) *Telemetry {
 	return &Telemetry{
 		PowerWatts:               t.PowerWatts,
 		SMClockMHz:               t.SMClockMHz,
@@ -24,7 +24,7 @@ func reportTelemetry(t bench.TelemetryReading) *Telemetry {
 
 // AttachTelemetry fills a shape report's per-sample telemetry, its throttle
 // count, its sampler timeline and its medians of power and SM clock.
-func AttachTelemetry(r *bench.TelemetryRecorder, sr *ShapeReport) {
+func AttachTelemetry(r *telemetry.Recorder, sr *ShapeReport) {
 	var power, clocks []float64
 	sr.ThrottledSamples = 0
 	for i := range sr.Samples {

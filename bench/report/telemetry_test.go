@@ -5,20 +5,21 @@ import (
 
 	"stepbench/bench"
 	"stepbench/bench/benchtest"
+	"stepbench/bench/telemetry"
 )
 
 // countingSource reads an SM clock that grows by one MHz per reading, from
 // 1000 MHz, of a GPU whose maximum is 1980 MHz: every reading is throttled.
 type countingSource struct{ reads int }
 
-func (c *countingSource) Read() bench.TelemetryReading {
+func (c *countingSource) Read() telemetry.Reading {
 	c.reads++
 	mhz := float64(999 + c.reads)
-	return bench.TelemetryReading{UnixNanos: int64(c.reads), SMClockMHz: mhz, PowerWatts: 100, Throttled: mhz < 0.75*1980}
+	return telemetry.Reading{UnixNanos: int64(c.reads), SMClockMHz: mhz, PowerWatts: 100, Throttled: mhz < 0.75*1980}
 }
 
 func TestAttachTelemetry(t *testing.T) {
-	rec := bench.NewTelemetryRecorder(&countingSource{})
+	rec := telemetry.NewRecorder(&countingSource{}, nil)
 	device := benchtest.NewDevice(1)
 	opt := bench.Options{BatchSizes: []int{1, 2}, InputLens: []int{4}, OutputLens: []int{3}, NumIters: 2, WarmupIters: 1,
 		VocabSize: 10, Now: device.Clock, BeforeShape: rec.BeforeShape, BetweenRegions: rec.AfterRegion}

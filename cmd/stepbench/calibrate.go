@@ -12,6 +12,8 @@ import (
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
+	"stepbench/bench/telemetry"
+	"stepbench/bench/telemetry/nvml"
 	"stepbench/cuda"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
@@ -69,7 +71,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if m, err := bench.OpenMonitor(props.UUID); err == nil {
+	if m, err := nvml.Open(props.UUID); err == nil {
 		c.SMClockMHz = m.Read().SMClockMHz
 		m.Close()
 	}
@@ -91,8 +93,8 @@ func printCalibration(w io.Writer, c roofline.Calibration, note string) {
 
 // runTelemetry is the NVML side of one 'stepbench run': nil when off.
 type runTelemetry struct {
-	monitor  *bench.Monitor
-	recorder *bench.TelemetryRecorder
+	monitor  *nvml.Monitor
+	recorder *telemetry.Recorder
 	discard  bool
 	dropped  map[[3]int]int // discarded throttled samples per shape
 }
@@ -104,7 +106,7 @@ func startTelemetry(enabled, discard bool, energyWindowSeconds float64, env *rep
 	if !enabled || env.Backend != "cuda" {
 		return nil
 	}
-	m, err := bench.OpenMonitor(env.GPUUUID)
+	m, err := nvml.Open(env.GPUUUID)
 	if err != nil {
 		note := fmt.Sprintf("no telemetry: %v", err)
 		fmt.Fprintf(stderr, "stepbench: %s; the run goes on without it\n", note)
@@ -118,14 +120,14 @@ func startTelemetry(enabled, discard bool, energyWindowSeconds float64, env *rep
 	if m.MaxSMClockMHz > 0 {
 		env.MaxSMClockMHz = m.MaxSMClockMHz
 	}
-	t := &runTelemetry{monitor: m, recorder: bench.NewTelemetryRecorder(m), discard: discard, dropped: map[[3]int]int{}}
+	t := &runTelemetry{monitor: m, recorder: telemetry.NewRecorder(m, nil), discard: discard, dropped: map[[3]int]int{}}
 	opt.BeforeShape, opt.BetweenRegions = t.recorder.BeforeShape, t.recorder.AfterRegion
 	if _, err := m.EnergyMillijoules(); err == nil && energyWindowSeconds > 0 {
 		opt.EnergyMeter, opt.EnergyWindowSeconds = m, energyWindowSeconds
 	} else if err != nil {
 		env.TelemetryNotes = append(env.TelemetryNotes, fmt.Sprintf("no energy windows: %v", err))
 	}
-	t.recorder.Start(bench.DefaultSamplePeriod)
+	t.recorder.Start(telemetry.DefaultSamplePeriod)
 	return t
 }
 
@@ -142,7 +144,7 @@ func (t *runTelemetry) finish(shapes []bench.ShapeResult, env *report.Environmen
 	if known {
 		env.ClocksLocked = &locked
 	}
-	if w := bench.ClockVariationWarning(all, locked); w != "" {
+	if w := telemetry.ClockVariationWarning(all, locked); w != "" {
 		fmt.Fprintf(stderr, "stepbench: warning: %s\n", w)
 		env.TelemetryNotes = append(env.TelemetryNotes, w)
 	}
@@ -167,12 +169,12 @@ func (t *runTelemetry) kept(s bench.ShapeResult) bench.ShapeResult {
 	if t == nil || !t.discard {
 		return s
 	}
-	kept, n := bench.DiscardThrottled(s, func(x bench.Sample) bool { return t.recorder.Throttled(s, x) })
+	kept, n := bench.DropSamples(s, func(x bench.Sample) bool { return t.recorder.Throttled(s.Shape, x) })
 	t.dropped[[3]int{s.Batch, s.InputLen, s.OutputLen}] = n
 	return kept
 }
 
-func medianSMClock(readings []bench.TelemetryReading) float64 {
+func medianSMClock(readings []telemetry.Reading) float64 {
 	var clocks []float64
 	for _, r := range readings {
 		if r.SMClockMHz > 0 {

@@ -1,9 +1,8 @@
-package bench
+package nvml
 
 import (
 	"encoding/binary"
 	"errors"
-	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -12,7 +11,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
-	"stepbench/runner"
+	"stepbench/bench"
+	"stepbench/bench/benchtest"
+	"stepbench/bench/telemetry"
 )
 
 // scriptedGPU is the state behind a go-nvml mock device: an H100 SXM whose
@@ -123,7 +124,7 @@ func newMockNVML(t *testing.T, g *scriptedGPU) *mock.Interface {
 
 func openMock(t *testing.T, g *scriptedGPU) *Monitor {
 	t.Helper()
-	m, err := NewMonitor(newMockNVML(t, g), "GPU-aaaa")
+	m, err := New(newMockNVML(t, g), "GPU-aaaa")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestMonitorFacts(t *testing.T) {
 		m.ComputeMajor != 9 || m.PowerLimitWatts != 700 || m.UUID != "GPU-aaaa" {
 		t.Errorf("facts: %+v", m)
 	}
-	if _, err := NewMonitor(newMockNVML(t, &scriptedGPU{}), "GPU-other"); err == nil {
+	if _, err := New(newMockNVML(t, &scriptedGPU{}), "GPU-other"); err == nil {
 		t.Error("a UUID NVML does not know opened a device")
 	}
 }
@@ -151,12 +152,11 @@ func TestTelemetryLandsOnTheRightStep(t *testing.T) {
 		clocks[i] = uint32(1000 + i)
 	}
 	g := &scriptedGPU{smClocks: clocks, reasons: []uint64{0}}
-	rec := NewTelemetryRecorder(openMock(t, g))
-	target := &energyTarget{}
-	opt := Options{BatchSizes: []int{1, 2}, InputLens: []int{4}, OutputLens: []int{3}, NumIters: 2, WarmupIters: 1,
+	rec := telemetry.NewRecorder(openMock(t, g), nil)
+	target := &benchtest.Arm{Name: "A", Device: benchtest.NewDevice(1), Slowdown: 1}
+	opt := bench.Options{BatchSizes: []int{1, 2}, InputLens: []int{4}, OutputLens: []int{3}, NumIters: 2, WarmupIters: 1,
 		VocabSize: 10, BeforeShape: rec.BeforeShape, BetweenRegions: rec.AfterRegion}
-	shapes, err := Run(target, opt)
-	if err != nil {
+	if _, err := bench.Run(target, opt); err != nil {
 		t.Fatal(err)
 	}
 	// Per shape: 1 warmup + 2 timed iterations of 3 regions (prefill, 2 decode).
@@ -165,29 +165,28 @@ func TestTelemetryLandsOnTheRightStep(t *testing.T) {
 		phase             string
 		read              int // 0-based read index
 	}{
-		{1, 0, 0, PhasePrefill, 3},
-		{1, 0, 1, PhaseDecode, 5},
-		{1, 1, 0, PhasePrefill, 6},
-		{1, 1, 1, PhaseDecode, 8},
-		{2, 0, 0, PhasePrefill, 12},
-		{2, 1, 0, PhaseDecode, 16},
+		{1, 0, 0, bench.PhasePrefill, 3},
+		{1, 0, 1, bench.PhaseDecode, 5},
+		{1, 1, 0, bench.PhasePrefill, 6},
+		{1, 1, 1, bench.PhaseDecode, 8},
+		{2, 0, 0, bench.PhasePrefill, 12},
+		{2, 1, 0, bench.PhaseDecode, 16},
 	}
 	for _, c := range cases {
-		r, ok := rec.Region(Shape{c.batch, 4, 3}, c.phase, c.iter, c.step)
+		r, ok := rec.Region(bench.Shape{Batch: c.batch, InputLen: 4, OutputLen: 3}, c.phase, c.iter, c.step)
 		if !ok {
 			t.Fatalf("no reading for batch %d %s iter %d step %d", c.batch, c.phase, c.iter, c.step)
 		}
 		if want := float64(1000 + c.read); r.SMClockMHz != want {
 			t.Errorf("batch %d %s iter %d step %d: SM clock %v, want %v", c.batch, c.phase, c.iter, c.step, r.SMClockMHz, want)
 		}
-		if want := 100 + float64(c.read+1); r.PowerWatts != want || r.PowerSource != PowerSourceInstant {
+		if want := 100 + float64(c.read+1); r.PowerWatts != want || r.PowerSource != telemetry.PowerSourceInstant {
 			t.Errorf("batch %d %s iter %d step %d: power %v W (%s), want %v W instant", c.batch, c.phase, c.iter, c.step, r.PowerWatts, r.PowerSource, want)
 		}
 		if r.MemoryTemperatureC != 61 || r.GPUTemperatureC != 55 || r.MemoryClockMHz != 2619 {
 			t.Errorf("temperatures/memory clock: %+v", r)
 		}
 	}
-	_ = shapes
 }
 
 func TestThrottleFlag(t *testing.T) {
@@ -216,24 +215,9 @@ func TestThrottleFlag(t *testing.T) {
 			}
 		})
 	}
-	names := ClockEventReasonNames(nvml.ClocksEventReasonSwPowerCap | nvml.ClocksThrottleReasonHwThermalSlowdown | 1<<20)
+	names := telemetry.ReasonNames(nvml.ClocksEventReasonSwPowerCap | nvml.ClocksThrottleReasonHwThermalSlowdown | 1<<20)
 	if !slices.Equal(names, []string{"sw_power_cap", "hw_thermal_slowdown", "0x100000"}) {
 		t.Errorf("reason names %v", names)
-	}
-}
-
-func TestDiscardThrottled(t *testing.T) {
-	s := ShapeResult{Shape: Shape{Batch: 1, InputLen: 4, OutputLen: 3}, Iterations: []IterationResult{
-		{Iter: 0, Prefill: Sample{Phase: PhasePrefill, HostSeconds: 1}, Decode: []Sample{{Phase: PhaseDecode, HostSeconds: 1}, {Phase: PhaseDecode, Step: 1, HostSeconds: 1}}, TotalHostSeconds: 3},
-		{Iter: 1, Prefill: Sample{Phase: PhasePrefill, Iter: 1, HostSeconds: 9}, Decode: []Sample{{Phase: PhaseDecode, Iter: 1, HostSeconds: 9}, {Phase: PhaseDecode, Iter: 1, Step: 1, HostSeconds: 2}}, TotalHostSeconds: 20},
-	}}
-	got, dropped := DiscardThrottled(s, func(x Sample) bool { return x.HostSeconds == 9 })
-	if dropped != 2 {
-		t.Errorf("dropped %d, want 2", dropped)
-	}
-	if got.Summary.PrefillHostSeconds.N != 1 || got.Summary.DecodeHostSeconds.N != 3 || got.Summary.TotalHostSeconds.N != 1 ||
-		got.Summary.TotalHostSeconds.Median != 3 || got.Summary.PrefillHostSeconds.Max != 1 {
-		t.Errorf("summary after discard: %+v", got.Summary)
 	}
 }
 
@@ -246,8 +230,8 @@ func TestMissingNVMLSymbols(t *testing.T) {
 		missing: map[string]bool{"nvmlDeviceGetFieldValues": true, "nvmlDeviceGetCurrentClocksEventReasons": true}}
 	m := openMock(t, g)
 	r := m.Read()
-	if r.PowerSource != PowerSourceAverage1s || r.PowerWatts != 250 {
-		t.Errorf("power %v W from %q, want 250 W from %q", r.PowerWatts, r.PowerSource, PowerSourceAverage1s)
+	if r.PowerSource != telemetry.PowerSourceAverage1s || r.PowerWatts != 250 {
+		t.Errorf("power %v W from %q, want 250 W from %q", r.PowerWatts, r.PowerSource, telemetry.PowerSourceAverage1s)
 	}
 	if g.eventReasons {
 		t.Error("called nvmlDeviceGetCurrentClocksEventReasons although the library lacks it")
@@ -264,137 +248,101 @@ func TestMissingNVMLSymbols(t *testing.T) {
 	g2 := &scriptedGPU{smClocks: []uint32{1980}, reasons: []uint64{0}, fieldsRet: nvml.ERROR_NOT_SUPPORTED}
 	m2 := openMock(t, g2)
 	for range 2 {
-		if r := m2.Read(); r.PowerSource != PowerSourceAverage1s {
+		if r := m2.Read(); r.PowerSource != telemetry.PowerSourceAverage1s {
 			t.Errorf("power source %q after NOT_SUPPORTED", r.PowerSource)
 		}
 	}
 
 	// No library at all.
 	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
-	if _, err := NewMonitor(lib, ""); !errors.Is(err, ErrNoNVML) {
+	if _, err := New(lib, ""); !errors.Is(err, ErrNoNVML) {
 		t.Errorf("missing library: %v, want ErrNoNVML", err)
 	}
 }
 
 func TestClockLockAndVariation(t *testing.T) {
 	m := openMock(t, &scriptedGPU{smClocks: []uint32{1980}, reasons: []uint64{0}})
-	readings := []TelemetryReading{{SMClockMHz: 1980, HasReasons: true}, {SMClockMHz: 1700, HasReasons: true}}
+	readings := []telemetry.Reading{{SMClockMHz: 1980, HasReasons: true}, {SMClockMHz: 1700, HasReasons: true}}
 	locked, known := m.ClocksLocked(readings)
 	if locked || !known {
 		t.Errorf("locked=%v known=%v, want false true", locked, known)
 	}
-	if ClockVariationWarning(readings, locked) == "" {
+	if telemetry.ClockVariationWarning(readings, locked) == "" {
 		t.Error("no warning for an unlocked clock varying 1700-1980 MHz")
 	}
-	if ClockVariationWarning(readings, true) != "" {
+	if telemetry.ClockVariationWarning(readings, true) != "" {
 		t.Error("warning although clocks are locked")
 	}
-	steady := []TelemetryReading{{SMClockMHz: 1980}, {SMClockMHz: 1975}}
-	if ClockVariationWarning(steady, false) != "" {
+	steady := []telemetry.Reading{{SMClockMHz: 1980}, {SMClockMHz: 1975}}
+	if telemetry.ClockVariationWarning(steady, false) != "" {
 		t.Error("warning for a steady clock")
 	}
-	withApp := []TelemetryReading{{HasReasons: true, ClockEventReasons: nvml.ClocksEventReasonApplicationsClocksSetting}}
+	withApp := []telemetry.Reading{{HasReasons: true, ClockEventReasons: nvml.ClocksEventReasonApplicationsClocksSetting}}
 	if locked, _ := m.ClocksLocked(withApp); !locked {
 		t.Error("applications-clocks reason not taken as locked")
 	}
 }
 
+// signallingSource reads through a Monitor and says so on a channel, so
+// that a test waits for readings instead of sleeping for them.
+type signallingSource struct {
+	m    *Monitor
+	read chan struct{}
+}
+
+func (s signallingSource) Read() telemetry.Reading {
+	r := s.m.Read()
+	select {
+	case s.read <- struct{}{}:
+	default:
+	}
+	return r
+}
+
 func TestSamplerRecordsTimeline(t *testing.T) {
 	g := &scriptedGPU{smClocks: []uint32{1980}, reasons: []uint64{0}}
-	rec := NewTelemetryRecorder(openMock(t, g))
-	rec.BeforeShape(Shape{1, 1, 1})
+	src := signallingSource{m: openMock(t, g), read: make(chan struct{})}
+	rec := telemetry.NewRecorder(src, nil)
+	rec.BeforeShape(bench.Shape{Batch: 1, InputLen: 1, OutputLen: 1})
 	rec.Start(time.Millisecond)
-	time.Sleep(30 * time.Millisecond)
-	rec.AfterRegion(Sample{Phase: PhasePrefill})
+	for range 3 {
+		<-src.read // the sampler's readings
+	}
+	rec.AfterRegion(bench.Sample{Phase: bench.PhasePrefill})
 	rec.Stop()
 	rec.Stop() // idempotent
 	_, sampled := rec.Readings()
 	if len(sampled) < 3 {
-		t.Fatalf("sampler took %d readings in 30 ms at 1 ms", len(sampled))
+		t.Fatalf("sampler kept %d readings, want the 3 it was seen taking", len(sampled))
 	}
 	for i := 1; i < len(sampled); i++ {
 		if sampled[i].UnixNanos < sampled[i-1].UnixNanos {
 			t.Fatal("timeline not in time order")
 		}
 	}
-	if tl := rec.Timeline(Shape{1, 1, 1}); len(tl) == 0 || len(tl) > len(sampled) {
+	if tl := rec.Timeline(bench.Shape{Batch: 1, InputLen: 1, OutputLen: 1}); len(tl) == 0 || len(tl) > len(sampled) {
 		t.Errorf("shape timeline has %d of %d readings", len(tl), len(sampled))
 	}
 }
 
-// energyTarget is a Target whose work moves a scripted energy counter:
-// 100 mJ per prefill and 10 mJ per decode step.
-type energyTarget struct {
-	energyMJ uint64
-	begins   int
-}
-
-type nopEvent struct{}
-
-func (nopEvent) Record() error { return nil }
-
-func (e *energyTarget) Begin(int, int, int, []int32) error { e.begins++; return nil }
-func (e *energyTarget) Prefill() error {
-	e.energyMJ += 100
-	time.Sleep(time.Millisecond)
-	return nil
-}
-func (e *energyTarget) Decode() error                   { e.energyMJ += 10; return nil }
-func (e *energyTarget) Sync() error                     { return nil }
-func (e *energyTarget) NewEvent() (runner.Event, error) { return nopEvent{}, nil }
-func (e *energyTarget) Elapsed(runner.Event, runner.Event) (time.Duration, error) {
-	return time.Millisecond, nil
-}
-func (e *energyTarget) EnergyMillijoules() (uint64, error) { return e.energyMJ, nil }
-
-func TestEnergyWindowsOnAScriptedCounter(t *testing.T) {
-	target := &energyTarget{}
-	const batch, inputLen, outputLen = 4, 8, 6
-	opt := Options{BatchSizes: []int{batch}, InputLens: []int{inputLen}, OutputLens: []int{outputLen}, NumIters: 1,
-		VocabSize: 10, EnergyMeter: target, EnergyWindowSeconds: 0.01}
-	shapes, err := Run(target, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := shapes[0].Energy
-	if e == nil || e.Prefill == nil || e.Iteration == nil || e.Decode == nil {
-		t.Fatalf("energy windows missing: %+v", e)
-	}
-	if e.Prefill.WindowSeconds < 0.01 || e.Iteration.WindowSeconds < 0.01 {
-		t.Errorf("windows shorter than the minimum: %+v %+v", e.Prefill, e.Iteration)
-	}
-	near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-12*math.Max(1, math.Abs(want)) }
-	// Prefill: 0.1 J per prefill of batch×input_len = 32 tokens.
-	if !near(e.Prefill.JoulesPerToken, 0.1/32) || e.Prefill.Method != EnergyMeasured ||
-		!near(e.Prefill.Joules, 0.1*float64(e.Prefill.Repetitions)) {
-		t.Errorf("prefill window %+v", *e.Prefill)
-	}
-	// Iteration: 0.1 + 5×0.01 J per batch×(input+output) = 56 tokens.
-	if !near(e.Iteration.JoulesPerToken, 0.15/56) {
-		t.Errorf("iteration window %+v", *e.Iteration)
-	}
-	// Decode (derived): 0.05 J per iteration over batch×5 = 20 tokens.
-	if !near(e.Decode.JoulesPerToken, 0.05/20) || e.Decode.Method != EnergyDerived {
-		t.Errorf("decode window %+v", *e.Decode)
-	}
-	if !near(e.Prefill.AverageWatts, e.Prefill.Joules/e.Prefill.WindowSeconds) {
-		t.Errorf("average power %+v", *e.Prefill)
-	}
-}
-
-func TestNewEnergyWindow(t *testing.T) {
-	w, err := NewEnergyWindow(1000, 3500, 1.25, 5, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Joules != 2.5 || w.Tokens != 40 || w.JoulesPerToken != 0.0625 || w.AverageWatts != 2 {
-		t.Errorf("window %+v", w)
-	}
-	if _, err := NewEnergyWindow(5, 4, 1, 1, 1); err == nil {
-		t.Error("a counter going backwards gave no error")
-	}
-	d := DeriveDecodeEnergy(EnergyWindow{Repetitions: 10, Joules: 5}, EnergyWindow{Repetitions: 4, Joules: 1}, 3)
-	if d.Joules != 0 || d.JoulesPerToken != 0 || d.Tokens != 12 {
-		t.Errorf("negative decode energy not clamped: %+v", d)
+// The telemetry package declares NVML's reason bits itself (it needs no
+// cgo): they must be go-nvml's.
+func TestReasonBitsAreNVMLs(t *testing.T) {
+	for _, c := range []struct {
+		ours, nvmls uint64
+	}{
+		{telemetry.ReasonGPUIdle, nvml.ClocksEventReasonGpuIdle},
+		{telemetry.ReasonApplicationsClocksSetting, nvml.ClocksEventReasonApplicationsClocksSetting},
+		{telemetry.ReasonSWPowerCap, nvml.ClocksEventReasonSwPowerCap},
+		{telemetry.ReasonHWSlowdown, nvml.ClocksThrottleReasonHwSlowdown},
+		{telemetry.ReasonSyncBoost, nvml.ClocksEventReasonSyncBoost},
+		{telemetry.ReasonSWThermalSlowdown, nvml.ClocksEventReasonSwThermalSlowdown},
+		{telemetry.ReasonHWThermalSlowdown, nvml.ClocksThrottleReasonHwThermalSlowdown},
+		{telemetry.ReasonHWPowerBrakeSlowdown, nvml.ClocksThrottleReasonHwPowerBrakeSlowdown},
+		{telemetry.ReasonDisplayClockSetting, nvml.ClocksEventReasonDisplayClockSetting},
+	} {
+		if c.ours != c.nvmls {
+			t.Errorf("reason bit %#x, NVML's %#x", c.ours, c.nvmls)
+		}
 	}
 }

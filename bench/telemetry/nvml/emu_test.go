@@ -1,4 +1,4 @@
-package bench
+package nvml
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"stepbench/bench/telemetry"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -112,9 +114,9 @@ func openEmuNVML(t *testing.T, settings map[string]string) nvml.Interface {
 // newEmuMonitor opens a Monitor on lib and closes it when the test ends.
 func newEmuMonitor(t *testing.T, lib nvml.Interface, uuid string) *Monitor {
 	t.Helper()
-	m, err := NewMonitor(lib, uuid)
+	m, err := New(lib, uuid)
 	if err != nil {
-		t.Fatalf("NewMonitor(%q): %v", uuid, err)
+		t.Fatalf("New(%q): %v", uuid, err)
 	}
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
@@ -186,8 +188,8 @@ func TestEmulatedNVMLReading(t *testing.T) {
 		t.Errorf("clocks = SM %v, memory %v MHz; want %d both", r.SMClockMHz, r.MemoryClockMHz, emuClockMHz)
 	}
 	// FI_DEV_POWER_INSTANT answers, so the 1 s average is not the source.
-	if r.PowerWatts != emuDefaultPowerW || r.PowerSource != PowerSourceInstant {
-		t.Errorf("power = %v W from %q; want %d W from %q", r.PowerWatts, r.PowerSource, emuDefaultPowerW, PowerSourceInstant)
+	if r.PowerWatts != emuDefaultPowerW || r.PowerSource != telemetry.PowerSourceInstant {
+		t.Errorf("power = %v W from %q; want %d W from %q", r.PowerWatts, r.PowerSource, emuDefaultPowerW, telemetry.PowerSourceInstant)
 	}
 	if !r.HasEnergy {
 		t.Errorf("no energy counter in the reading")
@@ -202,7 +204,7 @@ func TestEmulatedNVMLReading(t *testing.T) {
 		t.Errorf("unsupported NVML calls: %v; want none", u)
 	}
 	// Applications clocks equal their defaults and no reason says otherwise.
-	if locked, known := m.ClocksLocked([]TelemetryReading{r}); locked || !known {
+	if locked, known := m.ClocksLocked([]telemetry.Reading{r}); locked || !known {
 		t.Errorf("ClocksLocked = %v, known %v; want unlocked, known", locked, known)
 	}
 }
@@ -223,8 +225,8 @@ func TestEmulatedNVMLPowerAndEnergy(t *testing.T) {
 			m := newEmuMonitor(t, openEmuNVML(t, map[string]string{"STEPBENCH_EMU_POWER_W": tt.powerSetting}), "")
 			r := m.Read()
 			// A zero instant power is still read from the field (source instant).
-			if r.PowerWatts != tt.wantWatts || r.PowerSource != PowerSourceInstant {
-				t.Errorf("power = %v W from %q; want %v W from %q", r.PowerWatts, r.PowerSource, tt.wantWatts, PowerSourceInstant)
+			if r.PowerWatts != tt.wantWatts || r.PowerSource != telemetry.PowerSourceInstant {
+				t.Errorf("power = %v W from %q; want %v W from %q", r.PowerWatts, r.PowerSource, tt.wantWatts, telemetry.PowerSourceInstant)
 			}
 			// The 1 s average (used where the instant field is missing) agrees.
 			if mw, ret := m.device.GetPowerUsage(); ret != nvml.SUCCESS || float64(mw) != tt.wantWatts*1e3 {
@@ -252,7 +254,7 @@ func TestEmulatedNVMLEnergyAcrossSessions(t *testing.T) {
 	lib := openEmuNVML(t, nil)
 	var last uint64
 	for session := range 3 {
-		m, err := NewMonitor(lib, "")
+		m, err := New(lib, "")
 		if err != nil {
 			t.Fatalf("session %d: %v", session, err)
 		}
@@ -296,7 +298,7 @@ func TestEmulatedNVMLClockEventReasons(t *testing.T) {
 			if r.Throttled != tt.wantThrottled {
 				t.Errorf("throttled = %v; want %v", r.Throttled, tt.wantThrottled)
 			}
-			if locked, known := m.ClocksLocked([]TelemetryReading{r}); locked != tt.wantLocked || !known {
+			if locked, known := m.ClocksLocked([]telemetry.Reading{r}); locked != tt.wantLocked || !known {
 				t.Errorf("ClocksLocked = %v, known %v; want %v, known", locked, known, tt.wantLocked)
 			}
 			// The older call gives the same bits.
@@ -340,7 +342,7 @@ func TestEmulatedNVMLMultiDevice(t *testing.T) {
 			t.Errorf("DeviceGetHandleByUUID(%q) = %v; want ERROR_NOT_FOUND", uuid, ret)
 		}
 	}
-	if _, err := NewMonitor(lib, emuUUID(2)); err == nil || !strings.Contains(err.Error(), emuUUID(2)) {
+	if _, err := New(lib, emuUUID(2)); err == nil || !strings.Contains(err.Error(), emuUUID(2)) {
 		t.Errorf("NewMonitor on a third GPU of two: %v; want an error naming its UUID", err)
 	}
 	// Past the last index: an invalid argument, and the empty handle it
@@ -389,7 +391,7 @@ func TestEmulatedNVMLReferenceCount(t *testing.T) {
 // is read back.
 func TestEmulatedNVMLBadSettings(t *testing.T) {
 	if os.Getenv("STEPBENCH_EMU_NVML_CHILD") == "1" {
-		_, err := NewMonitor(nvml.New(nvml.WithLibraryPath(emuNVMLPath(t))), "")
+		_, err := New(nvml.New(nvml.WithLibraryPath(emuNVMLPath(t))), "")
 		fmt.Printf("NewMonitor: %v\n", err)
 		return
 	}

@@ -1,4 +1,4 @@
-package bench
+package nvml
 
 import (
 	"encoding/binary"
@@ -12,105 +12,13 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"stepbench/bench/telemetry"
 	"stepbench/cuda/libdir"
-
-	"stepbench/bench/stats"
 )
-
-// Telemetry is read from NVML (github.com/NVIDIA/go-nvml) through
-// nvml.Interface and nvml.Device, so tests drive it with go-nvml's mock.
-// Readings happen between timed regions (Options.BetweenRegions) and, for
-// long phases, on a background sampler; never inside a region.
 
 // ErrNoNVML means libnvidia-ml could not be loaded: the run goes on without
 // telemetry.
 var ErrNoNVML = errors.New("NVML library not found (libnvidia-ml.so.1)")
-
-// Power sources of a reading.
-const (
-	// PowerSourceInstant is NVML's FI_DEV_POWER_INSTANT field.
-	PowerSourceInstant = "instant"
-	// PowerSourceAverage1s is nvmlDeviceGetPowerUsage: a 1 s moving average
-	// on Hopper and later, used where the instant field is unsupported.
-	PowerSourceAverage1s = "average_1s"
-)
-
-// ThrottleClockFraction is nvbench's throttle threshold: a sample whose SM
-// clock is below this fraction of the maximum SM clock is throttled.
-const ThrottleClockFraction = 0.75
-
-// throttleReasonMask are the clock-event reasons that mean power or thermal
-// slowdown (nvbench's list): SW power cap, HW slowdown, SW thermal, HW
-// thermal, HW power brake.
-const throttleReasonMask = nvml.ClocksEventReasonSwPowerCap | nvml.ClocksThrottleReasonHwSlowdown |
-	nvml.ClocksEventReasonSwThermalSlowdown | nvml.ClocksThrottleReasonHwThermalSlowdown |
-	nvml.ClocksThrottleReasonHwPowerBrakeSlowdown
-
-// clockEventReasonNames names NVML's clock-event reason bits, lowest first.
-var clockEventReasonNames = []struct {
-	bit  uint64
-	name string
-}{
-	{nvml.ClocksEventReasonGpuIdle, "gpu_idle"},
-	{nvml.ClocksEventReasonApplicationsClocksSetting, "applications_clocks_setting"},
-	{nvml.ClocksEventReasonSwPowerCap, "sw_power_cap"},
-	{nvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
-	{nvml.ClocksEventReasonSyncBoost, "sync_boost"},
-	{nvml.ClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"},
-	{nvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal_slowdown"},
-	{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"},
-	{nvml.ClocksEventReasonDisplayClockSetting, "display_clock_setting"},
-}
-
-// ClockEventReasonNames returns the names of the bits set in mask; unknown
-// bits are named by their value.
-func ClockEventReasonNames(mask uint64) []string {
-	var names []string
-	known := uint64(0)
-	for _, r := range clockEventReasonNames {
-		known |= r.bit
-		if mask&r.bit != 0 {
-			names = append(names, r.name)
-		}
-	}
-	for bit := uint64(1); bit != 0; bit <<= 1 {
-		if mask&bit != 0 && known&bit == 0 {
-			names = append(names, fmt.Sprintf("0x%x", bit))
-		}
-	}
-	return names
-}
-
-// TelemetryReading is one NVML reading. Fields NVML could not give are zero
-// (and left out of JSON); Has* say which counters were read.
-type TelemetryReading struct {
-	// UnixNanos is the host clock when the reading started.
-	UnixNanos          int64   `json:"unix_nanos"`
-	SMClockMHz         float64 `json:"sm_clock_mhz,omitempty"`
-	MemoryClockMHz     float64 `json:"memory_clock_mhz,omitempty"`
-	PowerWatts         float64 `json:"power_watts,omitempty"`
-	PowerSource        string  `json:"power_source,omitempty"` // PowerSourceInstant or PowerSourceAverage1s
-	EnergyMillijoules  uint64  `json:"energy_counter_millijoules,omitempty"`
-	HasEnergy          bool    `json:"-"`
-	GPUTemperatureC    float64 `json:"gpu_temperature_c,omitempty"`
-	MemoryTemperatureC float64 `json:"memory_temperature_c,omitempty"`
-	ClockEventReasons  uint64  `json:"clock_event_reasons,omitempty"` // NVML's bit mask
-	HasReasons         bool    `json:"-"`
-	// Throttled is nvbench's rule: SM clock < 75% of max, or a power or
-	// thermal slowdown reason.
-	Throttled bool `json:"throttled,omitempty"`
-}
-
-// ReasonNames names the clock-event reasons of the reading.
-func (r TelemetryReading) ReasonNames() []string { return ClockEventReasonNames(r.ClockEventReasons) }
-
-// isThrottled applies nvbench's rule to a reading.
-func isThrottled(r TelemetryReading, maxSMClockMHz float64) bool {
-	if maxSMClockMHz > 0 && r.SMClockMHz > 0 && r.SMClockMHz < ThrottleClockFraction*maxSMClockMHz {
-		return true
-	}
-	return r.ClockEventReasons&throttleReasonMask != 0
-}
 
 // Monitor reads one NVML device. NVML is thread-safe, so a Monitor may be
 // read from the sampler goroutine and the harness at once; its own state is
@@ -131,6 +39,9 @@ type Monitor struct {
 	ComputeMinor      int
 	PowerLimitWatts   float64
 
+	// Clock stamps every reading (time.Now when nil): tests give a fixed one.
+	Clock func() time.Time
+
 	mu          sync.Mutex
 	unsupported map[string]bool // calls this driver lacks, by NVML function name
 }
@@ -138,17 +49,17 @@ type Monitor struct {
 // nvmlSoname is NVML's ABI-stable name, installed with the driver.
 const nvmlSoname = "libnvidia-ml.so.1"
 
-// OpenMonitor loads NVML (libnvidia-ml.so.1 through the loader path, or
+// Open loads NVML (libnvidia-ml.so.1 through the loader path, or
 // DIR/libnvidia-ml.so.1 only with $STEPBENCH_CUDA_LIBS=DIR set, like every
 // CUDA library) and opens the device with the given UUID (as nvidia-smi -L
 // prints it, "GPU-..." or "MIG-..."), or device 0 when uuid is empty.
 // ErrNoNVML when the library is missing.
-func OpenMonitor(uuid string) (*Monitor, error) {
+func Open(uuid string) (*Monitor, error) {
 	path, err := libdir.Resolve(nvmlSoname)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoNVML, err)
 	}
-	m, err := NewMonitor(nvml.New(nvml.WithLibraryPath(path)), uuid)
+	m, err := New(nvml.New(nvml.WithLibraryPath(path)), uuid)
 	if err != nil && path != nvmlSoname {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -167,12 +78,12 @@ func nvmlUUIDCandidates(uuid string) []string {
 	return []string{uuid}
 }
 
-// NewMonitor initialises lib and opens the device with the given UUID
+// New initialises lib and opens the device with the given UUID
 // (device 0 when empty). The Monitor owns the initialisation: Close shuts
 // NVML down again. A MIG instance is matched by its own UUID; its readings
 // come from the GPU it is part of (power, clocks and temperatures belong to
 // the whole GPU, and NVML answers few queries on MIG handles).
-func NewMonitor(lib nvml.Interface, uuid string) (*Monitor, error) {
+func New(lib nvml.Interface, uuid string) (*Monitor, error) {
 	ret := lib.Init()
 	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 		return nil, ErrNoNVML
@@ -312,8 +223,12 @@ func (m *Monitor) Unsupported() []string {
 
 // Read takes one reading. Calls the driver lacks are skipped; others that
 // fail leave their fields zero.
-func (m *Monitor) Read() TelemetryReading {
-	r := TelemetryReading{UnixNanos: time.Now().UnixNano()}
+func (m *Monitor) Read() telemetry.Reading {
+	now := m.Clock
+	if now == nil {
+		now = time.Now
+	}
+	r := telemetry.Reading{UnixNanos: now().UnixNano()}
 	d := m.device
 	if m.available("nvmlDeviceGetClockInfo") {
 		if mhz, ret := d.GetClockInfo(nvml.CLOCK_SM); m.ok("nvmlDeviceGetClockInfo", ret) {
@@ -326,7 +241,7 @@ func (m *Monitor) Read() TelemetryReading {
 	m.readFields(&r)
 	if r.PowerSource == "" && m.available("nvmlDeviceGetPowerUsage") {
 		if mw, ret := d.GetPowerUsage(); m.ok("nvmlDeviceGetPowerUsage", ret) {
-			r.PowerWatts, r.PowerSource = float64(mw)/1e3, PowerSourceAverage1s
+			r.PowerWatts, r.PowerSource = float64(mw)/1e3, telemetry.PowerSourceAverage1s
 		}
 	}
 	if m.available("nvmlDeviceGetTotalEnergyConsumption") {
@@ -351,13 +266,13 @@ func (m *Monitor) Read() TelemetryReading {
 			r.ClockEventReasons, r.HasReasons = mask, true
 		}
 	}
-	r.Throttled = isThrottled(r, m.MaxSMClockMHz)
+	r.Throttled = telemetry.Throttled(r, m.MaxSMClockMHz)
 	return r
 }
 
 // readFields reads instantaneous power and memory temperature in one
 // nvmlDeviceGetFieldValues call; each field has its own return code.
-func (m *Monitor) readFields(r *TelemetryReading) {
+func (m *Monitor) readFields(r *telemetry.Reading) {
 	if !m.available("nvmlDeviceGetFieldValues") {
 		return
 	}
@@ -366,7 +281,7 @@ func (m *Monitor) readFields(r *TelemetryReading) {
 		return
 	}
 	if v, ok := fieldFloat(values[0]); ok {
-		r.PowerWatts, r.PowerSource = v/1e3, PowerSourceInstant // milliwatts
+		r.PowerWatts, r.PowerSource = v/1e3, telemetry.PowerSourceInstant // milliwatts
 	}
 	if v, ok := fieldFloat(values[1]); ok && v > 0 {
 		r.MemoryTemperatureC = v
@@ -400,14 +315,9 @@ func fieldFloat(f nvml.FieldValue) (float64, bool) {
 // away from their default, or the applications-clocks-setting reason seen
 // in a reading (nvidia-smi --lock-gpu-clocks shows up there). known is false
 // when NVML could say neither.
-func (m *Monitor) ClocksLocked(readings []TelemetryReading) (locked, known bool) {
-	for _, r := range readings {
-		if r.HasReasons {
-			known = true
-			if r.ClockEventReasons&nvml.ClocksEventReasonApplicationsClocksSetting != 0 {
-				return true, true
-			}
-		}
+func (m *Monitor) ClocksLocked(readings []telemetry.Reading) (locked, known bool) {
+	if locked, known = telemetry.LockedByReasons(readings); locked {
+		return true, true
 	}
 	if m.available("nvmlDeviceGetApplicationsClock") && m.available("nvmlDeviceGetDefaultApplicationsClock") {
 		app, ret1 := m.device.GetApplicationsClock(nvml.CLOCK_SM)
@@ -428,34 +338,16 @@ func nvmlError(lib nvml.Interface, ret nvml.Return) string {
 	return fmt.Sprintf("NVML return %d", int(ret))
 }
 
-// ClockVariationWarning returns a warning when the SM clock was not locked
-// and varied by more than 2% of its median over the readings; "" otherwise.
-func ClockVariationWarning(readings []TelemetryReading, locked bool) string {
-	if locked {
-		return ""
+// EnergyMillijoules reads the total energy counter since the driver was
+// loaded (Options.EnergyMeter).
+func (m *Monitor) EnergyMillijoules() (uint64, error) {
+	const symbol = "nvmlDeviceGetTotalEnergyConsumption"
+	if !m.available(symbol) {
+		return 0, fmt.Errorf("%s: not available on %s", symbol, m.Name)
 	}
-	var clocks []float64
-	for _, r := range readings {
-		if r.SMClockMHz > 0 {
-			clocks = append(clocks, r.SMClockMHz)
-		}
+	mj, ret := m.device.GetTotalEnergyConsumption()
+	if !m.ok(symbol, ret) {
+		return 0, fmt.Errorf("%s: %s", symbol, nvmlError(m.lib, ret))
 	}
-	if len(clocks) < 2 {
-		return ""
-	}
-	s := stats.Summarize(clocks)
-	if s.Max-s.Min <= 0.02*s.Median {
-		return ""
-	}
-	return fmt.Sprintf("SM clock is not locked and varied from %.0f to %.0f MHz (median %.0f) during the run; "+
-		"lock it (nvidia-smi --lock-gpu-clocks) for stable timings", s.Min, s.Max, s.Median)
-}
-
-// joinReasons is a compact form for tables.
-func joinReasons(mask uint64) string {
-	names := ClockEventReasonNames(mask)
-	if len(names) == 0 {
-		return "-"
-	}
-	return strings.Join(names, ",")
+	return mj, nil
 }

@@ -1,4 +1,4 @@
-package bench
+package nvml
 
 import (
 	"errors"
@@ -101,7 +101,7 @@ func TestMonitorMatchesMIGInstances(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lib, looked := migNVML(tt.missing...)
-			m, err := NewMonitor(lib, tt.uuid)
+			m, err := New(lib, tt.uuid)
 			if !slices.Equal(*looked, tt.wantLooked) {
 				t.Errorf("looked up %q, want %q", *looked, tt.wantLooked)
 			}
@@ -127,7 +127,7 @@ func TestMonitorMatchesMIGInstances(t *testing.T) {
 func TestOpenMonitorHonoursCUDALibsDir(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("STEPBENCH_CUDA_LIBS", dir)
-	_, err := OpenMonitor("")
+	_, err := Open("")
 	if !errors.Is(err, ErrNoNVML) {
 		t.Fatalf("err = %v, want ErrNoNVML", err)
 	}
