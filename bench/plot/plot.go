@@ -16,7 +16,6 @@ import (
 	"stepbench/bench"
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
-	"stepbench/runner"
 
 	"stepbench/bench/internal/files"
 )
@@ -104,9 +103,11 @@ func recoverPlot(path string, err *error) {
 	}
 }
 
-// Run writes both plots of a run: the roofline (path) and the sweep
-// (Paths' sweep path), and returns the paths written. roof may be nil.
-func Run(path string, cfg runner.Config, roof *roofline.Roof, shapes []bench.ShapeResult, title string) ([]string, error) {
+// Run writes both plots of a run from its shape reports, and returns the
+// paths written: the roofline (path) of their step points under roof (may
+// be nil) and the sweep (Paths' sweep path) of the same points' times
+// beside their floors. It draws only what the reports hold.
+func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title string) ([]string, error) {
 	rooflinePath, sweepPath, err := Paths(path)
 	if err != nil {
 		return nil, err
@@ -114,19 +115,17 @@ func Run(path string, cfg runner.Config, roof *roofline.Roof, shapes []bench.Sha
 	var points []roofline.Point
 	var sweep []SweepPoint
 	for _, s := range shapes {
-		ps, err := report.ShapeRooflinePoints(cfg, roof, s)
-		if err != nil {
-			return nil, err
-		}
-		points = append(points, ps...)
-		sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen,
-			PrefillSeconds: report.StepSeconds(s.Summary.PrefillDeviceSeconds, s.Summary.PrefillHostSeconds)}
-		if s.OutputLen > 1 {
-			sp.DecodeSeconds = report.StepSeconds(s.Summary.DecodeDeviceSeconds, s.Summary.DecodeHostSeconds)
-		}
-		if roof != nil {
-			if sf, err := roofline.ComputeFloors(cfg, *roof, s.Batch, s.InputLen, s.OutputLen); err == nil {
-				sp.PrefillFloorSeconds, sp.DecodeFloorSeconds = sf.PrefillFloor.Seconds, sf.MedianDecodeFloorSeconds()
+		sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen}
+		for _, p := range s.RooflinePoints {
+			if p.Op != "" {
+				continue
+			}
+			points = append(points, p)
+			switch p.Phase {
+			case bench.PhasePrefill:
+				sp.PrefillSeconds, sp.PrefillFloorSeconds = p.Seconds, p.FloorSeconds
+			case bench.PhaseDecode:
+				sp.DecodeSeconds, sp.DecodeFloorSeconds = p.Seconds, p.FloorSeconds
 			}
 		}
 		sweep = append(sweep, sp)

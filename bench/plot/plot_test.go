@@ -20,6 +20,7 @@ import (
 	"stepbench/bench"
 	"stepbench/runner"
 
+	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
 )
@@ -56,7 +57,7 @@ func TestPlotsFromACPURun(t *testing.T) {
 	}{{"svg with roof", &roof, ".svg"}, {"png with roof", &roof, ".png"}, {"svg without roof", nil, ".svg"}, {"png without roof", nil, ".png"}} {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "sweep"+c.ext)
-			written, err := Run(path, cfg, c.roof, cpuRunShapes(), "llama-tiny on cpu")
+			written, err := Run(path, c.roof, report.Builder{Model: cfg, Roof: c.roof}.Shapes(cpuRunShapes()), "llama-tiny on cpu")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +81,7 @@ func TestPlotsFromACPURun(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Run(filepath.Join(t.TempDir(), "x.pdf"), cfg, nil, cpuRunShapes(), "t"); err == nil {
+	if _, err := Run(filepath.Join(t.TempDir(), "x.pdf"), nil, nil, "t"); err == nil {
 		t.Error(".pdf accepted")
 	}
 	// No positive point at all must not panic on the log axes.

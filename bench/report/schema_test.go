@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,8 @@ import (
 
 	"stepbench/bench"
 	"stepbench/bench/benchtest"
+	"stepbench/bench/roofline"
+	"stepbench/runner"
 )
 
 func sampleReport() Report {
@@ -119,7 +122,7 @@ func TestWriteSummaryTable(t *testing.T) {
 			[][]float64{{0.002}, {0.002}, {0.002}, {0.002}, {0.002}, {0.002}, {0.002}}),
 	}
 	var plain bytes.Buffer
-	if err := WriteSummaryTable(&plain, shapes, nil); err != nil {
+	if err := WriteSummaryTable(&plain, Builder{}.Shapes(shapes), nil); err != nil {
 		t.Fatal(err)
 	}
 	checkGolden(t, "summary.txt", plain.Bytes())
@@ -152,14 +155,25 @@ func TestWriteSummaryTable(t *testing.T) {
 		}
 	}
 
+	// Under a roof: each phase's floor and attainment are the roofline
+	// point's, floor / median device time: llama-tiny's prefill of 128
+	// tokens under a 1 TFLOP/s, 10 GB/s roof, against 6 ms.
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roof := roofline.NewRoof(roofline.SourceDatasheet, "test", 1e12, 1e10)
+	reports := Builder{Model: cfg, Roof: &roof}.Shapes(shapes[:1])
 	var withFloors bytes.Buffer
-	floors := func(batch, inputLen, outputLen int) (float64, float64) { return 0.003, 0.0025 }
-	if err := WriteSummaryTable(&withFloors, shapes[:1], floors); err != nil {
+	if err := WriteSummaryTable(&withFloors, reports, &roof); err != nil {
 		t.Fatal(err)
 	}
 	out := withFloors.String()
-	// Attainment is floor / median device time: 3/6 = 50%, 2.5/2.5 = 100%.
-	for _, want := range []string{"derived", "3.000", "50.0%", "100.0%"} {
+	prefill := reports[0].RooflinePoints[0]
+	if prefill.Phase != bench.PhasePrefill || prefill.Seconds != 0.006 {
+		t.Fatalf("prefill point %+v", prefill)
+	}
+	for _, want := range []string{"derived", fmt.Sprintf("%.3f", 1e3*prefill.FloorSeconds), fmt.Sprintf("%.1f%%", 100*prefill.FloorSeconds/0.006)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table with floors lacks %q:\n%s", want, out)
 		}

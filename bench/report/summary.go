@@ -8,56 +8,41 @@ import (
 	"text/tabwriter"
 
 	"stepbench/bench"
+	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
 )
-
-// FloorFunc gives a shape's roofline floors: the least time its prefill and
-// one decode step can take at the GPU's peak rates (seconds).
-type FloorFunc func(batch, inputLen, outputLen int) (prefillFloorSeconds, decodeFloorSeconds float64)
 
 // SummaryNoiseLegend explains the ± beside the summary table's medians.
 const SummaryNoiseLegend = "±: achieved noise, the half-width of the 95% interval of the median over iterations relative to it " +
 	"(decode: of each iteration's median step; overall: of the iteration totals); n/a: fewer than 6 iterations"
 
+// EmulatedNote is printed with every output made on the emulated device.
+const EmulatedNote = "note: the emulated CUDA device ran this (cuda/emu, STEPBENCH_CUDA_LIBS): its times and telemetry are the CPU's, not GPU times"
+
 // WriteSummaryTable writes one aligned row per shape: the timed iterations
 // and why they stopped, medians of host and device times in milliseconds
 // each with its achieved noise (see SummaryNoiseLegend), the decode host
 // p90, and the overall throughput (tokens/s, one_batch's formula over the
-// median iteration total). With floors (may be nil) it adds each floor and
-// the attainment floor/median device time, marked "derived" because it is a
-// ratio of a model to a measurement, not a measurement. A missing value
-// prints as "-".
-func WriteSummaryTable(w io.Writer, shapes []bench.ShapeResult, floors FloorFunc) error {
+// median iteration total). Under a roof (may be nil) it adds each phase's
+// floor and attainment from the shape's roofline points, the run's one
+// attainment figure (floor / median device time of the prefill and of the
+// median decode step), marked "derived": a ratio of a model to a
+// measurement, not a measurement. A missing value prints as "-".
+func WriteSummaryTable(w io.Writer, shapes []ShapeReport, roof *roofline.Roof) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := []string{"batch", "input", "output", "iters", "stop",
 		"prefill_host_ms", "prefill_dev_ms", "decode_host_ms", "decode_dev_ms", "decode_host_p90_ms", "overall_tok/s"}
-	if floors != nil {
+	if roof != nil {
 		header = append(header,
 			"prefill_floor_ms", "prefill_attain(derived)", "decode_floor_ms", "decode_attain(derived)")
 	}
 	writeRow(tw, header)
 	for _, s := range shapes {
-		sum := s.Summary
-		hasDecode := sum.DecodeHostSeconds.N > 0
-		row := []string{
-			fmt.Sprint(s.Batch), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen),
-			fmt.Sprint(len(s.Iterations)), orDash(s.StopReason),
-			withNoise(milliseconds(sum.PrefillHostSeconds.Median, sum.PrefillHostSeconds.N > 0), s.Noise.PrefillHost),
-			withNoise(milliseconds(sum.PrefillDeviceSeconds.Median, sum.PrefillDeviceSeconds.N > 0), s.Noise.PrefillDevice),
-			withNoise(milliseconds(sum.DecodeHostSeconds.Median, hasDecode), s.Noise.DecodeHost),
-			withNoise(milliseconds(sum.DecodeDeviceSeconds.Median, hasDecode), s.Noise.DecodeDevice),
-			milliseconds(sum.DecodeHostSeconds.P90, hasDecode),
-			withNoise(optional(bench.TokensPerSecond((s.InputLen+s.OutputLen)*s.Batch, sum.TotalHostSeconds.Median), "%.2f",
-				sum.TotalHostSeconds.N > 0), s.Noise.TotalHost),
-		}
-		if floors != nil {
-			prefillFloor, decodeFloor := floors(s.Batch, s.InputLen, s.OutputLen)
-			row = append(row,
-				milliseconds(prefillFloor, prefillFloor > 0),
-				attainment(prefillFloor, sum.PrefillDeviceSeconds.Median),
-				milliseconds(decodeFloor, decodeFloor > 0 && hasDecode),
-				attainment(decodeFloor, sum.DecodeDeviceSeconds.Median),
-			)
+		row := summaryRow(s)
+		if roof != nil {
+			prefill, decode := stepPoint(s.RooflinePoints, bench.PhasePrefill), stepPoint(s.RooflinePoints, bench.PhaseDecode)
+			row = append(row, milliseconds(prefill.FloorSeconds, prefill.FloorSeconds > 0), percent(prefill.AttainmentFraction),
+				milliseconds(decode.FloorSeconds, decode.FloorSeconds > 0), percent(decode.AttainmentFraction))
 		}
 		writeRow(tw, row)
 	}
@@ -69,6 +54,39 @@ func WriteSummaryTable(w io.Writer, shapes []bench.ShapeResult, floors FloorFunc
 	}
 	return nil
 }
+
+// summaryRow is a shape's measured cells.
+func summaryRow(s ShapeReport) []string {
+	noise := bench.Noise{PrefillHost: math.NaN(), PrefillDevice: math.NaN(), DecodeHost: math.NaN(), DecodeDevice: math.NaN(), TotalHost: math.NaN()}
+	if s.Noise != nil {
+		noise = *s.Noise
+	}
+	hasDecode := s.DecodeHostSeconds.N > 0
+	return []string{
+		fmt.Sprint(s.Batch), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen),
+		fmt.Sprint(s.Iterations), orDash(s.StopReason),
+		withNoise(milliseconds(s.PrefillHostSeconds.Median, s.PrefillHostSeconds.N > 0), noise.PrefillHost),
+		withNoise(milliseconds(s.PrefillDeviceSeconds.Median, s.PrefillDeviceSeconds.N > 0), noise.PrefillDevice),
+		withNoise(milliseconds(s.DecodeHostSeconds.Median, hasDecode), noise.DecodeHost),
+		withNoise(milliseconds(s.DecodeDeviceSeconds.Median, hasDecode), noise.DecodeDevice),
+		milliseconds(s.DecodeHostSeconds.P90, hasDecode),
+		withNoise(optional(bench.TokensPerSecond((s.InputLen+s.OutputLen)*s.Batch, s.TotalHostSeconds.Median), "%.2f",
+			s.TotalHostSeconds.N > 0), noise.TotalHost),
+	}
+}
+
+// stepPoint is the phase's whole-step point (no op), or a zero point.
+func stepPoint(points []roofline.Point, phase string) roofline.Point {
+	for _, p := range points {
+		if p.Phase == phase && p.Op == "" {
+			return p
+		}
+	}
+	return roofline.Point{}
+}
+
+// percent prints a fraction as a percentage; "-" when it is not positive.
+func percent(fraction float64) string { return optional(100*fraction, "%.1f%%", fraction > 0) }
 
 // withNoise puts a median's achieved noise beside it: "12.345±0.31%".
 func withNoise(cell string, noise float64) string {
@@ -88,11 +106,6 @@ func writeRow(w io.Writer, cells []string) {
 
 func milliseconds(seconds float64, ok bool) string {
 	return optional(seconds*1e3, "%.3f", ok)
-}
-
-// attainment is floor/measured as a percentage; "-" when either is missing.
-func attainment(floorSeconds, measuredSeconds float64) string {
-	return optional(100*floorSeconds/measuredSeconds, "%.1f%%", floorSeconds > 0 && measuredSeconds > 0)
 }
 
 func optional(v float64, format string, ok bool) string {

@@ -15,13 +15,13 @@ import (
 // device µs per step, share of the step, GB/s and TFLOP/s of the cost
 // model's minimal work, and roofline attainment (derived), then the time
 // outside every op and the whole step.
-func WriteBreakdownTable(w io.Writer, sb breakdown.Result) error {
+func WriteBreakdownTable(w io.Writer, sb breakdown.Result, roof *roofline.Roof) error {
 	for _, p := range []breakdown.Phase{sb.Prefill, sb.Decode} {
 		if p.Steps == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s breakdown: batch_size=%d input_len=%d output_len=%d (per step, mean of %d step(s))\n",
-			p.Phase, sb.Batch, sb.InputLen, sb.OutputLen, p.Steps)
+		fmt.Fprintf(w, "\n%s breakdown: batch_size=%d input_len=%d output_len=%d (per step, mean of %d step(s); %s)\n",
+			p.Phase, sb.Batch, sb.InputLen, sb.OutputLen, p.Steps, attainmentUnder(roof))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		writeRow(tw, []string{"op", "calls", "device_us", "share", "GB/s", "TFLOP/s", "attain(derived)"})
 		for _, r := range p.Rows {
@@ -47,10 +47,13 @@ func WriteBreakdownTable(w io.Writer, sb breakdown.Result) error {
 	return nil
 }
 
-// WriteKernelTable writes one row per result: median and p10/p90 device µs,
-// noise, samples, stop reason, GB/s and TFLOP/s at the median, and the
-// attainment against roof (may be nil).
+// WriteKernelTable writes a line naming the roof, then one row per result:
+// median and p10/p90 device µs, noise, samples, stop reason, GB/s and
+// TFLOP/s at the median, and the attainment under roof (may be nil).
 func WriteKernelTable(w io.Writer, results []kernelbench.Result, roof *roofline.Roof) error {
+	if _, err := fmt.Fprintf(w, "kernel (cold, L2 flushed before every sample; %s)\n", attainmentUnder(roof)); err != nil {
+		return fmt.Errorf("write kernel table: %w", err)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	writeRow(tw, []string{"op", "shape", "median_us", "p10_us", "p90_us", "noise", "samples", "stop", "GB/s", "TFLOP/s", "attain(derived)"})
 	for _, r := range results {
@@ -69,4 +72,12 @@ func WriteKernelTable(w io.Writer, results []kernelbench.Result, roof *roofline.
 		return fmt.Errorf("write kernel table: %w", err)
 	}
 	return nil
+}
+
+// attainmentUnder says which roof an attainment column is under.
+func attainmentUnder(roof *roofline.Roof) string {
+	if roof == nil {
+		return RoofLine(nil)
+	}
+	return "attainment under the " + roof.Label()
 }

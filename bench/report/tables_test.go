@@ -28,10 +28,10 @@ func TestWriteBreakdownTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := WriteBreakdownTable(&out, sb); err != nil {
+	if err := WriteBreakdownTable(&out, sb, &roof); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"prefill breakdown: batch_size=2 input_len=16 output_len=4", "decode breakdown", "qkv_proj", "(outside ops)", "attain(derived)"} {
+	for _, want := range []string{"prefill breakdown: batch_size=2 input_len=16 output_len=4", "decode breakdown", "qkv_proj", "(outside ops)", "attain(derived)", "attainment under the datasheet roof (H100 SXM5 80GB)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

@@ -70,7 +70,7 @@ func ComputeDeviceCeilings(smCount, major, minor int, smClockMHz, memoryClockMHz
 
 // Roof returns the ceilings as a Roof.
 func (c DeviceCeilings) Roof() Roof {
-	return NewRoof(SourceDevice, fmt.Sprintf("device: %d SMs × %.0f FLOP/clk × %.0f MHz; %.0f MHz × %d bit × 2",
+	return NewRoof(SourceDevice, fmt.Sprintf("%d SMs × %.0f FLOP/clk × %.0f MHz; %.0f MHz × %d bit × 2",
 		c.SMCount, c.FLOPsPerClockPerSM, c.SMClockMHz, c.MemoryClockMHz, c.MemoryBusWidthBits), c.PeakFLOPsPerSec, c.PeakBytesPerSec)
 }
 
@@ -94,8 +94,8 @@ type Calibration struct {
 
 // Roof returns the measured ceilings as a Roof.
 func (c Calibration) Roof() Roof {
-	return NewRoof(SourceMeasured, fmt.Sprintf("measured %s: cuBLAS bf16 GEMM %d³, device copy %d MiB",
-		c.MeasuredAt, c.GEMMSize, c.CopyBytes>>20), c.GEMMFLOPsPerSec, c.CopyBytesPerSec)
+	return NewRoof(SourceMeasured, fmt.Sprintf("cuBLAS bf16 GEMM %d³ and device copy %d MiB on %s, %s",
+		c.GEMMSize, c.CopyBytes>>20, c.GPUName, c.MeasuredAt), c.GEMMFLOPsPerSec, c.CopyBytesPerSec)
 }
 
 var uuidFileName = regexp.MustCompile(`[^A-Za-z0-9._-]`)

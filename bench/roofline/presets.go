@@ -51,7 +51,7 @@ func LookupPreset(name string) (Preset, error) {
 
 // Roof is the preset's datasheet roof.
 func (p Preset) Roof() Roof {
-	return NewRoof(SourceDatasheet, p.Description+" datasheet", p.PeakFLOPsPerSec, p.PeakBytesPerSec)
+	return NewRoof(SourceDatasheet, p.Description, p.PeakFLOPsPerSec, p.PeakBytesPerSec)
 }
 
 // PresetForDevice picks the preset matching a device name as the driver

@@ -80,15 +80,12 @@ func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, s
 		}
 		fmt.Fprintf(stderr, "stepbench: %s (sm_%d%d), decode steps as %s\n", info.Device.Name, info.Device.Major, info.Device.Minor, mode)
 		if info.Emulated != "" {
-			fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+			fmt.Fprintln(stderr, "stepbench: "+report.EmulatedNote)
 		}
 		return be, cudaEnvironment(info), nil
 	}
 	return nil, report.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
 }
-
-// emulatedNote is printed with every output made on the emulated device.
-const emulatedNote = "note: the emulated CUDA device ran this (cuda/emu, STEPBENCH_CUDA_LIBS): its times and telemetry are the CPU's, not GPU times"
 
 // cudaEnvironment is what a report says about the GPU and its libraries.
 // The NVIDIA driver's own version string comes from NVML, not from here.

@@ -13,14 +13,8 @@ import (
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
-
-// l2BytesByPreset is each GPU preset's L2 cache (datasheets); the flush
-// buffer must be at least this large.
-var l2BytesByPreset = map[string]int{
-	"a100-pcie-80gb": 40 << 20, "a100-sxm-80gb": 40 << 20, "h100-pcie": 50 << 20, "h100-nvl": 50 << 20,
-	"h100-sxm": 50 << 20, "h200": 50 << 20, "l40s": 96 << 20,
-}
 
 // kernelCmd times one op at the model's shapes: stepbench kernel OP.
 func kernelCmd(args []string, stdout, stderr io.Writer) error {
@@ -36,9 +30,9 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	maxSamples := fs.Int("max-samples", 100000, "cold samples to take at most")
 	maxNoise := fs.Float64("max-noise", 0.005, "stop when the median's 95% interval half-width is at most this, relative")
 	timeout := fs.Duration("timeout", 15*time.Second, "stop sampling a shape after this long")
-	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if unknown)")
+	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if it does not say)")
 	format := fs.String("format", "table", "output: table or gobench")
-	gpuName := fs.String("gpu", "auto", "GPU preset for the attainment column: auto, none or "+joinNames(roofline.PresetNames()))
+	gpuName := fs.String("gpu", report.RoofAuto, "the roof of the attainment column: auto (a cached calibration of this GPU, else its clocks, else the datasheet preset matching its name), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
 	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(kernelbench.Ops())+")")
 	if err != nil {
 		return err
@@ -78,32 +72,34 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer be.Close()
-	gpu, err := kernelGPU(env, *gpuName)
+	roof, _, err := report.ChooseRoof(env, *gpuName, "")
 	if err != nil {
-		return err
+		return usagef("--gpu: %v", err)
 	}
 	flush := *l2Bytes
 	if flush == 0 {
-		flush = 128 << 20
-		if gpu != nil && l2BytesByPreset[gpu.Name] > 0 {
-			flush = l2BytesByPreset[gpu.Name]
-		}
+		flush = deviceL2Bytes(be)
 	}
 	opt := kernelbench.Options{WarmupLaunches: 3, MinSamples: *minSamples, MaxSamples: *maxSamples, MaxNoise: *maxNoise, Timeout: *timeout}
 	results, errs := measureKernels(be, cfg, op, shapes, flush, opt)
-	if len(results) > 0 {
-		if *format == "gobench" {
-			errs = append(errs, report.WriteKernelGoBench(stdout, report.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
-		} else {
-			var roof *roofline.Roof
-			if gpu != nil {
-				r := gpu.Roof()
-				roof = &r
-			}
-			errs = append(errs, report.WriteKernelTable(stdout, results, roof))
-		}
+	if len(results) == 0 {
+		return errors.Join(errs...)
+	}
+	if *format == "gobench" {
+		errs = append(errs, report.WriteKernelGoBench(stdout, report.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
+	} else {
+		errs = append(errs, report.WriteKernelTable(stdout, results, roof))
 	}
 	return errors.Join(errs...)
+}
+
+// deviceL2Bytes is the GPU's L2 size, what a flush must overwrite; 128 MiB
+// when the device does not say.
+func deviceL2Bytes(be runner.Backend) int {
+	if g, ok := be.(*gpu.Backend); ok && g.Info().Device.L2Bytes > 0 {
+		return g.Info().Device.L2Bytes
+	}
+	return 128 << 20
 }
 
 // kernelShapes are --shape's one shape, or the model's prefill and decode
@@ -117,24 +113,6 @@ func kernelShapes(shapeText string, batch, inputLen int) ([]kernelbench.Shape, e
 		return nil, usagef("--shape: %v", err)
 	}
 	return []kernelbench.Shape{s}, nil
-}
-
-// kernelGPU is --gpu's preset for the attainment column (auto: the device's).
-func kernelGPU(env report.Environment, name string) (*roofline.Preset, error) {
-	switch name {
-	case "none":
-		return nil, nil
-	case "auto":
-		if g, ok := roofline.PresetForDevice(env.GPUName); ok {
-			return &g, nil
-		}
-		return nil, nil
-	}
-	g, err := roofline.LookupPreset(name)
-	if err != nil {
-		return nil, usagef("--gpu: %v", err)
-	}
-	return &g, nil
 }
 
 // measureKernels times op at every shape, stopping at the first failure.
