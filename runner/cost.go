@@ -53,6 +53,37 @@ type StepCost struct {
 	Bytes       float64  `json:"bytes"`
 	WeightBytes float64  `json:"weight_bytes"` // the part of Bytes that is parameters
 	Ops         []OpCost `json:"ops"`
+
+	calls []OpCost // every backend call of the step, in order (CallCosts)
+}
+
+// CallCosts are the costs of each call of op in the step, in the order the
+// forward pass made them (Calls 1 each): what one launch of the op's kernel
+// must move and compute at the shapes of that call.
+func (c StepCost) CallCosts(op string) []OpCost {
+	var out []OpCost
+	for _, call := range c.calls {
+		if call.Op == op {
+			out = append(out, call)
+		}
+	}
+	return out
+}
+
+// CostOf is the cost model applied to whatever backend calls run makes on
+// the backend it is given, all labelled op: the total with Calls the number
+// of calls. It allocates nothing (the counting backend's buffers hold only
+// a size), so a caller can cost its own launch of an op at any shape by
+// making the same calls it makes on a real backend.
+func CostOf(op string, run func(be Backend) error) (OpCost, error) {
+	cb := &costBackend{ops: map[string]*OpCost{}, label: op, counting: true}
+	if err := run(cb); err != nil {
+		return OpCost{}, fmt.Errorf("cost of %s: %w", op, err)
+	}
+	if oc := cb.ops[op]; oc != nil {
+		return *oc, nil
+	}
+	return OpCost{Op: op}, nil
 }
 
 // Intensity is FLOPs per byte.
@@ -105,7 +136,7 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 	if err != nil {
 		return StepCost{}, fmt.Errorf("%s cost: %w", phase, err)
 	}
-	sc := StepCost{Phase: phase, Batch: batch, SeqLen: seqLen, StartPos: startPos, WeightBytes: cb.weightBytes}
+	sc := StepCost{Phase: phase, Batch: batch, SeqLen: seqLen, StartPos: startPos, WeightBytes: cb.weightBytes, calls: cb.calls}
 	for _, oc := range cb.ops {
 		sc.Ops = append(sc.Ops, *oc)
 		sc.FLOPs += oc.FLOPs
@@ -123,6 +154,7 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 // costBackend counts instead of computing. Buffers carry only a size.
 type costBackend struct {
 	ops         map[string]*OpCost
+	calls       []OpCost
 	label       string
 	counting    bool
 	weightBytes float64
@@ -151,6 +183,7 @@ func (c *costBackend) add(flops, bytes, weightBytes float64) {
 	oc.Calls++
 	oc.FLOPs += flops
 	oc.Bytes += bytes
+	c.calls = append(c.calls, OpCost{Op: c.label, Calls: 1, FLOPs: flops, Bytes: bytes})
 }
 
 func (c *costBackend) Name() string { return "cost" }

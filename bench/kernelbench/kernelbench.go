@@ -3,7 +3,7 @@ package kernelbench
 import (
 	"errors"
 	"fmt"
-	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -192,103 +192,21 @@ type Op struct {
 	flushes uint64
 }
 
-// NewOp prepares op of cfg at shape s on be, with an L2 flush buffer
-// of l2Bytes. It returns the target and the op's cost (one launch). Close
-// frees its buffers.
+// NewOp prepares op of cfg at shape s on be, with an L2 flush buffer of
+// l2Bytes. It returns the target and the op's cost per launch (OpCost).
+// Close frees its buffers.
 func NewOp(be runner.Backend, cfg runner.Config, op string, s Shape, l2Bytes int) (*Op, runner.OpCost, error) {
-	var cost runner.OpCost
-	if s.Batch < 1 || s.SeqLen < 1 || s.StartPos < 0 || s.StartPos+s.SeqLen > cfg.MaxPositionEmbeddings {
-		return nil, cost, fmt.Errorf("kernel %s: shape %s does not fit %s's %d positions", op, s.Label(), cfg.Name, cfg.MaxPositionEmbeddings)
+	cost, err := OpCost(cfg, op, s)
+	if err != nil {
+		return nil, cost, err
 	}
-	k := &Op{be: be}
-	var err error
-	alloc := func(dt runner.DType, n int) runner.Buffer {
-		if err != nil {
-			return nil
-		}
-		var b runner.Buffer
-		if b, err = be.Alloc(dt, n); err != nil {
-			err = fmt.Errorf("allocate %d %s: %w", n, dt, err)
-			return nil
-		}
-		k.buffers = append(k.buffers, b)
-		if dt == runner.BF16 {
-			err = be.FillDummy(b, 0, n, 1, fmt.Sprintf("kernelbench.%d", len(k.buffers)), 0, ref.DummyUniform)
-		}
-		return b
-	}
-	T, h, D := s.Batch*s.SeqLen, cfg.HiddenSize, cfg.HeadDim
-	qDim, inter := cfg.NumAttentionHeads*D, cfg.IntermediateSize
-	attn := runner.AttnShape{Batch: s.Batch, SeqLen: s.SeqLen, StartPos: s.StartPos, Heads: cfg.NumAttentionHeads,
-		KVHeads: cfg.NumKeyValueHeads, HeadDim: D, MaxSeq: s.StartPos + s.SeqLen}
-	linear := func(m, n, kDim int) {
-		out, x, w := alloc(runner.BF16, m*n), alloc(runner.BF16, m*kDim), alloc(runner.BF16, n*kDim)
-		k.launch = func() error { return be.Linear(out, x, w, m, n, kDim) }
-		cost = runner.OpCost{Op: op, Calls: 1, FLOPs: 2 * float64(m) * float64(n) * float64(kDim),
-			Bytes: 2 * (float64(m)*float64(kDim) + float64(n)*float64(kDim) + float64(m)*float64(n))}
-	}
-	posBuffer := func() runner.Buffer {
-		pos := alloc(runner.I32, 1)
-		if err == nil {
-			err = be.UploadI32(pos, []int32{int32(s.StartPos)})
-		}
-		return pos
-	}
-	switch op {
-	case "qkv_proj":
-		linear(T, cfg.QKVDim(), h)
-	case "o_proj":
-		linear(T, h, qDim)
-	case "gate_up_proj":
-		linear(T, 2*inter, h)
-	case "down_proj":
-		linear(T, h, inter)
-	case "lm_head":
-		linear(s.Batch, cfg.VocabSize, h)
-	case "input_norm":
-		out, residual, weight := alloc(runner.BF16, T*h), alloc(runner.BF16, T*h), alloc(runner.BF16, h)
-		eps := float32(cfg.RMSNormEps)
-		k.launch = func() error { return be.AddRMSNorm(out, residual, nil, weight, T, h, eps) }
-		cost = runner.OpCost{Op: op, Calls: 1, FLOPs: 4 * float64(T*h), Bytes: 2 * (2*float64(T*h) + float64(h))}
-	case "silu_mul":
-		out, gateUp := alloc(runner.BF16, T*inter), alloc(runner.BF16, 2*T*inter)
-		k.launch = func() error { return be.SiluMul(out, gateUp, T, inter) }
-		cost = runner.OpCost{Op: op, Calls: 1, FLOPs: 5 * float64(T*inter), Bytes: 6 * float64(T*inter)}
-	case "rope_kv_write", "attention":
-		cacheLen := s.Batch * attn.MaxSeq * cfg.NumKeyValueHeads * D
-		kCache, vCache := alloc(runner.BF16, cacheLen), alloc(runner.BF16, cacheLen)
-		q, qkv := alloc(runner.BF16, T*qDim), alloc(runner.BF16, T*cfg.QKVDim())
-		pos := posBuffer()
-		if op == "attention" {
-			out := alloc(runner.BF16, T*qDim)
-			k.launch = func() error { return be.Attention(out, q, kCache, vCache, pos, attn) }
-		} else {
-			invFreq := alloc(runner.F32, D/2)
-			if err == nil {
-				freqs := make([]float32, D/2)
-				for i := range freqs {
-					freqs[i] = float32(math.Pow(cfg.RopeTheta, -2*float64(i)/float64(D)))
-				}
-				err = be.UploadF32(invFreq, freqs)
-			}
-			k.launch = func() error { return be.RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos, attn) }
-		}
-		costs, cerr := opCostAt(cfg, s, op)
-		if cerr != nil && err == nil {
-			err = cerr
-		}
-		cost = costs
-	case "argmax":
-		out, logits := alloc(runner.I32, s.Batch), alloc(runner.BF16, s.Batch*cfg.VocabSize)
-		k.launch = func() error { return be.Argmax(out, logits, s.Batch, cfg.VocabSize) }
-		cost = runner.OpCost{Op: op, Calls: 1, FLOPs: float64(s.Batch * cfg.VocabSize),
-			Bytes: 2*float64(s.Batch*cfg.VocabSize) + 4*float64(s.Batch)}
-	default:
-		return nil, cost, fmt.Errorf("kernel: unknown op %q (known: %s)", op, strings.Join(Ops(), ", "))
-	}
+	b := &opBuilder{be: be, cfg: cfg, s: s, fill: true}
+	k := &Op{be: be, launch: b.build(op)}
 	if l2Bytes > 0 {
-		k.flush = alloc(runner.BF16, (l2Bytes+1)/2)
+		k.flush = b.alloc(runner.BF16, (l2Bytes+1)/2)
 	}
+	k.buffers = b.buffers
+	err = b.err
 	if err == nil {
 		err = be.Sync()
 	}
@@ -298,27 +216,124 @@ func NewOp(be runner.Backend, cfg runner.Config, op string, s Shape, l2Bytes int
 	return k, cost, nil
 }
 
-// opCostAt is one layer's share of the cost model for an attention-side op
-// (the model's step cost divided by its layer count).
-func opCostAt(cfg runner.Config, s Shape, op string) (runner.OpCost, error) {
-	var step runner.StepCost
-	var err error
-	if s.StartPos == 0 && s.SeqLen > 1 {
-		step, err = runner.PrefillCost(cfg, s.Batch, s.SeqLen)
-	} else {
-		step, err = runner.DecodeCost(cfg, s.Batch, s.StartPos)
+// OpCost is the cost model's cost of one launch of op at shape s: the calls
+// NewOp makes, made on the cost model's counting backend. A test checks
+// that it is one of the calls of op in the model's own step at s.
+func OpCost(cfg runner.Config, op string, s Shape) (runner.OpCost, error) {
+	if s.Batch < 1 || s.SeqLen < 1 || s.StartPos < 0 || s.StartPos+s.SeqLen > cfg.MaxPositionEmbeddings {
+		return runner.OpCost{Op: op}, fmt.Errorf("kernel %s: shape %s does not fit %s's %d positions", op, s.Label(), cfg.Name, cfg.MaxPositionEmbeddings)
 	}
-	if err != nil {
-		return runner.OpCost{}, err
+	if !slices.Contains(Ops(), op) {
+		return runner.OpCost{Op: op}, fmt.Errorf("kernel: unknown op %q (known: %s)", op, strings.Join(Ops(), ", "))
 	}
-	for _, c := range step.Ops {
-		if c.Op == op && c.Calls > 0 {
-			return runner.OpCost{Op: op, Calls: 1, FLOPs: c.FLOPs / float64(c.Calls), Bytes: c.Bytes / float64(c.Calls)}, nil
+	return runner.CostOf(op, func(be runner.Backend) error {
+		b := &opBuilder{be: be, cfg: cfg, s: s}
+		launch := b.build(op)
+		if b.err != nil {
+			return b.err
 		}
-	}
-	return runner.OpCost{Op: op, Calls: 1}, nil
+		return launch()
+	})
 }
 
+// opBuilder makes one op's buffers on a backend and its launch; the first
+// error stops it (later allocations return nil).
+type opBuilder struct {
+	be      runner.Backend
+	cfg     runner.Config
+	s       Shape
+	fill    bool // fill bf16 buffers with dummy data (not for the cost model)
+	buffers []runner.Buffer
+	err     error
+}
+
+func (b *opBuilder) alloc(dt runner.DType, n int) runner.Buffer {
+	if b.err != nil {
+		return nil
+	}
+	buf, err := b.be.Alloc(dt, n)
+	if err != nil {
+		b.err = fmt.Errorf("allocate %d %s: %w", n, dt, err)
+		return nil
+	}
+	b.buffers = append(b.buffers, buf)
+	if dt == runner.BF16 && b.fill {
+		b.err = b.be.FillDummy(buf, 0, n, 1, fmt.Sprintf("kernelbench.%d", len(b.buffers)), 0, ref.DummyUniform)
+	}
+	return buf
+}
+
+// upload runs an upload into dst unless building already failed.
+func (b *opBuilder) upload(dst runner.Buffer, upload func() error) {
+	if b.err == nil && dst != nil {
+		b.err = upload()
+	}
+}
+
+// build allocates op's operands and returns its launch: the call the
+// engine's forward pass makes for op at the builder's shape (layer 0's for
+// input_norm: no residual add).
+func (b *opBuilder) build(op string) func() error {
+	cfg, s, be := b.cfg, b.s, b.be
+	T, h, inter := s.Batch*s.SeqLen, cfg.HiddenSize, cfg.IntermediateSize
+	qDim := cfg.NumAttentionHeads * cfg.HeadDim
+	linear := func(m, n, k int) func() error {
+		out, x, w := b.alloc(runner.BF16, m*n), b.alloc(runner.BF16, m*k), b.alloc(runner.BF16, n*k)
+		return func() error { return be.Linear(out, x, w, m, n, k) }
+	}
+	switch op {
+	case "qkv_proj":
+		return linear(T, cfg.QKVDim(), h)
+	case "o_proj":
+		return linear(T, h, qDim)
+	case "gate_up_proj":
+		return linear(T, 2*inter, h)
+	case "down_proj":
+		return linear(T, h, inter)
+	case "lm_head":
+		return linear(s.Batch, cfg.VocabSize, h)
+	case "input_norm":
+		out, residual, weight := b.alloc(runner.BF16, T*h), b.alloc(runner.BF16, T*h), b.alloc(runner.BF16, h)
+		eps := float32(cfg.RMSNormEps)
+		return func() error { return be.AddRMSNorm(out, residual, nil, weight, T, h, eps) }
+	case "silu_mul":
+		out, gateUp := b.alloc(runner.BF16, T*inter), b.alloc(runner.BF16, 2*T*inter)
+		return func() error { return be.SiluMul(out, gateUp, T, inter) }
+	case "rope_kv_write", "attention":
+		return b.attentionSide(op)
+	case "argmax":
+		out, logits := b.alloc(runner.I32, s.Batch), b.alloc(runner.BF16, s.Batch*cfg.VocabSize)
+		return func() error { return be.Argmax(out, logits, s.Batch, cfg.VocabSize) }
+	}
+	b.err = fmt.Errorf("unknown op %q (known: %s)", op, strings.Join(Ops(), ", "))
+	return nil
+}
+
+// attentionSide builds rope_kv_write or attention over a KV cache of
+// StartPos+SeqLen positions, with the position on the device at StartPos
+// and RoPE's frequencies the model's (rope_scaling included).
+func (b *opBuilder) attentionSide(op string) func() error {
+	cfg, s, be := b.cfg, b.s, b.be
+	T, D := s.Batch*s.SeqLen, cfg.HeadDim
+	qDim := cfg.NumAttentionHeads * D
+	attn := runner.AttnShape{Batch: s.Batch, SeqLen: s.SeqLen, StartPos: s.StartPos, Heads: cfg.NumAttentionHeads,
+		KVHeads: cfg.NumKeyValueHeads, HeadDim: D, MaxSeq: s.StartPos + s.SeqLen}
+	cacheLen := s.Batch * attn.MaxSeq * cfg.NumKeyValueHeads * D
+	kCache, vCache := b.alloc(runner.BF16, cacheLen), b.alloc(runner.BF16, cacheLen)
+	q, qkv := b.alloc(runner.BF16, T*qDim), b.alloc(runner.BF16, T*cfg.QKVDim())
+	pos := b.alloc(runner.I32, 1)
+	b.upload(pos, func() error { return be.UploadI32(pos, []int32{int32(s.StartPos)}) })
+	if op == "attention" {
+		out := b.alloc(runner.BF16, T*qDim)
+		return func() error { return be.Attention(out, q, kCache, vCache, pos, attn) }
+	}
+	freqs := cfg.RopeInvFreq()
+	invFreq := b.alloc(runner.F32, len(freqs))
+	b.upload(invFreq, func() error { return be.UploadF32(invFreq, freqs) })
+	return func() error { return be.RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos, attn) }
+}
+
+// FlushL2 overwrites the flush buffer with fresh dummy data (Target).
 func (k *Op) FlushL2() error {
 	if k.flush == nil {
 		return nil
@@ -327,6 +342,8 @@ func (k *Op) FlushL2() error {
 	k.flushes++
 	return k.be.FillDummy(k.flush, 0, k.flush.Len(), k.flushes, "l2_flush", 0, ref.DummyUniform)
 }
+
+// Launch, Sync, NewEvent and Elapsed are the Target of Measure.
 func (k *Op) Launch() error                   { return k.launch() }
 func (k *Op) Sync() error                     { return k.be.Sync() }
 func (k *Op) NewEvent() (runner.Event, error) { return k.be.NewEvent() }

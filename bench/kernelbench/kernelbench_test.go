@@ -2,6 +2,7 @@ package kernelbench
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,4 +134,39 @@ func FuzzParseShape(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", in, s)
 		}
 	})
+}
+
+// Every op's cost per launch is the cost model's cost of one of the calls
+// of that op in the model's own step at the same shape, for prefill and
+// decode shapes of a tiny and a real model (rope_scaling included).
+func TestOpCostIsTheCostModels(t *testing.T) {
+	for _, name := range []string{"llama-tiny", "llama-3.1-8b"} {
+		cfg, err := runner.Preset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefill, err := runner.PrefillCost(cfg, 2, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decode, err := runner.DecodeCost(cfg, 2, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []struct {
+			shape Shape
+			cost  runner.StepCost
+		}{{Shape{Batch: 2, SeqLen: 16}, prefill}, {Shape{Batch: 2, SeqLen: 1, StartPos: 16}, decode}} {
+			for _, op := range Ops() {
+				got, err := OpCost(cfg, op, step.shape)
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls := step.cost.CallCosts(op)
+				if got.Calls != 1 || got.Bytes <= 0 || !slices.Contains(calls, got) {
+					t.Errorf("%s %s at %s: cost %+v is none of the step's %d calls (%+v)", name, op, step.shape.Label(), got, len(calls), calls[:min(len(calls), 1)])
+				}
+			}
+		}
+	}
 }
