@@ -36,6 +36,41 @@ func at[T any](xs []T, i int) T {
 	return xs[i]
 }
 
+// clockInfo is GetClockInfo: the SM clock of the next read, a fixed memory clock.
+func (g *scriptedGPU) clockInfo(c nvml.ClockType) (uint32, nvml.Return) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c == nvml.CLOCK_SM {
+		g.reads++
+		return at(g.smClocks, g.reads-1), nvml.SUCCESS
+	}
+	return 2619, nvml.SUCCESS
+}
+
+// fieldValues is GetFieldValues: instant power 100 W + 1 W per read, memory
+// temperature 61 °C, anything else unsupported.
+func (g *scriptedGPU) fieldValues(values []nvml.FieldValue) nvml.Return {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.fieldsRet != nvml.SUCCESS {
+		return g.fieldsRet
+	}
+	for i := range values {
+		values[i].NvmlReturn = uint32(nvml.SUCCESS)
+		switch values[i].FieldId {
+		case nvml.FI_DEV_POWER_INSTANT: // milliwatts
+			values[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+			binary.LittleEndian.PutUint32(values[i].Value[:], uint32(100000+1000*g.reads))
+		case nvml.FI_DEV_MEMORY_TEMP:
+			values[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
+			binary.LittleEndian.PutUint32(values[i].Value[:], 61)
+		default:
+			values[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+		}
+	}
+	return nvml.SUCCESS
+}
+
 func newMockNVML(t *testing.T, g *scriptedGPU) *mock.Interface {
 	t.Helper()
 	dev := &mock.Device{
@@ -50,37 +85,9 @@ func newMockNVML(t *testing.T, g *scriptedGPU) *mock.Interface {
 			}
 			return 2619, nvml.SUCCESS
 		},
-		GetClockInfoFunc: func(c nvml.ClockType) (uint32, nvml.Return) {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			if c == nvml.CLOCK_SM {
-				g.reads++
-				return at(g.smClocks, g.reads-1), nvml.SUCCESS
-			}
-			return 2619, nvml.SUCCESS
-		},
-		GetFieldValuesFunc: func(values []nvml.FieldValue) nvml.Return {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			if g.fieldsRet != nvml.SUCCESS {
-				return g.fieldsRet
-			}
-			for i := range values {
-				values[i].NvmlReturn = uint32(nvml.SUCCESS)
-				switch values[i].FieldId {
-				case nvml.FI_DEV_POWER_INSTANT: // milliwatts: 100 W + 1 W per read
-					values[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
-					binary.LittleEndian.PutUint32(values[i].Value[:], uint32(100000+1000*g.reads))
-				case nvml.FI_DEV_MEMORY_TEMP:
-					values[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
-					binary.LittleEndian.PutUint32(values[i].Value[:], 61)
-				default:
-					values[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
-				}
-			}
-			return nvml.SUCCESS
-		},
-		GetPowerUsageFunc: func() (uint32, nvml.Return) { return 250000, nvml.SUCCESS },
+		GetClockInfoFunc:   g.clockInfo,
+		GetFieldValuesFunc: g.fieldValues,
+		GetPowerUsageFunc:  func() (uint32, nvml.Return) { return 250000, nvml.SUCCESS },
 		GetTotalEnergyConsumptionFunc: func() (uint64, nvml.Return) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
