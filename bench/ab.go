@@ -120,7 +120,7 @@ func runPair(armA, armB *harness, key PromptKey, label string) (itA, itB Iterati
 // ArmsAgree checks, before an A/B run is timed, that both arms compute the
 // same model: a prefill of batch seeded prompts of inputLen tokens on each,
 // and the relative error ||a−b||/||b|| of their logits must not exceed
-// maxRelativeError (DESIGN.md's bf16 bound is 1e-2). It is the engine's
+// maxRelativeError (the design's bf16 bound is 1e-2). It is the engine's
 // answer that is compared, so any kernel difference that matters shows.
 func ArmsAgree(a, b *runner.Engine, batch, inputLen int, seed uint64, maxRelativeError float64) error {
 	if a == nil || b == nil {

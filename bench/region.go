@@ -52,7 +52,7 @@ func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
 	return it, nil
 }
 
-// timeRegion is DESIGN.md's timed region: synchronise; host clock; record
+// timeRegion is the design's timed region (docs/design.md, Timing): synchronise; host clock; record
 // start; enqueue the step; record end; synchronise; host clock. The host time
 // is what one_batch reports, the event time is the device's view of it. A
 // cancelled Context stops the run here, at a region boundary.

@@ -78,9 +78,9 @@ func (r Result) Regressions() int {
 // ErrNoCommonShape is Compare's error when no shape is in both runs.
 var ErrNoCommonShape = errors.New("no shape is in both runs")
 
-// Compare compares every shape present in both reports, metric by metric,
+// Reports compares every shape present in both reports, metric by metric,
 // on per-iteration values (see the bench.Metric* constants): decode steps at
-// different KV lengths are never pooled. See verdict for the rule.
+// different KV lengths are never pooled. stats.Decide is the verdict rule.
 func Reports(oldReport, newReport report.Report, opt Options) (Result, error) {
 	opt = opt.withDefaults()
 	res := Result{Alpha: opt.Alpha, Confidence: opt.Confidence, Threshold: opt.Threshold}

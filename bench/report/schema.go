@@ -54,7 +54,8 @@ type Environment struct {
 	MemoryClockMHz    float64 `json:"memory_clock_mhz,omitempty"`
 	PowerLimitWatts   float64 `json:"power_limit_watts,omitempty"`
 	GPUMemoryBytes    uint64  `json:"gpu_memory_bytes,omitempty"`
-	// Telemetry and roofline additions (issue 4).
+	// What the roofline and NVML add: the SM count, bus width and maximum
+	// memory clock of the device roof.
 	SMCount            int     `json:"sm_count,omitempty"`
 	MemoryBusWidthBits int     `json:"memory_bus_width_bits,omitempty"`
 	MaxMemoryClockMHz  float64 `json:"max_memory_clock_mhz,omitempty"`
@@ -107,9 +108,10 @@ type ShapeReport struct {
 	DecodeDeviceSeconds  stats.Summary `json:"decode_device_seconds"`
 	TotalHostSeconds     stats.Summary `json:"total_host_seconds"`
 
-	// Roofline: the cost model's minimal work per step and the time it takes
-	// at the GPU's peak rates. Zero (left out) when not computed. The decode
-	// figures are for the first decode step (KV length input_len).
+	// Floors: the cost model's minimal work per step and the least time it
+	// takes under the run's roof (environment.roof). Zero (left out) without
+	// a roof. The decode figures are the first decode step's (KV length
+	// input_len); the roofline points hold the median step's.
 	PrefillFloorSeconds float64 `json:"prefill_floor_seconds,omitempty"`
 	DecodeFloorSeconds  float64 `json:"decode_floor_seconds,omitempty"`
 	PrefillFLOPs        float64 `json:"prefill_flops,omitempty"`
@@ -117,9 +119,9 @@ type ShapeReport struct {
 	DecodeFLOPs         float64 `json:"decode_flops,omitempty"`
 	DecodeBytes         float64 `json:"decode_bytes,omitempty"`
 
-	// Telemetry (issue 4): flagged samples, medians over kept samples'
-	// readings, the background sampler's readings during the shape, energy
-	// windows, and roofline points.
+	// Telemetry: flagged samples, medians over kept samples' readings, the
+	// background sampler's readings during the shape, energy windows, and
+	// the roofline points under the run's roof.
 	ThrottledSamples          int                 `json:"throttled_samples,omitempty"`
 	DiscardedThrottledSamples int                 `json:"discarded_throttled_samples,omitempty"`
 	MedianPowerWatts          float64             `json:"median_power_watts,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"stepbench/bench"
 	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
@@ -56,10 +57,8 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 
 // rooflineShape is one shape's floors; its JSON keys are snake_case.
 type rooflineShape struct {
-	Batch     int                 `json:"batch_size"`
-	InputLen  int                 `json:"input_len"`
-	OutputLen int                 `json:"output_len"`
-	Floors    roofline.StepFloors `json:"floors"`
+	bench.Shape
+	Floors roofline.StepFloors `json:"floors"`
 }
 
 func rooflineShapes(cfg runner.Config, g roofline.Preset, sh shapeFlags) ([]rooflineShape, error) {
@@ -71,7 +70,7 @@ func rooflineShapes(cfg runner.Config, g roofline.Preset, sh shapeFlags) ([]roof
 				if err != nil {
 					return nil, err
 				}
-				shapes = append(shapes, rooflineShape{b, in, out, f})
+				shapes = append(shapes, rooflineShape{bench.Shape{Batch: b, InputLen: in, OutputLen: out}, f})
 			}
 		}
 	}
