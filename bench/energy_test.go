@@ -8,12 +8,16 @@ import (
 	"stepbench/runner"
 )
 
-// energyTarget is a Target whose work moves a scripted energy counter:
-// 100 mJ per prefill and 10 mJ per decode step.
+// energyTarget is a Target whose work moves a scripted energy counter,
+// 100 mJ per prefill and 10 mJ per decode step, and a virtual clock, 1 ms
+// per prefill.
 type energyTarget struct {
 	energyMJ uint64
 	begins   int
+	now      time.Duration
 }
+
+func (e *energyTarget) clock() time.Time { return time.Unix(0, 0).Add(e.now) }
 
 type nopEvent struct{}
 
@@ -22,7 +26,7 @@ func (nopEvent) Record() error { return nil }
 func (e *energyTarget) Begin(int, int, int, []int32) error { e.begins++; return nil }
 func (e *energyTarget) Prefill() error {
 	e.energyMJ += 100
-	time.Sleep(time.Millisecond)
+	e.now += time.Millisecond
 	return nil
 }
 func (e *energyTarget) Decode() error                   { e.energyMJ += 10; return nil }
@@ -37,7 +41,7 @@ func TestEnergyWindowsOnAScriptedCounter(t *testing.T) {
 	target := &energyTarget{}
 	const batch, inputLen, outputLen = 4, 8, 6
 	opt := Options{BatchSizes: []int{batch}, InputLens: []int{inputLen}, OutputLens: []int{outputLen}, NumIters: 1,
-		VocabSize: 10, EnergyMeter: target, EnergyWindowSeconds: 0.01}
+		VocabSize: 10, EnergyMeter: target, EnergyWindowSeconds: 0.01, Now: target.clock}
 	shapes, err := Run(target, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -46,8 +50,9 @@ func TestEnergyWindowsOnAScriptedCounter(t *testing.T) {
 	if e == nil || e.Prefill == nil || e.Iteration == nil || e.Decode == nil {
 		t.Fatalf("energy windows missing: %+v", e)
 	}
-	if e.Prefill.WindowSeconds < 0.01 || e.Iteration.WindowSeconds < 0.01 {
-		t.Errorf("windows shorter than the minimum: %+v %+v", e.Prefill, e.Iteration)
+	// A prefill takes 1 ms of the virtual clock: ten fill a 10 ms window.
+	if e.Prefill.Repetitions != 10 || e.Iteration.Repetitions != 10 || e.Prefill.WindowSeconds < 0.01 {
+		t.Errorf("windows of %d and %d repetitions (%+v), want 10 each over at least 10 ms", e.Prefill.Repetitions, e.Iteration.Repetitions, e.Prefill)
 	}
 	near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-12*math.Max(1, math.Abs(want)) }
 	// Prefill: 0.1 J per prefill of batch×input_len = 32 tokens.
