@@ -13,7 +13,7 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # the cpu backend on llama-tiny.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build test vet lint fmt run fuzz bundle clean emu
+.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen
 
 all: build
 
@@ -26,10 +26,26 @@ vet:
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
 # every kernel.
-test: vet emu
+test: vet nocgo emu
 	$(GO) test -count=1 ./...
 
-lint: vet
+# Hardware stays at the edges: only these packages may need cgo (the CUDA
+# bindings, the CUDA backend, the NVML telemetry, the CLI that wires them).
+# Every other package must build with CGO_ENABLED=0 and depend on no
+# package that has cgo files.
+CGO_PACKAGES := stepbench/cuda stepbench/runner/gpu stepbench/bench/telemetry/nvml stepbench/cmd/stepbench
+nocgo:
+	@pkgs=$$($(GO) list ./... | grep -vxF $(foreach p,$(CGO_PACKAGES),-e $(p))); \
+	CGO_ENABLED=0 $(GO) build $$pkgs || { echo "a package outside $(CGO_PACKAGES) needs cgo"; exit 1; }; \
+	bad=$$($(GO) list -deps -f '{{if and .CgoFiles (not .Standard)}}{{.ImportPath}}{{end}}' $$pkgs); \
+	if [ -n "$$bad" ]; then echo "packages outside $(CGO_PACKAGES) depend on cgo packages: $$bad"; exit 1; fi; \
+	echo "nocgo: $$(echo $$pkgs | wc -w) packages build without cgo"
+
+# No function longer than 80 lines, tests included.
+funclen:
+	$(GO) run ./scripts/funclen
+
+lint: vet funclen
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 fmt:
@@ -43,11 +59,13 @@ FUZZTIME ?= 10s
 fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzSafetensorsHeader -fuzztime $(FUZZTIME)
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptIDs -fuzztime $(FUZZTIME)
-	$(GO) test ./bench -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
-	$(GO) test ./bench -run '^$$' -fuzz FuzzParseKernelShape -fuzztime $(FUZZTIME)
-	$(GO) test ./bench -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
+	$(GO) test ./bench/report -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
+	$(GO) test ./bench/kernelbench -run '^$$' -fuzz FuzzParseShape -fuzztime $(FUZZTIME)
+	$(GO) test ./bench/stats -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
+	$(GO) test ./bench/compat -run '^$$' -fuzz FuzzPyFloatRoundTrip -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)
 	$(GO) test ./cuda -run '^$$' -fuzz FuzzCudaDirVersion -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzJoinListValues -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh

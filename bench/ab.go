@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
+	"stepbench/bench/stats"
+	"stepbench/kernels/ref"
 	"stepbench/runner"
 )
 
@@ -56,16 +59,16 @@ func RunAB(pair ABTarget, opt Options) (baseline, candidate []ShapeResult, err e
 	return baseline, candidate, nil
 }
 
-func runABShape(armA, armB *harness, sh shape) (a, b ShapeResult, err error) {
-	a = ShapeResult{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen}
+func runABShape(armA, armB *harness, sh Shape) (a, b ShapeResult, err error) {
+	a = ShapeResult{Shape: sh}
 	b = a
 	finish := func(reason string, complete bool) {
-		a.finish(reason)
-		b.finish(reason)
+		a.Finish(reason)
+		b.Finish(reason)
 		a.Complete, b.Complete = complete, complete
 	}
 	for w := 0; w < armA.opt.WarmupIters; w++ {
-		key := PromptKey{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen, Iter: w, Warmup: true}
+		key := PromptKey{Shape: sh, Iter: w, Warmup: true}
 		if _, err := armA.runIteration(key); err != nil {
 			return a, b, fmt.Errorf("A warmup %d: %w", w, err)
 		}
@@ -76,7 +79,7 @@ func runABShape(armA, armB *harness, sh shape) (a, b ShapeResult, err error) {
 	stop := armA.newStopper()
 	noise := func() float64 { return pairedNoise(b.Iterations, a.Iterations) }
 	for i := 0; !stop.done(i, noise); i++ {
-		key := PromptKey{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen, Iter: i}
+		key := PromptKey{Shape: sh, Iter: i}
 		itA, itB, err := runPair(armA, armB, key, stop.iterationLabel(i))
 		if err != nil {
 			finish(stopReason(err), false)
@@ -117,14 +120,14 @@ func runPair(armA, armB *harness, key PromptKey, label string) (itA, itB Iterati
 // ArmsAgree checks, before an A/B run is timed, that both arms compute the
 // same model: a prefill of batch seeded prompts of inputLen tokens on each,
 // and the relative error ||a−b||/||b|| of their logits must not exceed
-// maxRelativeError (DESIGN.md's bf16 bound is 1e-2). It is the engine's
+// maxRelativeError (the design's bf16 bound is 1e-2). It is the engine's
 // answer that is compared, so any kernel difference that matters shows.
 func ArmsAgree(a, b *runner.Engine, batch, inputLen int, seed uint64, maxRelativeError float64) error {
 	if a == nil || b == nil {
 		return errors.New("arms agree: nil engine")
 	}
 	cfg := a.Config()
-	prompts, err := PromptIDs(seed, cfg.VocabSize, PromptKey{Batch: batch, InputLen: inputLen, OutputLen: 1})
+	prompts, err := PromptIDs(seed, cfg.VocabSize, PromptKey{Shape: Shape{Batch: batch, InputLen: inputLen, OutputLen: 1}})
 	if err != nil {
 		return fmt.Errorf("arms agree: %w", err)
 	}
@@ -143,27 +146,39 @@ func ArmsAgree(a, b *runner.Engine, batch, inputLen int, seed uint64, maxRelativ
 	return logitsAgree(logits[0], logits[1], maxRelativeError)
 }
 
-// logitsAgree is ArmsAgree's arithmetic on the two arms' logits.
+// logitsAgree is ArmsAgree's arithmetic on the two arms' logits: A is
+// compared with B as with a reference (ref.RelErr).
 func logitsAgree(a, b [][]float32, maxRelativeError float64) error {
-	var diff, norm float64
-	for row := range b {
-		if len(a) != len(b) || len(a[row]) != len(b[row]) {
-			return errors.New("arms agree: logits of different shapes")
-		}
-		for j, want := range b[row] {
-			got := a[row][j]
-			if math.IsNaN(float64(got)) || math.IsInf(float64(got), 0) {
-				return fmt.Errorf("arms agree: arm A logit [%d][%d] is %v", row, j, got)
-			}
-			d := float64(got) - float64(want)
-			diff += d * d
-			norm += float64(want) * float64(want)
-		}
+	rel, err := ref.RelErrRows(a, b)
+	if err != nil {
+		return fmt.Errorf("arms agree: arm A's logits against arm B's: %w", err)
 	}
-	rel := math.Sqrt(diff / math.Max(norm, math.SmallestNonzeroFloat64))
-	if rel > maxRelativeError || math.IsNaN(rel) {
+	if rel > maxRelativeError {
 		return fmt.Errorf("arms agree: the arms' logits differ by %.3g (relative), more than %.3g: A computes a different model",
 			rel, maxRelativeError)
 	}
 	return nil
+}
+
+// pairedNoise is the largest noise of the median pair ratio over the
+// compared metrics: what an A/B run's stopping rule holds to the target.
+func pairedNoise(baseline, candidate []IterationResult) float64 {
+	bSeries, aSeries := IterationSeries(baseline), IterationSeries(candidate)
+	worst, seen := 0.0, false
+	for _, bs := range bSeries {
+		j := slices.IndexFunc(aSeries, func(s MetricSeries) bool { return s.Metric == bs.Metric })
+		if j < 0 {
+			continue
+		}
+		ratios := stats.PairRatios(bs.Values, aSeries[j].Values)
+		noise := math.Inf(1)
+		if !slices.ContainsFunc(ratios, math.IsNaN) {
+			noise = stats.RelativeNoise(ratios)
+		}
+		worst, seen = math.Max(worst, noise), true
+	}
+	if !seen {
+		return math.Inf(1)
+	}
+	return worst
 }

@@ -58,7 +58,7 @@ type Options struct {
 	BetweenRegions func(last Sample)
 	// BeforeShape, when set, is called before each shape's warmup, untimed
 	// (e.g. to file telemetry under the shape).
-	BeforeShape func(batch, inputLen, outputLen int)
+	BeforeShape func(Shape)
 	// EnergyMeter, when set, makes Run measure each complete shape's energy
 	// after its timed iterations over windows of at least
 	// EnergyWindowSeconds (DefaultEnergyWindowSeconds when <= 0); see
@@ -66,7 +66,9 @@ type Options struct {
 	EnergyMeter         EnergyMeter
 	EnergyWindowSeconds float64
 
-	now func() time.Time // the host clock; tests replace it
+	// Now is the host clock of timed regions, adaptive sampling and energy
+	// windows (time.Now when nil); tests give a virtual one.
+	Now func() time.Time
 }
 
 // ErrInterrupted is wrapped by the error of a run stopped by its Context.
@@ -115,20 +117,13 @@ func (o Options) afterShape(s ShapeResult) error {
 	return o.AfterShape(s)
 }
 
-// shape is one point of the sweep.
-type shape struct{ batch, inputLen, outputLen int }
-
-func (s shape) String() string {
-	return fmt.Sprintf("batch_size=%d input_len=%d output_len=%d", s.batch, s.inputLen, s.outputLen)
-}
-
 // shapes is the sweep: the cross product, batch outermost.
-func (o Options) shapes() []shape {
-	var out []shape
+func (o Options) shapes() []Shape {
+	var out []Shape
 	for _, b := range o.BatchSizes {
 		for _, in := range o.InputLens {
 			for _, ol := range o.OutputLens {
-				out = append(out, shape{b, in, ol})
+				out = append(out, Shape{b, in, ol})
 			}
 		}
 	}
@@ -181,7 +176,7 @@ type harness struct {
 // newHarness makes a harness on t with its one pair of events: creating
 // events per region would put allocation next to the timed regions.
 func newHarness(t Target, opt Options, stdout, progress io.Writer) (harness, error) {
-	h := harness{target: t, opt: opt, ctx: opt.Context, now: opt.now, stdout: orDiscard(stdout), progress: orDiscard(progress)}
+	h := harness{target: t, opt: opt, ctx: opt.Context, now: opt.Now, stdout: orDiscard(stdout), progress: orDiscard(progress)}
 	if h.ctx == nil {
 		h.ctx = context.Background()
 	}
@@ -202,10 +197,10 @@ func (h *harness) newStopper() *stopper {
 	return newStopper(h.opt.NumIters, h.opt.Adaptive, h.now)
 }
 
-func (h *harness) runShape(sh shape) (ShapeResult, error) {
-	shape := ShapeResult{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen}
+func (h *harness) runShape(sh Shape) (ShapeResult, error) {
+	shape := ShapeResult{Shape: sh}
 	if h.opt.BeforeShape != nil {
-		h.opt.BeforeShape(sh.batch, sh.inputLen, sh.outputLen)
+		h.opt.BeforeShape(sh)
 	}
 	if err := h.warmup(sh, ""); err != nil {
 		return shape, err
@@ -214,19 +209,19 @@ func (h *harness) runShape(sh shape) (ShapeResult, error) {
 	for i := 0; !stop.done(i, func() float64 { return maxNoise(shape.Iterations) }); i++ {
 		fmt.Fprintf(h.progress, "  iteration %s\n", stop.iterationLabel(i))
 		fmt.Fprintf(h.stdout, "Benchmark %s: batch_size=%d, input_len=%d, output_len=%d\n",
-			stop.iterationLabel(i), sh.batch, sh.inputLen, sh.outputLen)
-		it, err := h.runIteration(PromptKey{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen, Iter: i})
+			stop.iterationLabel(i), sh.Batch, sh.InputLen, sh.OutputLen)
+		it, err := h.runIteration(PromptKey{Shape: sh, Iter: i})
 		if err != nil {
-			shape.finish(stopReason(err))
+			shape.Finish(stopReason(err))
 			return shape, fmt.Errorf("iteration %d: %w", i, err)
 		}
 		shape.Iterations = append(shape.Iterations, it)
 	}
-	shape.finish(stop.reason)
+	shape.Finish(stop.reason)
 	shape.Complete = true
 	fmt.Fprintf(h.progress, "  %s\n", shape.NoiseLine(h.opt))
 	if h.opt.EnergyMeter != nil {
-		energy, err := h.measureEnergy(sh.batch, sh.inputLen, sh.outputLen)
+		energy, err := h.measureEnergy(sh)
 		shape.Energy = energy
 		if err != nil {
 			return shape, fmt.Errorf("energy: %w", err)
@@ -236,12 +231,12 @@ func (h *harness) runShape(sh shape) (ShapeResult, error) {
 }
 
 // warmup runs the shape's warmup iterations (label names the arm in A/B).
-func (h *harness) warmup(sh shape, label string) error {
+func (h *harness) warmup(sh Shape, label string) error {
 	for w := 0; w < h.opt.WarmupIters; w++ {
 		fmt.Fprintf(h.progress, "  warmup %d/%d%s\n", w+1, h.opt.WarmupIters, label)
 		fmt.Fprintf(h.stdout, "Warmup %d/%d: batch_size=%d, input_len=%d, output_len=%d\n",
-			w+1, h.opt.WarmupIters, sh.batch, sh.inputLen, sh.outputLen)
-		key := PromptKey{Batch: sh.batch, InputLen: sh.inputLen, OutputLen: sh.outputLen, Iter: w, Warmup: true}
+			w+1, h.opt.WarmupIters, sh.Batch, sh.InputLen, sh.OutputLen)
+		key := PromptKey{Shape: sh, Iter: w, Warmup: true}
 		if _, err := h.runIteration(key); err != nil {
 			return fmt.Errorf("warmup %d%s: %w", w, label, err)
 		}

@@ -231,8 +231,7 @@ func TestRunPromptsFreshInRangeReproducible(t *testing.T) {
 		}
 	}
 	first := results[0]
-	want, err := PromptIDs(opt.Seed, opt.VocabSize, PromptKey{Batch: first.Batch, InputLen: first.InputLen,
-		OutputLen: first.OutputLen, Iter: 1})
+	want, err := PromptIDs(opt.Seed, opt.VocabSize, PromptKey{Shape: first.Shape, Iter: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +239,7 @@ func TestRunPromptsFreshInRangeReproducible(t *testing.T) {
 	if !slices.Equal(fake.prompts[2], want) {
 		t.Errorf("iteration 1 prompts %v, want PromptIDs' %v", fake.prompts[2], want)
 	}
-	if first.Iterations[1].PromptStream != (PromptKey{Batch: first.Batch, InputLen: first.InputLen,
-		OutputLen: first.OutputLen, Iter: 1}).stream() {
+	if first.Iterations[1].PromptStream != (PromptKey{Shape: first.Shape, Iter: 1}).stream() {
 		t.Errorf("PromptStream not recorded")
 	}
 	other := &fakeTarget{}
@@ -372,5 +370,26 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := Run(nil, testOptions()); err == nil {
 		t.Errorf("nil target: no error")
+	}
+}
+
+func TestIterationLabels(t *testing.T) {
+	st := newStopper(3, Adaptive{}, time.Now)
+	if st.iterationLabel(0) != "1/3" || newStopper(0, DefaultAdaptive(), func() time.Time { return time.Time{} }).iterationLabel(4) != "5" {
+		t.Error("iteration labels")
+	}
+}
+func TestDropSamples(t *testing.T) {
+	s := ShapeResult{Shape: Shape{Batch: 1, InputLen: 4, OutputLen: 3}, Iterations: []IterationResult{
+		{Iter: 0, Prefill: Sample{Phase: PhasePrefill, HostSeconds: 1}, Decode: []Sample{{Phase: PhaseDecode, HostSeconds: 1}, {Phase: PhaseDecode, Step: 1, HostSeconds: 1}}, TotalHostSeconds: 3},
+		{Iter: 1, Prefill: Sample{Phase: PhasePrefill, Iter: 1, HostSeconds: 9}, Decode: []Sample{{Phase: PhaseDecode, Iter: 1, HostSeconds: 9}, {Phase: PhaseDecode, Iter: 1, Step: 1, HostSeconds: 2}}, TotalHostSeconds: 20},
+	}}
+	got, dropped := DropSamples(s, func(x Sample) bool { return x.HostSeconds == 9 })
+	if dropped != 2 {
+		t.Errorf("dropped %d, want 2", dropped)
+	}
+	if got.Summary.PrefillHostSeconds.N != 1 || got.Summary.DecodeHostSeconds.N != 3 || got.Summary.TotalHostSeconds.N != 1 ||
+		got.Summary.TotalHostSeconds.Median != 3 || got.Summary.PrefillHostSeconds.Max != 1 {
+		t.Errorf("summary after discard: %+v", got.Summary)
 	}
 }

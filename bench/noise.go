@@ -5,11 +5,8 @@ import (
 	"math"
 	"slices"
 
-	"golang.org/x/perf/benchmath"
+	"stepbench/bench/stats"
 )
-
-// NoiseConfidence is the level of the median intervals that define noise.
-const NoiseConfidence = 0.95
 
 // Metrics of a shape: one value per timed iteration each. Prefill is the
 // iteration's prefill time; decode is the iteration's median decode step,
@@ -23,21 +20,21 @@ const (
 	MetricDecodeDevice  = "decode_device"
 )
 
-// metricSeries is one metric's per-iteration values (seconds).
-type metricSeries struct {
-	metric string
-	values []float64
+// MetricSeries is one metric's per-iteration values (seconds).
+type MetricSeries struct {
+	Metric string
+	Values []float64
 }
 
-// iterationSeries returns the shape's metrics in a fixed order, leaving
+// IterationSeries returns the shape's metrics in a fixed order, leaving
 // out those nobody measured: decode without decode steps, device times of
 // a backend without device timers (all zero).
-func iterationSeries(iterations []IterationResult) []metricSeries {
-	series := []metricSeries{{metric: MetricPrefillHost}, {metric: MetricPrefillDevice},
-		{metric: MetricDecodeHost}, {metric: MetricDecodeDevice}}
+func IterationSeries(iterations []IterationResult) []MetricSeries {
+	series := []MetricSeries{{Metric: MetricPrefillHost}, {Metric: MetricPrefillDevice},
+		{Metric: MetricDecodeHost}, {Metric: MetricDecodeDevice}}
 	for _, it := range iterations {
-		series[0].values = append(series[0].values, it.Prefill.HostSeconds)
-		series[1].values = append(series[1].values, it.Prefill.DeviceSeconds)
+		series[0].Values = append(series[0].Values, it.Prefill.HostSeconds)
+		series[1].Values = append(series[1].Values, it.Prefill.DeviceSeconds)
 		if len(it.Decode) == 0 {
 			continue
 		}
@@ -45,11 +42,11 @@ func iterationSeries(iterations []IterationResult) []metricSeries {
 		for i, d := range it.Decode {
 			host[i], device[i] = d.HostSeconds, d.DeviceSeconds
 		}
-		series[2].values = append(series[2].values, Median(host))
-		series[3].values = append(series[3].values, Median(device))
+		series[2].Values = append(series[2].Values, stats.Median(host))
+		series[3].Values = append(series[3].Values, stats.Median(device))
 	}
-	return slices.DeleteFunc(series, func(s metricSeries) bool {
-		return len(s.values) == 0 || allZero(s.values)
+	return slices.DeleteFunc(series, func(s MetricSeries) bool {
+		return len(s.Values) == 0 || allZero(s.Values)
 	})
 }
 
@@ -60,23 +57,6 @@ func allZero(xs []float64) bool {
 		}
 	}
 	return true
-}
-
-// RelativeNoise is the noise of a median: the half-width of the
-// distribution-free 95% confidence interval of the median of xs (order
-// statistics; golang.org/x/perf/benchmath's AssumeNothing summary) over the
-// median. +Inf when xs are too few for such an interval (fewer than 6) or
-// the median is not positive. xs is not modified.
-func RelativeNoise(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.Inf(1)
-	}
-	sample := benchmath.NewSample(slices.Clone(xs), &benchmath.DefaultThresholds)
-	sum := benchmath.AssumeNothing.Summary(sample, NoiseConfidence)
-	if !(sum.Center > 0) || math.IsInf(sum.Lo, 0) || math.IsInf(sum.Hi, 0) {
-		return math.Inf(1)
-	}
-	return (sum.Hi - sum.Lo) / 2 / sum.Center
 }
 
 // Noise is the achieved noise of each of a shape's medians (RelativeNoise
@@ -95,15 +75,15 @@ type Noise struct {
 func ShapeNoise(iterations []IterationResult) Noise {
 	nan := math.NaN()
 	n := Noise{PrefillHost: nan, PrefillDevice: nan, DecodeHost: nan, DecodeDevice: nan, TotalHost: nan}
-	for _, s := range iterationSeries(iterations) {
-		*n.field(s.metric) = RelativeNoise(s.values)
+	for _, s := range IterationSeries(iterations) {
+		*n.field(s.Metric) = stats.RelativeNoise(s.Values)
 	}
 	if len(iterations) > 0 {
 		totals := make([]float64, len(iterations))
 		for i, it := range iterations {
 			totals[i] = it.TotalHostSeconds
 		}
-		n.TotalHost = RelativeNoise(totals)
+		n.TotalHost = stats.RelativeNoise(totals)
 	}
 	return n
 }
@@ -123,13 +103,13 @@ func (n *Noise) field(metric string) *float64 {
 // maxNoise is the largest noise of the compared metrics (what the stopping
 // rule holds to the target); +Inf when none is known.
 func maxNoise(iterations []IterationResult) float64 {
-	series := iterationSeries(iterations)
+	series := IterationSeries(iterations)
 	if len(series) == 0 {
 		return math.Inf(1)
 	}
 	worst := 0.0
 	for _, s := range series {
-		worst = math.Max(worst, RelativeNoise(s.values))
+		worst = math.Max(worst, stats.RelativeNoise(s.Values))
 	}
 	return worst
 }
@@ -142,7 +122,7 @@ func (n Noise) MarshalJSON() ([]byte, error) {
 		DecodeHost    *float64 `json:"decode_host"`
 		DecodeDevice  *float64 `json:"decode_device"`
 		TotalHost     *float64 `json:"total_host"`
-	}{finite(n.PrefillHost), finite(n.PrefillDevice), finite(n.DecodeHost), finite(n.DecodeDevice), finite(n.TotalHost)})
+	}{stats.Finite(n.PrefillHost), stats.Finite(n.PrefillDevice), stats.Finite(n.DecodeHost), stats.Finite(n.DecodeDevice), stats.Finite(n.TotalHost)})
 }
 
 // UnmarshalJSON reads null as +Inf (unknown), the conservative reading.
@@ -160,12 +140,4 @@ func (n *Noise) UnmarshalJSON(data []byte) error {
 	*n = Noise{PrefillHost: read("prefill_host"), PrefillDevice: read("prefill_device"),
 		DecodeHost: read("decode_host"), DecodeDevice: read("decode_device"), TotalHost: read("total_host")}
 	return nil
-}
-
-// finite is x, or nil for NaN and ±Inf, which encoding/json refuses.
-func finite(x float64) *float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return nil
-	}
-	return &x
 }

@@ -7,20 +7,20 @@ import "fmt"
 
 func prefillLine(batch, inputLen int, latencySeconds float64) string {
 	return fmt.Sprintf("Prefill. latency: %6.5f s, throughput: %9.2f token/s",
-		latencySeconds, tokensPerSecond(batch*inputLen, latencySeconds))
+		latencySeconds, TokensPerSecond(batch*inputLen, latencySeconds))
 }
 
 func decodeStepLine(step, batch int, latencySeconds float64) string {
 	return fmt.Sprintf("Decode %d. Batch size: %d, latency: %6.5f s, throughput: %9.2f token/s",
-		step, batch, latencySeconds, tokensPerSecond(batch, latencySeconds))
+		step, batch, latencySeconds, TokensPerSecond(batch, latencySeconds))
 }
 
 func decodeMedianLine(batch int, medianSeconds float64) string {
 	return fmt.Sprintf("Decode.  median latency: %6.5f s, median throughput: %9.2f token/s",
-		medianSeconds, tokensPerSecond(batch, medianSeconds))
+		medianSeconds, TokensPerSecond(batch, medianSeconds))
 }
 
 func totalLine(batch, inputLen, outputLen int, totalSeconds float64) string {
 	return fmt.Sprintf("Total. latency: %6.3f s, throughput: %9.2f token/s",
-		totalSeconds, tokensPerSecond((inputLen+outputLen)*batch, totalSeconds))
+		totalSeconds, TokensPerSecond((inputLen+outputLen)*batch, totalSeconds))
 }

@@ -7,8 +7,8 @@ import (
 
 // PromptKey names the prompts of one iteration of one shape.
 type PromptKey struct {
-	Batch, InputLen, OutputLen int
-	Iter                       int
+	Shape
+	Iter int
 	// Warmup iterations draw from their own streams, so the timed
 	// iterations' prompts do not depend on the warmup count.
 	Warmup bool

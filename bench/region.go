@@ -2,6 +2,8 @@ package bench
 
 import (
 	"fmt"
+
+	"stepbench/bench/stats"
 )
 
 // runIteration is one_batch's latency_test_run_once: a fresh run, a timed
@@ -44,13 +46,13 @@ func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
 		}
 	}
 	if key.OutputLen > 1 {
-		fmt.Fprintln(h.stdout, decodeMedianLine(key.Batch, Median(decodeHostSeconds)))
+		fmt.Fprintln(h.stdout, decodeMedianLine(key.Batch, stats.Median(decodeHostSeconds)))
 	}
 	fmt.Fprintln(h.stdout, totalLine(key.Batch, key.InputLen, key.OutputLen, it.TotalHostSeconds))
 	return it, nil
 }
 
-// timeRegion is DESIGN.md's timed region: synchronise; host clock; record
+// timeRegion is the design's timed region (docs/design.md, Timing): synchronise; host clock; record
 // start; enqueue the step; record end; synchronise; host clock. The host time
 // is what one_batch reports, the event time is the device's view of it. A
 // cancelled Context stops the run here, at a region boundary.

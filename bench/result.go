@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"stepbench/bench/stats"
+	"stepbench/runner"
 )
 
 // Phase names of a Sample.
 const (
-	PhasePrefill = "prefill"
-	PhaseDecode  = "decode"
+	PhasePrefill = runner.PhasePrefill
+	PhaseDecode  = runner.PhaseDecode
 )
 
 // Sample is one timed region.
@@ -45,19 +48,19 @@ type IterationResult struct {
 
 // ShapeSummary summarises a shape's samples over all its timed iterations.
 type ShapeSummary struct {
-	PrefillHostSeconds   Summary
-	PrefillDeviceSeconds Summary
-	DecodeHostSeconds    Summary // every decode step of every iteration
-	DecodeDeviceSeconds  Summary
-	TotalHostSeconds     Summary // per-iteration totals
-	TotalDeviceSeconds   Summary
+	PrefillHostSeconds   stats.Summary
+	PrefillDeviceSeconds stats.Summary
+	DecodeHostSeconds    stats.Summary // every decode step of every iteration
+	DecodeDeviceSeconds  stats.Summary
+	TotalHostSeconds     stats.Summary // per-iteration totals
+	TotalDeviceSeconds   stats.Summary
 }
 
 // ShapeResult is everything measured for one (batch, input, output) shape.
 type ShapeResult struct {
-	Batch, InputLen, OutputLen int
-	Iterations                 []IterationResult
-	Summary                    ShapeSummary
+	Shape
+	Iterations []IterationResult
+	Summary    ShapeSummary
 	// Noise is the achieved noise of each median (see ShapeNoise) and
 	// StopReason why the timed iterations stopped (Stop* constants).
 	Noise      Noise
@@ -69,8 +72,9 @@ type ShapeResult struct {
 	Energy *ShapeEnergy
 }
 
-// finish computes the summary and noise of the finished iterations.
-func (s *ShapeResult) finish(reason string) {
+// Finish computes the summary and noise of the finished iterations and
+// records why they stopped (Stop* constants).
+func (s *ShapeResult) Finish(reason string) {
 	s.Summary = summarizeShape(s.Iterations)
 	s.Noise = ShapeNoise(s.Iterations)
 	s.StopReason = reason
@@ -104,22 +108,10 @@ func (s ShapeResult) NoiseLine(opt Options) string {
 	}{{MetricPrefillHost, s.Noise.PrefillHost}, {MetricPrefillDevice, s.Noise.PrefillDevice},
 		{MetricDecodeHost, s.Noise.DecodeHost}, {MetricDecodeDevice, s.Noise.DecodeDevice}} {
 		if !math.IsNaN(m.noise) {
-			parts = append(parts, m.name+" "+noiseText(m.noise))
+			parts = append(parts, m.name+" "+stats.NoiseText(m.noise))
 		}
 	}
 	return fmt.Sprintf("%d iterations (%s); noise %s", len(s.Iterations), why, strings.Join(parts, ", "))
-}
-
-// noiseText prints a relative noise as ±0.31%; "n/a" when too few
-// iterations gave no interval, "-" when not measured.
-func noiseText(noise float64) string {
-	switch {
-	case math.IsNaN(noise):
-		return "-"
-	case math.IsInf(noise, 0):
-		return "n/a"
-	}
-	return fmt.Sprintf("±%.2f%%", 100*noise)
 }
 
 func summarizeShape(iterations []IterationResult) ShapeSummary {
@@ -155,20 +147,30 @@ func summarizeKept(iterations []IterationResult, drop func(Sample) bool) (ShapeS
 		}
 	}
 	return ShapeSummary{
-		PrefillHostSeconds:   Summarize(prefillHost),
-		PrefillDeviceSeconds: Summarize(prefillDevice),
-		DecodeHostSeconds:    Summarize(decodeHost),
-		DecodeDeviceSeconds:  Summarize(decodeDevice),
-		TotalHostSeconds:     Summarize(totalHost),
-		TotalDeviceSeconds:   Summarize(totalDevice),
+		PrefillHostSeconds:   stats.Summarize(prefillHost),
+		PrefillDeviceSeconds: stats.Summarize(prefillDevice),
+		DecodeHostSeconds:    stats.Summarize(decodeHost),
+		DecodeDeviceSeconds:  stats.Summarize(decodeDevice),
+		TotalHostSeconds:     stats.Summarize(totalHost),
+		TotalDeviceSeconds:   stats.Summarize(totalDevice),
 	}, dropped
 }
 
-// tokensPerSecond is tokens/seconds, or 0 when no time was measured (a
+// TokensPerSecond is tokens/seconds, or 0 when no time was measured (a
 // division by zero would make the result unencodable as JSON).
-func tokensPerSecond(tokens int, seconds float64) float64 {
+func TokensPerSecond(tokens int, seconds float64) float64 {
 	if seconds <= 0 {
 		return 0
 	}
 	return float64(tokens) / seconds
+}
+
+// DropSamples is s with its summary recomputed without the samples drop
+// names (an iteration's total counts only when none of its samples was
+// dropped), and the count of dropped samples. Iterations keep every sample:
+// reports still show them, marked.
+func DropSamples(s ShapeResult, drop func(Sample) bool) (ShapeResult, int) {
+	var dropped int
+	s.Summary, dropped = summarizeKept(s.Iterations, drop)
+	return s, dropped
 }

@@ -46,67 +46,12 @@ func TestCublasGemmBF16(t *testing.T) {
 	if err := h.SetStream(g.stream, ws, workspaceBytes); err != nil {
 		t.Fatal(err)
 	}
-
 	const m, n, k = 5, 3, 7
 	const alpha, beta = float32(1), float32(0.5)
 	for _, tt := range []struct{ transA, transB bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
-		// Column-major storage: op(A) is m×k, op(B) is k×n.
-		lda, ldb, ldc := m, k, m
-		if tt.transA {
-			lda = k
-		}
-		if tt.transB {
-			ldb = n
-		}
-		aF := make([]float32, m*k)
-		bF := make([]float32, k*n)
-		cF := make([]float32, m*n)
-		for i := range aF {
-			aF[i] = float32(i%7 - 3)
-		}
-		for i := range bF {
-			bF[i] = float32(i%5 - 2)
-		}
-		for i := range cF {
-			cF[i] = float32(2 * (i%3 - 1))
-		}
-		opA := func(i, p int) float32 {
-			if tt.transA {
-				return aF[p+i*lda]
-			}
-			return aF[i+p*lda]
-		}
-		opB := func(p, j int) float32 {
-			if tt.transB {
-				return bF[j+p*ldb]
-			}
-			return bF[p+j*ldb]
-		}
-		want := make([]float32, m*n)
-		for j := range n {
-			for i := range m {
-				var sum float32
-				for p := range k {
-					sum += opA(i, p) * opB(p, j)
-				}
-				want[i+j*ldc] = alpha*sum + beta*cF[i+j*ldc]
-			}
-		}
-
-		upload := func(vals []float32) DevPtr {
-			bits := make([]uint16, len(vals))
-			for i, f := range vals {
-				bits[i] = exactBF16(t, f)
-			}
-			p := g.alloc(t, len(bits)*2)
-			if err := g.stream.CopyHtoD(p, unsafe.Pointer(&bits[0]), len(bits)*2); err != nil {
-				t.Fatal(err)
-			}
-			g.sync(t) // bits is pageable Go memory: keep it alive until copied
-			return p
-		}
-		a, b, c := upload(aF), upload(bF), upload(cF)
-		if err := h.GemmBF16(tt.transA, tt.transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); err != nil {
+		gm := newGemmCase(tt.transA, tt.transB, m, n, k, alpha, beta)
+		a, b, c := uploadExactBF16(t, g, gm.a), uploadExactBF16(t, g, gm.b), uploadExactBF16(t, g, gm.c)
+		if err := h.GemmBF16(tt.transA, tt.transB, m, n, k, alpha, a, gm.lda, b, gm.ldb, beta, c, gm.ldc); err != nil {
 			t.Fatalf("transA=%v transB=%v: %v", tt.transA, tt.transB, err)
 		}
 		got := make([]uint16, m*n)
@@ -115,12 +60,77 @@ func TestCublasGemmBF16(t *testing.T) {
 		}
 		g.sync(t)
 		for i := range got {
-			if bf16ToF32(got[i]) != want[i] {
-				t.Errorf("transA=%v transB=%v: C[%d] = %v, want %v", tt.transA, tt.transB, i, bf16ToF32(got[i]), want[i])
+			if bf16ToF32(got[i]) != gm.want[i] {
+				t.Errorf("transA=%v transB=%v: C[%d] = %v, want %v", tt.transA, tt.transB, i, bf16ToF32(got[i]), gm.want[i])
 			}
 		}
 	}
 	if err := h.GemmBF16(false, false, m, n, k, 1, 0, 0, 0, 0, 0, 0, 0); err == nil {
 		t.Error("GemmBF16 with lda=0 succeeded")
 	}
+}
+
+// gemmCase is C = alpha·op(A)·op(B) + beta·C in column-major storage (op(A)
+// m×k, op(B) k×n) on small integers, which bf16 and its float32 products
+// hold exactly, and its exact result.
+type gemmCase struct {
+	a, b, c, want []float32
+	lda, ldb, ldc int
+}
+
+func newGemmCase(transA, transB bool, m, n, k int, alpha, beta float32) gemmCase {
+	gm := gemmCase{lda: m, ldb: k, ldc: m, a: make([]float32, m*k), b: make([]float32, k*n), c: make([]float32, m*n)}
+	if transA {
+		gm.lda = k
+	}
+	if transB {
+		gm.ldb = n
+	}
+	for i := range gm.a {
+		gm.a[i] = float32(i%7 - 3)
+	}
+	for i := range gm.b {
+		gm.b[i] = float32(i%5 - 2)
+	}
+	for i := range gm.c {
+		gm.c[i] = float32(2 * (i%3 - 1))
+	}
+	opA := func(i, p int) float32 {
+		if transA {
+			return gm.a[p+i*gm.lda]
+		}
+		return gm.a[i+p*gm.lda]
+	}
+	opB := func(p, j int) float32 {
+		if transB {
+			return gm.b[j+p*gm.ldb]
+		}
+		return gm.b[p+j*gm.ldb]
+	}
+	gm.want = make([]float32, m*n)
+	for j := range n {
+		for i := range m {
+			var sum float32
+			for p := range k {
+				sum += opA(i, p) * opB(p, j)
+			}
+			gm.want[i+j*gm.ldc] = alpha*sum + beta*gm.c[i+j*gm.ldc]
+		}
+	}
+	return gm
+}
+
+// uploadExactBF16 copies vals, each exact in bf16, to new device memory.
+func uploadExactBF16(t *testing.T, g *gpuEnv, vals []float32) DevPtr {
+	t.Helper()
+	bits := make([]uint16, len(vals))
+	for i, f := range vals {
+		bits[i] = exactBF16(t, f)
+	}
+	p := g.alloc(t, len(bits)*2)
+	if err := g.stream.CopyHtoD(p, unsafe.Pointer(&bits[0]), len(bits)*2); err != nil {
+		t.Fatal(err)
+	}
+	g.sync(t) // bits is pageable Go memory: keep it alive until copied
+	return p
 }

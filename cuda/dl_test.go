@@ -21,92 +21,97 @@ func fakeSearchEnv(env map[string]string, globs map[string][]string, files ...st
 	}
 }
 
+// planGlobs and planEmuFiles are the fake file system of the search plan tests.
+var planGlobs = map[string][]string{
+	"/usr/local/cuda*/lib64":                    {"/usr/local/cuda-12.4/lib64", "/usr/local/cuda-12.10/lib64", "/usr/local/cuda/lib64", "/usr/local/cuda-13.0/lib64"},
+	"/usr/lib/python3*/dist-packages":           {"/usr/lib/python3.11/dist-packages"},
+	"/usr/local/lib/python3*/site-packages":     {"/usr/local/lib/python3.12/site-packages"},
+	"/home/u/.local/lib/python3*/site-packages": {"/home/u/.local/lib/python3.12/site-packages"},
+}
+var planEmuFiles = []string{"/emu/libnvrtc.so.13", "/emu/libcublas.so.13", "/emu/libcuda.so.1", "/usr/local/cuda-12.4/lib64/libnvrtc.so.12"}
+
+// searchPlanTests are where NVRTC is looked for, by what the environment says.
+var searchPlanTests = []struct {
+	name         string
+	explicit     string
+	env          map[string]string
+	files        []string
+	wantSource   string
+	wantExplicit []string
+	wantCands    []string
+	wantErr      string
+}{
+	{
+		name: "explicit path wins and is exclusive", explicit: "/opt/nvrtc.so",
+		env:          map[string]string{"STEPBENCH_NVRTC": "/env/nvrtc.so", "STEPBENCH_CUDA_LIBS": "/emu"},
+		files:        planEmuFiles,
+		wantSource:   "explicit path",
+		wantExplicit: []string{"/opt/nvrtc.so"},
+	},
+	{
+		name:         "env var next and exclusive, also over STEPBENCH_CUDA_LIBS",
+		env:          map[string]string{"STEPBENCH_NVRTC": "/env/nvrtc.so", "STEPBENCH_CUDA_LIBS": "/emu"},
+		files:        planEmuFiles,
+		wantSource:   "$STEPBENCH_NVRTC",
+		wantExplicit: []string{"/env/nvrtc.so"},
+	},
+	{
+		name:         "STEPBENCH_CUDA_LIBS next: only its folder, no search",
+		env:          map[string]string{"STEPBENCH_CUDA_LIBS": "/emu", "CUDA_HOME": "/usr/local/cuda-12.4"},
+		files:        planEmuFiles,
+		wantSource:   "$STEPBENCH_CUDA_LIBS",
+		wantExplicit: []string{"/emu/libnvrtc.so.13"},
+	},
+	{
+		name:         "STEPBENCH_CUDA_LIBS: every soname present, newest first",
+		env:          map[string]string{"STEPBENCH_CUDA_LIBS": "/cuda/lib"},
+		files:        []string{"/cuda/lib/libnvrtc.so.11.2", "/cuda/lib/libnvrtc.so.12"},
+		wantSource:   "$STEPBENCH_CUDA_LIBS",
+		wantExplicit: []string{"/cuda/lib/libnvrtc.so.12", "/cuda/lib/libnvrtc.so.11.2"},
+	},
+	{
+		name:    "STEPBENCH_CUDA_LIBS without NVRTC is an error naming the variable and the path",
+		env:     map[string]string{"STEPBENCH_CUDA_LIBS": "/emu"},
+		files:   []string{"/emu/libcuda.so.1", "/usr/local/cuda-12.4/lib64/libnvrtc.so.12"},
+		wantErr: "no NVRTC library: STEPBENCH_CUDA_LIBS=/emu: none of [/emu/libnvrtc.so.13 /emu/libnvrtc.so.12 /emu/libnvrtc.so.11.2] found",
+	},
+	{
+		name:    "STEPBENCH_CUDA_LIBS naming a missing folder is an error",
+		env:     map[string]string{"STEPBENCH_CUDA_LIBS": "/missing"},
+		files:   planEmuFiles,
+		wantErr: "no NVRTC library: STEPBENCH_CUDA_LIBS=/missing: /missing is not a directory",
+	},
+	{
+		name:       "sonames, CUDA_HOME, newest toolkit, wheels",
+		wantSource: "search",
+		env:        map[string]string{"CUDA_HOME": "/opt/cuda"},
+		files: []string{
+			"/usr/local/cuda/lib64/libnvrtc.so.12",
+			"/usr/local/cuda-12.4/lib64/libnvrtc.so.12",
+			"/usr/local/cuda-12.10/lib64/libnvrtc.so.12",
+			"/usr/local/cuda-13.0/lib64/libnvrtc.so.13",
+			"/opt/cuda/lib64/libnvrtc.so.11.2",
+			"/home/u/.local/lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13",
+			"/usr/lib/python3.11/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+		},
+		wantCands: []string{
+			"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+			"/opt/cuda/lib64/libnvrtc.so.11.2",
+			"/usr/local/cuda-13.0/lib64/libnvrtc.so.13",
+			"/usr/local/cuda-12.10/lib64/libnvrtc.so.12",
+			"/usr/local/cuda-12.4/lib64/libnvrtc.so.12",
+			"/usr/local/cuda/lib64/libnvrtc.so.12",
+			"/usr/lib/python3.11/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+			"/home/u/.local/lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13",
+		},
+	},
+}
+
 func TestSearchPlanOrder(t *testing.T) {
-	globs := map[string][]string{
-		"/usr/local/cuda*/lib64":                    {"/usr/local/cuda-12.4/lib64", "/usr/local/cuda-12.10/lib64", "/usr/local/cuda/lib64", "/usr/local/cuda-13.0/lib64"},
-		"/usr/lib/python3*/dist-packages":           {"/usr/lib/python3.11/dist-packages"},
-		"/usr/local/lib/python3*/site-packages":     {"/usr/local/lib/python3.12/site-packages"},
-		"/home/u/.local/lib/python3*/site-packages": {"/home/u/.local/lib/python3.12/site-packages"},
-	}
-	emuFiles := []string{"/emu/libnvrtc.so.13", "/emu/libcublas.so.13", "/emu/libcuda.so.1", "/usr/local/cuda-12.4/lib64/libnvrtc.so.12"}
-	tests := []struct {
-		name         string
-		explicit     string
-		env          map[string]string
-		files        []string
-		wantSource   string
-		wantExplicit []string
-		wantCands    []string
-		wantErr      string
-	}{
-		{
-			name: "explicit path wins and is exclusive", explicit: "/opt/nvrtc.so",
-			env:          map[string]string{"STEPBENCH_NVRTC": "/env/nvrtc.so", "STEPBENCH_CUDA_LIBS": "/emu"},
-			files:        emuFiles,
-			wantSource:   "explicit path",
-			wantExplicit: []string{"/opt/nvrtc.so"},
-		},
-		{
-			name:         "env var next and exclusive, also over STEPBENCH_CUDA_LIBS",
-			env:          map[string]string{"STEPBENCH_NVRTC": "/env/nvrtc.so", "STEPBENCH_CUDA_LIBS": "/emu"},
-			files:        emuFiles,
-			wantSource:   "$STEPBENCH_NVRTC",
-			wantExplicit: []string{"/env/nvrtc.so"},
-		},
-		{
-			name:         "STEPBENCH_CUDA_LIBS next: only its folder, no search",
-			env:          map[string]string{"STEPBENCH_CUDA_LIBS": "/emu", "CUDA_HOME": "/usr/local/cuda-12.4"},
-			files:        emuFiles,
-			wantSource:   "$STEPBENCH_CUDA_LIBS",
-			wantExplicit: []string{"/emu/libnvrtc.so.13"},
-		},
-		{
-			name:         "STEPBENCH_CUDA_LIBS: every soname present, newest first",
-			env:          map[string]string{"STEPBENCH_CUDA_LIBS": "/cuda/lib"},
-			files:        []string{"/cuda/lib/libnvrtc.so.11.2", "/cuda/lib/libnvrtc.so.12"},
-			wantSource:   "$STEPBENCH_CUDA_LIBS",
-			wantExplicit: []string{"/cuda/lib/libnvrtc.so.12", "/cuda/lib/libnvrtc.so.11.2"},
-		},
-		{
-			name:    "STEPBENCH_CUDA_LIBS without NVRTC is an error naming the variable and the path",
-			env:     map[string]string{"STEPBENCH_CUDA_LIBS": "/emu"},
-			files:   []string{"/emu/libcuda.so.1", "/usr/local/cuda-12.4/lib64/libnvrtc.so.12"},
-			wantErr: "no NVRTC library: STEPBENCH_CUDA_LIBS=/emu: none of [/emu/libnvrtc.so.13 /emu/libnvrtc.so.12 /emu/libnvrtc.so.11.2] found",
-		},
-		{
-			name:    "STEPBENCH_CUDA_LIBS naming a missing folder is an error",
-			env:     map[string]string{"STEPBENCH_CUDA_LIBS": "/missing"},
-			files:   emuFiles,
-			wantErr: "no NVRTC library: STEPBENCH_CUDA_LIBS=/missing: /missing is not a directory",
-		},
-		{
-			name:       "sonames, CUDA_HOME, newest toolkit, wheels",
-			wantSource: "search",
-			env:        map[string]string{"CUDA_HOME": "/opt/cuda"},
-			files: []string{
-				"/usr/local/cuda/lib64/libnvrtc.so.12",
-				"/usr/local/cuda-12.4/lib64/libnvrtc.so.12",
-				"/usr/local/cuda-12.10/lib64/libnvrtc.so.12",
-				"/usr/local/cuda-13.0/lib64/libnvrtc.so.13",
-				"/opt/cuda/lib64/libnvrtc.so.11.2",
-				"/home/u/.local/lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13",
-				"/usr/lib/python3.11/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
-			},
-			wantCands: []string{
-				"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
-				"/opt/cuda/lib64/libnvrtc.so.11.2",
-				"/usr/local/cuda-13.0/lib64/libnvrtc.so.13",
-				"/usr/local/cuda-12.10/lib64/libnvrtc.so.12",
-				"/usr/local/cuda-12.4/lib64/libnvrtc.so.12",
-				"/usr/local/cuda/lib64/libnvrtc.so.12",
-				"/usr/lib/python3.11/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
-				"/home/u/.local/lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13",
-			},
-		},
-	}
-	for _, tt := range tests {
+
+	for _, tt := range searchPlanTests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := nvrtcSpec.plan(tt.explicit, fakeSearchEnv(tt.env, globs, tt.files...))
+			p, err := nvrtcSpec.plan(tt.explicit, fakeSearchEnv(tt.env, planGlobs, tt.files...))
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Errorf("plan error = %v, want %q", err, tt.wantErr)

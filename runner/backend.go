@@ -3,6 +3,7 @@ package runner
 import (
 	"time"
 
+	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
 
@@ -42,19 +43,11 @@ type Buffer interface {
 	Len() int // elements
 }
 
-// AttnShape describes one attention call over the KV cache. Every sequence in
-// the batch holds StartPos cached tokens and brings SeqLen new ones: token
-// (b, s) sits at position StartPos+s and row b*SeqLen+s of the activations.
-// Prefill is StartPos 0, SeqLen = prompt length; a decode step is SeqLen 1.
-// The cache of one layer is [Batch][MaxSeq][KVHeads][HeadDim].
-type AttnShape struct {
-	Batch, SeqLen, StartPos int
-	Heads, KVHeads, HeadDim int
-	MaxSeq                  int
-}
-
-// Tokens is the number of activation rows, Batch*SeqLen.
-func (s AttnShape) Tokens() int { return s.Batch * s.SeqLen }
+// AttnShape describes one attention call over the KV cache: Batch
+// sequences each holding StartPos cached tokens bring SeqLen new ones, the
+// cache of one layer being [Batch][MaxSeq][KVHeads][HeadDim] (see
+// kernels.AttnShape, which it is, so that backends pass it on unchanged).
+type AttnShape = kernels.AttnShape
 
 // Event marks a point in the backend's stream of work; two of them give the
 // device time between them.

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"stepbench/kernels"
 )
 
 // Config is the shape of a Llama-family model, with HF config.json's names.
@@ -272,7 +274,6 @@ func parseHFConfig(path string, data []byte) (Config, error) {
 	if err := checkArchitecture(f); err != nil {
 		return Config{}, err
 	}
-
 	name := filepath.Base(filepath.Dir(path))
 	if abs, err := filepath.Abs(path); err == nil {
 		name = filepath.Base(filepath.Dir(abs))
@@ -292,60 +293,69 @@ func parseHFConfig(path string, data []byte) (Config, error) {
 			return Config{}, err
 		}
 	}
-
-	// Optional fields, with transformers' LlamaConfig defaults.
-	c.NumKeyValueHeads = c.NumAttentionHeads
-	if _, err := f.getInt("num_key_value_heads", &c.NumKeyValueHeads); err != nil {
+	if err := parseOptionalFields(f, &c); err != nil {
 		return Config{}, err
 	}
-	if ok, err := f.getInt("head_dim", &c.HeadDim); err != nil {
+	if err := parseRope(f, &c); err != nil {
 		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// parseOptionalFields reads the optional fields, with transformers'
+// LlamaConfig defaults.
+func parseOptionalFields(f hfFields, c *Config) error {
+	c.NumKeyValueHeads = c.NumAttentionHeads
+	if _, err := f.getInt("num_key_value_heads", &c.NumKeyValueHeads); err != nil {
+		return err
+	}
+	if ok, err := f.getInt("head_dim", &c.HeadDim); err != nil {
+		return err
 	} else if !ok {
 		if c.NumAttentionHeads <= 0 || c.HiddenSize%c.NumAttentionHeads != 0 {
-			return Config{}, fmt.Errorf("config %s: field head_dim is missing and hidden_size %d is not a multiple of num_attention_heads %d",
-				path, c.HiddenSize, c.NumAttentionHeads)
+			return fmt.Errorf("config %s: field head_dim is missing and hidden_size %d is not a multiple of num_attention_heads %d",
+				f.path, c.HiddenSize, c.NumAttentionHeads)
 		}
 		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
 	}
 	c.RMSNormEps = 1e-6
 	if _, err := f.get("rms_norm_eps", &c.RMSNormEps); err != nil {
-		return Config{}, err
+		return err
 	}
 	c.MaxPositionEmbeddings = 2048
 	if _, err := f.getInt("max_position_embeddings", &c.MaxPositionEmbeddings); err != nil {
-		return Config{}, err
+		return err
 	}
-	if _, err := f.get("tie_word_embeddings", &c.TieWordEmbeddings); err != nil {
-		return Config{}, err
-	}
+	_, err := f.get("tie_word_embeddings", &c.TieWordEmbeddings)
+	return err
+}
 
-	// Newer transformers fold rope_theta and the scaling into rope_parameters.
+// parseRope reads rope_theta and rope_scaling, or their newer home,
+// rope_parameters.
+func parseRope(f hfFields, c *Config) error {
 	ropeParams, err := f.nested("rope_parameters")
 	if err != nil {
-		return Config{}, err
+		return err
 	}
 	c.RopeTheta = 10000
 	if ok, err := f.get("rope_theta", &c.RopeTheta); err != nil {
-		return Config{}, err
+		return err
 	} else if !ok {
 		if _, err := ropeParams.get("rope_theta", &c.RopeTheta); err != nil {
-			return Config{}, err
+			return err
 		}
 	}
 	scalingFields := ropeParams
 	if f.has("rope_scaling") {
 		if scalingFields, err = f.nested("rope_scaling"); err != nil {
-			return Config{}, err
+			return err
 		}
 	}
-	if c.RopeScaling, err = parseRopeScaling(scalingFields); err != nil {
-		return Config{}, err
-	}
-
-	if err := c.Validate(); err != nil {
-		return Config{}, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
+	c.RopeScaling, err = parseRopeScaling(scalingFields)
+	return err
 }
 
 func checkArchitecture(f hfFields) error {
@@ -413,4 +423,10 @@ func parseRopeScaling(f hfFields) (*RopeScaling, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// KernelShape is the model's widths as the kernels see them.
+func (cfg Config) KernelShape() kernels.ModelShape {
+	return kernels.ModelShape{Name: cfg.Name, Hidden: cfg.HiddenSize, Inter: cfg.IntermediateSize, Vocab: cfg.VocabSize,
+		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, RopeTheta: cfg.RopeTheta}
 }

@@ -29,6 +29,12 @@ import (
 //	argmax         bytes: rows×vocab read, rows ids written;                 FLOPs: rows×vocab compares
 //	add_i32        bytes: 8 per element;                                     FLOPs 0
 
+// The two kinds of step; every package that names a phase uses these.
+const (
+	PhasePrefill = "prefill"
+	PhaseDecode  = "decode"
+)
+
 // OpCost is what one op must compute and move at minimum.
 type OpCost struct {
 	Op    string  `json:"op"`
@@ -39,7 +45,7 @@ type OpCost struct {
 
 // StepCost is a whole step: the sum of its ops.
 type StepCost struct {
-	Phase       string   `json:"phase"` // "prefill" or "decode"
+	Phase       string   `json:"phase"` // PhasePrefill or PhaseDecode
 	Batch       int      `json:"batch"`
 	SeqLen      int      `json:"seq_len"`   // new tokens per sequence
 	StartPos    int      `json:"start_pos"` // cached tokens per sequence before the step
@@ -47,6 +53,37 @@ type StepCost struct {
 	Bytes       float64  `json:"bytes"`
 	WeightBytes float64  `json:"weight_bytes"` // the part of Bytes that is parameters
 	Ops         []OpCost `json:"ops"`
+
+	calls []OpCost // every backend call of the step, in order (CallCosts)
+}
+
+// CallCosts are the costs of each call of op in the step, in the order the
+// forward pass made them (Calls 1 each): what one launch of the op's kernel
+// must move and compute at the shapes of that call.
+func (c StepCost) CallCosts(op string) []OpCost {
+	var out []OpCost
+	for _, call := range c.calls {
+		if call.Op == op {
+			out = append(out, call)
+		}
+	}
+	return out
+}
+
+// CostOf is the cost model applied to whatever backend calls run makes on
+// the backend it is given, all labelled op: the total with Calls the number
+// of calls. It allocates nothing (the counting backend's buffers hold only
+// a size), so a caller can cost its own launch of an op at any shape by
+// making the same calls it makes on a real backend.
+func CostOf(op string, run func(be Backend) error) (OpCost, error) {
+	cb := &costBackend{ops: map[string]*OpCost{}, label: op, counting: true}
+	if err := run(cb); err != nil {
+		return OpCost{}, fmt.Errorf("cost of %s: %w", op, err)
+	}
+	if oc := cb.ops[op]; oc != nil {
+		return *oc, nil
+	}
+	return OpCost{Op: op}, nil
 }
 
 // Intensity is FLOPs per byte.
@@ -59,13 +96,13 @@ func (c StepCost) Intensity() float64 {
 
 // PrefillCost is the cost of prefilling batch prompts of inputLen tokens.
 func PrefillCost(cfg Config, batch, inputLen int) (StepCost, error) {
-	return stepCost(cfg, "prefill", batch, inputLen, inputLen, 0)
+	return stepCost(cfg, PhasePrefill, batch, inputLen, inputLen, 0)
 }
 
 // DecodeCost is the cost of one decode step whose sequences already hold
 // startPos tokens (the step attends over startPos+1 positions).
 func DecodeCost(cfg Config, batch, startPos int) (StepCost, error) {
-	return stepCost(cfg, "decode", batch, startPos, 1, startPos)
+	return stepCost(cfg, PhaseDecode, batch, startPos, 1, startPos)
 }
 
 func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (StepCost, error) {
@@ -79,7 +116,7 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 	}
 	prompts := make([]int32, batch*inputLen)
 	outLen := 1 + startPos + seqLen - inputLen
-	if phase == "prefill" {
+	if phase == PhasePrefill {
 		outLen = 1
 	}
 	if outLen < 1 {
@@ -90,7 +127,7 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 	}
 	e.OnOp = func(op string) { cb.label = op }
 	cb.counting = true
-	if phase == "prefill" {
+	if phase == PhasePrefill {
 		err = e.forward(e.ids, seqLen)
 	} else {
 		e.pos, e.prefilled = startPos, true
@@ -99,7 +136,7 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 	if err != nil {
 		return StepCost{}, fmt.Errorf("%s cost: %w", phase, err)
 	}
-	sc := StepCost{Phase: phase, Batch: batch, SeqLen: seqLen, StartPos: startPos, WeightBytes: cb.weightBytes}
+	sc := StepCost{Phase: phase, Batch: batch, SeqLen: seqLen, StartPos: startPos, WeightBytes: cb.weightBytes, calls: cb.calls}
 	for _, oc := range cb.ops {
 		sc.Ops = append(sc.Ops, *oc)
 		sc.FLOPs += oc.FLOPs
@@ -117,6 +154,7 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 // costBackend counts instead of computing. Buffers carry only a size.
 type costBackend struct {
 	ops         map[string]*OpCost
+	calls       []OpCost
 	label       string
 	counting    bool
 	weightBytes float64
@@ -145,6 +183,7 @@ func (c *costBackend) add(flops, bytes, weightBytes float64) {
 	oc.Calls++
 	oc.FLOPs += flops
 	oc.Bytes += bytes
+	c.calls = append(c.calls, OpCost{Op: c.label, Calls: 1, FLOPs: flops, Bytes: bytes})
 }
 
 func (c *costBackend) Name() string { return "cost" }

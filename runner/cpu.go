@@ -48,7 +48,7 @@ func (*CPU) CheckMemory(est MemoryEstimate) error {
 	if err != nil {
 		return fmt.Errorf("check memory: /proc/meminfo: %w", err)
 	}
-	return checkFits(est, available, total, hostMemoryHeadroomBytes, "the host (cpu backend)")
+	return CheckFits(est, available, total, hostMemoryHeadroomBytes, "the host (cpu backend)")
 }
 
 // Name is "cpu".
@@ -94,7 +94,8 @@ func asCPU(b Buffer, want DType, op string) (*cpuBuffer, error) {
 	return cb, nil
 }
 
-// bufs unwraps several buffers of one dtype, each needing at least need[i] elements.
+// bf16s unwraps bf16 buffers, each holding at least need[i] elements (a nil
+// buffer stays nil: an optional operand).
 func bf16s(op string, bs []Buffer, need []int) ([][]uint16, error) {
 	out := make([][]uint16, len(bs))
 	for i, b := range bs {
@@ -294,9 +295,7 @@ func (*CPU) AddI32(buf Buffer, delta int) error {
 	if err != nil {
 		return err
 	}
-	for i := range cb.i32 {
-		cb.i32[i] += int32(delta)
-	}
+	ref.AddI32(cb.i32, int32(delta))
 	return nil
 }
 

@@ -256,7 +256,8 @@ func (e *Engine) decodeCaptured(sc StepCapturer) error {
 // Position is the number of tokens in the cache of every sequence.
 func (e *Engine) Position() int { return e.pos }
 
-// DecodeShape is the attention shape of the next decode step.
+// shape is the attention shape of the next step over seqLen new tokens per
+// sequence.
 func (e *Engine) shape(seqLen int) AttnShape {
 	c := e.cfg
 	return AttnShape{Batch: e.batch, SeqLen: seqLen, StartPos: e.pos, Heads: c.NumAttentionHeads,

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -69,4 +70,18 @@ func HostMemory(meminfo []byte) (availableBytes, totalBytes uint64, err error) {
 		return 0, 0, errors.New("no MemAvailable or MemTotal in kB")
 	}
 	return available, total, nil
+}
+
+// CheckFits is a backend's memory check: est plus headroomBytes against
+// freeBytes of totalBytes on device (named in the error, with every part of
+// the estimate and what to change).
+func CheckFits(est MemoryEstimate, freeBytes, totalBytes uint64, headroomBytes int64, device string) error {
+	need := est.Total() + headroomBytes
+	if need <= 0 || uint64(need) <= freeBytes {
+		return nil
+	}
+	gb := func(b int64) float64 { return float64(b) / 1e9 }
+	return fmt.Errorf("the run needs %.2f GB on %s (weights %.2f GB + KV cache %.2f GB + activations %.2f GB + %.2f GB headroom) but only %.2f GB of %.2f GB are free: use a smaller batch size, shorter lengths or a smaller model",
+		gb(need), device, gb(est.WeightBytes), gb(est.KVCacheBytes), gb(est.ActivationBytes), gb(headroomBytes),
+		float64(freeBytes)/1e9, float64(totalBytes)/1e9)
 }

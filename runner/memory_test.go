@@ -28,3 +28,31 @@ func TestCPUCheckMemory(t *testing.T) {
 		t.Errorf("1 PiB: %v", err)
 	}
 }
+
+func TestCheckFits(t *testing.T) {
+	est := MemoryEstimate{WeightBytes: 16e9, KVCacheBytes: 4e9, ActivationBytes: 1e9}
+	tests := []struct {
+		name      string
+		freeBytes uint64
+		wantErr   string
+	}{
+		{"fits", 30e9, ""},
+		{"exactly with headroom", 22e9, ""},
+		{"short by the headroom", 21.5e9, "needs 22.00 GB"},
+		{"far too small", 8e9, "only 8.00 GB of 80.00 GB are free"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckFits(est, tt.freeBytes, 80e9, 1e9, "H100")
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "weights 16.00 GB") {
+				t.Fatalf("error %v, want it to mention %q and the parts", err, tt.wantErr)
+			}
+		})
+	}
+}

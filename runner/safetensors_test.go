@@ -351,80 +351,85 @@ func stRaw(header string, dataLen int) []byte {
 	return append(out, make([]byte, dataLen)...)
 }
 
+// stValid writes a valid one-tensor file at path and returns its bytes.
+func stValid(t *testing.T, path string) []byte {
+	stWrite(t, path, []HostTensor{stBF16Tensor("w", []int{4, 4}, 1)}, nil)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// malformedSafetensors are broken files and what the error must say.
+var malformedSafetensors = []struct {
+	name   string
+	build  func(t *testing.T, path string) []byte
+	tensor string // the tensor the error must name, if any
+	want   string
+}{
+	{"empty file", func(*testing.T, string) []byte { return nil }, "", "shorter than"},
+	{"five bytes", func(*testing.T, string) []byte { return []byte{1, 2, 3, 4, 5} }, "", "shorter than"},
+	{"truncated data", func(t *testing.T, p string) []byte { r := stValid(t, p); return r[:len(r)-3] }, "w", "out of bounds"},
+	{"header length beyond file", func(*testing.T, string) []byte {
+		return append(binary.LittleEndian.AppendUint64(nil, 1000), `{}`...)
+	}, "", "header length 1000"},
+	{"header length huge", func(*testing.T, string) []byte {
+		return append(binary.LittleEndian.AppendUint64(nil, math.MaxUint64), `{}`...)
+	}, "", "header length"},
+	{"bad JSON", func(*testing.T, string) []byte { return stRaw(`{"w": {"dtype": "BF16",`, 0) }, "", "JSON"},
+	{"header not an object", func(*testing.T, string) []byte { return stRaw(`[1,2]`, 0) }, "", "JSON"},
+	{"unknown dtype", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "Q4_K", "shape": [2], "data_offsets": [0, 2]}}`, 2)
+	}, "w", "unknown dtype"},
+	{"F64 unsupported", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}}`, 16)
+	}, "w", "unsupported dtype F64"},
+	{"I8 unsupported", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "I8", "shape": [2], "data_offsets": [0, 2]}}`, 2)
+	}, "w", "unsupported dtype I8"},
+	{"F8_E4M3 unsupported", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}}`, 2)
+	}, "w", "unsupported dtype F8_E4M3"},
+	{"missing dtype", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"shape": [2], "data_offsets": [0, 4]}}`, 4)
+	}, "w", "dtype is missing"},
+	{"offsets beyond data", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "BF16", "shape": [4], "data_offsets": [4, 12]}}`, 8)
+	}, "w", "out of bounds"},
+	{"offsets reversed", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [8, 4]}}`, 8)
+	}, "w", "out of bounds"},
+	{"negative offset", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [-4, 0]}}`, 8)
+	}, "w", "header entry"},
+	{"three offsets", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4, 8]}}`, 8)
+	}, "w", "data_offsets"},
+	{"overlapping", func(*testing.T, string) []byte {
+		return stRaw(`{"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]},
+			"b": {"dtype": "BF16", "shape": [4], "data_offsets": [6, 14]}}`, 16)
+	}, "b", "overlap"},
+	{"shape times size not bytes", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}`, 8)
+	}, "w", "shape [3] × 4 bytes"},
+	{"shape overflow", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 0]}}`, 8)
+	}, "w", "exceeds"},
+	{"negative dim", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "F32", "shape": [-1, -2], "data_offsets": [0, 8]}}`, 8)
+	}, "w", "negative"},
+	{"missing shape", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "F32", "data_offsets": [0, 8]}}`, 8)
+	}, "w", "shape is missing"},
+	{"metadata not strings", func(*testing.T, string) []byte {
+		return stRaw(`{"__metadata__": {"n": 3}}`, 0)
+	}, "", "__metadata__"},
+}
+
 func TestOpenSafetensorsRefusesMalformed(t *testing.T) {
-	valid := func(t *testing.T, path string) []byte {
-		stWrite(t, path, []HostTensor{stBF16Tensor("w", []int{4, 4}, 1)}, nil)
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raw
-	}
-	tests := []struct {
-		name   string
-		build  func(t *testing.T, path string) []byte
-		tensor string // the tensor the error must name, if any
-		want   string
-	}{
-		{"empty file", func(*testing.T, string) []byte { return nil }, "", "shorter than"},
-		{"five bytes", func(*testing.T, string) []byte { return []byte{1, 2, 3, 4, 5} }, "", "shorter than"},
-		{"truncated data", func(t *testing.T, p string) []byte { r := valid(t, p); return r[:len(r)-3] }, "w", "out of bounds"},
-		{"header length beyond file", func(*testing.T, string) []byte {
-			return append(binary.LittleEndian.AppendUint64(nil, 1000), `{}`...)
-		}, "", "header length 1000"},
-		{"header length huge", func(*testing.T, string) []byte {
-			return append(binary.LittleEndian.AppendUint64(nil, math.MaxUint64), `{}`...)
-		}, "", "header length"},
-		{"bad JSON", func(*testing.T, string) []byte { return stRaw(`{"w": {"dtype": "BF16",`, 0) }, "", "JSON"},
-		{"header not an object", func(*testing.T, string) []byte { return stRaw(`[1,2]`, 0) }, "", "JSON"},
-		{"unknown dtype", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "Q4_K", "shape": [2], "data_offsets": [0, 2]}}`, 2)
-		}, "w", "unknown dtype"},
-		{"F64 unsupported", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}}`, 16)
-		}, "w", "unsupported dtype F64"},
-		{"I8 unsupported", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "I8", "shape": [2], "data_offsets": [0, 2]}}`, 2)
-		}, "w", "unsupported dtype I8"},
-		{"F8_E4M3 unsupported", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}}`, 2)
-		}, "w", "unsupported dtype F8_E4M3"},
-		{"missing dtype", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"shape": [2], "data_offsets": [0, 4]}}`, 4)
-		}, "w", "dtype is missing"},
-		{"offsets beyond data", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "BF16", "shape": [4], "data_offsets": [4, 12]}}`, 8)
-		}, "w", "out of bounds"},
-		{"offsets reversed", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [8, 4]}}`, 8)
-		}, "w", "out of bounds"},
-		{"negative offset", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [-4, 0]}}`, 8)
-		}, "w", "header entry"},
-		{"three offsets", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4, 8]}}`, 8)
-		}, "w", "data_offsets"},
-		{"overlapping", func(*testing.T, string) []byte {
-			return stRaw(`{"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]},
-				"b": {"dtype": "BF16", "shape": [4], "data_offsets": [6, 14]}}`, 16)
-		}, "b", "overlap"},
-		{"shape times size not bytes", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}`, 8)
-		}, "w", "shape [3] × 4 bytes"},
-		{"shape overflow", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 0]}}`, 8)
-		}, "w", "exceeds"},
-		{"negative dim", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "F32", "shape": [-1, -2], "data_offsets": [0, 8]}}`, 8)
-		}, "w", "negative"},
-		{"missing shape", func(*testing.T, string) []byte {
-			return stRaw(`{"w": {"dtype": "F32", "data_offsets": [0, 8]}}`, 8)
-		}, "w", "shape is missing"},
-		{"metadata not strings", func(*testing.T, string) []byte {
-			return stRaw(`{"__metadata__": {"n": 3}}`, 0)
-		}, "", "__metadata__"},
-	}
-	for _, tt := range tests {
+
+	for _, tt := range malformedSafetensors {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "model.safetensors")

@@ -8,13 +8,15 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/compare"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
 
 // openCUDAWithKernels opens a cuda backend, with eager or captured decode
 // steps as flags say, whose kernels come from dir ("" = the embedded ones).
-func openCUDAWithKernels(dir string, flags backendFlags, stderr io.Writer) (*runner.CUDA, error) {
-	be, err := runner.NewCUDA(runner.CUDAOptions{KernelsDir: dir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+func openCUDAWithKernels(dir string, flags backendFlags, stderr io.Writer) (*gpu.Backend, error) {
+	be, err := gpu.New(gpu.Options{KernelsDir: dir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Progress: stderr})
 	if err != nil {
 		return nil, err
@@ -77,7 +79,7 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	return f.runArms(bench.ABTarget{A: engines[0], B: engines[1]}, cfg, writer, stdout, stderr)
 }
 
-func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, bench.CompareResult) error, runner.Config, error) {
+func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) error, runner.Config, error) {
 	var cfg runner.Config
 	if f.kernelsA == "" {
 		return nil, cfg, usagef("--kernels-dir A is required")
@@ -141,7 +143,7 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 
 // runArms times the pairs and prints the paired comparison (B = old, A =
 // new), also after an interruption (exit 130) for the pairs that finished.
-func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io.Writer, bench.CompareResult) error, stdout, stderr io.Writer) error {
+func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io.Writer, compare.Result) error, stdout, stderr io.Writer) error {
 	in := newInterruption()
 	defer in.stop()
 	opt := bench.Options{BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
@@ -150,7 +152,7 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io
 	baseline, candidate, runErr := bench.RunAB(pair, opt)
 	errs := []error{runErr}
 	if len(candidate) > 0 {
-		res, err := bench.ComparePaired(baseline, candidate, f.verdict.options())
+		res, err := compare.Paired(baseline, candidate, f.verdict.options())
 		if err == nil {
 			err = f.verdict.outcome(stdout, writer, res)
 		}

@@ -7,9 +7,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"stepbench/bench"
+	"stepbench/bench/report"
 	"stepbench/cuda"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
 
 // backendFlags configure the cuda backend.
@@ -57,20 +58,20 @@ func probeGPU() error {
 
 // openBackend opens the named backend for a run needing est. The cuda
 // backend belongs to the calling goroutine (main's, locked to its thread).
-func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, stderr io.Writer) (runner.Backend, bench.Environment, error) {
+func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, stderr io.Writer) (runner.Backend, report.Environment, error) {
 	switch device {
 	case "cpu":
 		return runner.NewCPU(), hostEnvironment("cpu"), nil
 	case "cuda":
-		be, err := runner.NewCUDA(runner.CUDAOptions{
+		be, err := gpu.New(gpu.Options{
 			KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 			DisableGraphs: flags.disableCUDAGraph, Progress: stderr,
 		})
 		if err != nil {
-			return nil, bench.Environment{}, fmt.Errorf("--device cuda: %w", err)
+			return nil, report.Environment{}, fmt.Errorf("--device cuda: %w", err)
 		}
 		if err := be.CheckMemory(est); err != nil {
-			return nil, bench.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
+			return nil, report.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
 		}
 		info := be.Info()
 		mode := "replayed CUDA graphs"
@@ -79,19 +80,16 @@ func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, s
 		}
 		fmt.Fprintf(stderr, "stepbench: %s (sm_%d%d), decode steps as %s\n", info.Device.Name, info.Device.Major, info.Device.Minor, mode)
 		if info.Emulated != "" {
-			fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+			fmt.Fprintln(stderr, "stepbench: "+report.EmulatedNote)
 		}
 		return be, cudaEnvironment(info), nil
 	}
-	return nil, bench.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
+	return nil, report.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
 }
-
-// emulatedNote is printed with every output made on the emulated device.
-const emulatedNote = "note: the emulated CUDA device ran this (cuda/emu, STEPBENCH_CUDA_LIBS): its times and telemetry are the CPU's, not GPU times"
 
 // cudaEnvironment is what a report says about the GPU and its libraries.
 // The NVIDIA driver's own version string comes from NVML, not from here.
-func cudaEnvironment(info runner.CUDAInfo) bench.Environment {
+func cudaEnvironment(info gpu.Info) report.Environment {
 	env := hostEnvironment("cuda")
 	d := info.Device
 	env.GPUName, env.GPUUUID = d.Name, d.UUID

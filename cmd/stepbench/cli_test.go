@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"stepbench/bench"
+	"stepbench/bench/report"
 	"stepbench/runner"
 )
 
@@ -189,15 +190,15 @@ func TestCPUWithoutModelSaysWhichModel(t *testing.T) {
 func TestCompareExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	report := func(name string, scale float64, batch int) string {
-		r := bench.Report{Schema: bench.ReportSchema}
-		s := bench.ShapeReport{BatchSize: batch, InputLen: 8, OutputLen: 1, Complete: true}
+		r := report.Report{Schema: report.Schema}
+		s := report.ShapeReport{Shape: bench.Shape{Batch: batch, InputLen: 8, OutputLen: 1}, Complete: true}
 		for i := 0; i < 8; i++ {
 			x := scale * (0.010 + 0.0001*float64(i%3))
-			s.Samples = append(s.Samples, bench.SampleReport{Phase: bench.PhasePrefill, Iter: i, HostSeconds: x, DeviceSeconds: x})
+			s.Samples = append(s.Samples, report.SampleReport{Phase: bench.PhasePrefill, Iter: i, HostSeconds: x, DeviceSeconds: x})
 		}
-		r.Shapes = []bench.ShapeReport{s}
+		r.Shapes = []report.ShapeReport{s}
 		path := filepath.Join(dir, name)
-		if err := bench.WriteReport(path, r); err != nil {
+		if err := report.Write(path, r); err != nil {
 			t.Fatal(err)
 		}
 		return path
@@ -270,7 +271,7 @@ func TestRunInterruptedBySIGINT(t *testing.T) {
 	if n := strings.Count(string(data), "\n"); n != 2 {
 		t.Errorf("%d JSONL records, want 2", n)
 	}
-	rep, err := bench.ReadReport(native)
+	rep, err := report.Read(native)
 	if err != nil {
 		t.Fatalf("native report: %v", err)
 	}

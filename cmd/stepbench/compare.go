@@ -6,7 +6,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"stepbench/bench"
+	"stepbench/bench/compare"
+	"stepbench/bench/report"
+	"stepbench/bench/stats"
 )
 
 // verdictFlags are compare's and ab's statistics and exit-code flags.
@@ -24,7 +26,7 @@ func (v *verdictFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&v.failOnRegression, "fail-on-regression", false, "exit 3 when any metric of any shape is SLOWER")
 }
 
-func (v *verdictFlags) check() (func(io.Writer, bench.CompareResult) error, error) {
+func (v *verdictFlags) check() (func(io.Writer, compare.Result) error, error) {
 	if v.alpha <= 0 || v.alpha >= 1 {
 		return nil, usagef("--alpha: %g is not in (0, 1)", v.alpha)
 	}
@@ -34,18 +36,18 @@ func (v *verdictFlags) check() (func(io.Writer, bench.CompareResult) error, erro
 	return compareWriter(v.format)
 }
 
-func (v *verdictFlags) options() bench.CompareOptions {
-	return bench.CompareOptions{Alpha: v.alpha, Confidence: 1 - v.alpha, Threshold: v.thresholdPct / 100}
+func (v *verdictFlags) options() compare.Options {
+	return compare.Options{Alpha: v.alpha, Confidence: 1 - v.alpha, Threshold: v.thresholdPct / 100}
 }
 
 // outcome writes the comparison and turns a regression into exit code 3
 // when --fail-on-regression asked for it.
-func (v *verdictFlags) outcome(w io.Writer, writer func(io.Writer, bench.CompareResult) error, res bench.CompareResult) error {
+func (v *verdictFlags) outcome(w io.Writer, writer func(io.Writer, compare.Result) error, res compare.Result) error {
 	if err := writer(w, res); err != nil {
 		return err
 	}
 	if n := res.Regressions(); n > 0 && v.failOnRegression {
-		return exitError{exitRegression, fmt.Errorf("%d of %d rows are %s (--fail-on-regression)", n, len(res.Rows), bench.VerdictSlower)}
+		return exitError{exitRegression, fmt.Errorf("%d of %d rows are %s (--fail-on-regression)", n, len(res.Rows), stats.VerdictSlower)}
 	}
 	return nil
 }
@@ -65,29 +67,29 @@ func compareCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	oldReport, err := bench.ReadReport(positional[0])
+	oldReport, err := report.Read(positional[0])
 	if err != nil {
 		return err
 	}
-	newReport, err := bench.ReadReport(positional[1])
+	newReport, err := report.Read(positional[1])
 	if err != nil {
 		return err
 	}
-	res, err := bench.Compare(oldReport, newReport, v.options())
+	res, err := compare.Reports(oldReport, newReport, v.options())
 	if err != nil {
 		return err
 	}
 	return v.outcome(stdout, writer, res)
 }
 
-func compareWriter(format string) (func(io.Writer, bench.CompareResult) error, error) {
+func compareWriter(format string) (func(io.Writer, compare.Result) error, error) {
 	switch format {
 	case "markdown", "md":
-		return bench.WriteCompareMarkdown, nil
+		return compare.WriteMarkdown, nil
 	case "csv":
-		return bench.WriteCompareCSV, nil
+		return compare.WriteCSV, nil
 	case "json":
-		return bench.WriteCompareJSON, nil
+		return compare.WriteJSON, nil
 	}
 	return nil, usagef("--format: %q is not markdown, csv or json", format)
 }

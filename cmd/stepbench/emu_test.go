@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +11,7 @@ import (
 
 	"stepbench/cuda/emutest"
 	"stepbench/kernels"
+	"stepbench/kernels/ref"
 )
 
 // The tests of this file run stepbench end to end on the emulated CUDA
@@ -128,8 +128,8 @@ func TestEmulatedCorrectnessEqualsCPU(t *testing.T) {
 			t.Errorf("prompt %d: cuda generated %v, cpu %v", i+1, gpu[i].Generated, cpu[i].Generated)
 		}
 		for step := range gpu[i].Logits {
-			if rel := relErr(gpu[i].Logits[step], cpu[i].Logits[step]); rel > 2e-2 {
-				t.Errorf("prompt %d step %d: logits rel err %.3g > 2e-2", i+1, step, rel)
+			if rel, err := ref.RelErr(gpu[i].Logits[step], cpu[i].Logits[step]); err != nil || rel > 2e-2 {
+				t.Errorf("prompt %d step %d: logits rel err %.3g > 2e-2 (%v)", i+1, step, rel, err)
 			}
 		}
 	}
@@ -145,19 +145,6 @@ func equalIDs(a, b []int32) bool {
 		}
 	}
 	return true
-}
-
-func relErr(got, want []float32) float64 {
-	var d, n float64
-	for i := range want {
-		g, w := float64(got[i]), float64(want[i])
-		d += (g - w) * (g - w)
-		n += w * w
-	}
-	if n == 0 || math.IsNaN(d) {
-		return math.Inf(1)
-	}
-	return math.Sqrt(d / n)
 }
 
 func TestEmulatedVerify(t *testing.T) {

@@ -9,16 +9,12 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"stepbench/bench"
+	"stepbench/bench/kernelbench"
+	"stepbench/bench/report"
+	"stepbench/bench/roofline"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
-
-// l2BytesByPreset is each GPU preset's L2 cache (datasheets); the flush
-// buffer must be at least this large.
-var l2BytesByPreset = map[string]int{
-	"a100-pcie-80gb": 40 << 20, "a100-sxm-80gb": 40 << 20, "h100-pcie": 50 << 20, "h100-nvl": 50 << 20,
-	"h100-sxm": 50 << 20, "h200": 50 << 20, "l40s": 96 << 20,
-}
 
 // kernelCmd times one op at the model's shapes: stepbench kernel OP.
 func kernelCmd(args []string, stdout, stderr io.Writer) error {
@@ -34,16 +30,16 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	maxSamples := fs.Int("max-samples", 100000, "cold samples to take at most")
 	maxNoise := fs.Float64("max-noise", 0.005, "stop when the median's 95% interval half-width is at most this, relative")
 	timeout := fs.Duration("timeout", 15*time.Second, "stop sampling a shape after this long")
-	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if unknown)")
+	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if it does not say)")
 	format := fs.String("format", "table", "output: table or gobench")
-	gpuName := fs.String("gpu", "auto", "GPU preset for the attainment column: auto, none or "+joinNames(bench.GPUPresetNames()))
-	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(bench.KernelOps())+")")
+	gpuName := fs.String("gpu", report.RoofAuto, "the roof of the attainment column: auto (a cached calibration of this GPU, else its clocks, else the datasheet preset matching its name), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
+	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(kernelbench.Ops())+")")
 	if err != nil {
 		return err
 	}
 	op := positional[0]
-	if !slices.Contains(bench.KernelOps(), op) {
-		return usagef("unknown op %q (ops: %s)", op, joinNames(bench.KernelOps()))
+	if !slices.Contains(kernelbench.Ops(), op) {
+		return usagef("unknown op %q (ops: %s)", op, joinNames(kernelbench.Ops()))
 	}
 	if err := checkKernelsDir(backend.kernelsDir); err != nil {
 		return err
@@ -76,70 +72,59 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer be.Close()
-	gpu, err := kernelGPU(env, *gpuName)
+	roof, _, err := report.ChooseRoof(env, *gpuName, "")
 	if err != nil {
-		return err
+		return usagef("--gpu: %v", err)
 	}
 	flush := *l2Bytes
 	if flush == 0 {
-		flush = 128 << 20
-		if gpu != nil && l2BytesByPreset[gpu.Name] > 0 {
-			flush = l2BytesByPreset[gpu.Name]
-		}
+		flush = deviceL2Bytes(be)
 	}
-	opt := bench.KernelOptions{WarmupLaunches: 3, MinSamples: *minSamples, MaxSamples: *maxSamples, MaxNoise: *maxNoise, Timeout: *timeout}
+	opt := kernelbench.Options{WarmupLaunches: 3, MinSamples: *minSamples, MaxSamples: *maxSamples, MaxNoise: *maxNoise, Timeout: *timeout}
 	results, errs := measureKernels(be, cfg, op, shapes, flush, opt)
-	if len(results) > 0 {
-		if *format == "gobench" {
-			errs = append(errs, bench.WriteKernelGoBench(stdout, bench.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
-		} else {
-			errs = append(errs, bench.WriteKernelTable(stdout, results, gpu))
-		}
+	if len(results) == 0 {
+		return errors.Join(errs...)
+	}
+	if *format == "gobench" {
+		errs = append(errs, report.WriteKernelGoBench(stdout, report.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
+	} else {
+		errs = append(errs, report.WriteKernelTable(stdout, results, roof))
 	}
 	return errors.Join(errs...)
 }
 
+// deviceL2Bytes is the GPU's L2 size, what a flush must overwrite; 128 MiB
+// when the device does not say.
+func deviceL2Bytes(be runner.Backend) int {
+	if g, ok := be.(*gpu.Backend); ok && g.Info().Device.L2Bytes > 0 {
+		return g.Info().Device.L2Bytes
+	}
+	return 128 << 20
+}
+
 // kernelShapes are --shape's one shape, or the model's prefill and decode
 // shapes at --batch-size and --input-len.
-func kernelShapes(shapeText string, batch, inputLen int) ([]bench.KernelShape, error) {
+func kernelShapes(shapeText string, batch, inputLen int) ([]kernelbench.Shape, error) {
 	if shapeText == "" {
-		return []bench.KernelShape{{Batch: batch, SeqLen: inputLen}, {Batch: batch, SeqLen: 1, StartPos: inputLen}}, nil
+		return []kernelbench.Shape{{Batch: batch, SeqLen: inputLen}, {Batch: batch, SeqLen: 1, StartPos: inputLen}}, nil
 	}
-	s, err := bench.ParseKernelShape(shapeText)
+	s, err := kernelbench.ParseShape(shapeText)
 	if err != nil {
 		return nil, usagef("--shape: %v", err)
 	}
-	return []bench.KernelShape{s}, nil
-}
-
-// kernelGPU is --gpu's preset for the attainment column (auto: the device's).
-func kernelGPU(env bench.Environment, name string) (*bench.GPUSpec, error) {
-	switch name {
-	case "none":
-		return nil, nil
-	case "auto":
-		if g, ok := bench.GPUPresetForDevice(env.GPUName); ok {
-			return &g, nil
-		}
-		return nil, nil
-	}
-	g, err := bench.GPUPreset(name)
-	if err != nil {
-		return nil, usagef("--gpu: %v", err)
-	}
-	return &g, nil
+	return []kernelbench.Shape{s}, nil
 }
 
 // measureKernels times op at every shape, stopping at the first failure.
-func measureKernels(be runner.Backend, cfg runner.Config, op string, shapes []bench.KernelShape, flush int, opt bench.KernelOptions) ([]bench.KernelResult, []error) {
-	var results []bench.KernelResult
+func measureKernels(be runner.Backend, cfg runner.Config, op string, shapes []kernelbench.Shape, flush int, opt kernelbench.Options) ([]kernelbench.Result, []error) {
+	var results []kernelbench.Result
 	var errs []error
 	for _, s := range shapes {
-		k, cost, err := bench.NewOpKernel(be, cfg, op, s, flush)
+		k, cost, err := kernelbench.NewOp(be, cfg, op, s, flush)
 		if err != nil {
 			return results, append(errs, err)
 		}
-		res, err := bench.MeasureKernel(k, opt)
+		res, err := kernelbench.Measure(k, opt)
 		errs = append(errs, k.Close())
 		if err != nil {
 			return results, append(errs, fmt.Errorf("%s %s: %w", op, s.Label(), err))

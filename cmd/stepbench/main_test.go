@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"stepbench/bench"
+	"stepbench/bench/report"
 )
 
 // run invokes the CLI in-process and returns exit code, stdout, stderr.
@@ -57,7 +58,7 @@ func TestRunLlamaTinyEndToEnd(t *testing.T) {
 	for _, name := range []string{"v_batch1_input16_output4.json", "v_batch2_input16_output4.json"} {
 		checkVLLM(t, filepath.Join(dir, name), 2)
 	}
-	rep, err := bench.ReadReport(native)
+	rep, err := report.Read(native)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"stepbench/bench"
+	"stepbench/bench/report"
+	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
 
@@ -50,7 +51,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.resultFile, "result-filename", "", "append one_batch JSONL records (one per shape, written as each shape ends) to this file")
 	fs.StringVar(&f.outputJSON, "output-json", "", "write vLLM 'bench latency' JSON per shape: this file for one shape, else FILE_batchB_inputI_outputO.ext each")
 	fs.StringVar(&f.jsonOut, "json-out", "", "write the native JSON report (environment, config, every sample, summaries, noise), rewritten as each shape ends")
-	fs.StringVar(&f.gpu, "gpu", "auto", "GPU preset for the floors in the summary: auto (from the device's name; none on cpu), none, or "+joinNames(bench.GPUPresetNames()))
+	fs.StringVar(&f.gpu, "gpu", report.RoofAuto, "the run's one roof, of every floor and attainment: auto (a cached calibration of this GPU, else its SM count and maximum clocks, else the datasheet preset matching its name; none on cpu), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
 	fs.BoolVar(&f.correctness, "correctness-test", false, "greedy generation from --prompt-ids, printing the generated ids (compare with HF transformers)")
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "with --correctness-test: file with one prompt per line, token ids separated by spaces")
 	fs.StringVar(&f.logitsOut, "logits-out", "", "with --correctness-test: append one JSON object per prompt {prompt, generated, logits}")
@@ -100,7 +101,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if f.correctness {
 		return runCorrectness(engine, setup.prompts, f.shapes.output[0], f.logitsOut, stdout)
 	}
-	return f.benchmark(fs, setup, engine, env, stdout, stderr)
+	return f.benchmark(fs, setup, engineDeps(engine, env), stdout, stderr)
 }
 
 // prepare resolves the device, the model and the load format, and checks
@@ -134,7 +135,7 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 			return s, err
 		}
 	}
-	if err := bench.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
+	if err := report.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
 		return s, usageError{err}
 	}
 	s.est = f.memoryEstimate(s.cfg, s.prompts)
@@ -243,7 +244,7 @@ func loadProgress(stderr io.Writer, format string) func(done, total int) {
 }
 
 // hostEnvironment is what every report says about the machine.
-func hostEnvironment(backend string) bench.Environment {
+func hostEnvironment(backend string) report.Environment {
 	host, _ := os.Hostname()
-	return bench.Environment{Backend: backend, Hostname: host, GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	return report.Environment{Backend: backend, Hostname: host, GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
 }

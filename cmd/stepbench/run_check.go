@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/roofline"
 )
 
 // samplingFlags choose how many timed iterations a shape gets (run and ab).
@@ -90,7 +91,7 @@ func (f *runFlags) checkChoices(fs *pflag.FlagSet) error {
 		return usagef("--log-decode-step: %d must not be negative", f.logDecodeStep)
 	}
 	if f.gpu != "auto" && f.gpu != "none" {
-		if _, err := bench.GPUPreset(f.gpu); err != nil {
+		if _, err := roofline.LookupPreset(f.gpu); err != nil {
 			return usagef("--gpu: %v", err)
 		}
 	}

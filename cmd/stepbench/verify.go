@@ -11,6 +11,7 @@ import (
 	"stepbench/cuda"
 	"stepbench/kernels"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
 
 // endToEndMaxRelErr bounds the logits' relative error of a whole forward
@@ -29,7 +30,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	flags.register(fs)
 	model := fs.String("model", "llama-3-8b", "model preset whose shapes the kernels are checked at: "+joinNames(runner.PresetNames()))
 	seed := fs.Uint64("seed", 1, "seed of the random inputs and dummy weights")
-	only := fs.StringSlice("kernel", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(kernels.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
+	only := fs.StringSlice("kernel", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(gpu.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -38,13 +39,9 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		return usagef("--model: %v", err)
 	}
 	for _, k := range *only {
-		if !slices.Contains(kernels.VerifyKernelNames, k) {
-			return usagef("--kernel: %q is not one of %s", k, strings.Join(kernels.VerifyKernelNames, ", "))
+		if !slices.Contains(gpu.VerifyKernelNames, k) {
+			return usagef("--kernel: %q is not one of %s", k, strings.Join(gpu.VerifyKernelNames, ", "))
 		}
-	}
-	tiny, err := runner.Preset("llama-tiny")
-	if err != nil {
-		return err
 	}
 	if err := checkKernelsDir(flags.kernelsDir); err != nil {
 		return err
@@ -52,10 +49,8 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if _, err := cuda.OpenDriver(); err != nil {
 		return fmt.Errorf("no usable GPU: %w", err)
 	}
-	be, err := runner.NewCUDA(runner.CUDAOptions{
-		KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
-		DisableGraphs: flags.disableCUDAGraph, Progress: stderr,
-	})
+	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+		DisableGraphs: flags.disableCUDAGraph, Progress: stderr})
 	if err != nil {
 		return fmt.Errorf("no usable GPU: %w", err)
 	}
@@ -64,58 +59,66 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, decode %s\n\n",
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
 		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), graphMode(info.GraphsEnabled))
+	return runVerify(be, cfg, *seed, *only, stdout)
+}
 
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "check\tshape\tmax rel err\tstatus")
-	failures := 0
-	row := func(check, shape string, rel float64, exact bool, err error) {
-		relText := fmt.Sprintf("%.2e", rel)
-		if exact {
-			relText = "bit-exact"
-		}
-		status := "ok"
-		if err != nil {
-			status = "FAIL: " + err.Error()
-			failures++
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", check, shape, relText, status)
+// verifyTable is verify's table of checks, counting the failures.
+type verifyTable struct {
+	tw       *tabwriter.Writer
+	failures int
+}
+
+func (v *verifyTable) row(check, shape string, rel float64, exact bool, err error) {
+	relText := fmt.Sprintf("%.2e", rel)
+	if exact {
+		relText = "bit-exact"
 	}
+	status := "ok"
+	if err != nil {
+		status = "FAIL: " + err.Error()
+		v.failures++
+	}
+	fmt.Fprintf(v.tw, "%s\t%s\t%s\t%s\n", check, shape, relText, status)
+}
 
-	shapes := []kernels.ModelShape{oddShape, cfg.KernelShape()}
-	results, err := be.VerifyKernels(shapes, *seed, *only...)
+// runVerify runs the kernel checks at the odd widths and cfg's, then (when
+// every kernel was asked for and the context survived) llama-tiny end to
+// end, and prints the table.
+func runVerify(be *gpu.Backend, cfg runner.Config, seed uint64, only []string, stdout io.Writer) error {
+	v := verifyTable{tw: tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)}
+	fmt.Fprintln(v.tw, "check\tshape\tmax rel err\tstatus")
+	results, err := be.VerifyKernels([]kernels.ModelShape{oddShape, cfg.KernelShape()}, seed, only...)
 	lost := false
 	for _, r := range results {
-		row(r.Check, r.Shape, r.RelErr, r.Exact, r.Err)
-		lost = lost || errors.Is(r.Err, kernels.ErrContextLost)
+		v.row(r.Check, r.Shape, r.RelErr, r.Exact, r.Err)
+		lost = lost || errors.Is(r.Err, gpu.ErrContextLost)
 	}
 	if err != nil {
-		row("kernel checks", "", 0, false, err)
+		v.row("kernel checks", "", 0, false, err)
 	}
-	if lost || len(*only) > 0 {
-		if err := tw.Flush(); err != nil {
+	checks, what := len(results), ""
+	if lost || len(only) > 0 {
+		what = fmt.Sprintf(" (kernels %s; end to end not run)", strings.Join(only, ", "))
+	} else {
+		tiny, err := runner.Preset("llama-tiny")
+		if err != nil {
 			return err
 		}
-		if failures > 0 {
-			return fmt.Errorf("%d check(s) failed", failures)
-		}
-		fmt.Fprintf(stdout, "\nall %d checks passed (kernels %s; end to end not run)\n", len(results), strings.Join(*only, ", "))
-		return nil
+		checks += verifyEndToEnd(be, tiny, seed, v.row)
 	}
-
-	e2e := verifyEndToEnd(be, tiny, *seed, row)
-	if err := tw.Flush(); err != nil {
+	if err := v.tw.Flush(); err != nil {
 		return err
 	}
-	if failures > 0 {
-		return fmt.Errorf("%d check(s) failed", failures)
+	if v.failures > 0 {
+		return fmt.Errorf("%d check(s) failed", v.failures)
 	}
-	fmt.Fprintf(stdout, "\nall %d checks passed\n", len(results)+e2e)
+	fmt.Fprintf(stdout, "\nall %d checks passed%s\n", checks, what)
 	return nil
 }
 
 // verifyEndToEnd runs llama-tiny on the GPU against the cpu backend, one
 // row per prompt; it returns the count of rows.
-func verifyEndToEnd(be *runner.CUDA, tiny runner.Config, seed uint64, row func(check, shape string, rel float64, exact bool, err error)) int {
+func verifyEndToEnd(be *gpu.Backend, tiny runner.Config, seed uint64, row func(check, shape string, rel float64, exact bool, err error)) int {
 	prompts := [][]int32{{1, 2, 3, 4, 5, 6, 7, 8}, {42}, {300, 17, 9, 9, 9, 250, 3, 1, 77, 5, 11, 12, 13}}
 	const outputLen = 8
 	e2e, err := runner.CompareWithCPU(be, tiny, seed, prompts, outputLen)

@@ -1,3 +1,5 @@
+// attention.go is the twin of kernels/attention.cu: causal GQA attention (prefill and decode).
+
 package ref
 
 import "math"

@@ -1,3 +1,5 @@
+// dummy.go is the twin of kernels/dummy.cu: the dummy-weight generator.
+
 package ref
 
 // Dummy weights come from a counter-based generator: every element is a pure

@@ -1,7 +1,6 @@
 package ref
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -21,32 +20,20 @@ func randomBF16(r *rand.Rand, n int, scale float64) []uint16 {
 // f64 widens a bf16 value to float64 (exact).
 func f64(b uint16) float64 { return float64(BF16ToF32(b)) }
 
-// relErr is ‖got−want‖/‖want‖ over bf16 outputs against a float64 truth.
-func relErr(got []uint16, want []float64) float64 {
-	var diff, norm float64
-	for i, w := range want {
-		d := f64(got[i]) - w
-		diff += d * d
-		norm += w * w
-	}
-	if norm == 0 {
-		return math.Sqrt(diff)
-	}
-	return math.Sqrt(diff / norm)
-}
-
-// checkRelErr fails the test when got is further than tol from want or holds a NaN.
+// checkRelErr fails the test when got is further than tol (RelErr) from
+// the float64 truth want, rounded to float32, or holds a NaN.
 func checkRelErr(t *testing.T, what string, got []uint16, want []float64, tol float64) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d outputs, want %d", what, len(got), len(want))
+	g, w := make([]float32, len(got)), make([]float32, len(want))
+	ToF32(g, got)
+	for i, v := range want {
+		w[i] = float32(v)
 	}
-	for i, g := range got {
-		if v := BF16ToF32(g); v != v {
-			t.Fatalf("%s: out[%d] is NaN", what, i)
-		}
+	e, err := RelErr(g, w)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	if e := relErr(got, want); e > tol || math.IsNaN(e) {
+	if e > tol {
 		t.Errorf("%s: relative error %.3g > %.3g", what, e, tol)
 	}
 }

@@ -1,3 +1,6 @@
+// linear.go is the twin of the cuBLAS bf16 GEMM (cublasGemmEx) the cuda
+// backend runs for every projection; no kernel of ours implements it.
+
 package ref
 
 import (

@@ -1,3 +1,5 @@
+// norm.go is the twin of kernels/norm.cu: fused residual add and RMSNorm.
+
 package ref
 
 import "math"

@@ -1,3 +1,5 @@
+// rope.go is the twin of kernels/rope.cu: RoPE fused with the KV-cache write.
+
 package ref
 
 import "math"

@@ -1,0 +1,246 @@
+package compare
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"stepbench/bench"
+	"stepbench/bench/report"
+	"stepbench/bench/stats"
+)
+
+// syntheticShape is a shape whose prefill and decode host and device times
+// are base·scale·(1 + noise·N(0,1)), from a seeded generator; decode steps
+// grow by 2% per position, as attention does with the KV length.
+func syntheticShape(seed uint64, base, scale, noise float64, iters, decodeSteps int) report.ShapeReport {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	draw := func(b float64) float64 { return b * scale * (1 + noise*rng.NormFloat64()) }
+	s := report.ShapeReport{Shape: bench.Shape{Batch: 1, InputLen: 64, OutputLen: decodeSteps + 1}, Complete: true}
+	for i := 0; i < iters; i++ {
+		s.Samples = append(s.Samples, report.SampleReport{Phase: bench.PhasePrefill, Iter: i, HostSeconds: draw(10 * base), DeviceSeconds: draw(9 * base)})
+		for step := 0; step < decodeSteps; step++ {
+			grow := 1 + 0.02*float64(step)
+			s.Samples = append(s.Samples, report.SampleReport{Phase: bench.PhaseDecode, Iter: i, Step: step, Position: 64 + step,
+				HostSeconds: draw(base * grow), DeviceSeconds: draw(0.9 * base * grow)})
+		}
+	}
+	return s
+}
+
+func syntheticReport(seed uint64, scale, noise float64, iters int) report.Report {
+	return report.Report{Schema: report.Schema, Shapes: []report.ShapeReport{syntheticShape(seed, 1e-3, scale, noise, iters, 10)}}
+}
+
+// prefillReport has prefill only, so that noise is the per-iteration noise.
+func prefillReport(seed uint64, scale, noise float64, iters int) report.Report {
+	return report.Report{Schema: report.Schema, Shapes: []report.ShapeReport{syntheticShape(seed, 1e-3, scale, noise, iters, 0)}}
+}
+
+func mustCompare(t *testing.T, o, n report.Report, opt Options) Result {
+	t.Helper()
+	res, err := Reports(o, n, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestCompareVerdicts(t *testing.T) {
+	tests := []struct {
+		name        string
+		old, new    report.Report
+		wantVerdict string
+	}{
+		{"2% slower under 0.5% noise", syntheticReport(1, 1, 0.005, 20), syntheticReport(2, 1.02, 0.005, 20), stats.VerdictSlower},
+		{"2% faster under 0.5% noise", syntheticReport(1, 1, 0.005, 20), syntheticReport(2, 0.98, 0.005, 20), stats.VerdictFaster},
+		{"a run against itself", syntheticReport(1, 1, 0.005, 20), syntheticReport(1, 1, 0.005, 20), stats.VerdictSame},
+		{"identical distributions", syntheticReport(1, 1, 0.005, 30), syntheticReport(2, 1, 0.005, 30), stats.VerdictSame},
+		{"10% slower under 15% noise, 3 iterations", prefillReport(1, 1, 0.15, 3), prefillReport(2, 1.1, 0.15, 3), stats.VerdictInconclusive},
+		{"10% slower under 15% noise, 5 iterations", prefillReport(1, 1, 0.15, 5), prefillReport(2, 1.1, 0.15, 5), stats.VerdictInconclusive},
+		{"10% slower under 15% noise, 300 iterations", prefillReport(1, 1, 0.15, 300), prefillReport(2, 1.1, 0.15, 300), stats.VerdictSlower},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := mustCompare(t, tc.old, tc.new, Options{})
+			if want := len(bench.IterationSeries(tc.old.Shapes[0].IterationResults())); len(res.Rows) != want || want < 2 {
+				t.Fatalf("got %d rows, want %d", len(res.Rows), want)
+			}
+			iters := res.Rows[0].Old.N
+			for _, r := range res.Rows {
+				if r.Verdict != tc.wantVerdict {
+					t.Errorf("%s: verdict %s (ratio %.4f [%.4f, %.4f], p %.3g), want %s", r.Metric, r.Verdict,
+						r.Ratio, r.RatioLow, r.RatioHigh, r.PValue, tc.wantVerdict)
+				}
+				if iters >= 4 && (!(r.RatioLow <= r.Ratio && r.Ratio <= r.RatioHigh) || r.RatioConfidence < 0.95) {
+					t.Errorf("%s: ratio %.4f outside its interval [%.4f, %.4f] at %g", r.Metric, r.Ratio, r.RatioLow, r.RatioHigh, r.RatioConfidence)
+				}
+				if (r.Verdict == stats.VerdictInconclusive) != (r.SamplesNeeded > iters) {
+					t.Errorf("%s: %s after %d iterations with %d said to be needed", r.Metric, r.Verdict, iters, r.SamplesNeeded)
+				}
+			}
+		})
+	}
+}
+
+// A real slowdown is never called SAME, whatever the iteration count.
+func TestCompareTenPercentSlowdownIsNeverSame(t *testing.T) {
+	for iters := 1; iters <= 40; iters++ {
+		old := syntheticReport(uint64(iters), 1, 0.03, iters)
+		slower := syntheticReport(uint64(iters), 1, 0.03, iters)
+		for i := range slower.Shapes[0].Samples {
+			slower.Shapes[0].Samples[i].HostSeconds *= 1.10
+			slower.Shapes[0].Samples[i].DeviceSeconds *= 1.10
+		}
+		for _, r := range mustCompare(t, old, slower, Options{}).Rows {
+			want := []string{stats.VerdictSlower, stats.VerdictInconclusive}
+			if iters >= 4 {
+				want = want[:1] // ×1.10 separates the samples completely: p is its minimum
+			}
+			if !slices.Contains(want, r.Verdict) {
+				t.Errorf("%d iterations, %s: %s (ratio %.4f [%.4f, %.4f], p %.3g), want one of %v",
+					iters, r.Metric, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh, r.PValue, want)
+			}
+		}
+	}
+}
+
+// Decode steps are compared per iteration: a 3% slowdown of every step is
+// found although the steps' times differ by 40% from the first position to
+// the last (pooled, that spread would hide it).
+func TestCompareDecodeIsNotPooledAcrossPositions(t *testing.T) {
+	res := mustCompare(t, syntheticReport(1, 1, 0.002, 12), syntheticReport(2, 1.03, 0.002, 12), Options{})
+	for _, r := range res.Rows {
+		if strings.HasPrefix(r.Metric, "decode") && r.Verdict != stats.VerdictSlower {
+			t.Errorf("%s: %s (ratio %.4f [%.4f, %.4f]), want SLOWER", r.Metric, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh)
+		}
+		if r.Old.N != 12 {
+			t.Errorf("%s: %d values, want one per iteration (12)", r.Metric, r.Old.N)
+		}
+	}
+}
+
+func TestCompareThreshold(t *testing.T) {
+	old, slower := syntheticReport(1, 1, 0.002, 30), syntheticReport(2, 1.02, 0.002, 30)
+	tests := []struct {
+		threshold float64
+		want      string
+	}{{0, stats.VerdictSlower}, {0.01, stats.VerdictSlower}, {0.05, stats.VerdictSame}, {0.02, stats.VerdictInconclusive}}
+	for _, tc := range tests {
+		for _, r := range mustCompare(t, old, slower, Options{Threshold: tc.threshold}).Rows {
+			if r.Metric == bench.MetricPrefillDevice && r.Verdict != tc.want {
+				t.Errorf("threshold %g: %s (ratio %.4f [%.4f, %.4f]), want %s", tc.threshold, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh, tc.want)
+			}
+		}
+	}
+}
+
+func TestCompareTooFewSamples(t *testing.T) {
+	oldReport := report.Report{Shapes: []report.ShapeReport{syntheticShape(1, 1e-3, 1, 0.01, 2, 3)}}
+	newReport := report.Report{Shapes: []report.ShapeReport{syntheticShape(2, 1e-3, 2, 0.01, 2, 3)}}
+	res := mustCompare(t, oldReport, newReport, Options{})
+	for _, r := range res.Rows {
+		if r.Verdict != stats.VerdictInconclusive || len(r.Notes) == 0 || r.SamplesNeeded < 4 {
+			t.Errorf("%s: %s, notes %q, needed %d; want INCONCLUSIVE with notes and >= 4 needed", r.Metric, r.Verdict, r.Notes, r.SamplesNeeded)
+		}
+	}
+	var md, js bytes.Buffer
+	if err := WriteMarkdown(&md, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"Inf", "NaN", "+Inf", "-Inf"} {
+		if strings.Contains(md.String(), bad) {
+			t.Errorf("markdown shows %q:\n%s", bad, md.String())
+		}
+	}
+	for _, note := range res.Notes() {
+		if n := strings.Count(md.String(), note.Note); n != 1 {
+			t.Errorf("note %q printed %d times", note.Note, n)
+		}
+	}
+	if err := WriteJSON(&js, res); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCompareNoCommonShape(t *testing.T) {
+	o, n := syntheticReport(1, 1, 0.01, 5), syntheticReport(2, 1, 0.01, 5)
+	n.Shapes[0].Batch = 8
+	if _, err := Reports(o, n, Options{}); !errors.Is(err, ErrNoCommonShape) {
+		t.Errorf("error %v, want ErrNoCommonShape", err)
+	}
+}
+
+func TestCompareWarnsOnEnvironmentAndShapes(t *testing.T) {
+	oldReport, newReport := syntheticReport(1, 1, 0.01, 10), syntheticReport(2, 1, 0.01, 10)
+	oldReport.Environment = report.Environment{GPUName: "NVIDIA H100 80GB HBM3", DriverVersion: "550.1", SMClockMHz: 1980}
+	newReport.Environment = report.Environment{GPUName: "NVIDIA H200", DriverVersion: "550.1", SMClockMHz: 1755}
+	oldReport.Config.Flags = map[string]string{"disable-cuda-graph": "false", "json-out": "a.json", "num-iters": "3"}
+	newReport.Config.Flags = map[string]string{"disable-cuda-graph": "true", "json-out": "b.json", "num-iters": "0"}
+	oldReport.Config.Model.Name, newReport.Config.Model.Name = "llama-3-8b", "llama-3.2-1b"
+	newReport.Shapes = append(newReport.Shapes, report.ShapeReport{Shape: bench.Shape{Batch: 8, InputLen: 64, OutputLen: 1}})
+	newReport.Shapes[0].Complete, newReport.Shapes[0].StopReason = false, bench.StopInterrupted
+	joined := strings.Join(mustCompare(t, oldReport, newReport, Options{}).Warnings, "\n")
+	for _, want := range []string{"GPU differs", "SM clock MHz differs", "model differs", "--disable-cuda-graph",
+		"batch_size=8 input_len=64 output_len=1 is only in NEW", "stopped early in NEW (interrupted)"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("warnings lack %q:\n%s", want, joined)
+		}
+	}
+	for _, unwanted := range []string{"driver", "json-out", "num-iters"} {
+		if strings.Contains(joined, unwanted) {
+			t.Errorf("warnings mention %q, which did not change what was measured:\n%s", unwanted, joined)
+		}
+	}
+}
+
+// goldenComparison has a verdict of every kind and rows without intervals.
+func goldenComparison(t *testing.T) Result {
+	old := syntheticReport(1, 1, 0.005, 20)
+	old.Shapes = append(old.Shapes, syntheticShape(5, 2e-3, 1, 0.05, 3, 0))
+	newer := syntheticReport(2, 1.02, 0.005, 20)
+	newer.Shapes = append(newer.Shapes, syntheticShape(6, 2e-3, 1.2, 0.05, 3, 0))
+	newer.Shapes[0].Samples = slices.DeleteFunc(newer.Shapes[0].Samples, func(s report.SampleReport) bool { return s.Iter >= 12 })
+	res := mustCompare(t, old, newer, Options{})
+	res.Rows[0] = mustCompare(t, old, old, Options{}).Rows[0] // a SAME row
+	return res
+}
+
+func TestCompareOutputsGolden(t *testing.T) {
+	res := goldenComparison(t)
+	var md, csvOut, js bytes.Buffer
+	if err := WriteMarkdown(&md, res); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "compare.md", md.Bytes())
+	if err := WriteCSV(&csvOut, res); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "compare.csv", csvOut.Bytes())
+	records, err := csv.NewReader(bytes.NewReader(csvOut.Bytes())).ReadAll()
+	if err != nil || len(records) != 1+len(res.Rows) {
+		t.Errorf("csv: %d records, %v", len(records), err)
+	}
+	if err := WriteJSON(&js, res); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "compare.json", js.Bytes())
+	var decoded map[string]any
+	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kthRatio and mannWhitneyCritical against brute force and tables.
+
+func TestPairedNeedsShapes(t *testing.T) {
+	res, err := Paired(nil, nil, Options{})
+	if !errors.Is(err, ErrNoCommonShape) || !res.Paired {
+		t.Errorf("empty A/B: %v", err)
+	}
+}

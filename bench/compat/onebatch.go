@@ -1,0 +1,98 @@
+package compat
+
+import (
+	"fmt"
+	"strings"
+
+	"stepbench/bench"
+	"stepbench/bench/internal/files"
+	"stepbench/bench/stats"
+)
+
+// OneBatchRecord is one line of SGLang one_batch's --result-filename JSONL:
+// one shape. Latencies are host seconds, throughputs tokens/s.
+type OneBatchRecord struct {
+	RunName   string
+	BatchSize int
+	InputLen  int
+	OutputLen int
+	// PrefillLatency is the median over iterations of the prefill latency.
+	PrefillLatency    float64
+	PrefillThroughput float64 // batch*input_len / PrefillLatency
+	// MedianDecodeLatency is the median over every decode step of every
+	// iteration; nil (left out) when output_len == 1, as one_batch.
+	MedianDecodeLatency    *float64
+	MedianDecodeThroughput *float64 // batch / MedianDecodeLatency
+	// TotalLatency is the median over iterations of prefill + Σ decode.
+	TotalLatency      float64
+	OverallThroughput float64 // (input_len+output_len)*batch / TotalLatency
+}
+
+// NewOneBatchRecord condenses a shape's timed iterations into one_batch's
+// record. With one iteration it equals what one_batch writes, bit for bit
+// (np.median, one_batch's formulas and summation order).
+func NewOneBatchRecord(runName string, s bench.ShapeResult) OneBatchRecord {
+	var prefill, totals, decode []float64
+	for _, it := range s.Iterations {
+		prefill = append(prefill, it.Prefill.HostSeconds)
+		totals = append(totals, it.TotalHostSeconds)
+		for _, d := range it.Decode {
+			decode = append(decode, d.HostSeconds)
+		}
+	}
+	rec := OneBatchRecord{
+		RunName:   runName,
+		BatchSize: s.Batch,
+		InputLen:  s.InputLen,
+		OutputLen: s.OutputLen,
+	}
+	if len(prefill) > 0 {
+		rec.PrefillLatency = stats.Median(prefill)
+		rec.TotalLatency = stats.Median(totals)
+	}
+	rec.PrefillThroughput = bench.TokensPerSecond(s.Batch*s.InputLen, rec.PrefillLatency)
+	rec.OverallThroughput = bench.TokensPerSecond((s.InputLen+s.OutputLen)*s.Batch, rec.TotalLatency)
+	if s.OutputLen > 1 && len(decode) > 0 {
+		median := stats.Median(decode)
+		throughput := bench.TokensPerSecond(s.Batch, median)
+		rec.MedianDecodeLatency = &median
+		rec.MedianDecodeThroughput = &throughput
+	}
+	return rec
+}
+
+// JSON is the record as one_batch writes it: json.dumps(record), byte for
+// byte, keys in one_batch's order (the two median keys only with decode
+// steps).
+func (r OneBatchRecord) JSON() (string, error) {
+	obj := pyObject{
+		{"run_name", r.RunName},
+		{"batch_size", r.BatchSize},
+		{"input_len", r.InputLen},
+		{"output_len", r.OutputLen},
+		{"prefill_latency", r.PrefillLatency},
+		{"prefill_throughput", r.PrefillThroughput},
+	}
+	if r.MedianDecodeLatency != nil && r.MedianDecodeThroughput != nil {
+		obj = append(obj, pyField{"median_decode_latency", *r.MedianDecodeLatency},
+			pyField{"median_decode_throughput", *r.MedianDecodeThroughput})
+	}
+	obj = append(obj, pyField{"total_latency", r.TotalLatency}, pyField{"overall_throughput", r.OverallThroughput})
+	return pyDumps(obj, 0)
+}
+
+// AppendOneBatchJSONL appends one line per record to path, creating it
+// when missing and never truncating it (one_batch's --result-filename). The
+// records are written in one write call and synced to disk before it
+// returns, so a record that was reported written survives a crash.
+func AppendOneBatchJSONL(path string, recs []OneBatchRecord) error {
+	var b strings.Builder
+	for i, rec := range recs {
+		line, err := rec.JSON()
+		if err != nil {
+			return fmt.Errorf("encode one_batch record %d: %w", i, err)
+		}
+		b.WriteString(line + "\n")
+	}
+	return files.Append(path, []byte(b.String()))
+}

@@ -1,0 +1,164 @@
+package plot
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"slices"
+	"sort"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"stepbench/bench"
+	"stepbench/bench/roofline"
+)
+
+// markerShapes tell input lengths apart on the roofline.
+var markerShapes = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.PyramidGlyph{},
+	draw.CrossGlyph{}, draw.PlusGlyph{}, draw.RingGlyph{}, draw.BoxGlyph{}}
+
+const markerRadius = 3.5 // points
+
+// WriteRooflinePlot draws a log-log roofline: achieved FLOP/s against
+// arithmetic intensity, one series per phase (colour: prefill blue, decode
+// red) and input length (marker shape), its points joined in batch order
+// and labelled with their batch size where a label fits; the memory roof
+// (green) and the compute roof (purple) meet at the dashed ridge, all in
+// the legend. Without a roof the title says the points are the cost model's
+// work over measured time only.
+func WriteRooflinePlot(path string, roof *roofline.Roof, points []roofline.Point, title string) (err error) {
+	defer recoverPlot(path, &err)
+	p := plot.New()
+	// Short axis labels: a label longer than its axis makes gonum shrink
+	// the data area; the legend says how the points are derived.
+	p.X.Label.Text = "arithmetic intensity (FLOP/byte)"
+	p.Y.Label.Text = "achieved FLOP/s"
+	legend := newLegend()
+	xs, ys, labels, err := addRooflineSeries(p, &legend, points)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	if roof != nil && roof.PeakFLOPsPerSec > 0 && roof.PeakBytesPerSec > 0 {
+		xs, ys = append(xs, roof.RidgeFLOPsPerByte), append(ys, roof.PeakFLOPsPerSec)
+		logAxis(&p.X, xs)
+		logAxis(&p.Y, ys)
+		if err := addRoofs(p, &legend, roof); err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+	} else {
+		title += " (no roof: cost-model points only)"
+		logAxis(&p.X, xs)
+		logAxis(&p.Y, ys)
+	}
+	p.Add(plotter.NewGrid(), newPointLabels(labels, vg.Points(markerRadius)))
+	legend.Add("")
+	legend.Add("labels: batch size")
+	legend.Add("x: cost-model FLOPs / bytes")
+	legend.Add("y: cost-model FLOPs /")
+	legend.Add("    median device time")
+	return saveFigure(path, title, []*plot.Plot{p}, legend)
+}
+
+// addRooflineSeries adds one series per (phase, input length) and returns
+// the data extents and the batch-size labels.
+func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []roofline.Point) (xs, ys []float64, labels []pointLabel, err error) {
+	inputs := inputLengths(points)
+	for _, phase := range []string{bench.PhasePrefill, bench.PhaseDecode} {
+		for k, in := range inputs {
+			var series []roofline.Point
+			for _, pt := range points {
+				if pt.Phase == phase && pt.InputLen == in && pt.IntensityFLOPsPerByte > 0 && pt.AchievedFLOPsPerSec > 0 {
+					series = append(series, pt)
+				}
+			}
+			if len(series) == 0 {
+				continue
+			}
+			sort.Slice(series, func(i, j int) bool { return series[i].Batch < series[j].Batch })
+			xy := make(plotter.XYs, len(series))
+			for i, pt := range series {
+				xy[i] = plotter.XY{X: pt.IntensityFLOPsPerByte, Y: pt.AchievedFLOPsPerSec}
+				xs, ys = append(xs, xy[i].X), append(ys, xy[i].Y)
+				labels = append(labels, pointLabel{X: xy[i].X, Y: xy[i].Y, Text: fmt.Sprintf("b=%d", pt.Batch),
+					Color: phaseColor(phase), Priority: labelPriority(i, len(series))})
+			}
+			line, scatter, err := plotter.NewLinePoints(xy)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			line.Color, line.Width = withAlpha(phaseColor(phase), 0x80), vg.Points(0.8)
+			scatter.Color, scatter.Shape, scatter.Radius = phaseColor(phase), markerShapes[k%len(markerShapes)], vg.Points(markerRadius)
+			p.Add(line, scatter)
+			legend.Add(seriesName(phase, in, len(inputs)), line, scatter)
+		}
+	}
+	return xs, ys, labels, nil
+}
+
+// labelPriority puts a series' first and last points first.
+func labelPriority(i, n int) int {
+	if i == 0 || i == n-1 {
+		return 0
+	}
+	return 1
+}
+
+func seriesName(phase string, inputLen, inputs int) string {
+	if inputs == 1 {
+		return fmt.Sprintf("%s (input %d)", phase, inputLen)
+	}
+	return fmt.Sprintf("%s, input %d", phase, inputLen)
+}
+
+// addRoofs draws the memory roof up to the ridge, the compute roof from
+// it, and the ridge, across the whole x axis.
+func addRoofs(p *plot.Plot, legend *plot.Legend, roof *roofline.Roof) error {
+	ridge := roof.RidgeFLOPsPerByte
+	xMin, xMax := math.Min(p.X.Min, ridge), math.Max(p.X.Max, ridge)
+	memory, err := plotter.NewLine(plotter.XYs{{X: xMin, Y: xMin * roof.PeakBytesPerSec}, {X: ridge, Y: roof.PeakFLOPsPerSec}})
+	if err != nil {
+		return err
+	}
+	compute, err := plotter.NewLine(plotter.XYs{{X: ridge, Y: roof.PeakFLOPsPerSec}, {X: xMax, Y: roof.PeakFLOPsPerSec}})
+	if err != nil {
+		return err
+	}
+	memory.Color, compute.Color = memoryRoofColor, computeRoofColor
+	memory.Width, compute.Width = vg.Points(2), vg.Points(2)
+	ridgeLine, err := plotter.NewLine(plotter.XYs{{X: ridge, Y: p.Y.Min}, {X: ridge, Y: roof.PeakFLOPsPerSec}})
+	if err != nil {
+		return err
+	}
+	ridgeLine.Color, ridgeLine.Dashes = ridgeColor, dashed
+	p.Add(memory, compute, ridgeLine)
+	legend.Add(fmt.Sprintf("memory roof %.2f TB/s", roof.PeakBytesPerSec/1e12), memory)
+	legend.Add(fmt.Sprintf("compute roof %.1f TFLOP/s", roof.PeakFLOPsPerSec/1e12), compute)
+	legend.Add(fmt.Sprintf("ridge %.0f FLOP/byte (%s)", ridge, roof.Source), ridgeLine)
+	return nil
+}
+
+func inputLengths(points []roofline.Point) []int {
+	var inputs []int
+	for _, pt := range points {
+		if !slices.Contains(inputs, pt.InputLen) {
+			inputs = append(inputs, pt.InputLen)
+		}
+	}
+	slices.Sort(inputs)
+	return inputs
+}
+
+func phaseColor(phase string) color.Color {
+	if phase == bench.PhasePrefill {
+		return prefillColor
+	}
+	return decodeColor
+}
+
+func withAlpha(c color.Color, alpha uint8) color.Color {
+	r, g, b, _ := c.RGBA()
+	return color.NRGBA{R: uint8(r >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: alpha}
+}

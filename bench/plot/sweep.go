@@ -1,0 +1,146 @@
+package plot
+
+import (
+	"fmt"
+	"image/color"
+	"slices"
+	"sort"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// SweepPoint is one shape's median step latencies and floors.
+type SweepPoint struct {
+	Batch, InputLen                         int
+	PrefillSeconds, DecodeSeconds           float64 // medians; 0 when absent
+	PrefillFloorSeconds, DecodeFloorSeconds float64 // 0 when no roof
+}
+
+// WriteSweepPlot draws median step latency against batch size (log-log),
+// prefill and decode in panels side by side, one series per input length
+// (colour): measured as solid lines with filled markers, the roofline
+// floors as dashed lines with hollow markers.
+func WriteSweepPlot(path string, points []SweepPoint, title string) (err error) {
+	defer recoverPlot(path, &err)
+	points = slices.Clone(points)
+	sort.SliceStable(points, func(i, j int) bool { return points[i].Batch < points[j].Batch })
+	var inputs []int
+	for _, pt := range points {
+		if !slices.Contains(inputs, pt.InputLen) {
+			inputs = append(inputs, pt.InputLen)
+		}
+	}
+	slices.Sort(inputs)
+	legend := newLegend()
+	var panels []*plot.Plot
+	for _, phase := range []struct {
+		name            string
+		measured, floor func(SweepPoint) float64
+	}{
+		{"prefill", func(s SweepPoint) float64 { return s.PrefillSeconds }, func(s SweepPoint) float64 { return s.PrefillFloorSeconds }},
+		{"decode (median step)", func(s SweepPoint) float64 { return s.DecodeSeconds }, func(s SweepPoint) float64 { return s.DecodeFloorSeconds }},
+	} {
+		p, drawn, err := sweepPanel(phase.name, points, inputs, phase.measured, phase.floor)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+		if drawn || (len(panels) == 0 && phase.name == "prefill") {
+			panels = append(panels, p)
+		}
+	}
+	if len(points) == 0 {
+		title += " (no data)"
+	}
+	hasFloors := slices.ContainsFunc(points, func(s SweepPoint) bool { return s.PrefillFloorSeconds > 0 || s.DecodeFloorSeconds > 0 })
+	addSweepLegend(&legend, inputs, hasFloors)
+	return saveFigure(path, title, panels, legend)
+}
+
+// sweepPanel draws one phase; drawn is false when it has no data.
+func sweepPanel(name string, points []SweepPoint, inputs []int, measured, floor func(SweepPoint) float64) (*plot.Plot, bool, error) {
+	p := plot.New()
+	p.Title.Text = name
+	p.X.Label.Text = "batch size"
+	p.Y.Label.Text = "step latency (ms)"
+	var xs, ys, batches []float64
+	drawn := false
+	for k, in := range inputs {
+		c := seriesColors[k%len(seriesColors)]
+		for _, isFloor := range []bool{false, true} {
+			value := measured
+			if isFloor {
+				value = floor
+			}
+			xy := sweepSeries(points, in, value)
+			if len(xy) == 0 {
+				continue
+			}
+			for _, v := range xy {
+				xs, ys = append(xs, v.X), append(ys, v.Y)
+				if !slices.Contains(batches, v.X) {
+					batches = append(batches, v.X)
+				}
+			}
+			line, scatter, err := plotter.NewLinePoints(xy)
+			if err != nil {
+				return nil, false, err
+			}
+			styleSeries(line, scatter, c, isFloor)
+			p.Add(line, scatter)
+			drawn = true
+		}
+	}
+	logAxis(&p.X, xs)
+	p.X.Tick.Marker = valueTicks(batches)
+	logAxis(&p.Y, ys)
+	p.Add(plotter.NewGrid())
+	return p, drawn, nil
+}
+
+// sweepSeries is one input length's (batch, ms) points in batch order:
+// a line never joins two input lengths.
+func sweepSeries(points []SweepPoint, inputLen int, value func(SweepPoint) float64) plotter.XYs {
+	var xy plotter.XYs
+	for _, pt := range points {
+		if v := value(pt); pt.InputLen == inputLen && v > 0 && pt.Batch > 0 {
+			xy = append(xy, plotter.XY{X: float64(pt.Batch), Y: 1e3 * v})
+		}
+	}
+	sort.SliceStable(xy, func(i, j int) bool { return xy[i].X < xy[j].X })
+	return xy
+}
+
+// styleSeries: measured solid with filled markers; floor dashed, hollow.
+func styleSeries(line *plotter.Line, scatter *plotter.Scatter, c color.Color, isFloor bool) {
+	line.Color, scatter.Color, scatter.Radius = c, c, vg.Points(markerRadius)
+	line.Width = vg.Points(1.5)
+	scatter.Shape = draw.CircleGlyph{}
+	if isFloor {
+		line.Dashes, line.Width = dashed, vg.Points(1)
+		scatter.Shape = draw.RingGlyph{}
+	}
+}
+
+func addSweepLegend(legend *plot.Legend, inputs []int, hasFloors bool) {
+	for k, in := range inputs {
+		line, scatter := sweepThumb(seriesColors[k%len(seriesColors)], false)
+		legend.Add(fmt.Sprintf("input %d tokens", in), line, scatter)
+	}
+	line, scatter := sweepThumb(color.Black, false)
+	legend.Add("measured: median step time", line, scatter)
+	if hasFloors {
+		line, scatter = sweepThumb(color.Black, true)
+		legend.Add("floor: cost model at the roof", line, scatter)
+	}
+	legend.Add("")
+	legend.Add("time: device events, else host")
+}
+
+func sweepThumb(c color.Color, isFloor bool) (*plotter.Line, *plotter.Scatter) {
+	line, scatter, _ := plotter.NewLinePoints(plotter.XYs{{X: 1, Y: 1}})
+	styleSeries(line, scatter, c, isFloor)
+	return line, scatter
+}

@@ -1,0 +1,132 @@
+package report
+
+import (
+	"stepbench/bench"
+	"stepbench/bench/roofline"
+	"stepbench/bench/stats"
+	"stepbench/bench/telemetry"
+	"stepbench/runner"
+)
+
+// Builder turns a run's measured shapes into their report form, every one
+// under the run's one roof and with its telemetry when there is some. It
+// is the one place a ShapeReport is assembled.
+type Builder struct {
+	Model runner.Config
+	// Roof is the run's roof (ChooseRoof); nil: no floors, and roofline
+	// points with achieved rates only.
+	Roof *roofline.Roof
+	// Telemetry, when set, holds the readings filed under each region.
+	Telemetry *telemetry.Recorder
+	// DiscardThrottled drops the samples whose reading was throttled from
+	// the statistics (--discard-throttled); the samples stay, marked.
+	DiscardThrottled bool
+}
+
+// Keep is s with the statistics the run reports: without its throttled
+// samples when DiscardThrottled asks for it, with the count dropped.
+func (b Builder) Keep(s bench.ShapeResult) (bench.ShapeResult, int) {
+	if b.Telemetry == nil || !b.DiscardThrottled {
+		return s, 0
+	}
+	return bench.DropSamples(s, func(x bench.Sample) bool { return b.Telemetry.Throttled(s.Shape, x) })
+}
+
+// Shape is s's report: every sample with its telemetry, the summaries of
+// the kept samples, noise, energy, the floors of its prefill and first
+// decode step under the roof, and its roofline points (prefill and the
+// median decode step at their median device times).
+func (b Builder) Shape(s bench.ShapeResult) ShapeReport {
+	kept, dropped := b.Keep(s)
+	sr := NewShapeReport(kept)
+	sr.DiscardedThrottledSamples = dropped
+	sr.Energy = s.Energy
+	if b.Telemetry != nil {
+		attachTelemetry(b.Telemetry, &sr)
+	}
+	if b.Roof != nil {
+		if sf, err := roofline.ComputeFloors(b.Model, *b.Roof, s.Batch, s.InputLen, s.OutputLen); err == nil {
+			sr.PrefillFloorSeconds, sr.PrefillFLOPs, sr.PrefillBytes = sf.PrefillFloor.Seconds, sf.Prefill.FLOPs, sf.Prefill.Bytes
+			if len(sf.Decode) > 0 {
+				sr.DecodeFloorSeconds, sr.DecodeFLOPs, sr.DecodeBytes = sf.DecodeFloors[0].Seconds, sf.Decode[0].FLOPs, sf.Decode[0].Bytes
+			}
+		}
+	}
+	sum := kept.Summary
+	points, err := roofline.StepPoints(b.Model, b.Roof, s.Batch, s.InputLen, s.OutputLen,
+		StepSeconds(sum.PrefillDeviceSeconds, sum.PrefillHostSeconds), StepSeconds(sum.DecodeDeviceSeconds, sum.DecodeHostSeconds))
+	if err == nil {
+		sr.RooflinePoints = points
+	}
+	return sr
+}
+
+// Shapes is Shape of every shape, in order.
+func (b Builder) Shapes(shapes []bench.ShapeResult) []ShapeReport {
+	out := make([]ShapeReport, len(shapes))
+	for i, s := range shapes {
+		out[i] = b.Shape(s)
+	}
+	return out
+}
+
+// StepSeconds is the median device time when there is one, else the median
+// host time (the cpu backend's events may measure nothing): the time a
+// step's roofline point is placed at.
+func StepSeconds(device, host stats.Summary) float64 {
+	if device.N > 0 && device.Median > 0 {
+		return device.Median
+	}
+	if host.N > 0 {
+		return host.Median
+	}
+	return 0
+}
+
+// attachTelemetry fills a shape report's per-sample telemetry, its throttle
+// count, its sampler timeline and its medians of power and SM clock.
+func attachTelemetry(r *telemetry.Recorder, sr *ShapeReport) {
+	var power, clocks []float64
+	sr.ThrottledSamples = 0
+	for i := range sr.Samples {
+		s := &sr.Samples[i]
+		reading, ok := r.Region(sr.Shape, s.Phase, s.Iter, s.Step)
+		if !ok {
+			continue
+		}
+		s.Telemetry = sampleTelemetry(reading)
+		if reading.Throttled {
+			sr.ThrottledSamples++
+		}
+		if reading.PowerWatts > 0 {
+			power = append(power, reading.PowerWatts)
+		}
+		if reading.SMClockMHz > 0 {
+			clocks = append(clocks, reading.SMClockMHz)
+		}
+	}
+	if len(power) > 0 {
+		sr.MedianPowerWatts = stats.Median(power)
+	}
+	if len(clocks) > 0 {
+		sr.MedianSMClockMHz = stats.Median(clocks)
+	}
+	sr.TelemetryTimeline = r.Timeline(sr.Shape)
+}
+
+// sampleTelemetry is a reading in its report form.
+func sampleTelemetry(t telemetry.Reading) *Telemetry {
+	return &Telemetry{
+		PowerWatts:               t.PowerWatts,
+		SMClockMHz:               t.SMClockMHz,
+		MemoryClockMHz:           t.MemoryClockMHz,
+		TemperatureC:             t.GPUTemperatureC,
+		ThrottleReasons:          t.ClockEventReasons,
+		PowerSource:              t.PowerSource,
+		MemoryTemperatureC:       t.MemoryTemperatureC,
+		ClockEventReasonNames:    t.ReasonNames(),
+		Throttled:                t.Throttled,
+		EnergyCounterMillijoules: t.EnergyMillijoules,
+		UnixNanos:                t.UnixNanos,
+	}
+}

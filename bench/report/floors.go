@@ -1,0 +1,84 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"stepbench/bench"
+	"stepbench/bench/roofline"
+	"stepbench/runner"
+)
+
+// ShapeFloors is one shape's floors under a preset's datasheet roof (what
+// stepbench roofline prints); its JSON keys are snake_case.
+type ShapeFloors struct {
+	bench.Shape
+	Floors roofline.StepFloors `json:"floors"`
+}
+
+// Floors costs every shape of the cross product batches × inputLens ×
+// outputLens (batch outermost) under g's datasheet roof.
+func Floors(cfg runner.Config, g roofline.Preset, batches, inputLens, outputLens []int) ([]ShapeFloors, error) {
+	var shapes []ShapeFloors
+	for _, b := range batches {
+		for _, in := range inputLens {
+			for _, out := range outputLens {
+				f, err := roofline.ComputeFloors(cfg, g.Roof(), b, in, out)
+				if err != nil {
+					return nil, err
+				}
+				shapes = append(shapes, ShapeFloors{bench.Shape{Batch: b, InputLen: in, OutputLen: out}, f})
+			}
+		}
+	}
+	return shapes, nil
+}
+
+// WriteFloorsTable writes stepbench roofline's table: per shape, the
+// prefill, first and last decode steps and the whole iteration with their
+// FLOPs, bytes, the weights' share, intensity and floor (all derived).
+func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, shapes []ShapeFloors) error {
+	fmt.Fprintf(stdout, "roofline: %s (%.2f B parameters) on %s — datasheet %.1f TFLOP/s bf16 dense, %.2f TB/s; ridge %.1f FLOP/byte\n",
+		cfg.Name, float64(cfg.ParamCount())/1e9, g.Description, g.PeakFLOPsPerSec/1e12, g.PeakBytesPerSec/1e12, g.Roof().RidgeFLOPsPerByte)
+	fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s); bytes = every input read once, every output written once (derived, not measured)")
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "batch\tinput\toutput\tstep\tkv_len\tGFLOP\tGB\tweight_GB\tFLOP/byte\tfloor_ms\tbound\t")
+	row := func(b, in, out int, step string, kv int, c runner.StepCost, f roofline.Floor) {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", b, in, out, step, kv,
+			c.FLOPs/1e9, c.Bytes/1e9, c.WeightBytes/1e9, c.Intensity(), f.Seconds*1e3, f.Bound)
+	}
+	for _, s := range shapes {
+		p := s.Floors.Prefill
+		row(s.Batch, s.InputLen, s.OutputLen, "prefill", p.SeqLen, p, s.Floors.PrefillFloor)
+		if n := len(s.Floors.Decode); n > 0 {
+			d := s.Floors.Decode[0]
+			row(s.Batch, s.InputLen, s.OutputLen, "decode first", d.StartPos+1, d, s.Floors.DecodeFloors[0])
+			if n > 1 {
+				d = s.Floors.Decode[n-1]
+				row(s.Batch, s.InputLen, s.OutputLen, "decode last", d.StartPos+1, d, s.Floors.DecodeFloors[n-1])
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\titeration\t\t\t\t\t\t%.2f\t\t\n", s.Batch, s.InputLen, s.OutputLen, s.Floors.IterationSeconds*1e3)
+	}
+	return tw.Flush()
+}
+
+// WriteOpFloorsTable writes every op of a shape's prefill and first decode
+// step with its FLOPs, bytes, intensity and floor (stepbench roofline --ops).
+func WriteOpFloorsTable(stdout io.Writer, g roofline.Preset, s ShapeFloors) error {
+	steps := []runner.StepCost{s.Floors.Prefill}
+	if len(s.Floors.Decode) > 0 {
+		steps = append(steps, s.Floors.Decode[0])
+	}
+	fmt.Fprintf(stdout, "\nper op, batch %d, input %d (decode: the first step):\n", s.Batch, s.InputLen)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "step\top\tcalls\tGFLOP\tMB\tFLOP/byte\tfloor_us\tbound\t")
+	for _, st := range steps {
+		for _, o := range st.Ops {
+			f := g.Roof().Floor(o.FLOPs, o.Bytes)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t\n", st.Phase, o.Op, o.Calls, o.FLOPs/1e9, o.Bytes/1e6, o.FLOPs/o.Bytes, f.Seconds*1e6, f.Bound)
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,119 @@
+package report
+
+import (
+	"fmt"
+	"io"
+
+	"stepbench/bench"
+	"stepbench/bench/compat"
+)
+
+// OutputFile is a file a run reads or writes, labelled (in errors) by the
+// flag that named it.
+type OutputFile struct {
+	Label, Path string
+}
+
+// ResultFiles are a run's result files; an empty Path leaves one out.
+type ResultFiles struct {
+	OneBatchJSONL OutputFile // one_batch records, appended
+	VLLMJSON      OutputFile // vLLM latency JSON, one file per shape (VLLMPath)
+	Native        OutputFile // the native report
+	// SeveralShapes says the sweep has more than one shape, so VLLMPath
+	// gives every shape its own file.
+	SeveralShapes bool
+	RunName       string
+	// VLLMLines, when not nil, receives vLLM's summary lines of each shape
+	// written to VLLMJSON.
+	VLLMLines io.Writer
+}
+
+// ResultWriter writes each shape's results as soon as the shape ends, so
+// that an interrupted or failed run keeps every finished shape: the
+// one_batch record is appended and synced, the shape's vLLM file and the
+// native report (every shape so far) are replaced atomically. A shape that
+// stopped early goes to the native report only (marked incomplete): the
+// other formats cannot say so.
+type ResultWriter struct {
+	files   ResultFiles
+	report  Report
+	written map[string]bool
+	order   []string
+}
+
+// NewResultWriter writes to files; header is the native report's
+// environment and configuration (its shapes are added by AddShape).
+func NewResultWriter(files ResultFiles, header Report) *ResultWriter {
+	header.Shapes = []ShapeReport{}
+	return &ResultWriter{files: files, report: header, written: map[string]bool{}}
+}
+
+// AddShape writes one finished shape; sr is its report form (with
+// telemetry and floors when the caller has them).
+func (w *ResultWriter) AddShape(s bench.ShapeResult, sr ShapeReport) error {
+	f := w.files
+	if s.Complete && f.OneBatchJSONL.Path != "" {
+		if err := compat.AppendOneBatchJSONL(f.OneBatchJSONL.Path, []compat.OneBatchRecord{compat.NewOneBatchRecord(f.RunName, s)}); err != nil {
+			return fmt.Errorf("%s %s: %w", f.OneBatchJSONL.Label, f.OneBatchJSONL.Path, err)
+		}
+		w.note(f.OneBatchJSONL.Path)
+	}
+	if s.Complete && f.VLLMJSON.Path != "" {
+		if err := w.writeVLLM(s); err != nil {
+			return err
+		}
+	}
+	w.report.Shapes = append(w.report.Shapes, sr)
+	return w.writeNative()
+}
+
+func (w *ResultWriter) writeVLLM(s bench.ShapeResult) error {
+	f := w.files.VLLMJSON
+	path := compat.VLLMPath(f.Path, w.files.SeveralShapes, s.Batch, s.InputLen, s.OutputLen)
+	doc, err := compat.NewVLLMLatency(compat.IterationLatencies(s))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", f.Label, path, err)
+	}
+	if err := compat.WriteVLLMJSON(path, doc.Latencies); err != nil {
+		return fmt.Errorf("%s %s: %w", f.Label, path, err)
+	}
+	w.note(path)
+	if w.files.VLLMLines != nil {
+		fmt.Fprintf(w.files.VLLMLines, "vLLM latency of batch_size=%d input_len=%d output_len=%d (%s):\n%s",
+			s.Batch, s.InputLen, s.OutputLen, path, doc.SummaryLines())
+	}
+	return nil
+}
+
+// Rewrite replaces the native report's header and shapes (the final
+// environment, roofs and telemetry of a run) and writes it again.
+func (w *ResultWriter) Rewrite(header Report, shapes []ShapeReport) error {
+	header.Shapes = append([]ShapeReport{}, shapes...)
+	w.report = header
+	return w.writeNative()
+}
+
+func (w *ResultWriter) writeNative() error {
+	f := w.files.Native
+	if f.Path == "" {
+		return nil
+	}
+	if err := Write(f.Path, w.report); err != nil {
+		return fmt.Errorf("%s %s: %w", f.Label, f.Path, err)
+	}
+	w.note(f.Path)
+	return nil
+}
+
+func (w *ResultWriter) note(path string) {
+	if !w.written[path] {
+		w.written[path] = true
+		w.order = append(w.order, path)
+	}
+}
+
+// Written lists the files written so far, in first-written order.
+func (w *ResultWriter) Written() []string { return append([]string(nil), w.order...) }
+
+// Shapes is the count of shapes written.
+func (w *ResultWriter) Shapes() int { return len(w.report.Shapes) }

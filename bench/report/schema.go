@@ -1,0 +1,303 @@
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"stepbench/bench"
+	"stepbench/runner"
+
+	"stepbench/bench/internal/files"
+	"stepbench/bench/roofline"
+	"stepbench/bench/stats"
+	"stepbench/bench/telemetry"
+)
+
+// Schema is the schema string of the native report this package
+// writes and reads. A change that breaks readers gets a new version.
+const Schema = "stepbench/v1"
+
+// Report is stepbench's native result document: everything needed to
+// compare two runs later without rerunning them.
+type Report struct {
+	Schema      string        `json:"schema"` // Schema
+	ToolVersion string        `json:"tool_version,omitempty"`
+	CreatedAt   string        `json:"created_at,omitempty"` // RFC 3339
+	Environment Environment   `json:"environment"`
+	Config      RunConfig     `json:"config"`
+	Shapes      []ShapeReport `json:"shapes"`
+}
+
+// Environment is the machine a report was measured on. Every field is
+// optional: the CPU backend has no GPU, and NVML may be missing.
+type Environment struct {
+	Backend string `json:"backend,omitempty"`
+	// Emulated describes the emulated CUDA device (cuda/emu) when it ran the
+	// kernels: then every time is the CPU's emulation, not a GPU time.
+	Emulated          string  `json:"emulated,omitempty"`
+	GPUName           string  `json:"gpu_name,omitempty"`
+	GPUUUID           string  `json:"gpu_uuid,omitempty"`
+	ComputeCapability string  `json:"compute_capability,omitempty"` // e.g. "9.0"
+	DriverVersion     string  `json:"driver_version,omitempty"`
+	CUDAVersion       string  `json:"cuda_version,omitempty"` // the driver API version
+	NVRTCVersion      string  `json:"nvrtc_version,omitempty"`
+	CUBLASVersion     string  `json:"cublas_version,omitempty"`
+	Hostname          string  `json:"hostname,omitempty"`
+	GoVersion         string  `json:"go_version,omitempty"`
+	OS                string  `json:"os,omitempty"`
+	Arch              string  `json:"arch,omitempty"`
+	SMClockMHz        float64 `json:"sm_clock_mhz,omitempty"`
+	MaxSMClockMHz     float64 `json:"max_sm_clock_mhz,omitempty"`
+	MemoryClockMHz    float64 `json:"memory_clock_mhz,omitempty"`
+	PowerLimitWatts   float64 `json:"power_limit_watts,omitempty"`
+	GPUMemoryBytes    uint64  `json:"gpu_memory_bytes,omitempty"`
+	// What the roofline and NVML add: the SM count, bus width and maximum
+	// memory clock of the device roof.
+	SMCount            int     `json:"sm_count,omitempty"`
+	MemoryBusWidthBits int     `json:"memory_bus_width_bits,omitempty"`
+	MaxMemoryClockMHz  float64 `json:"max_memory_clock_mhz,omitempty"`
+	// ClocksLocked is whether the SM clock was pinned (nil: unknown).
+	ClocksLocked *bool `json:"clocks_locked,omitempty"`
+	// TelemetryNotes are warnings about the telemetry (NVML missing,
+	// unsupported calls, unlocked and varying clocks).
+	TelemetryNotes []string `json:"telemetry_notes,omitempty"`
+	// Roofs are the roofline ceilings the report's points use, and the
+	// others known (device-derived, measured, datasheet).
+	Roof  *roofline.Roof  `json:"roof,omitempty"`
+	Roofs []roofline.Roof `json:"roofs,omitempty"`
+}
+
+// RunConfig is the configuration a report was measured with.
+type RunConfig struct {
+	Model      runner.Config `json:"model"`
+	ModelPath  string        `json:"model_path,omitempty"`
+	LoadFormat string        `json:"load_format,omitempty"` // "dummy" or "safetensors"
+	RunName    string        `json:"run_name,omitempty"`
+	Seed       uint64        `json:"seed"`
+	// NumIters is the fixed count of timed iterations per shape; 0 means
+	// adaptive sampling by bench.Adaptive (see bench.Adaptive).
+	NumIters    int             `json:"num_iters"`
+	Adaptive    *bench.Adaptive `json:"adaptive,omitempty"`
+	WarmupIters int             `json:"warmup_iters"`
+	// Flags holds every command-line flag as given or defaulted, by name.
+	Flags map[string]string `json:"flags,omitempty"`
+}
+
+// ShapeReport is one shape's samples, summaries and roofline floors.
+type ShapeReport struct {
+	bench.Shape
+	Complete bool `json:"complete"`
+	// Iterations is the count of timed iterations, StopReason why they
+	// stopped (num_iters, target_noise, max_seconds, interrupted, error)
+	// and bench.Noise the achieved noise of each median (null: not measured or
+	// too few iterations for an interval).
+	Iterations int          `json:"iterations"`
+	StopReason string       `json:"stop_reason,omitempty"`
+	Noise      *bench.Noise `json:"noise,omitempty"`
+	// Samples are every timed region, warmup excluded, in measured order.
+	Samples []SampleReport `json:"samples"`
+	// IterationTotalHostSeconds is each iteration's prefill + Σ decode.
+	IterationTotalHostSeconds []float64 `json:"iteration_total_host_seconds"`
+
+	PrefillHostSeconds   stats.Summary `json:"prefill_host_seconds"`
+	PrefillDeviceSeconds stats.Summary `json:"prefill_device_seconds"`
+	DecodeHostSeconds    stats.Summary `json:"decode_host_seconds"`
+	DecodeDeviceSeconds  stats.Summary `json:"decode_device_seconds"`
+	TotalHostSeconds     stats.Summary `json:"total_host_seconds"`
+
+	// Floors: the cost model's minimal work per step and the least time it
+	// takes under the run's roof (environment.roof). Zero (left out) without
+	// a roof. The decode figures are the first decode step's (KV length
+	// input_len); the roofline points hold the median step's.
+	PrefillFloorSeconds float64 `json:"prefill_floor_seconds,omitempty"`
+	DecodeFloorSeconds  float64 `json:"decode_floor_seconds,omitempty"`
+	PrefillFLOPs        float64 `json:"prefill_flops,omitempty"`
+	PrefillBytes        float64 `json:"prefill_bytes,omitempty"`
+	DecodeFLOPs         float64 `json:"decode_flops,omitempty"`
+	DecodeBytes         float64 `json:"decode_bytes,omitempty"`
+
+	// Telemetry: flagged samples, medians over kept samples' readings, the
+	// background sampler's readings during the shape, energy windows, and
+	// the roofline points under the run's roof.
+	ThrottledSamples          int                 `json:"throttled_samples,omitempty"`
+	DiscardedThrottledSamples int                 `json:"discarded_throttled_samples,omitempty"`
+	MedianPowerWatts          float64             `json:"median_power_watts,omitempty"`
+	MedianSMClockMHz          float64             `json:"median_sm_clock_mhz,omitempty"`
+	TelemetryTimeline         []telemetry.Reading `json:"telemetry_timeline,omitempty"`
+	Energy                    *bench.ShapeEnergy  `json:"energy,omitempty"`
+	RooflinePoints            []roofline.Point    `json:"roofline_points,omitempty"`
+}
+
+// SampleReport is one timed region.
+type SampleReport struct {
+	Phase         string     `json:"phase"` // "prefill" or "decode"
+	Iter          int        `json:"iter"`
+	Step          int        `json:"step"`
+	Position      int        `json:"position"` // KV length before the step
+	HostSeconds   float64    `json:"host_seconds"`
+	DeviceSeconds float64    `json:"device_seconds"`
+	Telemetry     *Telemetry `json:"telemetry,omitempty"`
+}
+
+// Telemetry is what NVML said between regions, next to the region it
+// follows. All fields are optional.
+type Telemetry struct {
+	PowerWatts      float64 `json:"power_watts,omitempty"`
+	EnergyJoules    float64 `json:"energy_joules,omitempty"` // consumed by the region
+	SMClockMHz      float64 `json:"sm_clock_mhz,omitempty"`
+	MemoryClockMHz  float64 `json:"memory_clock_mhz,omitempty"`
+	TemperatureC    float64 `json:"temperature_c,omitempty"`
+	ThrottleReasons uint64  `json:"throttle_reasons,omitempty"` // NVML's clocks-event bit mask
+	// PowerSource says what PowerWatts is: "instant" (FI_DEV_POWER_INSTANT)
+	// or "average_1s" (nvmlDeviceGetPowerUsage, a 1 s average on Hopper).
+	PowerSource              string   `json:"power_source,omitempty"`
+	MemoryTemperatureC       float64  `json:"memory_temperature_c,omitempty"`
+	ClockEventReasonNames    []string `json:"clock_event_reason_names,omitempty"`
+	Throttled                bool     `json:"throttled,omitempty"`
+	EnergyCounterMillijoules uint64   `json:"energy_counter_millijoules,omitempty"` // NVML's total, at the reading
+	UnixNanos                int64    `json:"unix_nanos,omitempty"`
+}
+
+// NewShapeReport converts a measured shape into its report form (no floors,
+// no telemetry: the caller adds them).
+func NewShapeReport(s bench.ShapeResult) ShapeReport {
+	r := ShapeReport{
+		Shape:                     s.Shape,
+		Complete:                  s.Complete,
+		Iterations:                len(s.Iterations),
+		StopReason:                s.StopReason,
+		Samples:                   []SampleReport{},
+		IterationTotalHostSeconds: []float64{},
+		PrefillHostSeconds:        s.Summary.PrefillHostSeconds,
+		PrefillDeviceSeconds:      s.Summary.PrefillDeviceSeconds,
+		DecodeHostSeconds:         s.Summary.DecodeHostSeconds,
+		DecodeDeviceSeconds:       s.Summary.DecodeDeviceSeconds,
+		TotalHostSeconds:          s.Summary.TotalHostSeconds,
+	}
+	if s.StopReason != "" {
+		noise := s.Noise
+		r.Noise = &noise
+	}
+	for _, sample := range s.Samples() {
+		r.Samples = append(r.Samples, SampleReport{
+			Phase:         sample.Phase,
+			Iter:          sample.Iter,
+			Step:          sample.Step,
+			Position:      sample.Position,
+			HostSeconds:   sample.HostSeconds,
+			DeviceSeconds: sample.DeviceSeconds,
+		})
+	}
+	for _, it := range s.Iterations {
+		r.IterationTotalHostSeconds = append(r.IterationTotalHostSeconds, it.TotalHostSeconds)
+	}
+	return r
+}
+
+// Write writes r to path as indented JSON, atomically. An empty Schema
+// field is filled with the Schema constant; any other value is
+// refused, so that no file claims a schema it does not follow.
+func Write(path string, r Report) error {
+	if r.Schema == "" {
+		r.Schema = Schema
+	}
+	if r.Schema != Schema {
+		return fmt.Errorf("write report %s: schema %q is not %q", path, r.Schema, Schema)
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode report %s: %w", path, err)
+	}
+	return files.WriteAtomic(path, append(data, '\n'))
+}
+
+// Read reads and validates a native report.
+func Read(path string) (Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Report{}, fmt.Errorf("read report: %w", err)
+	}
+	r, err := Parse(data)
+	if err != nil {
+		return Report{}, fmt.Errorf("read report %s: %w", path, err)
+	}
+	return r, nil
+}
+
+// Parse decodes and validates a native report: the schema string
+// must be Schema, every shape positive, every sample a known phase with
+// finite, non-negative times.
+func Parse(data []byte) (Report, error) {
+	// Peek at the schema first: a report of another schema (or not a report
+	// at all) gets that error, not one about a field it happens to lack.
+	var header struct {
+		Schema *string `json:"schema"`
+	}
+	if err := json.Unmarshal(data, &header); err != nil {
+		return Report{}, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if header.Schema == nil {
+		return Report{}, errors.New(`no "schema" field: not a stepbench report`)
+	}
+	if *header.Schema != Schema {
+		return Report{}, fmt.Errorf("unsupported schema %q (this stepbench reads %q)", *header.Schema, Schema)
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Report{}, fmt.Errorf("decode %s report: %w", Schema, err)
+	}
+	for i, s := range r.Shapes {
+		if err := s.validate(); err != nil {
+			return Report{}, fmt.Errorf("shape %d (batch_size=%d input_len=%d output_len=%d): %w",
+				i, s.Batch, s.InputLen, s.OutputLen, err)
+		}
+	}
+	return r, nil
+}
+
+func (s ShapeReport) validate() error {
+	if s.Batch < 1 || s.InputLen < 1 || s.OutputLen < 1 {
+		return errors.New("batch_size, input_len and output_len must be >= 1")
+	}
+	for i, sample := range s.Samples {
+		if !slices.Contains([]string{bench.PhasePrefill, bench.PhaseDecode}, sample.Phase) {
+			return fmt.Errorf("sample %d: unknown phase %q", i, sample.Phase)
+		}
+		// encoding/json cannot produce NaN or ±Inf, so a finite check is
+		// a sign check here.
+		if sample.HostSeconds < 0 || sample.DeviceSeconds < 0 {
+			return fmt.Errorf("sample %d: negative time (host_seconds=%v device_seconds=%v)",
+				i, sample.HostSeconds, sample.DeviceSeconds)
+		}
+		if sample.Iter < 0 || sample.Step < 0 || sample.Position < 0 {
+			return fmt.Errorf("sample %d: negative iter, step or position", i)
+		}
+	}
+	return nil
+}
+
+// IterationResults rebuilds the shape's timed iterations from its samples
+// (what compare and the statistics work on).
+func (s ShapeReport) IterationResults() []bench.IterationResult {
+	index := map[int]int{}
+	var iterations []bench.IterationResult
+	for _, r := range s.Samples {
+		i, ok := index[r.Iter]
+		if !ok {
+			i = len(iterations)
+			index[r.Iter] = i
+			iterations = append(iterations, bench.IterationResult{Iter: r.Iter})
+		}
+		sample := bench.Sample{Phase: r.Phase, Iter: r.Iter, Step: r.Step, Position: r.Position,
+			HostSeconds: r.HostSeconds, DeviceSeconds: r.DeviceSeconds}
+		if r.Phase == bench.PhasePrefill {
+			iterations[i].Prefill = sample
+		} else {
+			iterations[i].Decode = append(iterations[i].Decode, sample)
+		}
+	}
+	return iterations
+}

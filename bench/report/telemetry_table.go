@@ -1,0 +1,62 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"stepbench/bench"
+	"stepbench/bench/roofline"
+)
+
+// WriteTelemetryTable writes one row per shape with its telemetry and
+// roofline points: median power (W) and SM clock (MHz) after the kept
+// regions, the count of throttled samples, energy per token (J) of the
+// prefill, decode (derived) and whole-iteration windows, and each phase's
+// attainment of the roof with the roof that binds. "-" marks a missing value.
+func WriteTelemetryTable(w io.Writer, shapes []ShapeReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	writeRow(tw, []string{"batch", "input", "output", "power_W", "sm_MHz", "throttled",
+		"prefill_J/tok", "decode_J/tok(derived)", "iter_J/tok", "prefill_roof", "decode_roof"})
+	for _, s := range shapes {
+		row := []string{fmt.Sprint(s.Batch), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen),
+			optional(s.MedianPowerWatts, "%.0f", s.MedianPowerWatts > 0),
+			optional(s.MedianSMClockMHz, "%.0f", s.MedianSMClockMHz > 0),
+			throttledCell(s)}
+		var prefill, decode, iteration *bench.EnergyWindow
+		if s.Energy != nil {
+			prefill, decode, iteration = s.Energy.Prefill, s.Energy.Decode, s.Energy.Iteration
+		}
+		row = append(row, joulesCell(prefill), joulesCell(decode), joulesCell(iteration),
+			roofCell(s.RooflinePoints, bench.PhasePrefill), roofCell(s.RooflinePoints, bench.PhaseDecode))
+		writeRow(tw, row)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write telemetry table: %w", err)
+	}
+	return nil
+}
+
+func throttledCell(s ShapeReport) string {
+	if s.DiscardedThrottledSamples > 0 {
+		return fmt.Sprintf("%d(dropped)", s.ThrottledSamples)
+	}
+	return fmt.Sprint(s.ThrottledSamples)
+}
+
+func joulesCell(e *bench.EnergyWindow) string {
+	if e == nil || e.Tokens == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.4g", e.JoulesPerToken)
+}
+
+// roofCell is "attainment% bound" of the phase's step point.
+func roofCell(points []roofline.Point, phase string) string {
+	for _, p := range points {
+		if p.Phase == phase && p.Op == "" && p.Bound != "" {
+			return fmt.Sprintf("%.1f%% %s", 100*p.AttainmentFraction, p.Bound)
+		}
+	}
+	return "-"
+}

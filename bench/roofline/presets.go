@@ -1,0 +1,82 @@
+package roofline
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Preset is a GPU's datasheet: its name, memory, and the peaks that make
+// its datasheet roof (dense bf16 tensor-core FLOP/s, no sparsity, and HBM
+// bandwidth).
+type Preset struct {
+	Name            string  `json:"name"`
+	Description     string  `json:"description"`
+	PeakFLOPsPerSec float64 `json:"peak_bf16_dense_flops_per_second"`
+	PeakBytesPerSec float64 `json:"peak_memory_bytes_per_second"`
+	MemoryBytes     float64 `json:"memory_bytes"`
+}
+
+// gpuPresets are NVIDIA datasheet figures (dense bf16 = half the "with
+// sparsity" figure the datasheets print).
+var gpuPresets = []Preset{
+	{"a100-pcie-80gb", "A100 PCIe 80GB", 312e12, 1.935e12, 80e9},
+	{"a100-sxm-80gb", "A100 SXM4 80GB", 312e12, 2.039e12, 80e9},
+	{"h100-pcie", "H100 PCIe 80GB", 756e12, 2.0e12, 80e9},
+	{"h100-nvl", "H100 NVL 94GB", 835e12, 3.9e12, 94e9},
+	{"h100-sxm", "H100 SXM5 80GB", 989.4e12, 3.35e12, 80e9},
+	{"h200", "H200 SXM 141GB", 989.4e12, 4.8e12, 141e9},
+	{"l40s", "L40S 48GB", 362e12, 0.864e12, 48e9},
+}
+
+// PresetNames lists the GPU presets.
+func PresetNames() []string {
+	names := make([]string, len(gpuPresets))
+	for i, g := range gpuPresets {
+		names[i] = g.Name
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LookupPreset returns a GPU preset by name.
+func LookupPreset(name string) (Preset, error) {
+	for _, g := range gpuPresets {
+		if g.Name == name {
+			return g, nil
+		}
+	}
+	return Preset{}, fmt.Errorf("unknown GPU %q (known: %s)", name, strings.Join(PresetNames(), ", "))
+}
+
+// Roof is the preset's datasheet roof.
+func (p Preset) Roof() Roof {
+	return NewRoof(SourceDatasheet, p.Description, p.PeakFLOPsPerSec, p.PeakBytesPerSec)
+}
+
+// PresetForDevice picks the preset matching a device name as the driver
+// reports it (e.g. "NVIDIA H100 80GB HBM3" → h100-sxm).
+func PresetForDevice(deviceName string) (Preset, bool) {
+	n := strings.ToLower(deviceName)
+	var name string
+	switch {
+	case strings.Contains(n, "h200"):
+		name = "h200"
+	case strings.Contains(n, "h100") && strings.Contains(n, "pcie"):
+		name = "h100-pcie"
+	case strings.Contains(n, "h100") && strings.Contains(n, "nvl"):
+		name = "h100-nvl"
+	case strings.Contains(n, "h100"):
+		name = "h100-sxm"
+	case strings.Contains(n, "a100") && strings.Contains(n, "pcie"):
+		name = "a100-pcie-80gb"
+	case strings.Contains(n, "a100"):
+		name = "a100-sxm-80gb"
+	case strings.Contains(n, "l40s"):
+		name = "l40s"
+	default:
+		return Preset{}, false
+	}
+	g, err := LookupPreset(name)
+	return g, err == nil
+}

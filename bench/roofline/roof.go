@@ -1,0 +1,63 @@
+package roofline
+
+import (
+	"fmt"
+	"math"
+)
+
+// Roof sources, in the order a run prefers them.
+const (
+	SourceMeasured  = "measured"  // stepbench calibrate: cuBLAS bf16 GEMM and device-to-device copy
+	SourceDevice    = "device"    // SM count × FLOP/clock/SM × SM clock; memory clock × bus width × 2
+	SourceDatasheet = "datasheet" // a GPU preset's datasheet peaks
+)
+
+// Roof is a pair of roofline ceilings: dense bf16 FLOP/s and memory bytes/s.
+type Roof struct {
+	Source            string  `json:"source"` // SourceMeasured, SourceDevice or SourceDatasheet
+	Description       string  `json:"description,omitempty"`
+	PeakFLOPsPerSec   float64 `json:"peak_flops_per_second"`
+	PeakBytesPerSec   float64 `json:"peak_bytes_per_second"`
+	RidgeFLOPsPerByte float64 `json:"ridge_flops_per_byte"` // where the two roofs meet
+}
+
+// NewRoof makes a roof and computes its ridge.
+func NewRoof(source, description string, flopsPerSec, bytesPerSec float64) Roof {
+	r := Roof{Source: source, Description: description, PeakFLOPsPerSec: flopsPerSec, PeakBytesPerSec: bytesPerSec}
+	if bytesPerSec > 0 {
+		r.RidgeFLOPsPerByte = flopsPerSec / bytesPerSec
+	}
+	return r
+}
+
+// AttainableFLOPsPerSec is the roofline: min(peak, intensity × bandwidth).
+func (r Roof) AttainableFLOPsPerSec(intensityFLOPsPerByte float64) float64 {
+	return math.Min(r.PeakFLOPsPerSec, intensityFLOPsPerByte*r.PeakBytesPerSec)
+}
+
+// Label names the roof in every output that uses it: its source, what it
+// is, and its peaks.
+func (r Roof) Label() string {
+	return fmt.Sprintf("%s roof (%s): %.1f TFLOP/s, %.2f TB/s, ridge %.0f FLOP/byte",
+		r.Source, r.Description, r.PeakFLOPsPerSec/1e12, r.PeakBytesPerSec/1e12, r.RidgeFLOPsPerByte)
+}
+
+// Floor is the least time a step can take on a GPU: the larger of its
+// compute time at peak FLOP/s and its memory time at peak bandwidth.
+type Floor struct {
+	ComputeSeconds float64 `json:"compute_floor_seconds"` // FLOPs / peak FLOP/s
+	MemorySeconds  float64 `json:"memory_floor_seconds"`  // bytes / peak bytes/s
+	Seconds        float64 `json:"floor_seconds"`         // max of the two
+	Bound          string  `json:"bound"`                 // "compute" or "memory"
+}
+
+// Floor applies the roofline to a cost: the least time flops and bytes
+// take under r.
+func (r Roof) Floor(flops, bytes float64) Floor {
+	f := Floor{ComputeSeconds: flops / r.PeakFLOPsPerSec, MemorySeconds: bytes / r.PeakBytesPerSec}
+	f.Seconds, f.Bound = f.MemorySeconds, "memory"
+	if f.ComputeSeconds > f.MemorySeconds {
+		f.Seconds, f.Bound = f.ComputeSeconds, "compute"
+	}
+	return f
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"stepbench/bench"
+	"stepbench/bench/breakdown"
+	"stepbench/bench/compat"
+	"stepbench/bench/plot"
+	"stepbench/bench/report"
+	"stepbench/bench/roofline"
+	"stepbench/bench/telemetry/nvml"
+	"stepbench/runner"
+)
+
+// runDeps are what a benchmark run touches besides its flags: the target,
+// the machine, NVML and the clock. runCmd gives the real ones; tests give
+// fakes, so that every output of a run can be checked byte for byte.
+type runDeps struct {
+	target       bench.Target
+	engine       *runner.Engine     // for --breakdown; nil when target is not an engine
+	env          report.Environment // the machine, before NVML adds to it
+	openNVML     func(uuid string) (*nvml.Monitor, error)
+	now          func() time.Time // the host clock; nil: time.Now
+	sampleEvery  time.Duration    // the NVML sampler's period (0: the default); < 0: no sampler
+	calibrations string           // the calibration cache ("": the user cache directory)
+	toolVersion  string
+}
+
+// engineDeps are the real dependencies of a run on engine.
+func engineDeps(engine *runner.Engine, env report.Environment) runDeps {
+	return runDeps{target: engine, engine: engine, env: env, openNVML: nvml.Open, toolVersion: versionString()}
+}
+
+// benchmark times the sweep, writing each shape's results as it ends, then
+// prints the summary and writes the final report, plots and gobench lines;
+// a SIGINT or SIGTERM stops it at the next timed-region boundary (exit 130).
+func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, stderr io.Writer) error {
+	in := newInterruption()
+	defer in.stop()
+	if d.now == nil {
+		d.now = time.Now
+	}
+	textOut := stdout
+	if f.format == "gobench" {
+		textOut = stderr // stdout carries only benchmark lines
+	}
+	opt := f.benchOptions(s, d, textOut, stderr)
+	opt.Context = in.ctx
+	tel := startTelemetry(f.telemetry, d, &d.env, &opt, stderr)
+	roof, roofs, err := report.ChooseRoof(d.env, f.gpu, d.calibrations)
+	if err != nil {
+		tel.finish(&d.env, stderr)
+		return usagef("--gpu: %v", err)
+	}
+	d.env.Roof, d.env.Roofs = roof, roofs
+	build := report.Builder{Model: s.cfg, Roof: roof, Telemetry: tel.Recorder(), DiscardThrottled: f.telemetry.discardThrottled}
+	created := d.now()
+	writer := report.NewResultWriter(f.resultFiles(textOut), f.header(fs, s, d.env, d.toolVersion, created))
+	opt.AfterShape = func(sh bench.ShapeResult) error { return writer.AddShape(sh, build.Shape(sh)) }
+	shapes, runErr := bench.Run(d.target, opt)
+	tel.finish(&d.env, stderr)
+	errs := []error{runErr}
+	if len(shapes) > 0 {
+		final := f.header(fs, s, d.env, d.toolVersion, created)
+		final.Shapes = build.Shapes(shapes)
+		errs = append(errs, writer.Rewrite(final, final.Shapes))
+		errs = append(errs, f.writeText(final, shapes, stdout, textOut, stderr)...)
+	}
+	if written := writer.Written(); len(written) > 0 {
+		fmt.Fprintf(stderr, "stepbench: wrote %s\n", strings.Join(written, ", "))
+	}
+	if f.breakdown && runErr == nil && d.engine != nil {
+		errs = append(errs, f.runBreakdown(d.engine, shapes, roof, textOut))
+	}
+	if sig := in.signal(); sig != nil && errors.Is(runErr, bench.ErrInterrupted) {
+		errs[0] = fmt.Errorf("%v: stopped at a timed-region boundary after %d finished shapes; their results are written", sig, completeShapes(shapes))
+		return exitError{exitInterrupted, errors.Join(errs...)}
+	}
+	return errors.Join(errs...)
+}
+
+// benchOptions are the harness's options from the flags.
+func (f *runFlags) benchOptions(s runSetup, d runDeps, textOut, stderr io.Writer) bench.Options {
+	opt := bench.Options{
+		BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
+		WarmupIters: f.warmupIters, Seed: f.seed, VocabSize: s.cfg.VocabSize,
+		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Stdout: textOut, Progress: stderr, Now: d.now,
+	}
+	f.sampling.options(&opt)
+	return opt
+}
+
+// resultFiles are the files the flags ask for; vLLM's summary lines go to lines.
+func (f *runFlags) resultFiles(lines io.Writer) report.ResultFiles {
+	return report.ResultFiles{
+		OneBatchJSONL: report.OutputFile{Label: "--result-filename", Path: f.resultFile},
+		VLLMJSON:      report.OutputFile{Label: "--output-json", Path: f.outputJSON},
+		Native:        report.OutputFile{Label: "--json-out", Path: f.jsonOut},
+		SeveralShapes: f.severalShapes(),
+		RunName:       f.runName,
+		VLLMLines:     lines,
+	}
+}
+
+func (f *runFlags) severalShapes() bool {
+	return len(f.shapes.batch)*len(f.shapes.input)*len(f.shapes.output) > 1
+}
+
+// header is the native report without its shapes: tool, time, machine and
+// the configuration, every flag included.
+func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment, toolVersion string, created time.Time) report.Report {
+	flags := map[string]string{}
+	fs.VisitAll(func(fl *pflag.Flag) { flags[fl.Name] = fl.Value.String() })
+	cfg := report.RunConfig{Model: s.cfg, ModelPath: f.model.modelPath, LoadFormat: s.loadFormat, RunName: f.runName,
+		Seed: f.seed, NumIters: f.sampling.numIters, WarmupIters: f.warmupIters, Flags: flags}
+	if f.sampling.numIters == 0 {
+		var opt bench.Options
+		f.sampling.options(&opt)
+		cfg.Adaptive = &opt.Adaptive
+	}
+	return report.Report{ToolVersion: toolVersion, CreatedAt: created.UTC().Format(time.RFC3339), Environment: env, Config: cfg}
+}
+
+// writeText prints the summary and telemetry tables, draws --plot and
+// writes --format gobench.
+func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, stdout, textOut, stderr io.Writer) []error {
+	env := final.Environment
+	errs := []error{report.WriteRunText(textOut, final)}
+	if f.telemetry.plot != "" {
+		title := fmt.Sprintf("%s on %s", final.Config.Model.Name, orString(env.GPUName, env.Backend))
+		written, err := plot.Run(f.telemetry.plot, env.Roof, final.Shapes, title)
+		errs = append(errs, err)
+		for _, p := range written {
+			fmt.Fprintf(stderr, "stepbench: wrote %s\n", p)
+		}
+	}
+	if f.format == "gobench" {
+		errs = append(errs, report.WriteGoBench(stdout, final.Config.Model.Name, report.GoBenchConfig{"backend": env.Backend,
+			"gpu": env.GPUName, "driver": env.DriverVersion, "goos": runtime.GOOS, "goarch": runtime.GOARCH}, shapes))
+	}
+	return errs
+}
+
+func (f *runFlags) runBreakdown(engine *runner.Engine, shapes []bench.ShapeResult, roof *roofline.Roof, textOut io.Writer) error {
+	var errs []error
+	for _, s := range shapes {
+		sb, err := breakdown.Measure(engine, s.Shape, f.seed, roof)
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		errs = append(errs, report.WriteBreakdownTable(textOut, sb, roof))
+	}
+	return errors.Join(errs...)
+}
+
+func completeShapes(shapes []bench.ShapeResult) int {
+	n := 0
+	for _, s := range shapes {
+		if s.Complete {
+			n++
+		}
+	}
+	return n
+}
+
+func orString(s, fallback string) string {
+	if s == "" {
+		return fallback
+	}
+	return s
+}
+
+// outputFiles are every file the run writes (CheckOutputs checks them up
+// front): --output-json's per-shape names, --plot's two plots included.
+func (f *runFlags) outputFiles() []report.OutputFile {
+	var out []report.OutputFile
+	add := func(label, path string) {
+		if path != "" {
+			out = append(out, report.OutputFile{Label: label, Path: path})
+		}
+	}
+	add("--result-filename", f.resultFile)
+	if f.outputJSON != "" {
+		for _, b := range f.shapes.batch {
+			for _, in := range f.shapes.input {
+				for _, o := range f.shapes.output {
+					add("--output-json", compat.VLLMPath(f.outputJSON, f.severalShapes(), b, in, o))
+				}
+			}
+		}
+	}
+	add("--json-out", f.jsonOut)
+	if roofline, sweep, err := plot.Paths(f.telemetry.plot); f.telemetry.plot != "" && err == nil {
+		add("--plot", roofline)
+		add("--plot", sweep)
+	}
+	add("--logits-out", f.logitsOut)
+	return out
+}
+
+func (f *runFlags) inputFiles() []report.OutputFile {
+	if f.promptIDs == "" {
+		return nil
+	}
+	return []report.OutputFile{{Label: "--prompt-ids", Path: f.promptIDs}}
+}

@@ -1,0 +1,61 @@
+package kernels
+
+import "testing"
+
+func TestDecodePlanCoversMaxSeqWithinWorkspace(t *testing.T) {
+	for _, smCount := range []int{1, 108, 132} {
+		for _, batch := range []int{1, 3, 64, 256} {
+			for _, kvHeads := range []int{1, 8} {
+				for maxSeq := 1; maxSeq < 40000; maxSeq = maxSeq*3 + 1 {
+					a := AttnShape{Batch: batch, SeqLen: 1, StartPos: maxSeq - 1, Heads: 4 * kvHeads, KVHeads: kvHeads, HeadDim: 128, MaxSeq: maxSeq}
+					chunk, splits := DecodePlan(a, smCount)
+					if chunk%32 != 0 || chunk < DecodeMinChunkKeys || chunk > DecodeMaxChunkKeys {
+						t.Errorf("%+v sm=%d: chunk %d not a multiple of 32 in [%d, %d]", a, smCount, chunk, DecodeMinChunkKeys, DecodeMaxChunkKeys)
+					}
+					if splits*chunk < maxSeq || (splits-1)*chunk >= maxSeq {
+						t.Errorf("%+v sm=%d: %d splits of %d keys do not tile %d positions (an empty or missing split)", a, smCount, splits, chunk, maxSeq)
+					}
+					need := batch * a.Heads * splits * (a.HeadDim + 2) * 4
+					if have := AttentionWorkspaceBytes(a, smCount); have != need {
+						t.Errorf("%+v sm=%d: workspace %d bytes, want %d", a, smCount, have, need)
+					}
+					if shared := DecodeSharedBytes(a, chunk); shared > DefaultSharedLimitBytes {
+						t.Errorf("%+v: decode needs %d shared bytes", a, shared)
+					}
+				}
+			}
+		}
+	}
+}
+
+// A captured decode step replays at every position: its plan and workspace
+// must not change with StartPos.
+func TestDecodePlanIndependentOfStartPos(t *testing.T) {
+	base := AttnShape{Batch: 2, SeqLen: 1, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10000}
+	chunk0, splits0 := DecodePlan(base, 132)
+	ws0 := AttentionWorkspaceBytes(base, 132)
+	for startPos := 0; startPos < base.MaxSeq; startPos += 37 {
+		a := base
+		a.StartPos = startPos
+		chunk, splits := DecodePlan(a, 132)
+		if chunk != chunk0 || splits != splits0 {
+			t.Fatalf("startPos %d: plan (%d, %d), at 0 (%d, %d)", startPos, chunk, splits, chunk0, splits0)
+		}
+		if ws := AttentionWorkspaceBytes(a, 132); ws != ws0 {
+			t.Fatalf("startPos %d: workspace %d, at 0 %d", startPos, ws, ws0)
+		}
+	}
+	prefill := AttnShape{Batch: 2, SeqLen: 5, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 10}
+	if got := AttentionWorkspaceBytes(prefill, 132); got != 0 {
+		t.Errorf("prefill workspace = %d, want 0", got)
+	}
+}
+
+func TestPrefillSharedFitsHopperAndAmpere(t *testing.T) {
+	const ampereOptinBytes = 163 * 1024
+	for _, d := range SupportedHeadDims {
+		if b := PrefillSharedBytes(d); b > ampereOptinBytes {
+			t.Errorf("head dim %d: prefill needs %d shared bytes > %d", d, b, ampereOptinBytes)
+		}
+	}
+}

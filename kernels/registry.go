@@ -1,0 +1,112 @@
+package kernels
+
+import "fmt"
+
+// Family is one kernel of the sources: an extern "C" entry point, or one
+// per head dimension for kernels templated on it (attn_prefill_d128).
+type Family struct {
+	// Name is the entry point, or its stem for a kernel built per head
+	// dimension (EntryPoint appends _dD).
+	Name string
+	// Source is the .cu file defining it. Its twin lives in kernels/ref
+	// under the same base name (attention.cu ↔ ref/attention.go).
+	Source string
+	// Twin is the kernels/ref function the kernel must match (what
+	// runner/gpu's Verifier compares it with).
+	Twin string
+	// HeadDims, when set, are the head dimensions it is built for, one
+	// entry point each.
+	HeadDims []int
+}
+
+// SupportedHeadDims are the head dimensions the attention kernels are built
+// for (DEFINE_DECODE and DEFINE_PREFILL in attention.cu).
+var SupportedHeadDims = []int{32, 64, 128}
+
+// Families lists every kernel of the sources, in source order. It is a
+// function, not a variable, so that no caller can change the registry.
+func Families() []Family {
+	return []Family{
+		{Name: "silu_mul", Source: "activation.cu", Twin: "SiluMul"},
+		{Name: "attn_decode_split", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims},
+		{Name: "attn_decode_combine", Source: "attention.cu", Twin: "Attention"},
+		{Name: "attn_prefill", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims},
+		{Name: "embed", Source: "copy.cu", Twin: "Embed"},
+		{Name: "gather_last", Source: "copy.cu", Twin: "GatherLast"},
+		{Name: "add_i32", Source: "copy.cu", Twin: "AddI32"},
+		{Name: "fill_dummy", Source: "dummy.cu", Twin: "DummyElem"},
+		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm"},
+		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite"},
+		{Name: "argmax", Source: "sample.cu", Twin: "Argmax"},
+	}
+}
+
+// EntryPoints are the family's extern "C" names.
+func (f Family) EntryPoints() []string {
+	if len(f.HeadDims) == 0 {
+		return []string{f.Name}
+	}
+	names := make([]string, len(f.HeadDims))
+	for i, d := range f.HeadDims {
+		names[i] = EntryPoint(f.Name, d)
+	}
+	return names
+}
+
+// EntryPoint is the entry point of family name built for headDim
+// (attn_prefill, 128 → attn_prefill_d128).
+func EntryPoint(name string, headDim int) string { return fmt.Sprintf("%s_d%d", name, headDim) }
+
+// EntryPointSources maps every entry point to its source file.
+func EntryPointSources() map[string]string {
+	out := map[string]string{}
+	for _, f := range Families() {
+		for _, e := range f.EntryPoints() {
+			out[e] = f.Source
+		}
+	}
+	return out
+}
+
+// Launch constants the Go launch code and the sources share; a test reads
+// each one back from the .cu text.
+const (
+	// DecodeThreads is attn_decode_split's block size (its __launch_bounds__).
+	DecodeThreads = 128
+	// PrefillThreads, PrefillQueryTile and PrefillKeyTile are attn_prefill's
+	// block size and tile (PF_THREADS, PF_BQ and PF_BK in attention.cu).
+	PrefillThreads   = 256
+	PrefillQueryTile = 64
+	PrefillKeyTile   = 32
+	// RopeMaxHeadDim is the largest head dimension rope_kv_write's cos/sin
+	// tables hold (cos_s[RopeMaxHeadDim/2]).
+	RopeMaxHeadDim = 256
+	// RopeThreads is rope_kv_write's block size.
+	RopeThreads = 128
+	// MaxReduceThreads is the largest block the block reductions serve:
+	// one scratch float per warp, 32 of them (block_sum, argmax).
+	MaxReduceThreads = 1024
+	// ArgmaxThreads is argmax's block size.
+	ArgmaxThreads = 512
+	// GridStrideThreads is the block size of the grid-stride kernels
+	// (silu_mul, fill_dummy, add_i32 at most).
+	GridStrideThreads = 256
+)
+
+// Launch choices made on the Go side only.
+const (
+	// DefaultSharedLimitBytes is the shared memory a block may use without
+	// opting in (cuFuncSetAttribute).
+	DefaultSharedLimitBytes = 48 * 1024
+	// Decode attention splits the cache into chunks of
+	// DecodeMinChunkKeys..DecodeMaxChunkKeys keys (a multiple of 32) so that
+	// the blocks fill the GPU about DecodeBlocksPerSM times.
+	DecodeMinChunkKeys = 64
+	DecodeMaxChunkKeys = 256
+	DecodeBlocksPerSM  = 2
+	// MaxGridYZ is CUDA's limit on a grid's y and z extents.
+	MaxGridYZ = 65535
+	// GridStrideBlocksPerSM caps a grid-stride kernel's grid at this many
+	// blocks per SM.
+	GridStrideBlocksPerSM = 32
+)

@@ -1,0 +1,387 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"stepbench/cuda"
+	"stepbench/kernels"
+	"stepbench/runner"
+)
+
+const (
+	// cublasWorkspaceBytes is the fixed cuBLAS workspace, set after every
+	// cublasSetStream so that a GEMM never allocates (graph capture forbids it).
+	cublasWorkspaceBytes = 32 << 20
+	// stagingBytes is the pinned host buffer every upload and download goes through.
+	stagingBytes = 16 << 20
+	// memoryHeadroomBytes is kept free beyond the estimate: the CUDA context,
+	// cuBLAS's own state, module code and allocator rounding.
+	memoryHeadroomBytes = 1 << 30
+)
+
+// The interfaces the engine looks for.
+var (
+	_ runner.Backend           = (*Backend)(nil)
+	_ runner.StepCapturer      = (*Backend)(nil)
+	_ runner.AttentionReserver = (*Backend)(nil)
+	_ runner.BufferNamer       = (*Backend)(nil)
+)
+
+// Options configure the cuda backend.
+type Options struct {
+	Ordinal       int    // device ordinal
+	KernelsDir    string // compile the *.cu files of this directory instead of the embedded ones
+	NVRTCPath     string // explicit libnvrtc path ("" searches)
+	CublasPath    string // explicit libcublas path ("" searches)
+	CacheDir      string // cubin cache ("" is kernels.DefaultCacheDir)
+	DisableGraphs bool   // run decode steps eagerly instead of replaying a CUDA graph
+	Progress      io.Writer
+}
+
+// Info is what the cuda backend found: the device and the libraries.
+type Info struct {
+	Device              cuda.DeviceProps
+	DriverVersion       int // CUDA driver API version, e.g. 13000
+	NVRTCPath           string
+	NVRTCMajor          int
+	NVRTCMinor          int
+	CublasPath          string
+	CublasVersion       int // major*10000 + minor*100 + patch
+	GraphsEnabled       bool
+	MemFreeBytes        uint64 // at start, after the backend's own allocations
+	MemTotalBytes       uint64
+	KernelArch          int // sm_XY the kernels were compiled for
+	KernelsFromDisk     bool
+	CublasWorkspaceSize int
+	// Emulated describes the emulated CUDA device when that is what runs the
+	// kernels (cuda/emu: times are not GPU times); "" on a GPU.
+	Emulated string
+}
+
+// Backend is the cuda backend: it runs every op of runner.Backend on one
+// GPU, our kernels (Kernels) on one stream and Linear through cuBLAS, and
+// captures decode steps as CUDA graphs (runner.StepCapturer). Like every
+// cuda object it belongs to the goroutine that made it, which must be
+// locked to its OS thread (runtime.LockOSThread) for the backend's whole
+// life.
+type Backend struct {
+	info   Info
+	drv    *cuda.Driver
+	nvrtc  *cuda.NVRTC
+	blas   *cuda.Cublas
+	ctx    *cuda.Context
+	stream *cuda.Stream
+	set    *Kernels
+	handle *cuda.CublasHandle
+
+	blasWorkspace cuda.DevPtr
+	staging       cuda.HostBuf
+
+	// Decode attention's float32 workspace; replaced ones are kept until
+	// Close because a captured graph may still point at them.
+	attnWorkspace      cuda.DevPtr
+	attnWorkspaceBytes int
+	retiredWorkspaces  []cuda.DevPtr
+
+	events    []*cuda.Event
+	capturing bool
+}
+
+// New opens the driver, NVRTC and cuBLAS, compiles (or loads cached)
+// kernels for the device and makes the stream, the cuBLAS handle and its
+// workspace. Call it from the goroutine that will make every later call,
+// locked to its OS thread.
+func New(opts Options) (*Backend, error) {
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	c := &Backend{}
+	if err := c.openLibraries(opts); err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	dev := c.info.Device
+	arch := dev.Major*10 + dev.Minor
+	c.info.KernelArch, c.info.KernelsFromDisk = arch, opts.KernelsDir != ""
+	srcs, err := kernels.Sources(opts.KernelsDir)
+	if err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	start := time.Now()
+	compiled, err := kernels.Compile(c.nvrtc, srcs, arch, opts.CacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("cuda backend: %w", err)
+	}
+	fmt.Fprintf(progress, "stepbench: kernels for sm_%d ready in %.1f s (NVRTC %d.%d)\n", arch, time.Since(start).Seconds(), c.info.NVRTCMajor, c.info.NVRTCMinor)
+	if err := c.start(opts, compiled); err != nil {
+		return nil, errors.Join(fmt.Errorf("cuda backend: %w", err), c.Close())
+	}
+	return c, nil
+}
+
+// openLibraries opens the driver, NVRTC and cuBLAS and records what they are.
+func (c *Backend) openLibraries(opts Options) error {
+	var err error
+	if c.drv, err = cuda.OpenDriver(); err != nil {
+		return err
+	}
+	count, err := c.drv.DeviceCount()
+	if err != nil {
+		return err
+	}
+	if opts.Ordinal < 0 || opts.Ordinal >= count {
+		return fmt.Errorf("device %d requested, %d visible", opts.Ordinal, count)
+	}
+	if c.info.Device, err = c.drv.Props(opts.Ordinal); err != nil {
+		return err
+	}
+	if c.info.DriverVersion, err = c.drv.Version(); err != nil {
+		return err
+	}
+	if c.nvrtc, err = cuda.OpenNVRTC(opts.NVRTCPath); err != nil {
+		return fmt.Errorf("NVRTC: %w", err)
+	}
+	c.info.NVRTCPath = c.nvrtc.Path()
+	c.info.NVRTCMajor, c.info.NVRTCMinor = c.nvrtc.Version()
+	if c.blas, err = cuda.OpenCublas(opts.CublasPath); err != nil {
+		return fmt.Errorf("cuBLAS: %w", err)
+	}
+	c.info.CublasPath = c.blas.Path()
+	if c.info.CublasVersion, err = c.blas.Version(); err != nil {
+		return fmt.Errorf("cuBLAS: %w", err)
+	}
+	if err := sameKind(c.drv.Emulated(), c.nvrtc.Emulated(), c.blas.Emulated()); err != nil {
+		return err
+	}
+	c.info.Emulated = c.drv.Emulated()
+	return nil
+}
+
+// start makes the context, the stream, the loaded kernels, the cuBLAS
+// handle with its workspace and the staging buffer; Close undoes any part.
+func (c *Backend) start(opts Options, compiled []kernels.Compiled) error {
+	var err error
+	if c.ctx, err = c.drv.NewContext(opts.Ordinal); err != nil {
+		return err
+	}
+	if c.stream, err = c.ctx.NewStream(); err != nil {
+		return err
+	}
+	if c.set, err = LoadKernels(c.ctx, compiled, c.info.Device.SMCount); err != nil {
+		return err
+	}
+	if c.handle, err = c.blas.NewHandle(); err != nil {
+		return err
+	}
+	if c.blasWorkspace, err = c.ctx.Alloc(cublasWorkspaceBytes); err != nil {
+		return fmt.Errorf("cuBLAS workspace: %w", err)
+	}
+	if err := c.handle.SetStream(c.stream, c.blasWorkspace, cublasWorkspaceBytes); err != nil {
+		return err
+	}
+	c.info.CublasWorkspaceSize = cublasWorkspaceBytes
+	if c.staging, err = c.ctx.AllocHost(stagingBytes); err != nil {
+		return fmt.Errorf("staging buffer: %w", err)
+	}
+	if c.info.MemFreeBytes, c.info.MemTotalBytes, err = c.ctx.MemInfo(); err != nil {
+		return err
+	}
+	c.info.GraphsEnabled = !opts.DisableGraphs
+	return nil
+}
+
+// sameKind refuses a mix of the emulated device's libraries with real ones
+// (an emulated cubin does not load on a GPU, nor a real one on the
+// emulator); the arguments are each library's Emulated() description.
+func sameKind(driver, nvrtc, cublas string) error {
+	if (driver == "") == (nvrtc == "") && (driver == "") == (cublas == "") {
+		return nil
+	}
+	kind := func(emulated string) string {
+		if emulated == "" {
+			return "real"
+		}
+		return "emulated"
+	}
+	return fmt.Errorf("the CUDA driver is %s but NVRTC is %s and cuBLAS %s: take all three from one place (STEPBENCH_CUDA_LIBS=DIR)",
+		kind(driver), kind(nvrtc), kind(cublas))
+}
+
+// Info describes the device and libraries the backend uses.
+func (c *Backend) Info() Info { return c.info }
+
+// Name is "cuda".
+func (c *Backend) Name() string { return "cuda" }
+
+// CheckMemory compares est with the device's free memory now; call it before
+// loading weights so that a run that cannot fit fails with the numbers.
+func (c *Backend) CheckMemory(est runner.MemoryEstimate) error {
+	free, total, err := c.ctx.MemInfo()
+	if err != nil {
+		return fmt.Errorf("check memory: %w", err)
+	}
+	return runner.CheckFits(est, free, total, memoryHeadroomBytes, c.info.Device.Name)
+}
+
+func (c *Backend) notCapturing(op string) error {
+	if c.capturing {
+		return fmt.Errorf("%s: not allowed while a decode step is being captured", op)
+	}
+	return nil
+}
+
+type event struct {
+	ev     *cuda.Event
+	stream *cuda.Stream
+}
+
+func (e *event) Record() error { return e.ev.Record(e.stream) }
+
+// NewEvent makes a timing event on the backend's stream; Close destroys it.
+func (c *Backend) NewEvent() (runner.Event, error) {
+	ev, err := c.ctx.NewEvent()
+	if err != nil {
+		return nil, fmt.Errorf("new event: %w", err)
+	}
+	c.events = append(c.events, ev)
+	return &event{ev: ev, stream: c.stream}, nil
+}
+
+// Elapsed is the device time between two recorded, completed events.
+func (c *Backend) Elapsed(start, end runner.Event) (time.Duration, error) {
+	s, ok1 := start.(*event)
+	e, ok2 := end.(*event)
+	if !ok1 || !ok2 {
+		return 0, errors.New("elapsed: not cuda events")
+	}
+	ms, err := cuda.ElapsedMs(s.ev, e.ev)
+	if err != nil {
+		return 0, fmt.Errorf("elapsed: %w", err)
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
+}
+
+// Sync waits for all enqueued work; a kernel fault surfaces here.
+func (c *Backend) Sync() error {
+	if err := c.stream.Sync(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	return nil
+}
+
+// CaptureEnabled reports whether decode steps are captured as CUDA graphs
+// (false with DisableGraphs).
+func (c *Backend) CaptureEnabled() bool { return c.info.GraphsEnabled }
+
+// BeginCapture starts recording the ops enqueued on the stream into a graph.
+func (c *Backend) BeginCapture() error {
+	if c.capturing {
+		return errors.New("begin capture: already capturing")
+	}
+	if err := c.stream.BeginCapture(); err != nil {
+		return fmt.Errorf("begin capture: %w", err)
+	}
+	c.capturing = true
+	return nil
+}
+
+// EndCapture stops recording and instantiates the graph.
+func (c *Backend) EndCapture() (runner.CapturedStep, error) {
+	if !c.capturing {
+		return nil, errors.New("end capture: not capturing")
+	}
+	c.capturing = false
+	g, err := c.stream.EndCapture()
+	if err != nil {
+		return nil, fmt.Errorf("end capture: %w", err)
+	}
+	exec, err := g.Instantiate()
+	if destroyErr := g.Destroy(); err != nil || destroyErr != nil {
+		if exec != nil {
+			destroyErr = errors.Join(destroyErr, exec.Destroy())
+		}
+		return nil, fmt.Errorf("end capture: %w", errors.Join(err, destroyErr))
+	}
+	return &graph{exec: exec, stream: c.stream}, nil
+}
+
+type graph struct {
+	exec   *cuda.GraphExec
+	stream *cuda.Stream
+}
+
+func (g *graph) Launch() error {
+	if err := g.exec.Launch(g.stream); err != nil {
+		return fmt.Errorf("replay decode step: %w", err)
+	}
+	return nil
+}
+
+func (g *graph) Destroy() error { return g.exec.Destroy() }
+
+// Close releases everything the backend made (buffers it handed out are the
+// caller's to free first) and the context.
+func (c *Backend) Close() error {
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	if c.stream != nil {
+		add(c.stream.Sync())
+	}
+	for _, ev := range c.events {
+		add(ev.Destroy())
+	}
+	c.events = nil
+	// The handle goes before its workspace: cuBLAS may use the workspace
+	// until the handle is destroyed.
+	if c.handle != nil {
+		add(c.handle.Destroy())
+		c.handle = nil
+	}
+	if c.ctx != nil {
+		for _, p := range append(c.retiredWorkspaces, c.attnWorkspace, c.blasWorkspace) {
+			if p != 0 {
+				add(c.ctx.Free(p))
+			}
+		}
+		c.retiredWorkspaces, c.attnWorkspace, c.attnWorkspaceBytes, c.blasWorkspace = nil, 0, 0, 0
+		add(c.ctx.FreeHost(c.staging))
+		c.staging = cuda.HostBuf{}
+	}
+	if c.set != nil {
+		add(c.set.Close())
+		c.set = nil
+	}
+	if c.stream != nil {
+		add(c.stream.Destroy())
+		c.stream = nil
+	}
+	if c.ctx != nil {
+		add(c.ctx.Close())
+		c.ctx = nil
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close cuda backend: %w", err)
+	}
+	return nil
+}
+
+// VerifyKernels runs every kernel (or those named in only, see
+// VerifyKernelNames) against its kernels/ref twin at the given
+// model shapes on this backend's device (see Verifier).
+func (c *Backend) VerifyKernels(models []kernels.ModelShape, seed uint64, only ...string) ([]CheckResult, error) {
+	if err := c.notCapturing("verify kernels"); err != nil {
+		return nil, err
+	}
+	v := NewVerifier(c.ctx, c.stream, c.set, seed)
+	if err := v.Only(only...); err != nil {
+		return nil, err
+	}
+	results := v.VerifyAll(models)
+	if err := v.Close(); err != nil {
+		return results, fmt.Errorf("verify kernels: %w", err)
+	}
+	return results, nil
+}

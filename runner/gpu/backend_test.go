@@ -1,0 +1,104 @@
+package gpu
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"stepbench/cuda"
+	"stepbench/cuda/emutest"
+	"stepbench/runner"
+)
+
+// foreignBuffer is a buffer of some other backend.
+type foreignBuffer struct{}
+
+func (foreignBuffer) DType() runner.DType { return runner.BF16 }
+func (foreignBuffer) Len() int            { return 64 }
+
+func TestCUDAOperandChecks(t *testing.T) {
+	good := &buffer{ptr: 1 << 20, dt: runner.BF16, n: 64}
+	tests := []struct {
+		name string
+		b    runner.Buffer
+		dt   runner.DType
+		need int
+		want string
+	}{
+		{"ok", good, runner.BF16, 64, ""},
+		{"too short", good, runner.BF16, 65, "holds 64 elements, needs 65"},
+		{"wrong dtype", good, runner.I32, 1, "is bf16, want i32"},
+		{"freed", &buffer{dt: runner.BF16}, runner.BF16, 0, "was freed"},
+		{"another backend's buffer", foreignBuffer{}, runner.BF16, 0, "not a cuda buffer"},
+		{"nil", nil, runner.BF16, 0, "is nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := dev(tt.b, tt.dt, tt.need, "op", "x", false)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestCUDAMatchesCPU runs llama-tiny end to end on the GPU (decode from a
+// captured graph, then eager) against the cpu backend; without a GPU, on the
+// emulated device.
+func TestCUDAMatchesCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
+	}
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := [][]int32{{1, 2, 3, 4, 5}, {7}, {100, 3, 200, 17, 9, 9, 9, 42}}
+	for _, disable := range []bool{false, true} {
+		be, err := New(Options{CacheDir: t.TempDir(), DisableGraphs: disable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		results, err := runner.CompareWithCPU(be, cfg, 7, prompts, 12)
+		if closeErr := be.Close(); closeErr != nil {
+			t.Error(closeErr)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range results {
+			if r.MaxLogitsRelErr > 2e-2 || !r.TokensMatch() {
+				t.Errorf("graphs disabled=%v prompt %d: logits rel err %.3g, tokens %v, cpu %v", disable, i, r.MaxLogitsRelErr, r.Tokens, r.RefTokens)
+			}
+		}
+	}
+}
+
+func TestSameKindRefusesAMixOfEmulatedAndRealLibraries(t *testing.T) {
+	for _, tt := range []struct {
+		driver, nvrtc, cublas string
+		ok                    bool
+	}{
+		{"", "", "", true},
+		{"emu", "emu", "emu", true},
+		{"emu", "", "emu", false},
+		{"", "emu", "", false},
+		{"", "", "emu", false},
+	} {
+		err := sameKind(tt.driver, tt.nvrtc, tt.cublas)
+		if (err == nil) != tt.ok {
+			t.Errorf("sameKind(%q, %q, %q) = %v, want ok=%v", tt.driver, tt.nvrtc, tt.cublas, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "STEPBENCH_CUDA_LIBS") {
+			t.Errorf("error does not say how to fix it: %v", err)
+		}
+	}
+}

@@ -1,0 +1,241 @@
+package gpu
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"stepbench/cuda"
+	"stepbench/cuda/emutest"
+	"stepbench/kernels"
+)
+
+// These tests run on the emulated CUDA device (cuda/emu): they check that
+// its detectors catch the bugs they exist for, each seeded into a copy of
+// the real kernels, and that the kernels pass under every thread schedule.
+
+// tinyShapes keeps seeded-bug runs short: odd widths plus llama-tiny's.
+var tinyShapes = testModelShapes[:1]
+
+// seededBug is one deliberate mistake in a kernel source and the words the
+// failure must contain (the detector meant for it).
+type seededBug struct {
+	name, file, kernel, old, new string
+	want                         []string
+}
+
+var seededBugs = []seededBug{
+	{
+		name: "off-by-one overrun", file: "copy.cu", kernel: "embed",
+		old: "for (int i = threadIdx.x; i < vecs; i += blockDim.x) out[dst + i] = table[src + i];",
+		new: "for (int i = threadIdx.x; i <= vecs; i += blockDim.x) out[dst + i] = table[src + i];",
+		// The last row goes past the end of the table (a read) or of out (a write), whichever comes first.
+		want: []string{"CUDA_ERROR_ILLEGAL_ADDRESS", "kernel embed", "past its end", "[argument ", "thread ("},
+	},
+	{
+		// The last cos/sin pair of the table is never written: its poison (NaN) reaches the output.
+		name: "uninitialised shared memory read", file: "rope.cu", kernel: "rope_kv_write",
+		old:  "for (int i = threadIdx.x; i < half; i += blockDim.x) {",
+		new:  "for (int i = threadIdx.x; i < half - 1; i += blockDim.x) {",
+		want: []string{"rope_kv_write", "NaN"},
+	},
+	{
+		// Half the threads wait at a barrier the other half never reach: a deadlock.
+		name: "barrier in divergent code", file: "norm.cu", kernel: "add_rmsnorm",
+		old:  "    const float ms = block_sum(sum_sq, scratch) / (float)hidden;",
+		new:  "    if (threadIdx.x % 2 == 0) __syncthreads();\n    const float ms = block_sum(sum_sq, scratch) / (float)hidden;",
+		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "deadlock", "wait at __syncthreads at norm.cu:31"},
+	},
+	{
+		// Two different barriers for the two halves of the block.
+		name: "divergent __syncthreads", file: "norm.cu", kernel: "add_rmsnorm",
+		old:  "    const float ms = block_sum(sum_sq, scratch) / (float)hidden;",
+		new:  "    if (threadIdx.x % 2 == 0) {\n        __syncthreads();\n    } else {\n        __syncthreads();\n    }\n    const float ms = block_sum(sum_sq, scratch) / (float)hidden;",
+		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "__syncthreads divergence", "norm.cu:32", "norm.cu:34"},
+	},
+	{
+		// Half of each warp skips the reduction the full mask names.
+		name: "divergent shuffle", file: "sample.cu", kernel: "argmax",
+		old:  "    for (int off = 16; off > 0; off >>= 1) {\n        const float ov",
+		new:  "    if ((threadIdx.x & 31) < 16) for (int off = 16; off > 0; off >>= 1) {\n        const float ov",
+		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "__shfl_xor_sync", "lanes 16-31"},
+	},
+}
+
+// seed returns the embedded sources with b applied (exactly once).
+func (b seededBug) seed(t *testing.T) map[string]string {
+	t.Helper()
+	srcs, err := kernels.Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(srcs[b.file], b.old); n != 1 {
+		t.Fatalf("%s: the text to replace occurs %d times in %s", b.name, n, b.file)
+	}
+	srcs[b.file] = strings.Replace(srcs[b.file], b.old, b.new, 1)
+	return srcs
+}
+
+// verifyOnEmulator compiles srcs for the emulated device, loads them in a
+// fresh context and runs the kernel checks at shapes; it returns every
+// failure as "check [shape]: error".
+func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.ModelShape, cacheDir string, only ...string) []string {
+	t.Helper()
+	drv, err := cuda.OpenDriver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	props, err := drv.Props(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := kernels.Compile(openNVRTCForTest(t), srcs, props.Major*10+props.Minor, cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := drv.NewContext(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Releasing the primary context resets the device: the next bug starts clean.
+	defer ctx.Close()
+	stream, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := LoadKernels(ctx, compiled, props.SMCount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := NewVerifier(ctx, stream, set, 1)
+	if err := v.Only(only...); err != nil {
+		t.Fatal(err)
+	}
+	var failures []string
+	for _, r := range v.VerifyAll(shapes) {
+		if r.Err != nil {
+			failures = append(failures, fmt.Sprintf("%s [%s]: %v", r.Check, r.Shape, r.Err))
+		}
+	}
+	return failures
+}
+
+func TestEmulatorCatchesSeededBugs(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	emutest.Use(t)
+	cache := t.TempDir()
+	for _, b := range seededBugs {
+		failures := verifyOnEmulator(t, b.seed(t), tinyShapes, cache, b.kernel)
+		if len(failures) == 0 {
+			t.Errorf("%s: every check passed", b.name)
+			continue
+		}
+		first := failures[0]
+		for _, w := range b.want {
+			if !strings.Contains(first, w) {
+				t.Errorf("%s: first failure lacks %q:\n%s", b.name, w, first)
+			}
+		}
+		t.Logf("%s caught: %s", b.name, first)
+	}
+}
+
+// raceBug drops the barrier between the warps' writes of their partial
+// argmax and warp 0's reads of them: the result then depends on which warps
+// ran first, which only a change of schedule reveals (reverse order happens
+// to pass).
+var raceBug = seededBug{
+	name: "missing __syncthreads (race)", file: "sample.cu", kernel: "argmax",
+	old: "    if (lane == 0) { best_vals[warp] = best; best_idxs[warp] = best_i; }\n    __syncthreads();",
+	new: "    if (lane == 0) { best_vals[warp] = best; best_idxs[warp] = best_i; }",
+}
+
+// scheduleChild marks a child process that runs one schedule (see runUnderSchedule).
+const scheduleChild = "STEPBENCH_TEST_SCHEDULE_CHILD"
+
+// runUnderSchedule runs test in a child process with STEPBENCH_EMU_SCHEDULE
+// set: the emulated driver reads its settings once per process.
+func runUnderSchedule(t *testing.T, test, schedule, mode string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "STEPBENCH_EMU_SCHEDULE="+schedule, scheduleChild+"="+mode)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestEmulatorScheduleRevealsRace(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	dir := emutest.Use(t)
+	if os.Getenv(scheduleChild) == "race" {
+		failures := verifyOnEmulator(t, raceBug.seed(t), tinyShapes, os.Getenv("STEPBENCH_TEST_CACHE"), raceBug.kernel)
+		fmt.Printf("RACE-RESULT %d %s\n", len(failures), strings.Join(failures, " | "))
+		return
+	}
+	t.Setenv("STEPBENCH_TEST_CACHE", t.TempDir())
+	_ = dir
+	outcomes := map[string]string{}
+	for _, schedule := range []string{"forward", "reverse", "random:3"} {
+		out, err := runUnderSchedule(t, "TestEmulatorScheduleRevealsRace", schedule, "race")
+		if err != nil {
+			t.Fatalf("schedule %s: %v\n%s", schedule, err, out)
+		}
+		i := strings.Index(out, "RACE-RESULT ")
+		if i < 0 {
+			t.Fatalf("schedule %s: no result in\n%s", schedule, out)
+		}
+		line := out[i+len("RACE-RESULT "):]
+		line = line[:strings.IndexByte(line+"\n", '\n')]
+		outcomes[schedule] = line
+		t.Logf("%s: %s", schedule, line)
+	}
+	distinct := map[string]bool{}
+	failed := false
+	for _, o := range outcomes {
+		distinct[o] = true
+		failed = failed || !strings.HasPrefix(o, "0 ")
+	}
+	if !failed || len(distinct) < 2 {
+		t.Errorf("the race should fail under some schedule and pass or fail differently under another: %v", outcomes)
+	}
+}
+
+// TestEmulatorSchedules runs every kernel check at the odd widths, and
+// attention and the replayed decode step at llama-3-8b's shapes too, with
+// the threads of each block run in reverse and in a seeded random order: a
+// kernel whose output depends on the order has a race. (TestGPU runs every
+// check at both shapes in the default, forward order.)
+func TestEmulatorSchedules(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	emutest.Use(t)
+	if mode := os.Getenv(scheduleChild); mode == "all" {
+		cache := os.Getenv("STEPBENCH_TEST_CACHE")
+		failures := verifyOnEmulator(t, mustSources(t), tinyShapes, cache)
+		failures = append(failures, verifyOnEmulator(t, mustSources(t), testModelShapes[1:], cache, "attention", "decode_graph")...)
+		for _, f := range failures {
+			t.Error(f)
+		}
+		return
+	}
+	t.Setenv("STEPBENCH_TEST_CACHE", t.TempDir())
+	for _, schedule := range []string{"reverse", "random:11"} {
+		out, err := runUnderSchedule(t, "TestEmulatorSchedules", schedule, "all")
+		if err != nil {
+			t.Errorf("schedule %s: %v\n%s", schedule, err, out)
+		}
+	}
+}
+
+func mustSources(t *testing.T) map[string]string {
+	t.Helper()
+	srcs, err := kernels.Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srcs
+}

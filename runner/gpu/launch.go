@@ -1,0 +1,376 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"stepbench/cuda"
+	"stepbench/kernels"
+	"stepbench/kernels/ref"
+)
+
+// Kernels is the loaded kernels of one context: every entry point of
+// kernels.Families, by name. Its methods check their arguments (every
+// problem in one error naming the op) and enqueue on the given stream; like
+// every cuda call they must come from the context's goroutine.
+type Kernels struct {
+	modules []*cuda.Module
+	smCount int
+	fn      map[string]*cuda.Function // by entry point
+}
+
+// LoadKernels loads the compiled modules into ctx and looks up every entry
+// point of the registry in its source's module. smCount (the device's
+// multiprocessor count) sizes grids and attention splits.
+func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*Kernels, error) {
+	if smCount < 1 {
+		return nil, fmt.Errorf("load kernels: SM count %d < 1", smCount)
+	}
+	k := &Kernels{smCount: smCount, fn: map[string]*cuda.Function{}}
+	byFile := map[string]*cuda.Module{}
+	for _, c := range compiled {
+		m, err := ctx.LoadModule(c.Cubin)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("load kernels from %s: %w", c.Name, err), k.Close())
+		}
+		k.modules = append(k.modules, m)
+		byFile[c.Name] = m
+	}
+	var errs []error
+	for name, file := range kernels.EntryPointSources() {
+		m, ok := byFile[file]
+		if !ok {
+			errs = append(errs, fmt.Errorf("load kernel %s: no compiled %s", name, file))
+			continue
+		}
+		f, err := m.Function(name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("load kernel %s from %s: %w", name, file, err))
+			continue
+		}
+		k.fn[name] = f
+	}
+	for _, d := range kernels.SupportedHeadDims {
+		pre := k.fn[kernels.EntryPoint("attn_prefill", d)]
+		if shared := kernels.PrefillSharedBytes(d); pre != nil && shared > kernels.DefaultSharedLimitBytes {
+			if err := pre.SetMaxDynamicShared(shared); err != nil {
+				errs = append(errs, fmt.Errorf("load kernel attn_prefill_d%d: %w", d, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, k.Close())
+	}
+	return k, nil
+}
+
+// Close unloads the modules.
+func (k *Kernels) Close() error {
+	var errs []error
+	for _, m := range k.modules {
+		errs = append(errs, m.Unload())
+	}
+	k.modules = nil
+	return errors.Join(errs...)
+}
+
+// argCheck collects every problem with one op's arguments.
+type argCheck struct {
+	op   string
+	errs []string
+}
+
+func (c *argCheck) require(ok bool, format string, args ...any) {
+	if !ok {
+		c.errs = append(c.errs, fmt.Sprintf(format, args...))
+	}
+}
+
+func (c *argCheck) positive(name string, v int) {
+	c.require(v > 0 && v <= math.MaxInt32, "%s = %d, want 1..%d", name, v, math.MaxInt32)
+}
+
+func (c *argCheck) count(name string, v int) {
+	c.require(v >= 0 && v <= math.MaxInt32, "%s = %d, want 0..%d", name, v, math.MaxInt32)
+}
+
+// pointer checks p is set and aligned to alignBytes (what its loads need).
+func (c *argCheck) pointer(name string, p cuda.DevPtr, alignBytes int) {
+	c.require(p != 0, "%s is a null pointer", name)
+	c.require(uint64(p)%uint64(alignBytes) == 0, "%s = %#x is not %d-byte aligned", name, uint64(p), alignBytes)
+}
+
+func (c *argCheck) err() error {
+	if len(c.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %s", c.op, strings.Join(c.errs, "; "))
+}
+
+// launch enqueues entry point name (the op names it in errors).
+func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3, sharedBytes int, args ...any) error {
+	f, ok := k.fn[name]
+	if !ok {
+		return fmt.Errorf("%s: kernel %s is not loaded", op, name)
+	}
+	if err := s.Launch(f, grid, block, sharedBytes, args...); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+// threadsFor is kernels.ThreadsFor as a block dimension.
+func threadsFor(n, maxThreads int) uint32 { return uint32(kernels.ThreadsFor(n, maxThreads)) }
+
+// gridStrideBlocks caps a grid-stride kernel's grid at a few waves.
+func (k *Kernels) gridStrideBlocks(items, threads int) uint32 {
+	return uint32(kernels.GridStrideBlocks(items, threads, k.smCount))
+}
+
+// aligned16 reports whether 8-element (16-byte) vector access is possible.
+func aligned16(width int, ptrs ...cuda.DevPtr) bool {
+	if width%8 != 0 {
+		return false
+	}
+	for _, p := range ptrs {
+		if p%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func flag(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Embed: out[t, :] = table[ids[t], :] for t < tokens (ids int32; in range is
+// the caller's duty). hidden % 8 == 0, pointers 16-byte aligned.
+func (k *Kernels) Embed(s *cuda.Stream, out, table, ids cuda.DevPtr, tokens, hidden int) error {
+	c := argCheck{op: "embed"}
+	c.count("tokens", tokens)
+	c.positive("hidden", hidden)
+	c.require(hidden%8 == 0, "hidden = %d is not a multiple of 8", hidden)
+	c.pointer("out", out, 16)
+	c.pointer("table", table, 16)
+	c.pointer("ids", ids, 4)
+	if err := c.err(); err != nil || tokens == 0 {
+		return err
+	}
+	return k.launch(s, c.op, "embed", cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
+		cuda.Dim3{X: threadsFor(hidden/8, 256), Y: 1, Z: 1}, 0,
+		out, table, ids, int32(tokens), int32(hidden))
+}
+
+// AddRMSNorm: residual += add (when add != 0, rounded to bf16 and written
+// back), then out = bf16(weight * bf16(residual * rsqrt(mean(residual²) + eps))).
+// hidden % 8 == 0, pointers 16-byte aligned.
+func (k *Kernels) AddRMSNorm(s *cuda.Stream, out, residual, add, weight cuda.DevPtr, rows, hidden int, eps float32) error {
+	c := argCheck{op: "add_rmsnorm"}
+	c.count("rows", rows)
+	c.positive("hidden", hidden)
+	c.require(hidden%8 == 0, "hidden = %d is not a multiple of 8", hidden)
+	c.require(eps >= 0 && !math.IsInf(float64(eps), 0), "eps = %g, want finite and >= 0", eps)
+	c.pointer("out", out, 16)
+	c.pointer("residual", residual, 16)
+	c.pointer("weight", weight, 16)
+	c.require(add%16 == 0, "add = %#x is not 16-byte aligned", uint64(add))
+	if err := c.err(); err != nil || rows == 0 {
+		return err
+	}
+	return k.launch(s, c.op, "add_rmsnorm", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
+		cuda.Dim3{X: threadsFor(hidden/8, kernels.MaxReduceThreads), Y: 1, Z: 1}, 0,
+		out, residual, add, weight, int32(rows), int32(hidden), eps)
+}
+
+// checkAttnShape checks what both RoPE and attention need of a shape.
+func checkAttnShape(c *argCheck, a kernels.AttnShape) {
+	c.count("batch", a.Batch)
+	c.count("seqLen", a.SeqLen)
+	c.count("startPos", a.StartPos)
+	c.positive("heads", a.Heads)
+	c.positive("kvHeads", a.KVHeads)
+	c.positive("headDim", a.HeadDim)
+	c.positive("maxSeq", a.MaxSeq)
+	c.require(a.KVHeads > 0 && a.Heads%a.KVHeads == 0, "heads = %d is not a multiple of kvHeads = %d", a.Heads, a.KVHeads)
+	c.require(a.StartPos+a.SeqLen <= a.MaxSeq, "startPos %d + seqLen %d > maxSeq %d", a.StartPos, a.SeqLen, a.MaxSeq)
+	c.require(a.Batch <= kernels.MaxGridYZ, "batch = %d > %d", a.Batch, kernels.MaxGridYZ)
+	// Element offsets are 64-bit in the kernels, but token rows index the grid.
+	c.require(int64(a.Batch)*int64(a.SeqLen) <= math.MaxInt32, "batch*seqLen = %d too large", int64(a.Batch)*int64(a.SeqLen))
+}
+
+// RopeKVWrite rotates q and k of each qkv row [T, (heads+2*kvHeads)*headDim]
+// (rotate-half RoPE at position startPos+s, invFreq float32 [headDim/2]),
+// writes rotated q to q [T, heads*headDim] and rotated k and raw v to the
+// caches at (b, startPos+s). headDim even and <= kernels.RopeMaxHeadDim.
+//
+// The kernel reads startPos from pos (one int32 in device memory), so that a
+// captured decode step replays at every position; a.StartPos is the caller's
+// expectation, used only for the argument checks. Rows whose position would
+// fall outside the cache are not written.
+func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, pos cuda.DevPtr, a kernels.AttnShape) error {
+	c := argCheck{op: "rope_kv_write"}
+	checkAttnShape(&c, a)
+	c.require(a.HeadDim%2 == 0 && a.HeadDim <= kernels.RopeMaxHeadDim, "headDim = %d, want even and <= %d", a.HeadDim, kernels.RopeMaxHeadDim)
+	c.pointer("q", q, 2)
+	c.pointer("kCache", kCache, 2)
+	c.pointer("vCache", vCache, 2)
+	c.pointer("qkv", qkv, 2)
+	c.pointer("invFreq", invFreq, 4)
+	c.pointer("pos", pos, 4)
+	tokens := a.Batch * a.SeqLen
+	if err := c.err(); err != nil || tokens == 0 {
+		return err
+	}
+	return k.launch(s, c.op, "rope_kv_write", cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.RopeThreads, Y: 1, Z: 1}, 0,
+		q, kCache, vCache, qkv, invFreq, pos, int32(a.Batch), int32(a.SeqLen),
+		int32(a.Heads), int32(a.KVHeads), int32(a.HeadDim), int32(a.MaxSeq))
+}
+
+// AttentionWorkspaceBytes is kernels.AttentionWorkspaceBytes on this GPU.
+func (k *Kernels) AttentionWorkspaceBytes(a kernels.AttnShape) int {
+	return kernels.AttentionWorkspaceBytes(a, k.smCount)
+}
+
+// Attention: causal GQA attention of q [T, heads*headDim] over the caches
+// (positions 0..startPos+s for token (b, s)) into out [T, heads*headDim].
+// SeqLen == 1 uses flash-decoding with workspace (AttentionWorkspaceBytes);
+// SeqLen > 1 the tiled prefill kernel (workspace unused, may be 0). The
+// kernels read startPos from pos (one int32 in device memory); a.StartPos is
+// the caller's expectation, used only for the argument checks.
+func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	c := argCheck{op: "attention"}
+	checkAttnShape(&c, a)
+	c.require(slices.Contains(kernels.SupportedHeadDims, a.HeadDim), "headDim = %d, want one of %v", a.HeadDim, kernels.SupportedHeadDims)
+	c.require(a.Heads <= kernels.MaxGridYZ, "heads = %d > %d", a.Heads, kernels.MaxGridYZ)
+	c.pointer("out", out, 2)
+	c.pointer("q", q, 16)
+	c.pointer("kCache", kCache, 16)
+	c.pointer("vCache", vCache, 16)
+	c.pointer("pos", pos, 4)
+	if err := c.err(); err != nil || a.Batch == 0 || a.SeqLen == 0 {
+		return err
+	}
+	if a.SeqLen > 1 {
+		return k.launch(s, c.op, kernels.EntryPoint("attn_prefill", a.HeadDim),
+			cuda.Dim3{X: uint32(kernels.CeilDiv(a.SeqLen, kernels.PrefillQueryTile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
+			cuda.Dim3{X: kernels.PrefillThreads, Y: 1, Z: 1}, kernels.PrefillSharedBytes(a.HeadDim),
+			out, q, kCache, vCache, pos, int32(a.SeqLen), int32(a.Heads),
+			int32(a.KVHeads), int32(a.MaxSeq))
+	}
+
+	chunkKeys, splits := kernels.DecodePlan(a, k.smCount)
+	need := a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
+	shared := kernels.DecodeSharedBytes(a, chunkKeys)
+	c.pointer("workspace", workspace, 16)
+	c.require(workspaceBytes >= need, "workspace has %d bytes, need %d (see AttentionWorkspaceBytes)", workspaceBytes, need)
+	c.require(a.KVHeads <= kernels.MaxGridYZ, "kvHeads = %d > %d", a.KVHeads, kernels.MaxGridYZ)
+	c.require(shared <= kernels.DefaultSharedLimitBytes, "heads/kvHeads = %d needs %d bytes of shared memory, more than %d",
+		a.Heads/a.KVHeads, shared, kernels.DefaultSharedLimitBytes)
+	if err := c.err(); err != nil {
+		return err
+	}
+	if err := k.launch(s, c.op, kernels.EntryPoint("attn_decode_split", a.HeadDim),
+		cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)},
+		cuda.Dim3{X: kernels.DecodeThreads, Y: 1, Z: 1}, shared,
+		workspace, q, kCache, vCache, pos, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
+		int32(a.MaxSeq), int32(chunkKeys), int32(splits)); err != nil {
+		return err
+	}
+	return k.launch(s, c.op, "attn_decode_combine",
+		cuda.Dim3{X: uint32(a.Heads), Y: uint32(a.Batch), Z: 1},
+		cuda.Dim3{X: threadsFor(a.HeadDim, 128), Y: 1, Z: 1}, 0,
+		out, workspace, pos, int32(a.MaxSeq), int32(a.Batch), int32(a.Heads), int32(a.HeadDim),
+		int32(chunkKeys), int32(splits))
+}
+
+// SiluMul: out[r, i] = bf16(bf16(silu(gate[r, i])) * up[r, i]) with gateUp
+// [rows, 2*inter] (gate columns first). Vectorised when inter % 8 == 0 and
+// the pointers are 16-byte aligned.
+func (k *Kernels) SiluMul(s *cuda.Stream, out, gateUp cuda.DevPtr, rows, inter int) error {
+	c := argCheck{op: "silu_mul"}
+	c.count("rows", rows)
+	c.positive("inter", inter)
+	c.pointer("out", out, 2)
+	c.pointer("gateUp", gateUp, 2)
+	if err := c.err(); err != nil || rows == 0 {
+		return err
+	}
+	vec := aligned16(inter, out, gateUp)
+	items := rows * inter
+	if vec {
+		items /= 8
+	}
+	return k.launch(s, c.op, "silu_mul", cuda.Dim3{X: k.gridStrideBlocks(items, kernels.GridStrideThreads), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.GridStrideThreads, Y: 1, Z: 1}, 0, out, gateUp, int32(rows), int32(inter), flag(vec))
+}
+
+// GatherLast: out[b, :] = in[b*seqLen + seqLen-1, :].
+func (k *Kernels) GatherLast(s *cuda.Stream, out, in cuda.DevPtr, batch, seqLen, width int) error {
+	c := argCheck{op: "gather_last"}
+	c.count("batch", batch)
+	c.positive("seqLen", seqLen)
+	c.positive("width", width)
+	c.pointer("out", out, 2)
+	c.pointer("in", in, 2)
+	if err := c.err(); err != nil || batch == 0 {
+		return err
+	}
+	vec := aligned16(width, out, in)
+	return k.launch(s, c.op, "gather_last", cuda.Dim3{X: uint32(batch), Y: 1, Z: 1},
+		cuda.Dim3{X: 256, Y: 1, Z: 1}, 0,
+		out, in, int32(batch), int32(seqLen), int32(width), flag(vec))
+}
+
+// Argmax: out[r] (int32) = first index of the max of logits[r, :]; NaN never
+// wins; a row of NaN gives 0.
+func (k *Kernels) Argmax(s *cuda.Stream, out, logits cuda.DevPtr, rows, vocab int) error {
+	c := argCheck{op: "argmax"}
+	c.count("rows", rows)
+	c.positive("vocab", vocab)
+	c.pointer("out", out, 4)
+	c.pointer("logits", logits, 2)
+	if err := c.err(); err != nil || rows == 0 {
+		return err
+	}
+	vec := aligned16(vocab, logits)
+	return k.launch(s, c.op, "argmax", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.ArgmaxThreads, Y: 1, Z: 1}, 0,
+		out, logits, int32(rows), int32(vocab), flag(vec))
+}
+
+// FillDummy writes elements [first, first+n) of the dummy tensor whose key is
+// key (ref.DummyKey) into dst[0:n], bit-identical to ref.DummyElem.
+func (k *Kernels) FillDummy(s *cuda.Stream, dst cuda.DevPtr, n int, key, first uint64, kind ref.DummyKind) error {
+	c := argCheck{op: "fill_dummy"}
+	c.require(n >= 0, "n = %d < 0", n)
+	c.require(kind == ref.DummyUniform || kind == ref.DummyOnes, "unknown dummy kind %d", kind)
+	c.pointer("dst", dst, 2)
+	if err := c.err(); err != nil || n == 0 {
+		return err
+	}
+	return k.launch(s, c.op, "fill_dummy", cuda.Dim3{X: k.gridStrideBlocks(n, kernels.GridStrideThreads), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.GridStrideThreads, Y: 1, Z: 1}, 0,
+		dst, int64(n), key, first, int32(kind))
+}
+
+// AddI32: buf[i] += delta for i < n (int32). It advances the device-side
+// position at the end of a step, inside a captured decode graph.
+func (k *Kernels) AddI32(s *cuda.Stream, buf cuda.DevPtr, n, delta int) error {
+	c := argCheck{op: "add_i32"}
+	c.count("n", n)
+	c.require(delta >= math.MinInt32 && delta <= math.MaxInt32, "delta = %d does not fit int32", delta)
+	c.pointer("buf", buf, 4)
+	if err := c.err(); err != nil || n == 0 {
+		return err
+	}
+	return k.launch(s, c.op, "add_i32", cuda.Dim3{X: k.gridStrideBlocks(n, kernels.GridStrideThreads), Y: 1, Z: 1},
+		cuda.Dim3{X: threadsFor(n, kernels.GridStrideThreads), Y: 1, Z: 1}, 0, buf, int32(n), int32(delta))
+}

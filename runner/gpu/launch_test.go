@@ -1,0 +1,103 @@
+package gpu
+
+import (
+	"strings"
+	"testing"
+
+	"stepbench/cuda"
+	"stepbench/kernels"
+	"stepbench/kernels/ref"
+)
+
+// TestWrappersRejectBadArguments needs no GPU: every check runs before a launch.
+func TestWrappersRejectBadArguments(t *testing.T) {
+	k := &Kernels{smCount: 132}
+	var s *cuda.Stream
+	const p = cuda.DevPtr(1 << 20) // a plausible, aligned device address
+	good := kernels.AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
+	with := func(change func(*kernels.AttnShape)) kernels.AttnShape {
+		a := good
+		change(&a)
+		return a
+	}
+	tests := []struct {
+		name, op, want string
+		call           func() error
+	}{
+		{"embed hidden not /8", "embed", "multiple of 8", func() error { return k.Embed(s, p, p, p, 4, 100) }},
+		{"embed negative tokens", "embed", "tokens", func() error { return k.Embed(s, p, p, p, -1, 64) }},
+		{"embed null table", "embed", "table is a null pointer", func() error { return k.Embed(s, p, 0, p, 4, 64) }},
+		{"norm misaligned out", "add_rmsnorm", "not 16-byte aligned", func() error { return k.AddRMSNorm(s, p+2, p, 0, p, 1, 64, 1e-5) }},
+		{"norm misaligned add", "add_rmsnorm", "add", func() error { return k.AddRMSNorm(s, p, p, p+8, p, 1, 64, 1e-5) }},
+		{"norm zero hidden", "add_rmsnorm", "hidden", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 0, 1e-5) }},
+		{"norm negative eps", "add_rmsnorm", "eps", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 64, -1) }},
+		{"rope odd head dim", "rope_kv_write", "headDim", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *kernels.AttnShape) { a.HeadDim = 63 }))
+		}},
+		{"rope past maxSeq", "rope_kv_write", "maxSeq", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *kernels.AttnShape) { a.StartPos = 8 }))
+		}},
+		{"attention head dim 96", "attention", "headDim", func() error {
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.HeadDim = 96 }))
+		}},
+		{"attention heads not multiple of kv", "attention", "multiple of kvHeads", func() error {
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.Heads = 5 }))
+		}},
+		{"attention zero kv heads", "attention", "kvHeads", func() error {
+			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.KVHeads = 0 }))
+		}},
+		{"attention small workspace", "attention", "workspace has 16 bytes", func() error {
+			return k.Attention(s, p, p, p, p, p, p, 16, good)
+		}},
+		{"attention misaligned q", "attention", "q = ", func() error {
+			return k.Attention(s, p, p+2, p, p, p, p, 1<<20, good)
+		}},
+		{"rope null pos", "rope_kv_write", "pos is a null pointer", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, 0, good)
+		}},
+		{"attention misaligned pos", "attention", "pos = ", func() error {
+			return k.Attention(s, p, p, p, p, p+2, p, 1<<20, good)
+		}},
+		{"add_i32 negative n", "add_i32", "n = -1", func() error { return k.AddI32(s, p, -1, 1) }},
+		{"add_i32 null buf", "add_i32", "buf is a null pointer", func() error { return k.AddI32(s, 0, 1, 1) }},
+		{"silu zero inter", "silu_mul", "inter", func() error { return k.SiluMul(s, p, p, 1, 0) }},
+		{"gather zero seqLen", "gather_last", "seqLen", func() error { return k.GatherLast(s, p, p, 1, 0, 8) }},
+		{"argmax misaligned out", "argmax", "out", func() error { return k.Argmax(s, p+2, p, 1, 8) }},
+		{"fill unknown kind", "fill_dummy", "kind", func() error { return k.FillDummy(s, p, 8, 1, 0, ref.DummyKind(7)) }},
+		{"fill negative n", "fill_dummy", "n = -1", func() error { return k.FillDummy(s, p, -1, 1, 0, ref.DummyOnes) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.HasPrefix(err.Error(), tt.op+": ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q, want it to start with %q and mention %q", err, tt.op+": ", tt.want)
+			}
+		})
+	}
+}
+
+// Empty work launches nothing (a nil stream would fail if it did).
+func TestWrappersSkipEmptyWork(t *testing.T) {
+	k := &Kernels{smCount: 132}
+	var s *cuda.Stream
+	const p = cuda.DevPtr(1 << 20)
+	empty := kernels.AttnShape{Batch: 0, SeqLen: 1, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
+	for name, err := range map[string]error{
+		"embed":     k.Embed(s, p, p, p, 0, 64),
+		"norm":      k.AddRMSNorm(s, p, p, 0, p, 0, 64, 1e-5),
+		"rope":      k.RopeKVWrite(s, p, p, p, p, p, p, empty),
+		"attention": k.Attention(s, p, p, p, p, p, 0, 0, empty),
+		"add_i32":   k.AddI32(s, p, 0, 1),
+		"silu":      k.SiluMul(s, p, p, 0, 64),
+		"gather":    k.GatherLast(s, p, p, 0, 3, 64),
+		"argmax":    k.Argmax(s, p, p, 0, 64),
+		"fill":      k.FillDummy(s, p, 0, 1, 0, ref.DummyUniform),
+	} {
+		if err != nil {
+			t.Errorf("%s with no work: %v", name, err)
+		}
+	}
+}

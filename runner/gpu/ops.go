@@ -1,0 +1,172 @@
+package gpu
+
+import (
+	"fmt"
+
+	"stepbench/cuda"
+	"stepbench/runner"
+)
+
+// Embed gathers embedding rows; ids must be in range (the engine checks prompts).
+func (c *Backend) Embed(out, table, ids runner.Buffer, tokens, hidden int) error {
+	o := operands{op: "embed"}
+	pOut := o.get(out, runner.BF16, tokens*hidden, "out")
+	pTable := o.get(table, runner.BF16, hidden, "table")
+	pIDs := o.get(ids, runner.I32, tokens, "ids")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.Embed(c.stream, pOut, pTable, pIDs, tokens, hidden)
+}
+
+// AddRMSNorm is the fused residual add and RMSNorm.
+func (c *Backend) AddRMSNorm(out, residual, add, weight runner.Buffer, rows, hidden int, eps float32) error {
+	n := rows * hidden
+	o := operands{op: "add_rmsnorm"}
+	pOut := o.get(out, runner.BF16, n, "out")
+	pRes := o.get(residual, runner.BF16, n, "residual")
+	pAdd := o.getOpt(add, runner.BF16, n, "add", true)
+	pW := o.get(weight, runner.BF16, hidden, "weight")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.AddRMSNorm(c.stream, pOut, pRes, pAdd, pW, rows, hidden, eps)
+}
+
+// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ through cuBLAS: in column-major terms
+// C(n×m) = op(A)·B with A = w seen as k×n (transposed), B = x seen as k×m.
+func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
+	if m < 0 || n < 1 || k < 1 {
+		return fmt.Errorf("linear: m=%d n=%d k=%d", m, n, k)
+	}
+	o := operands{op: "linear"}
+	pOut := o.get(out, runner.BF16, m*n, "out")
+	pX := o.get(x, runner.BF16, m*k, "x")
+	pW := o.get(w, runner.BF16, n*k, "w")
+	if o.err != nil || m == 0 {
+		return o.err
+	}
+	if err := c.handle.GemmBF16(true, false, n, m, k, 1, pW, k, pX, k, 0, pOut, n); err != nil {
+		return fmt.Errorf("linear: %w", c.rootCause(err))
+	}
+	return nil
+}
+
+// rootCause adds the stream's sticky error to a library call's failure:
+// after a faulting kernel, cuBLAS only says CUBLAS_STATUS_EXECUTION_FAILED,
+// and the fault is what the user needs to see. (No sync while capturing:
+// it would invalidate the capture.)
+func (c *Backend) rootCause(err error) error {
+	if c.capturing {
+		return err
+	}
+	if syncErr := c.stream.Sync(); syncErr != nil && cuda.IsSticky(syncErr) {
+		return fmt.Errorf("%w, after an earlier kernel fault: %w", err, syncErr)
+	}
+	return err
+}
+
+// RopeKVWrite rotates q and k and writes k and v to the cache; the kernel
+// reads the start position from pos.
+func (c *Backend) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos runner.Buffer, s runner.AttnShape) error {
+	T, D := s.Tokens(), s.HeadDim
+	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	o := operands{op: "rope_kv_write"}
+	pQ := o.get(q, runner.BF16, T*s.Heads*D, "q")
+	pK := o.get(kCache, runner.BF16, cache, "kCache")
+	pV := o.get(vCache, runner.BF16, cache, "vCache")
+	pQKV := o.get(qkv, runner.BF16, T*(s.Heads+2*s.KVHeads)*D, "qkv")
+	pFreq := o.get(invFreq, runner.F32, D/2, "invFreq")
+	pPos := o.get(pos, runner.I32, 1, "pos")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.RopeKVWrite(c.stream, pQ, pK, pV, pQKV, pFreq, pPos, s)
+}
+
+// ReserveAttention makes the decode workspace big enough for s's batch and
+// cache length. The engine calls it when it allocates a run's buffers, so
+// no timed region or capture allocates (cuMemAlloc can synchronise the
+// device); Attention calls it too, as a guard, and fails inside a capture.
+func (c *Backend) ReserveAttention(s runner.AttnShape) error {
+	decode := s
+	decode.SeqLen, decode.StartPos = 1, 0
+	need := c.set.AttentionWorkspaceBytes(decode)
+	if need <= c.attnWorkspaceBytes {
+		return nil
+	}
+	if c.capturing {
+		return fmt.Errorf("attention: decode workspace of %d bytes not reserved before capture (have %d)", need, c.attnWorkspaceBytes)
+	}
+	p, err := c.ctx.Alloc(need)
+	if err != nil {
+		return fmt.Errorf("attention workspace: %w", err)
+	}
+	if c.attnWorkspace != 0 {
+		c.retiredWorkspaces = append(c.retiredWorkspaces, c.attnWorkspace)
+	}
+	c.attnWorkspace, c.attnWorkspaceBytes = p, need
+	return nil
+}
+
+// Attention is causal GQA attention over the cache; the kernels read the
+// start position from pos.
+func (c *Backend) Attention(out, q, kCache, vCache, pos runner.Buffer, s runner.AttnShape) error {
+	T, D := s.Tokens(), s.HeadDim
+	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	o := operands{op: "attention"}
+	pOut := o.get(out, runner.BF16, T*s.Heads*D, "out")
+	pQ := o.get(q, runner.BF16, T*s.Heads*D, "q")
+	pK := o.get(kCache, runner.BF16, cache, "kCache")
+	pV := o.get(vCache, runner.BF16, cache, "vCache")
+	pPos := o.get(pos, runner.I32, 1, "pos")
+	if o.err != nil {
+		return o.err
+	}
+	if err := c.ReserveAttention(s); err != nil {
+		return err
+	}
+	return c.set.Attention(c.stream, pOut, pQ, pK, pV, pPos, c.attnWorkspace, c.attnWorkspaceBytes, s)
+}
+
+// AddI32 adds delta to every element of buf on the device.
+func (c *Backend) AddI32(buf runner.Buffer, delta int) error {
+	p, err := dev(buf, runner.I32, 0, "add_i32", "buf", false)
+	if err != nil {
+		return err
+	}
+	return c.set.AddI32(c.stream, p, buf.Len(), delta)
+}
+
+// SiluMul is SiLU(gate)·up.
+func (c *Backend) SiluMul(out, gateUp runner.Buffer, rows, inter int) error {
+	o := operands{op: "silu_mul"}
+	pOut := o.get(out, runner.BF16, rows*inter, "out")
+	pGU := o.get(gateUp, runner.BF16, rows*2*inter, "gateUp")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.SiluMul(c.stream, pOut, pGU, rows, inter)
+}
+
+// GatherLast copies each sequence's last row.
+func (c *Backend) GatherLast(out, in runner.Buffer, batch, seqLen, width int) error {
+	o := operands{op: "gather_last"}
+	pOut := o.get(out, runner.BF16, batch*width, "out")
+	pIn := o.get(in, runner.BF16, batch*seqLen*width, "in")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.GatherLast(c.stream, pOut, pIn, batch, seqLen, width)
+}
+
+// Argmax is each row's greedy token.
+func (c *Backend) Argmax(out, logits runner.Buffer, rows, vocab int) error {
+	o := operands{op: "argmax"}
+	pOut := o.get(out, runner.I32, rows, "out")
+	pLogits := o.get(logits, runner.BF16, rows*vocab, "logits")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.Argmax(c.stream, pOut, pLogits, rows, vocab)
+}

@@ -1,0 +1,631 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"stepbench/cuda"
+	"stepbench/kernels"
+	"stepbench/kernels/ref"
+)
+
+// CheckResult is one kernel compared with its kernels/ref twin.
+type CheckResult struct {
+	Check string // kernel (and variant), e.g. "add_rmsnorm out"
+	Shape string // the shape it ran at
+	// RelErr is ‖out−ref‖/‖ref‖ over the output; for checks that must be
+	// bit-identical it is 0 when they are and Err says where they are not.
+	RelErr float64
+	Exact  bool  // the check demands identical bits
+	Err    error // nil when the check passed
+}
+
+// MaxRelErrBF16 is the tolerance of bf16 outputs (docs/design.md, Kernels).
+const MaxRelErrBF16 = 1e-2
+
+// poisonBF16 is a NaN bf16 pattern written over every output before a
+// launch, so that an element a kernel forgets to write fails its check.
+const poisonBF16 = 0xFFFF
+
+// Verifier compares kernels with their twins on fresh random inputs. Like
+// every cuda object it must be used from the goroutine (locked OS thread)
+// that owns the context.
+type Verifier struct {
+	ctx     *cuda.Context
+	stream  *cuda.Stream
+	set     *Kernels
+	rng     *rand.Rand
+	allocs  []cuda.DevPtr
+	err     error // first cuda error of the current check (sticky until read)
+	results []CheckResult
+	only    []string // kernels to check (Only); empty: all
+	dead    error    // a sticky CUDA error: the context is unusable, no more checks run
+}
+
+// NewVerifier makes a verifier drawing its inputs from seed.
+func NewVerifier(ctx *cuda.Context, stream *cuda.Stream, set *Kernels, seed uint64) *Verifier {
+	return &Verifier{ctx: ctx, stream: stream, set: set, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+}
+
+// Close frees the verifier's device memory.
+func (v *Verifier) Close() error {
+	var errs []error
+	for _, p := range v.allocs {
+		errs = append(errs, v.ctx.Free(p))
+	}
+	v.allocs = nil
+	return errors.Join(errs...)
+}
+
+// VerifyAll runs every kernel at each model shape, then attention at the
+// shapes of models (and a fixed set of edge cases), decode attention replayed
+// from a CUDA graph, and the dummy-weight generator. It frees each check's
+// memory as it goes.
+func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
+	v.results = nil
+	perModel := []struct {
+		kernel string
+		check  func(kernels.ModelShape)
+	}{
+		{"embed", v.verifyEmbed}, {"add_rmsnorm", v.verifyAddRMSNorm}, {"silu_mul", v.verifySiluMul},
+		{"gather_last", v.verifyGatherLast}, {"argmax", v.verifyArgmax}, {"rope_kv_write", v.verifyRope},
+	}
+	for _, m := range models {
+		for _, c := range perModel {
+			if v.wants(c.kernel) {
+				c.check(m)
+			}
+		}
+	}
+	if v.wants("attention") {
+		for _, a := range attentionShapes(models) {
+			if v.dead == nil {
+				v.verifyAttention(a)
+			}
+		}
+	}
+	if v.wants("decode_graph") {
+		for _, m := range models {
+			if supportedHeadDim(m.HeadDim) && v.dead == nil {
+				v.verifyDecodeGraph(m)
+			}
+		}
+	}
+	if v.wants("add_i32") {
+		v.verifyAddI32()
+	}
+	if v.wants("fill_dummy") {
+		v.verifyFillDummy()
+	}
+	if v.dead != nil {
+		v.results = append(v.results, CheckResult{Check: "remaining checks", Err: ErrContextLost})
+	}
+	return v.results
+}
+
+// ErrContextLost marks the checks not run after a sticky CUDA error (a
+// faulting kernel leaves the context unusable).
+var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA context unusable")
+
+// VerifyKernelNames are the names Only accepts: one per kernel (attention
+// covers decode and prefill) and decode_graph for the replayed decode step.
+var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
+	"attention", "decode_graph", "add_i32", "fill_dummy"}
+
+// Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
+// no names every kernel is checked. An unknown name is an error.
+func (v *Verifier) Only(names ...string) error {
+	for _, n := range names {
+		if !slices.Contains(VerifyKernelNames, n) {
+			return fmt.Errorf("verify: unknown kernel %q (want one of %s)", n, strings.Join(VerifyKernelNames, ", "))
+		}
+	}
+	v.only = names
+	return nil
+}
+
+func (v *Verifier) wants(kernel string) bool {
+	return len(v.only) == 0 || slices.Contains(v.only, kernel)
+}
+
+func supportedHeadDim(d int) bool { return slices.Contains(kernels.SupportedHeadDims, d) }
+
+// attentionShapes are edge cases (one split, many splits with a short last
+// chunk, keys far below MaxSeq so most splits are empty, MHA at D=32, cached
+// prefixes in prefill) plus a decode and a prefill at each model's heads.
+func attentionShapes(models []kernels.ModelShape) []kernels.AttnShape {
+	shapes := []kernels.AttnShape{
+		{Batch: 3, SeqLen: 1, StartPos: 37, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 64},
+		{Batch: 2, SeqLen: 1, StartPos: 700, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 1024},
+		{Batch: 1, SeqLen: 1, StartPos: 4095, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 4096},
+		{Batch: 1, SeqLen: 1, StartPos: 5, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 4096},
+		{Batch: 8, SeqLen: 1, StartPos: 1000, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 1100},
+		{Batch: 2, SeqLen: 1, StartPos: 0, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 8},
+		{Batch: 2, SeqLen: 1, StartPos: 300, Heads: 8, KVHeads: 8, HeadDim: 32, MaxSeq: 512},
+		{Batch: 2, SeqLen: 17, StartPos: 0, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 32},
+		{Batch: 1, SeqLen: 128, StartPos: 200, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 512},
+		{Batch: 2, SeqLen: 70, StartPos: 5, Heads: 6, KVHeads: 3, HeadDim: 32, MaxSeq: 80},
+		{Batch: 1, SeqLen: 128, StartPos: 0, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 128},
+	}
+	for _, m := range models {
+		if !supportedHeadDim(m.HeadDim) {
+			continue
+		}
+		shapes = append(shapes,
+			kernels.AttnShape{Batch: 4, SeqLen: 1, StartPos: 1030, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 1056},
+			kernels.AttnShape{Batch: 1, SeqLen: 200, StartPos: 0, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 232})
+	}
+	return shapes
+}
+
+// record closes one check: a cuda error of the check wins over its comparison.
+func (v *Verifier) record(check, shape string, relErr float64, exact bool, cmpErr error) {
+	err := v.err
+	v.err = nil
+	if err == nil {
+		err = cmpErr
+	}
+	if v.dead != nil { // the context is gone: nothing more to report or free
+		v.allocs = nil
+		return
+	}
+	v.results = append(v.results, CheckResult{Check: check, Shape: shape, RelErr: relErr, Exact: exact, Err: err})
+	if cuda.IsSticky(err) {
+		v.dead = err
+		v.allocs = nil // frees would fail with the same error
+		return
+	}
+	// Each check's memory is its own: free it now (errors of frees count too).
+	if freeErr := v.Close(); freeErr != nil && err == nil {
+		v.results[len(v.results)-1].Err = freeErr
+	}
+}
+
+func (v *Verifier) fail(err error) {
+	if v.err == nil && err != nil {
+		v.err = err
+	}
+}
+
+func (v *Verifier) alloc(bytes int) cuda.DevPtr {
+	if v.err != nil {
+		return 0
+	}
+	p, err := v.ctx.Alloc(max(bytes, 16))
+	if err != nil {
+		v.fail(err)
+		return 0
+	}
+	v.allocs = append(v.allocs, p)
+	return p
+}
+
+// upload copies raw bytes through pinned memory and waits.
+func (v *Verifier) upload(dst cuda.DevPtr, src unsafe.Pointer, bytes int) {
+	if v.err != nil || bytes == 0 {
+		return
+	}
+	h, err := v.ctx.AllocHost(bytes)
+	if err != nil {
+		v.fail(err)
+		return
+	}
+	copy(unsafe.Slice((*byte)(h.Ptr), bytes), unsafe.Slice((*byte)(src), bytes))
+	v.fail(v.stream.CopyHtoD(dst, h.Ptr, bytes))
+	v.fail(v.stream.Sync())
+	v.fail(v.ctx.FreeHost(h))
+}
+
+func (v *Verifier) download(dst unsafe.Pointer, src cuda.DevPtr, bytes int) {
+	if v.err != nil || bytes == 0 {
+		return
+	}
+	v.fail(v.stream.Sync()) // surface launch errors before the copy
+	h, err := v.ctx.AllocHost(bytes)
+	if err != nil {
+		v.fail(err)
+		return
+	}
+	v.fail(v.stream.CopyDtoH(h.Ptr, src, bytes))
+	v.fail(v.stream.Sync())
+	copy(unsafe.Slice((*byte)(dst), bytes), unsafe.Slice((*byte)(h.Ptr), bytes))
+	v.fail(v.ctx.FreeHost(h))
+}
+
+func (v *Verifier) bf16(data []uint16) cuda.DevPtr {
+	p := v.alloc(2 * len(data))
+	if len(data) > 0 {
+		v.upload(p, unsafe.Pointer(&data[0]), 2*len(data))
+	}
+	return p
+}
+
+func (v *Verifier) f32(data []float32) cuda.DevPtr {
+	p := v.alloc(4 * len(data))
+	if len(data) > 0 {
+		v.upload(p, unsafe.Pointer(&data[0]), 4*len(data))
+	}
+	return p
+}
+
+func (v *Verifier) i32(data []int32) cuda.DevPtr {
+	p := v.alloc(4 * len(data))
+	if len(data) > 0 {
+		v.upload(p, unsafe.Pointer(&data[0]), 4*len(data))
+	}
+	return p
+}
+
+// poisoned allocates n bf16 filled with NaN.
+func (v *Verifier) poisoned(n int) cuda.DevPtr {
+	p := v.alloc(2 * n)
+	if v.err == nil {
+		v.fail(v.stream.Memset16(p, poisonBF16, n))
+	}
+	return p
+}
+
+func (v *Verifier) getBF16(p cuda.DevPtr, n int) []uint16 {
+	out := make([]uint16, n)
+	if n > 0 {
+		v.download(unsafe.Pointer(&out[0]), p, 2*n)
+	}
+	return out
+}
+
+func (v *Verifier) getI32(p cuda.DevPtr, n int) []int32 {
+	out := make([]int32, n)
+	if n > 0 {
+		v.download(unsafe.Pointer(&out[0]), p, 4*n)
+	}
+	return out
+}
+
+// launch runs a wrapper unless the check already failed.
+func (v *Verifier) launch(f func() error) {
+	if v.err == nil {
+		v.fail(f())
+	}
+}
+
+// RandomBF16 draws n bf16 values from N(mean, std²).
+func RandomBF16(rng *rand.Rand, n int, mean, std float64) []uint16 {
+	out := make([]uint16, n)
+	for i := range out {
+		out[i] = ref.F32ToBF16(float32(mean + std*rng.NormFloat64()))
+	}
+	return out
+}
+
+// closeBF16 compares within MaxRelErrBF16.
+func closeBF16(got, want []uint16) (float64, error) {
+	rel, err := ref.RelErrBF16(got, want)
+	if err != nil {
+		return rel, err
+	}
+	if rel > MaxRelErrBF16 {
+		return rel, fmt.Errorf("relative error %.3g > %g", rel, MaxRelErrBF16)
+	}
+	return rel, nil
+}
+
+// equalBits reports the first element where got and want differ.
+func equalBits[T comparable](got, want []T) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d elements, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return fmt.Errorf("element %d = %v, want %v (first difference)", i, got[i], want[i])
+		}
+	}
+	return nil
+}
+
+func (v *Verifier) verifyEmbed(m kernels.ModelShape) {
+	const tokens = 37
+	vocab := min(m.Vocab, 8192) // the row width is what matters; a full table is a gigabyte of draws
+	table := RandomBF16(v.rng, vocab*m.Hidden, 0, 1)
+	ids := make([]int32, tokens)
+	for i := range ids {
+		ids[i] = int32(v.rng.IntN(vocab))
+	}
+	ids[0], ids[1] = 0, int32(vocab-1) // both ends of the table
+	want := make([]uint16, tokens*m.Hidden)
+	ref.Embed(want, table, ids, m.Hidden)
+	out := v.poisoned(tokens * m.Hidden)
+	dTable, dIDs := v.bf16(table), v.i32(ids)
+	v.launch(func() error { return v.set.Embed(v.stream, out, dTable, dIDs, tokens, m.Hidden) })
+	got := v.getBF16(out, tokens*m.Hidden)
+	v.record("embed", fmt.Sprintf("%s tokens=%d hidden=%d", m.Name, tokens, m.Hidden), 0, true, equalBits(got, want))
+}
+
+func (v *Verifier) verifyAddRMSNorm(m kernels.ModelShape) {
+	for _, rows := range []int{1, 5, 128} {
+		for _, withAdd := range []bool{true, false} {
+			n := rows * m.Hidden
+			residual := RandomBF16(v.rng, n, 0, 2)
+			add := RandomBF16(v.rng, n, 0.5, 1)
+			weight := RandomBF16(v.rng, m.Hidden, 1, 0.1)
+			const eps = 1e-5
+			wantOut := make([]uint16, n)
+			wantRes := append([]uint16(nil), residual...)
+			var refAdd []uint16
+			addPtr := cuda.DevPtr(0)
+			if withAdd {
+				refAdd = add
+				addPtr = v.bf16(add)
+			}
+			ref.AddRMSNorm(wantOut, wantRes, refAdd, weight, rows, m.Hidden, eps)
+			out, res, w := v.poisoned(n), v.bf16(residual), v.bf16(weight)
+			v.launch(func() error { return v.set.AddRMSNorm(v.stream, out, res, addPtr, w, rows, m.Hidden, eps) })
+			gotOut, gotRes := v.getBF16(out, n), v.getBF16(res, n)
+			shape := fmt.Sprintf("%s rows=%d hidden=%d add=%v", m.Name, rows, m.Hidden, withAdd)
+			rel, err := closeBF16(gotOut, wantOut)
+			// The residual sum is one bf16 rounding of exact inputs: bit-identical.
+			if resErr := equalBits(gotRes, wantRes); resErr != nil {
+				err = errors.Join(err, fmt.Errorf("residual: %w", resErr))
+			}
+			v.record("add_rmsnorm", shape, rel, false, err)
+		}
+	}
+}
+
+func (v *Verifier) verifySiluMul(m kernels.ModelShape) {
+	for _, rows := range []int{1, 64} {
+		gateUp := RandomBF16(v.rng, rows*2*m.Inter, 0, 2)
+		want := make([]uint16, rows*m.Inter)
+		ref.SiluMul(want, gateUp, rows, m.Inter)
+		out, dGateUp := v.poisoned(rows*m.Inter), v.bf16(gateUp)
+		v.launch(func() error { return v.set.SiluMul(v.stream, out, dGateUp, rows, m.Inter) })
+		rel, err := closeBF16(v.getBF16(out, rows*m.Inter), want)
+		v.record("silu_mul", fmt.Sprintf("%s rows=%d inter=%d", m.Name, rows, m.Inter), rel, false, err)
+	}
+}
+
+func (v *Verifier) verifyGatherLast(m kernels.ModelShape) {
+	const batch, seqLen = 3, 19
+	for _, width := range []int{m.Hidden, m.Vocab} {
+		in := RandomBF16(v.rng, batch*seqLen*width, 0, 1)
+		want := make([]uint16, batch*width)
+		ref.GatherLast(want, in, batch, seqLen, width)
+		out, dIn := v.poisoned(batch*width), v.bf16(in)
+		v.launch(func() error { return v.set.GatherLast(v.stream, out, dIn, batch, seqLen, width) })
+		err := equalBits(v.getBF16(out, batch*width), want)
+		v.record("gather_last", fmt.Sprintf("%s batch=%d seq=%d width=%d", m.Name, batch, seqLen, width), 0, true, err)
+	}
+}
+
+func (v *Verifier) verifyArgmax(m kernels.ModelShape) {
+	const rows = 6
+	logits := RandomBF16(v.rng, rows*m.Vocab, 0, 3)
+	row := func(r int) []uint16 { return logits[r*m.Vocab : (r+1)*m.Vocab] }
+	const nan, bigValue = 0x7fc0, 0x4300 // 128.0 beats every N(0, 9) draw
+	// Row 1: a tie at the max; the first index must win.
+	row(1)[m.Vocab-2], row(1)[m.Vocab/3] = bigValue, bigValue
+	// Row 2: NaN everywhere but one element; NaN never wins.
+	for i := range row(2) {
+		row(2)[i] = nan
+	}
+	row(2)[m.Vocab/2] = ref.F32ToBF16(-5)
+	// Row 3: all NaN → 0, as the reference.
+	for i := range row(3) {
+		row(3)[i] = poisonBF16
+	}
+	// Row 4: max in the last element, a NaN in front of it.
+	row(4)[m.Vocab-1], row(4)[0] = bigValue, nan
+	want := make([]int32, rows)
+	ref.Argmax(want, logits, rows, m.Vocab)
+	out, dLogits := v.alloc(4*rows), v.bf16(logits)
+	if v.err == nil {
+		v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
+	}
+	v.launch(func() error { return v.set.Argmax(v.stream, out, dLogits, rows, m.Vocab) })
+	v.record("argmax", fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(v.getI32(out, rows), want))
+}
+
+func (v *Verifier) verifyRope(m kernels.ModelShape) {
+	for _, a := range []kernels.AttnShape{
+		{Batch: 2, SeqLen: 9, StartPos: 0, MaxSeq: 32},
+		{Batch: 3, SeqLen: 1, StartPos: 4000, MaxSeq: 4100},
+		{Batch: 1, SeqLen: 128, StartPos: 300, MaxSeq: 512},
+	} {
+		a.Heads, a.KVHeads, a.HeadDim = m.Heads, m.KVHeads, m.HeadDim
+		shape := fmt.Sprintf("%s %s", m.Name, FormatShape(a))
+		tokens := a.Batch * a.SeqLen
+		qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+		qkv := RandomBF16(v.rng, tokens*(qWidth+2*kvWidth), 0, 1)
+		invFreq := ref.RopeInvFreq(a.HeadDim, m.RopeTheta, nil)
+		cacheLen := a.Batch * a.MaxSeq * kvWidth
+		kCache, vCache := RandomBF16(v.rng, cacheLen, 0, 1), RandomBF16(v.rng, cacheLen, 0, 1)
+		dK, dV := v.bf16(kCache), v.bf16(vCache)
+		// Poison exactly the cache rows the kernel must write.
+		for b := 0; b < a.Batch && v.err == nil; b++ {
+			at := (b*a.MaxSeq + a.StartPos) * kvWidth
+			v.fail(v.stream.Memset16(dK+cuda.DevPtr(2*at), poisonBF16, a.SeqLen*kvWidth))
+			v.fail(v.stream.Memset16(dV+cuda.DevPtr(2*at), poisonBF16, a.SeqLen*kvWidth))
+		}
+		wantQ := make([]uint16, tokens*qWidth)
+		ref.RopeKVWrite(wantQ, kCache, vCache, qkv, invFreq, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+		q, dQKV, dFreq, pos := v.poisoned(tokens*qWidth), v.bf16(qkv), v.f32(invFreq), v.i32([]int32{int32(a.StartPos)})
+		v.launch(func() error { return v.set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a) })
+		rel, err := closeBF16(v.getBF16(q, tokens*qWidth), wantQ)
+		gotK, gotV := v.getBF16(dK, cacheLen), v.getBF16(dV, cacheLen)
+		for b := 0; b < a.Batch; b++ {
+			lo, hi := (b*a.MaxSeq+a.StartPos)*kvWidth, (b*a.MaxSeq+a.StartPos+a.SeqLen)*kvWidth
+			kRel, kErr := closeBF16(gotK[lo:hi], kCache[lo:hi])
+			rel = max(rel, kRel)
+			if kErr != nil {
+				err = errors.Join(err, fmt.Errorf("k rows of batch %d: %w", b, kErr))
+			}
+			if vErr := equalBits(gotV[lo:hi], vCache[lo:hi]); vErr != nil {
+				err = errors.Join(err, fmt.Errorf("v rows of batch %d: %w", b, vErr))
+			}
+		}
+		// Every other cache row stays as it was.
+		if e := equalBits(maskRows(gotK, a), maskRows(kCache, a)); e != nil {
+			err = errors.Join(err, fmt.Errorf("k cache outside the written rows: %w", e))
+		}
+		if e := equalBits(maskRows(gotV, a), maskRows(vCache, a)); e != nil {
+			err = errors.Join(err, fmt.Errorf("v cache outside the written rows: %w", e))
+		}
+		v.record("rope_kv_write", shape, rel, false, err)
+	}
+}
+
+// FormatShape prints an attention shape compactly for tables.
+func FormatShape(a kernels.AttnShape) string {
+	return fmt.Sprintf("b=%d s=%d pos=%d h=%d kv=%d d=%d max=%d", a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+}
+
+// maskRows zeroes the rows RopeKVWrite writes, leaving those it must not touch.
+func maskRows(cache []uint16, a kernels.AttnShape) []uint16 {
+	out := append([]uint16(nil), cache...)
+	kvWidth := a.KVHeads * a.HeadDim
+	for b := 0; b < a.Batch; b++ {
+		clear(out[(b*a.MaxSeq+a.StartPos)*kvWidth : (b*a.MaxSeq+a.StartPos+a.SeqLen)*kvWidth])
+	}
+	return out
+}
+
+func (v *Verifier) verifyAttention(a kernels.AttnShape) {
+	tokens := a.Batch * a.SeqLen
+	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	q := RandomBF16(v.rng, tokens*qWidth, 0, 1)
+	kCache := RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1)
+	vCache := RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1)
+	want := make([]uint16, tokens*qWidth)
+	ref.Attention(want, q, kCache, vCache, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+
+	wsBytes := v.set.AttentionWorkspaceBytes(a)
+	var ws cuda.DevPtr
+	if wsBytes > 0 {
+		ws = v.alloc(wsBytes)
+	}
+	out := v.poisoned(tokens * qWidth)
+	dQ, dK, dV, pos := v.bf16(q), v.bf16(kCache), v.bf16(vCache), v.i32([]int32{int32(a.StartPos)})
+	v.launch(func() error { return v.set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
+	rel, err := closeBF16(v.getBF16(out, tokens*qWidth), want)
+	name := "attention decode"
+	if a.SeqLen > 1 {
+		name = "attention prefill"
+	}
+	v.record(name, FormatShape(a), rel, false, err)
+}
+
+// verifyDecodeGraph captures one decode step (rope_kv_write, attention,
+// add_i32 on the position) into a CUDA graph at position start and replays
+// it at the following positions, as the cuda backend does: each replay must
+// match the reference at its own position.
+func (v *Verifier) verifyDecodeGraph(m kernels.ModelShape) {
+	const batch, start, replays = 2, 60, 70 // replays cross a 64-key chunk boundary
+	a := kernels.AttnShape{Batch: batch, SeqLen: 1, StartPos: start, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: start + replays + 1}
+	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	cacheLen := batch * a.MaxSeq * kvWidth
+	kCache, vCache := RandomBF16(v.rng, cacheLen, 0, 1), RandomBF16(v.rng, cacheLen, 0, 1)
+	qkv := RandomBF16(v.rng, batch*(qWidth+2*kvWidth), 0, 1)
+	invFreq := ref.RopeInvFreq(a.HeadDim, m.RopeTheta, nil)
+	dK, dV, dQKV, dFreq := v.bf16(kCache), v.bf16(vCache), v.bf16(qkv), v.f32(invFreq)
+	pos := v.i32([]int32{start})
+	q, out := v.alloc(2*batch*qWidth), v.alloc(2*batch*qWidth)
+	wsBytes := v.set.AttentionWorkspaceBytes(a)
+	ws := v.alloc(wsBytes)
+	shape := fmt.Sprintf("%s b=%d pos=%d..%d max=%d", m.Name, batch, start, start+replays-1, a.MaxSeq)
+
+	step := func() error {
+		if err := v.set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a); err != nil {
+			return err
+		}
+		if err := v.set.Attention(v.stream, out, q, dK, dV, pos, ws, wsBytes, a); err != nil {
+			return err
+		}
+		return v.set.AddI32(v.stream, pos, 1, 1)
+	}
+	// One eager step first, as the cuda backend does: with lazy module
+	// loading, drivers before 12.3 cannot load a kernel inside a capture. Its
+	// cache writes at position start are the ones the first replay repeats;
+	// the position goes back to start afterwards.
+	v.launch(step)
+	if v.err == nil {
+		v.fail(v.stream.Memset32(pos, uint32(start), 1))
+	}
+	var exec *cuda.GraphExec
+	if v.err == nil {
+		exec = v.captureStep(step)
+	}
+	var worst float64
+	var cmpErr error
+	wantQ, want := make([]uint16, batch*qWidth), make([]uint16, batch*qWidth)
+	for p := start; p < start+replays && v.err == nil && cmpErr == nil; p++ {
+		if v.err == nil {
+			v.fail(v.stream.Memset16(out, poisonBF16, batch*qWidth))
+		}
+		v.launch(func() error { return exec.Launch(v.stream) })
+		ref.RopeKVWrite(wantQ, kCache, vCache, qkv, invFreq, batch, 1, p, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+		ref.Attention(want, wantQ, kCache, vCache, batch, 1, p, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+		rel, err := closeBF16(v.getBF16(out, batch*qWidth), want)
+		worst = max(worst, rel)
+		if err != nil {
+			cmpErr = fmt.Errorf("replay at position %d: %w", p, err)
+		}
+	}
+	if exec != nil {
+		v.fail(exec.Destroy())
+	}
+	v.record("decode graph replay", shape, worst, false, cmpErr)
+}
+
+// captureStep records enqueue into a graph on the verifier's stream.
+func (v *Verifier) captureStep(enqueue func() error) *cuda.GraphExec {
+	if err := v.stream.BeginCapture(); err != nil {
+		v.fail(err)
+		return nil
+	}
+	runErr := enqueue()
+	g, endErr := v.stream.EndCapture()
+	if err := errors.Join(runErr, endErr); err != nil {
+		if g != nil {
+			_ = g.Destroy()
+		}
+		v.fail(fmt.Errorf("capture: %w", err))
+		return nil
+	}
+	exec, err := g.Instantiate()
+	v.fail(errors.Join(err, g.Destroy()))
+	return exec
+}
+
+func (v *Verifier) verifyAddI32() {
+	const n = 1000
+	in := make([]int32, n)
+	for i := range in {
+		in[i] = int32(v.rng.IntN(1<<20)) - 1<<19
+	}
+	buf := v.i32(in)
+	v.launch(func() error { return v.set.AddI32(v.stream, buf, n, -7) })
+	want := append([]int32(nil), in...)
+	ref.AddI32(want, -7)
+	v.record("add_i32", fmt.Sprintf("n=%d delta=-7", n), 0, true, equalBits(v.getI32(buf, n), want))
+}
+
+func (v *Verifier) verifyFillDummy() {
+	const n = 100_003
+	const name = "model.layers.0.mlp.down_proj.weight"
+	key := ref.DummyKey(42, name)
+	for _, first := range []uint64{0, 12345, 1 << 33} {
+		for _, kind := range []ref.DummyKind{ref.DummyUniform, ref.DummyOnes} {
+			want := make([]uint16, n)
+			for i := range want {
+				want[i] = ref.DummyElem(key, first+uint64(i), kind)
+			}
+			dst := v.poisoned(n)
+			v.launch(func() error { return v.set.FillDummy(v.stream, dst, n, key, first, kind) })
+			err := equalBits(v.getBF16(dst, n), want)
+			v.record("fill_dummy", fmt.Sprintf("n=%d first=%d kind=%d", n, first, kind), 0, true, err)
+		}
+	}
+}

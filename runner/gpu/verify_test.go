@@ -1,0 +1,97 @@
+package gpu
+
+import (
+	"runtime"
+	"testing"
+
+	"stepbench/cuda"
+	"stepbench/cuda/emutest"
+	"stepbench/kernels"
+)
+
+// testModelShapes are llama-tiny-ish odd widths (scalar paths) and
+// llama-3-8b's (the real ones).
+var testModelShapes = []kernels.ModelShape{
+	{Name: "tiny", Hidden: 256, Inter: 172, Vocab: 1003, Heads: 4, KVHeads: 2, HeadDim: 64, RopeTheta: 10000},
+	{Name: "llama-3-8b", Hidden: 4096, Inter: 14336, Vocab: 128256, Heads: 32, KVHeads: 8, HeadDim: 128, RopeTheta: 500000},
+}
+
+// TestGPU runs every kernel against its kernels/ref twin through the same
+// Verifier as 'stepbench verify'. It uses no subtests: t.Run starts a new
+// goroutine, and every call of a CUDA context must come from the goroutine
+// (OS thread) that made it current.
+func TestGPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	drv, err := cuda.OpenDriver()
+	if err != nil || drv.Emulated() != "" {
+		// No GPU: the emulated device runs the same checks on the CPU.
+		emutest.Use(t)
+		if drv, err = cuda.OpenDriver(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count, err := drv.DeviceCount()
+	if err != nil || count == 0 {
+		t.Skipf("no GPU: %d devices, %v", count, err)
+	}
+	props, err := drv.Props(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv := openNVRTCForTest(t)
+	srcs, err := kernels.Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := kernels.Compile(nv, srcs, props.Major*10+props.Minor, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := drv.NewContext(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := ctx.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	stream, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := stream.Destroy(); err != nil {
+			t.Error(err)
+		}
+	}()
+	set, err := LoadKernels(ctx, compiled, props.SMCount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := set.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Logf("GPU %s (sm_%d%d, %d SMs)", props.Name, props.Major, props.Minor, props.SMCount)
+
+	v := NewVerifier(ctx, stream, set, 1)
+	defer func() {
+		if err := v.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	results := v.VerifyAll(testModelShapes)
+	if len(results) == 0 {
+		t.Fatal("no checks ran")
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			t.Errorf("%s [%s]: %v", r.Check, r.Shape, r.Err)
+		} else {
+			t.Logf("ok %s [%s] rel err %.3g", r.Check, r.Shape, r.RelErr)
+		}
+	}
+}
