@@ -84,7 +84,7 @@ EMU_CC       ?= gcc
 EMU_CXXFLAGS := -std=c++17 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
 EMU_DRIVER   := $(addprefix cuda/emu/,api.cpp exec.cpp memory.cpp stream.cpp settings.cpp switch.S)
 EMU_LIBS     := $(EMU_DIR)/libcuda.so.1 $(EMU_DIR)/libnvrtc.so.13 $(EMU_DIR)/libcublas.so.13 $(EMU_DIR)/libnvidia-ml.so.1 \
-                $(EMU_DIR)/libnccl.so.2
+                $(EMU_DIR)/libnccl.so.2 $(EMU_DIR)/libsbemu_nvtx.so
 
 emu: $(EMU_LIBS)
 
@@ -107,6 +107,12 @@ $(EMU_DIR)/libcublas.so.13: cuda/emu/cublas.cpp $(EMU_DIR)/libcuda.so.1
 $(EMU_DIR)/libnccl.so.2: cuda/emu/nccl.cpp $(EMU_DIR)/libcuda.so.1
 	$(EMU_CXX) $(EMU_CXXFLAGS) -shared -Wl,-soname,libnccl.so.2 -o $@ cuda/emu/nccl.cpp \
 	  -L$(EMU_DIR) -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN' -lpthread -lrt
+
+# The NVTX recorder: a profiler's injection library (NVTX_INJECTION64_PATH)
+# that logs ranges to STEPBENCH_EMU_PROFILE_LOG beside the driver's launches.
+$(EMU_DIR)/libsbemu_nvtx.so: cuda/emu/nvtx_recorder.c
+	@mkdir -p $(EMU_DIR)
+	$(EMU_CC) -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -fvisibility=hidden -o $@ cuda/emu/nvtx_recorder.c
 
 $(EMU_DIR)/libnvidia-ml.so.1: cuda/emu/nvml.c
 	@mkdir -p $(EMU_DIR)

@@ -66,6 +66,13 @@ type Options struct {
 	EnergyMeter         EnergyMeter
 	EnergyWindowSeconds float64
 
+	// Profiler, when set, gets a named range around every timed region
+	// (warmup ones too); with Profile set too, it also opens and closes that
+	// capture window in each shape's first timed iteration (see
+	// ProfileWindow).
+	Profiler Profiler
+	Profile  *ProfileWindow
+
 	// Now is the host clock of timed regions, adaptive sampling and energy
 	// windows (time.Now when nil); tests give a virtual one.
 	Now func() time.Time
@@ -157,6 +164,14 @@ func (o Options) validate() error {
 	}
 	if o.VocabSize < 1 {
 		return fmt.Errorf("bench: vocab size must be >= 1, got %d", o.VocabSize)
+	}
+	if o.Profile != nil {
+		if o.Profiler == nil {
+			return errors.New("bench: a profile window needs a profiler")
+		}
+		if err := o.Profile.Validate(o.OutputLens); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
 	}
 	if o.LogDecodeStep < 0 {
 		return fmt.Errorf("bench: log decode step must be >= 0, got %d", o.LogDecodeStep)

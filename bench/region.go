@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 
 	"stepbench/bench/stats"
@@ -21,7 +22,17 @@ func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
 		return it, fmt.Errorf("begin: %w", err)
 	}
 
-	it.Prefill, err = h.timeRegion(h.target.Prefill, Sample{Phase: PhasePrefill, Iter: key.Iter, Warmup: key.Warmup})
+	window := h.windowFor(key)
+	it, err = h.iterationRegions(key, it, window)
+	return it, errors.Join(err, window.close())
+}
+
+// iterationRegions times the prefill and the decode steps of one iteration,
+// opening and closing window (nil: none) between regions.
+func (h *harness) iterationRegions(key PromptKey, it IterationResult, window *profileWindow) (IterationResult, error) {
+	var err error
+	it.Prefill, err = h.profiledRegion(window, prefillRangeName(key.Batch, key.InputLen), h.target.Prefill,
+		Sample{Phase: PhasePrefill, Iter: key.Iter, Warmup: key.Warmup})
 	if err != nil {
 		return it, fmt.Errorf("prefill: %w", err)
 	}
@@ -31,7 +42,7 @@ func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
 
 	decodeHostSeconds := make([]float64, 0, key.OutputLen-1)
 	for step := 0; step < key.OutputLen-1; step++ {
-		sample, err := h.timeRegion(h.target.Decode, Sample{
+		sample, err := h.profiledRegion(window, decodeRangeName(step), h.target.Decode, Sample{
 			Phase: PhaseDecode, Iter: key.Iter, Step: step, Position: key.InputLen + step, Warmup: key.Warmup,
 		})
 		if err != nil {
@@ -50,6 +61,27 @@ func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
 	}
 	fmt.Fprintln(h.stdout, totalLine(key.Batch, key.InputLen, key.OutputLen, it.TotalHostSeconds))
 	return it, nil
+}
+
+// profiledRegion is one timed region inside a named profiler range, with the
+// profile window opened before it or closed after it where it begins or
+// ends the window: both outside the region's synchronisations and clocks.
+func (h *harness) profiledRegion(window *profileWindow, name string, step func() error, sample Sample) (Sample, error) {
+	if err := window.beforeRegion(sample.Phase, sample.Step); err != nil {
+		return sample, err
+	}
+	p := h.opt.Profiler
+	if p != nil {
+		p.Push(name)
+	}
+	sample, err := h.timeRegion(step, sample)
+	if p != nil {
+		p.Pop()
+	}
+	if err != nil {
+		return sample, err
+	}
+	return sample, window.afterRegion(sample.Phase, sample.Step)
 }
 
 // timeRegion is the design's timed region (docs/design.md, Timing): synchronise; host clock; record

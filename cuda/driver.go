@@ -41,6 +41,7 @@ type driverAPI struct {
 	cuFuncSetAttribute, cuFuncGetAttribute, cuLaunchKernel                unsafe.Pointer
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags unsafe.Pointer
 	cuGraphDestroy, cuGraphLaunch, cuGraphExecDestroy                     unsafe.Pointer
+	cuProfilerStart, cuProfilerStop                                       unsafe.Pointer // optional
 
 	// The names cuDeviceGetUuid and cuEventElapsedTime were found under
 	// (the _v2 name where the driver exports it), for error messages.
@@ -94,6 +95,8 @@ func (a *driverAPI) slots() []symbolSlot {
 		{name: "cuGraphDestroy", dst: &a.cuGraphDestroy},
 		{name: "cuGraphLaunch", dst: &a.cuGraphLaunch},
 		{name: "cuGraphExecDestroy", dst: &a.cuGraphExecDestroy},
+		{name: "cuProfilerStart", dst: &a.cuProfilerStart, optional: true},
+		{name: "cuProfilerStop", dst: &a.cuProfilerStop, optional: true},
 	}
 }
 

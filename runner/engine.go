@@ -33,6 +33,19 @@ type Engine struct {
 	// OnOp, when set, is called before every backend op with the op's
 	// label (e.g. "qkv_proj"); the cost model and per-op breakdowns use it.
 	OnOp func(op string)
+	// Ranges, when set, gets a range named by the op's label around every
+	// op launched from the host (a replayed decode graph launches none):
+	// NVTX ranges a profiler shows. It must cost nothing when no profiler
+	// is attached.
+	Ranges      RangeMarker
+	opRangeOpen bool
+}
+
+// RangeMarker opens and closes named ranges on the calling thread (NVTX's
+// push and pop).
+type RangeMarker interface {
+	Push(name string)
+	Pop()
 }
 
 type activations struct {
@@ -268,6 +281,20 @@ func (e *Engine) op(name string) {
 	if e.OnOp != nil {
 		e.OnOp(name)
 	}
+	if e.Ranges != nil {
+		e.endOpRange()
+		e.Ranges.Push(name)
+		e.opRangeOpen = true
+	}
+}
+
+// endOpRange closes the range of the last op, if one is open: each op's
+// range runs to the next op's (as the breakdown's boundaries do).
+func (e *Engine) endOpRange() {
+	if e.opRangeOpen {
+		e.Ranges.Pop()
+		e.opRangeOpen = false
+	}
 }
 
 // forward runs every layer over batch×seqLen new tokens whose ids are in
@@ -278,6 +305,7 @@ func (e *Engine) forward(ids Buffer, seqLen int) error {
 	T, h, inter := s.Tokens(), c.HiddenSize, c.IntermediateSize
 	qDim := c.NumAttentionHeads * c.HeadDim
 	eps := float32(c.RMSNormEps)
+	defer e.endOpRange()
 	steps := []struct {
 		name string
 		run  func(l int) error

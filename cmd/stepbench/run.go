@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"stepbench/bench"
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/runner"
@@ -36,6 +37,7 @@ type runFlags struct {
 	format        string // "text" or "gobench"
 	backend       backendFlags
 	telemetry     telemetryFlags
+	profile       profileFlags
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet) {
@@ -59,6 +61,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.telemetry.register(fs)
 	fs.BoolVar(&f.breakdown, "breakdown", false, "after timing, one eager pass per shape with an event at every op boundary: a per-op table per phase")
 	fs.StringVar(&f.format, "format", "text", "stdout: text (one_batch lines and tables) or gobench (Go benchmark lines for benchstat; the text goes to stderr)")
+	f.profile.register(fs)
 }
 
 // runSetup is what runCmd resolved before loading weights.
@@ -66,7 +69,8 @@ type runSetup struct {
 	device, loadFormat string
 	cfg                runner.Config
 	est                runner.MemoryEstimate
-	prompts            [][]int32 // --correctness-test
+	prompts            [][]int32            // --correctness-test
+	window             *bench.ProfileWindow // --profile
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -101,7 +105,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if f.correctness {
 		return runCorrectness(engine, setup.prompts, f.shapes.output[0], f.logitsOut, stdout)
 	}
-	return f.benchmark(fs, setup, engineDeps(engine, env), stdout, stderr)
+	deps := engineDeps(engine, env)
+	deps.profiler = attachProfiler(engine, be, setup.window, stderr)
+	return f.benchmark(fs, setup, deps, stdout, stderr)
 }
 
 // prepare resolves the device, the model and the load format, and checks
@@ -111,6 +117,12 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 	var err error
 	if s.device, err = f.resolveDevice(fs, stderr); err != nil {
 		return s, err
+	}
+	if s.window, err = f.profile.window(fs, f.shapes.output); err != nil {
+		return s, err
+	}
+	if s.window != nil && s.device != "cuda" {
+		return s, usagef("--profile opens a CUDA profiler window: it needs --device cuda")
 	}
 	if s.cfg, err = f.model.resolve(); err != nil {
 		return s, err

@@ -26,6 +26,7 @@ import (
 type runDeps struct {
 	target       bench.Target
 	engine       *runner.Engine     // for --breakdown; nil when target is not an engine
+	profiler     bench.Profiler     // NVTX ranges and the --profile window; nil: none
 	env          report.Environment // the machine, before NVML adds to it
 	openNVML     func(uuid string) (*nvml.Monitor, error)
 	now          func() time.Time // the host clock; nil: time.Now
@@ -93,6 +94,7 @@ func (f *runFlags) benchOptions(s runSetup, d runDeps, textOut, stderr io.Writer
 		BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
 		WarmupIters: f.warmupIters, Seed: f.seed, VocabSize: s.cfg.VocabSize,
 		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Stdout: textOut, Progress: stderr, Now: d.now,
+		Profiler: d.profiler, Profile: s.window,
 	}
 	f.sampling.options(&opt)
 	return opt
