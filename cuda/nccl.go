@@ -192,6 +192,8 @@ func (t NCCLDataType) String() string {
 		return "int8"
 	case NCCLInt32:
 		return "int32"
+	case NCCLUint64:
+		return "uint64"
 	case NCCLFloat32:
 		return "float32"
 	case NCCLBfloat16:

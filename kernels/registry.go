@@ -38,6 +38,8 @@ func Families() []Family {
 		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm"},
 		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite"},
 		{Name: "argmax", Source: "sample.cu", Twin: "Argmax"},
+		{Name: "argmax_keys", Source: "tp.cu", Twin: "ArgmaxKeys"},
+		{Name: "key_index", Source: "tp.cu", Twin: "KeyIndex"},
 	}
 }
 

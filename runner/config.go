@@ -65,6 +65,15 @@ func llama3Config(name string) Config {
 	}
 }
 
+// llama3x70BConfig is the shape shared by the Llama 3 / 3.1 70B models
+// (their HF config.json): too large for one 80 GB GPU in bf16, run with
+// tensor parallelism.
+func llama3x70BConfig(name string) Config {
+	c := llama3Config(name)
+	c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads = 8192, 28672, 80, 64
+	return c
+}
+
 // presetConfig builds a preset afresh on each call, so callers may mutate
 // the result (including RopeScaling) without affecting anyone else.
 func presetConfig(name string) (Config, bool) {
@@ -73,6 +82,13 @@ func presetConfig(name string) (Config, bool) {
 		return llama3Config(name), true
 	case "llama-3.1-8b":
 		c := llama3Config(name)
+		c.RopeScaling = &RopeScaling{Type: RopeTypeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
+		c.MaxPositionEmbeddings = 131072
+		return c, true
+	case "llama-3-70b":
+		return llama3x70BConfig(name), true
+	case "llama-3.1-70b":
+		c := llama3x70BConfig(name)
 		c.RopeScaling = &RopeScaling{Type: RopeTypeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
 		c.MaxPositionEmbeddings = 131072
 		return c, true
@@ -108,7 +124,7 @@ func presetConfig(name string) (Config, bool) {
 
 // PresetNames lists the built-in model presets, sorted.
 func PresetNames() []string {
-	return []string{"llama-3-8b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b", "llama-tiny"}
+	return []string{"llama-3-70b", "llama-3-8b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b", "llama-tiny"}
 }
 
 // Preset returns the built-in config called name.

@@ -28,6 +28,17 @@ import (
 //	gather_last    bytes: batch×width read and written;                      FLOPs 0
 //	argmax         bytes: rows×vocab read, rows ids written;                 FLOPs: rows×vocab compares
 //	add_i32        bytes: 8 per element;                                     FLOPs 0
+//
+// A tensor-parallel rank (N ranks, PrefillCostTP, DecodeCostTP) costs its own
+// slices of the ops above, and:
+//
+//	all-reduce     of n elements of e bytes, in place: bytes 2·n·e (read and
+//	               written once); FLOPs (N−1)/N·n (a ring's reduce-scatter adds
+//	               N−1 chunks of n/N); comm bytes 2(N−1)/N·n·e, what a ring
+//	               all-reduce sends (and receives) per GPU over the interconnect
+//	               (nothing for N = 1)
+//	argmax keys    bytes: rows×vocab slice read, 8 per row written; FLOPs one compare per logit
+//	key index      bytes: 8 per row read, 4 written;                         FLOPs 0
 
 // The two kinds of step; every package that names a phase uses these.
 const (
@@ -41,18 +52,26 @@ type OpCost struct {
 	Calls int     `json:"calls"`
 	FLOPs float64 `json:"flops"`
 	Bytes float64 `json:"bytes"`
+	// CommBytes is what one GPU sends over the interconnect (collectives of
+	// tensor parallelism only).
+	CommBytes float64 `json:"comm_bytes,omitempty"`
 }
 
 // StepCost is a whole step: the sum of its ops.
 type StepCost struct {
-	Phase       string   `json:"phase"` // PhasePrefill or PhaseDecode
-	Batch       int      `json:"batch"`
-	SeqLen      int      `json:"seq_len"`   // new tokens per sequence
-	StartPos    int      `json:"start_pos"` // cached tokens per sequence before the step
-	FLOPs       float64  `json:"flops"`
-	Bytes       float64  `json:"bytes"`
-	WeightBytes float64  `json:"weight_bytes"` // the part of Bytes that is parameters
-	Ops         []OpCost `json:"ops"`
+	Phase       string  `json:"phase"` // PhasePrefill or PhaseDecode
+	Batch       int     `json:"batch"`
+	SeqLen      int     `json:"seq_len"`   // new tokens per sequence
+	StartPos    int     `json:"start_pos"` // cached tokens per sequence before the step
+	FLOPs       float64 `json:"flops"`
+	Bytes       float64 `json:"bytes"`
+	WeightBytes float64 `json:"weight_bytes"` // the part of Bytes that is parameters
+	// TPSize is the tensor-parallel size the step is costed for (1: one GPU);
+	// FLOPs, Bytes and WeightBytes are then one rank's (rank 0, whose
+	// vocabulary slice is the largest), CommBytes what it sends to the others.
+	TPSize    int      `json:"tp_size,omitempty"`
+	CommBytes float64  `json:"comm_bytes,omitempty"`
+	Ops       []OpCost `json:"ops"`
 
 	calls []OpCost // every backend call of the step, in order (CallCosts)
 }
@@ -96,21 +115,43 @@ func (c StepCost) Intensity() float64 {
 
 // PrefillCost is the cost of prefilling batch prompts of inputLen tokens.
 func PrefillCost(cfg Config, batch, inputLen int) (StepCost, error) {
-	return stepCost(cfg, PhasePrefill, batch, inputLen, inputLen, 0)
+	return stepCost(cfg, 0, PhasePrefill, batch, inputLen, inputLen, 0)
 }
 
 // DecodeCost is the cost of one decode step whose sequences already hold
 // startPos tokens (the step attends over startPos+1 positions).
 func DecodeCost(cfg Config, batch, startPos int) (StepCost, error) {
-	return stepCost(cfg, PhaseDecode, batch, startPos, 1, startPos)
+	return stepCost(cfg, 0, PhaseDecode, batch, startPos, 1, startPos)
 }
 
-func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (StepCost, error) {
+// PrefillCostTP is PrefillCost for one rank of tpSize tensor-parallel ranks
+// (rank 0, a Group's), all-reduces included.
+func PrefillCostTP(cfg Config, tpSize, batch, inputLen int) (StepCost, error) {
+	return stepCost(cfg, tpSize, PhasePrefill, batch, inputLen, inputLen, 0)
+}
+
+// DecodeCostTP is DecodeCost for one rank of tpSize tensor-parallel ranks.
+func DecodeCostTP(cfg Config, tpSize, batch, startPos int) (StepCost, error) {
+	return stepCost(cfg, tpSize, PhaseDecode, batch, startPos, 1, startPos)
+}
+
+// stepCost runs one step against the counting backend: on the whole model
+// for tpSize 0, else on rank 0 of tpSize ranks.
+func stepCost(cfg Config, tpSize int, phase string, batch, inputLen, seqLen, startPos int) (StepCost, error) {
 	if batch < 1 || inputLen < 1 {
 		return StepCost{}, fmt.Errorf("%s cost: batch %d and input length %d must be positive", phase, batch, inputLen)
 	}
-	cb := &costBackend{ops: map[string]*OpCost{}}
-	e, err := NewEngine(cfg, cb, WeightSource{}, nil)
+	cb := &costBackend{ops: map[string]*OpCost{}, tpSize: max(tpSize, 1)}
+	var e *Engine
+	var err error
+	if tpSize == 0 {
+		e, err = NewEngine(cfg, cb, WeightSource{}, nil)
+	} else {
+		var lay TPLayout
+		if lay, err = cfg.TPLayout(0, tpSize); err == nil {
+			e, err = NewEngineRank(cfg, lay, cb, WeightSource{}, nil)
+		}
+	}
 	if err != nil {
 		return StepCost{}, err
 	}
@@ -137,10 +178,14 @@ func stepCost(cfg Config, phase string, batch, inputLen, seqLen, startPos int) (
 		return StepCost{}, fmt.Errorf("%s cost: %w", phase, err)
 	}
 	sc := StepCost{Phase: phase, Batch: batch, SeqLen: seqLen, StartPos: startPos, WeightBytes: cb.weightBytes, calls: cb.calls}
+	if tpSize > 0 {
+		sc.TPSize = tpSize
+	}
 	for _, oc := range cb.ops {
 		sc.Ops = append(sc.Ops, *oc)
 		sc.FLOPs += oc.FLOPs
 		sc.Bytes += oc.Bytes
+		sc.CommBytes += oc.CommBytes
 	}
 	// Largest first; equal costs by name, so that the order (and every
 	// report listing it) does not depend on map iteration.
@@ -158,7 +203,10 @@ type costBackend struct {
 	label       string
 	counting    bool
 	weightBytes float64
+	tpSize      int // ranks of the collectives (1 outside tensor parallelism)
 }
+
+var _ Collectives = (*costBackend)(nil)
 
 type costBuffer struct {
 	dt DType
@@ -170,7 +218,10 @@ func (b *costBuffer) Len() int     { return b.n }
 
 // add counts one call of the current op; weightBytes is the part of bytes
 // that reads parameters.
-func (c *costBackend) add(flops, bytes, weightBytes float64) {
+func (c *costBackend) add(flops, bytes, weightBytes float64) { c.addComm(flops, bytes, weightBytes, 0) }
+
+// addComm is add with the bytes the call sends over the interconnect.
+func (c *costBackend) addComm(flops, bytes, weightBytes, commBytes float64) {
 	if !c.counting {
 		return
 	}
@@ -183,7 +234,38 @@ func (c *costBackend) add(flops, bytes, weightBytes float64) {
 	oc.Calls++
 	oc.FLOPs += flops
 	oc.Bytes += bytes
-	c.calls = append(c.calls, OpCost{Op: c.label, Calls: 1, FLOPs: flops, Bytes: bytes})
+	oc.CommBytes += commBytes
+	c.calls = append(c.calls, OpCost{Op: c.label, Calls: 1, FLOPs: flops, Bytes: bytes, CommBytes: commBytes})
+}
+
+// allReduce counts an in-place all-reduce of n elements of elemBytes each.
+func (c *costBackend) allReduce(n, elemBytes float64) {
+	N := float64(c.tpSize)
+	if c.tpSize <= 1 {
+		c.addComm(0, 0, 0, 0) // one rank: nothing to reduce or send
+		return
+	}
+	c.addComm((N-1)/N*n, 2*n*elemBytes, 0, 2*(N-1)/N*n*elemBytes)
+}
+
+func (c *costBackend) AllReduceSum(_ Buffer, n int) error {
+	c.allReduce(float64(n), 2)
+	return nil
+}
+
+func (c *costBackend) ArgmaxKeys(_, _ Buffer, rows, vocab, _ int) error {
+	c.add(float64(rows*vocab), 2*float64(rows*vocab)+8*float64(rows), 0)
+	return nil
+}
+
+func (c *costBackend) AllReduceMaxKeys(_ Buffer, rows int) error {
+	c.allReduce(float64(rows), 8)
+	return nil
+}
+
+func (c *costBackend) KeyIndex(_, _ Buffer, rows int) error {
+	c.add(0, 12*float64(rows), 0)
+	return nil
 }
 
 func (c *costBackend) Name() string { return "cost" }

@@ -3,6 +3,8 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"stepbench/kernels/ref"
@@ -15,6 +17,10 @@ type Engine struct {
 	cfg Config
 	be  Backend
 	w   *Weights
+	// tp is this engine's share of the model (the whole model unless it is
+	// a tensor-parallel rank); coll, set for a rank, runs the collectives.
+	tp   TPLayout
+	coll Collectives
 
 	// Shape of the current run.
 	batch, inputLen, outputLen, maxSeq int
@@ -27,6 +33,7 @@ type Engine struct {
 	posBuf                      Buffer // I32[1]: the device's view of pos
 	ids                         Buffer // I32[capTokens]: prefill input ids
 	next                        Buffer // I32[capBatch]: argmax of the last step; decode input
+	keys                        Buffer // I32[2*capBatch]: a rank's argmax keys (uint64 each)
 	prompts                     []int32
 	graphs                      decodeGraphs // captured decode steps of the buffers above
 
@@ -62,8 +69,37 @@ func NewEngine(cfg Config, be Backend, src WeightSource, progress func(done, tot
 	if err != nil {
 		return nil, fmt.Errorf("load weights: %w", err)
 	}
-	return &Engine{cfg: cfg, be: be, w: w}, nil
+	return &Engine{cfg: cfg, be: be, w: w, tp: cfg.FullLayout()}, nil
 }
+
+// NewEngineRank loads one tensor-parallel rank's share of the weights (see
+// TPLayout) on be, which must have Collectives; the engine then all-reduces
+// after o_proj and down_proj and combines the argmax over the ranks. Every
+// rank's engine must run the same steps in the same order (Group does).
+func NewEngineRank(cfg Config, layout TPLayout, be Backend, src WeightSource, progress func(done, total int)) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	want, err := cfg.TPLayout(layout.Rank, layout.Size)
+	if err != nil {
+		return nil, err
+	}
+	if layout != want {
+		return nil, fmt.Errorf("rank %d of %d: layout %+v is not the model's %+v", layout.Rank, layout.Size, layout, want)
+	}
+	coll, ok := be.(Collectives)
+	if !ok {
+		return nil, fmt.Errorf("%s backend: %w", be.Name(), ErrNoCollectives)
+	}
+	w, err := loadWeights(be, cfg, layout, src, progress)
+	if err != nil {
+		return nil, fmt.Errorf("load rank %d's weights: %w", layout.Rank, err)
+	}
+	return &Engine{cfg: cfg, be: be, w: w, tp: layout, coll: coll}, nil
+}
+
+// Layout is the engine's share of the model.
+func (e *Engine) Layout() TPLayout { return e.tp }
 
 // Config is the model's configuration.
 func (e *Engine) Config() Config { return e.cfg }
@@ -115,7 +151,7 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 	if err := e.freeRunBuffers(); err != nil {
 		return err
 	}
-	c := e.cfg
+	c, lay := e.cfg, e.tp
 	h, D := c.HiddenSize, c.HeadDim
 	var err error
 	alloc := func(dst *Buffer, dt DType, n int, what string) {
@@ -131,24 +167,27 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 	a := &e.act
 	alloc(&a.x, BF16, tokens*h, "residual")
 	alloc(&a.normed, BF16, tokens*h, "normed")
-	alloc(&a.qkv, BF16, tokens*c.QKVDim(), "qkv")
-	alloc(&a.q, BF16, tokens*c.NumAttentionHeads*D, "q")
-	alloc(&a.attn, BF16, tokens*c.NumAttentionHeads*D, "attention output")
+	alloc(&a.qkv, BF16, tokens*lay.QKVDim(D), "qkv")
+	alloc(&a.q, BF16, tokens*lay.Heads*D, "q")
+	alloc(&a.attn, BF16, tokens*lay.Heads*D, "attention output")
 	alloc(&a.o, BF16, tokens*h, "o_proj output")
-	alloc(&a.gateUp, BF16, tokens*2*c.IntermediateSize, "gate_up")
-	alloc(&a.act, BF16, tokens*c.IntermediateSize, "silu*mul")
+	alloc(&a.gateUp, BF16, tokens*2*lay.Inter, "gate_up")
+	alloc(&a.act, BF16, tokens*lay.Inter, "silu*mul")
 	alloc(&a.down, BF16, tokens*h, "down_proj output")
 	alloc(&a.lastX, BF16, batch*h, "last residual")
 	alloc(&a.lastDown, BF16, batch*h, "last down")
 	alloc(&a.lastNormed, BF16, batch*h, "last normed")
-	alloc(&a.logits, BF16, batch*c.VocabSize, "logits")
+	alloc(&a.logits, BF16, batch*lay.Vocab, "logits")
 	alloc(&e.posBuf, I32, 1, "position")
 	alloc(&e.ids, I32, tokens, "input ids")
 	alloc(&e.next, I32, batch, "next ids")
+	if e.coll != nil {
+		alloc(&e.keys, I32, 2*batch, "argmax keys")
+	}
 	e.kCache = make([]Buffer, c.NumHiddenLayers)
 	e.vCache = make([]Buffer, c.NumHiddenLayers)
 	for l := range e.kCache {
-		n := batch * maxSeq * c.NumKeyValueHeads * D
+		n := batch * maxSeq * lay.KVHeads * D
 		alloc(&e.kCache[l], BF16, n, fmt.Sprintf("layer %d K cache", l))
 		alloc(&e.vCache[l], BF16, n, fmt.Sprintf("layer %d V cache", l))
 	}
@@ -157,8 +196,7 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 	}
 	e.capTokens, e.capBatch, e.capSeq = tokens, batch, maxSeq
 	if r, ok := e.be.(AttentionReserver); ok {
-		s := AttnShape{Batch: batch, SeqLen: 1, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads,
-			HeadDim: D, MaxSeq: maxSeq}
+		s := AttnShape{Batch: batch, SeqLen: 1, Heads: lay.Heads, KVHeads: lay.KVHeads, HeadDim: D, MaxSeq: maxSeq}
 		if err := r.ReserveAttention(s); err != nil {
 			return fmt.Errorf("reserve attention workspace: %w", err)
 		}
@@ -176,7 +214,7 @@ func (e *Engine) freeRunBuffers() error {
 	}
 	a := &e.act
 	for _, b := range []*Buffer{&a.x, &a.normed, &a.qkv, &a.q, &a.attn, &a.o, &a.gateUp, &a.act, &a.down,
-		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &e.posBuf, &e.ids, &e.next} {
+		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &e.posBuf, &e.ids, &e.next, &e.keys} {
 		free(b)
 	}
 	for l := range e.kCache {
@@ -272,9 +310,8 @@ func (e *Engine) Position() int { return e.pos }
 // shape is the attention shape of the next step over seqLen new tokens per
 // sequence.
 func (e *Engine) shape(seqLen int) AttnShape {
-	c := e.cfg
-	return AttnShape{Batch: e.batch, SeqLen: seqLen, StartPos: e.pos, Heads: c.NumAttentionHeads,
-		KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim, MaxSeq: e.maxSeq}
+	return AttnShape{Batch: e.batch, SeqLen: seqLen, StartPos: e.pos, Heads: e.tp.Heads,
+		KVHeads: e.tp.KVHeads, HeadDim: e.cfg.HeadDim, MaxSeq: e.maxSeq}
 }
 
 func (e *Engine) op(name string) {
@@ -297,19 +334,21 @@ func (e *Engine) endOpRange() {
 	}
 }
 
-// forward runs every layer over batch×seqLen new tokens whose ids are in
-// ids, then writes each sequence's greedy next token to e.next.
-func (e *Engine) forward(ids Buffer, seqLen int) error {
+// layerStep is one op of a decoder layer, labelled as OnOp sees it.
+type layerStep struct {
+	name string
+	run  func(l int) error
+}
+
+// layerSteps are the ops of one decoder layer for shape s. A tensor-parallel
+// rank runs its slices of the projections and attention (its Layout) and
+// all-reduces the partial sums of o_proj and down_proj.
+func (e *Engine) layerSteps(s AttnShape) []layerStep {
 	c, be, w, a := e.cfg, e.be, e.w, &e.act
-	s := e.shape(seqLen)
-	T, h, inter := s.Tokens(), c.HiddenSize, c.IntermediateSize
-	qDim := c.NumAttentionHeads * c.HeadDim
+	T, h, inter := s.Tokens(), c.HiddenSize, e.tp.Inter
+	qDim, qkvDim := e.tp.Heads*c.HeadDim, e.tp.QKVDim(c.HeadDim)
 	eps := float32(c.RMSNormEps)
-	defer e.endOpRange()
-	steps := []struct {
-		name string
-		run  func(l int) error
-	}{
+	steps := []layerStep{
 		{"input_norm", func(l int) error {
 			var add Buffer
 			if l > 0 {
@@ -317,23 +356,38 @@ func (e *Engine) forward(ids Buffer, seqLen int) error {
 			}
 			return be.AddRMSNorm(a.normed, a.x, add, w.layers[l].inputNorm, T, h, eps)
 		}},
-		{"qkv_proj", func(l int) error { return be.Linear(a.qkv, a.normed, w.layers[l].qkv, T, c.QKVDim(), h) }},
+		{"qkv_proj", func(l int) error { return be.Linear(a.qkv, a.normed, w.layers[l].qkv, T, qkvDim, h) }},
 		{"rope_kv_write", func(l int) error {
 			return be.RopeKVWrite(a.q, e.kCache[l], e.vCache[l], a.qkv, w.invFreq, e.posBuf, s)
 		}},
 		{"attention", func(l int) error { return be.Attention(a.attn, a.q, e.kCache[l], e.vCache[l], e.posBuf, s) }},
 		{"o_proj", func(l int) error { return be.Linear(a.o, a.attn, w.layers[l].o, T, h, qDim) }},
+		{"attn_all_reduce", func(int) error { return e.coll.AllReduceSum(a.o, T*h) }},
 		{"post_attention_norm", func(l int) error {
 			return be.AddRMSNorm(a.normed, a.x, a.o, w.layers[l].postNorm, T, h, eps)
 		}},
 		{"gate_up_proj", func(l int) error { return be.Linear(a.gateUp, a.normed, w.layers[l].gateUp, T, 2*inter, h) }},
 		{"silu_mul", func(l int) error { return be.SiluMul(a.act, a.gateUp, T, inter) }},
 		{"down_proj", func(l int) error { return be.Linear(a.down, a.act, w.layers[l].down, T, h, inter) }},
+		{"mlp_all_reduce", func(int) error { return e.coll.AllReduceSum(a.down, T*h) }},
 	}
+	if e.coll == nil {
+		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return strings.HasSuffix(st.name, "_all_reduce") })
+	}
+	return steps
+}
+
+// forward runs every layer over batch×seqLen new tokens whose ids are in
+// ids, then writes each sequence's greedy next token to e.next.
+func (e *Engine) forward(ids Buffer, seqLen int) error {
+	c, be, w, a := e.cfg, e.be, e.w, &e.act
+	s := e.shape(seqLen)
+	defer e.endOpRange()
 	e.op("embed")
-	if err := be.Embed(a.x, w.embed, ids, T, h); err != nil {
+	if err := be.Embed(a.x, w.embed, ids, s.Tokens(), c.HiddenSize); err != nil {
 		return fmt.Errorf("embed: %w", err)
 	}
+	steps := e.layerSteps(s)
 	for l := 0; l < c.NumHiddenLayers; l++ {
 		for _, st := range steps {
 			e.op(st.name)
@@ -342,37 +396,68 @@ func (e *Engine) forward(ids Buffer, seqLen int) error {
 			}
 		}
 	}
-	// Only each sequence's last token needs logits: gather it before the
-	// final norm so the norm and lm_head run on batch rows, not batch×seqLen.
-	x, down := a.x, a.down
-	if seqLen > 1 {
-		e.op("gather_last")
-		if err := be.GatherLast(a.lastX, a.x, s.Batch, seqLen, h); err != nil {
-			return fmt.Errorf("gather last residual: %w", err)
-		}
-		e.op("gather_last")
-		if err := be.GatherLast(a.lastDown, a.down, s.Batch, seqLen, h); err != nil {
-			return fmt.Errorf("gather last down: %w", err)
-		}
-		x, down = a.lastX, a.lastDown
-	}
-	e.op("final_norm")
-	if err := be.AddRMSNorm(a.lastNormed, x, down, w.finalNorm, s.Batch, h, eps); err != nil {
-		return fmt.Errorf("final norm: %w", err)
-	}
-	e.op("lm_head")
-	if err := be.Linear(a.logits, a.lastNormed, w.lmHead, s.Batch, c.VocabSize, h); err != nil {
-		return fmt.Errorf("lm_head: %w", err)
-	}
-	e.op("argmax")
-	if err := be.Argmax(e.next, a.logits, s.Batch, c.VocabSize); err != nil {
-		return fmt.Errorf("argmax: %w", err)
+	if err := e.head(s); err != nil {
+		return err
 	}
 	e.op("advance_position")
 	if err := be.AddI32(e.posBuf, seqLen); err != nil {
 		return fmt.Errorf("advance position: %w", err)
 	}
 	e.pos += seqLen
+	return nil
+}
+
+// head computes each sequence's logits from its last token and its greedy
+// next token into e.next.
+func (e *Engine) head(s AttnShape) error {
+	c, be, w, a := e.cfg, e.be, e.w, &e.act
+	h := c.HiddenSize
+	// Only each sequence's last token needs logits: gather it before the
+	// final norm so the norm and lm_head run on batch rows, not batch×seqLen.
+	x, down := a.x, a.down
+	if s.SeqLen > 1 {
+		e.op("gather_last")
+		if err := be.GatherLast(a.lastX, a.x, s.Batch, s.SeqLen, h); err != nil {
+			return fmt.Errorf("gather last residual: %w", err)
+		}
+		e.op("gather_last")
+		if err := be.GatherLast(a.lastDown, a.down, s.Batch, s.SeqLen, h); err != nil {
+			return fmt.Errorf("gather last down: %w", err)
+		}
+		x, down = a.lastX, a.lastDown
+	}
+	e.op("final_norm")
+	if err := be.AddRMSNorm(a.lastNormed, x, down, w.finalNorm, s.Batch, h, float32(c.RMSNormEps)); err != nil {
+		return fmt.Errorf("final norm: %w", err)
+	}
+	e.op("lm_head")
+	if err := be.Linear(a.logits, a.lastNormed, w.lmHead, s.Batch, e.tp.Vocab, h); err != nil {
+		return fmt.Errorf("lm_head: %w", err)
+	}
+	e.op("argmax")
+	if e.coll == nil {
+		if err := be.Argmax(e.next, a.logits, s.Batch, e.tp.Vocab); err != nil {
+			return fmt.Errorf("argmax: %w", err)
+		}
+		return nil
+	}
+	return e.shardedArgmax(s.Batch)
+}
+
+// shardedArgmax combines the ranks' argmaxes of their vocabulary slices: a
+// key per row and rank, the largest over the ranks, its index.
+func (e *Engine) shardedArgmax(batch int) error {
+	if err := e.coll.ArgmaxKeys(e.keys, e.act.logits, batch, e.tp.Vocab, e.tp.VocabStart); err != nil {
+		return fmt.Errorf("argmax keys: %w", err)
+	}
+	e.op("argmax_all_reduce")
+	if err := e.coll.AllReduceMaxKeys(e.keys, batch); err != nil {
+		return fmt.Errorf("argmax all-reduce: %w", err)
+	}
+	e.op("argmax")
+	if err := e.coll.KeyIndex(e.next, e.keys, batch); err != nil {
+		return fmt.Errorf("argmax key index: %w", err)
+	}
 	return nil
 }
 
@@ -389,12 +474,13 @@ func (e *Engine) NextTokens() ([]int32, error) {
 }
 
 // Logits waits for the backend and returns the last step's logits,
-// [batch][vocab] as float32 (widened from the bf16 the model produces).
+// [batch][vocab] as float32 (widened from the bf16 the model produces); a
+// tensor-parallel rank's are its vocabulary slice (Layout().Vocab wide).
 func (e *Engine) Logits() ([][]float32, error) {
 	if !e.prefilled {
 		return nil, errors.New("logits: nothing generated yet")
 	}
-	v := e.cfg.VocabSize
+	v := e.tp.Vocab
 	raw := make([]uint16, e.batch*v)
 	if err := e.be.DownloadBF16(e.act.logits, raw); err != nil {
 		return nil, fmt.Errorf("download logits: %w", err)

@@ -34,13 +34,36 @@ func (c Config) ParamCount() int64 {
 // EstimateMemory is the memory for batch sequences of up to maxSeq
 // positions whose prefill brings tokens rows, matching Engine's allocations.
 func EstimateMemory(c Config, batch, tokens, maxSeq int) MemoryEstimate {
+	return EstimateMemoryRank(c, c.FullLayout(), batch, tokens, maxSeq)
+}
+
+// rankParamCount is the number of parameters a rank of layout l stores:
+// its slices of the layers and of lm_head, the whole embedding and norms.
+func (c Config) rankParamCount(l TPLayout) int64 {
+	h, D := int64(c.HiddenSize), int64(c.HeadDim)
+	perLayer := 2*h + int64(l.QKVDim(c.HeadDim))*h + h*int64(l.Heads)*D + 3*int64(l.Inter)*h
+	n := int64(c.NumHiddenLayers)*perLayer + h + int64(c.VocabSize)*h
+	if !c.TieWordEmbeddings || l.Vocab != c.VocabSize {
+		n += int64(l.Vocab) * h
+	}
+	return n
+}
+
+// EstimateMemoryRank is EstimateMemory on one GPU of a tensor-parallel group
+// (rank l.Rank of l.Size): its weights, its KV heads' cache and its
+// activations, matching NewEngineRank's allocations.
+func EstimateMemoryRank(c Config, l TPLayout, batch, tokens, maxSeq int) MemoryEstimate {
 	h, D := int64(c.HiddenSize), int64(c.HeadDim)
 	T, B := int64(tokens), int64(batch)
-	perToken := 4*h + int64(c.QKVDim()) + 2*int64(c.NumAttentionHeads)*D + 3*int64(c.IntermediateSize)
+	perToken := 4*h + int64(l.QKVDim(c.HeadDim)) + 2*int64(l.Heads)*D + 3*int64(l.Inter)
+	i32 := 1 + T + B
+	if l.Size > 1 {
+		i32 += 2 * B // the argmax keys
+	}
 	return MemoryEstimate{
-		WeightBytes:     2*c.ParamCount() + 4*D/2,
-		KVCacheBytes:    2 * 2 * int64(c.NumHiddenLayers) * B * int64(maxSeq) * int64(c.NumKeyValueHeads) * D,
-		ActivationBytes: 2*(T*perToken+B*(3*h+int64(c.VocabSize))) + 4*(1+T+B),
+		WeightBytes:     2*c.rankParamCount(l) + 4*D/2,
+		KVCacheBytes:    2 * 2 * int64(c.NumHiddenLayers) * B * int64(maxSeq) * int64(l.KVHeads) * D,
+		ActivationBytes: 2*(T*perToken+B*(3*h+int64(l.Vocab))) + 4*i32,
 	}
 }
 

@@ -40,83 +40,104 @@ type WeightSource struct {
 	Seed   uint64
 }
 
-// part is one HF tensor placed at an element offset of a backend buffer.
+// part is a block of an HF tensor of shape [rows, cols] (row-major) placed
+// contiguously at an element offset of a backend buffer: rows
+// [row0, row0+nrows) and columns [col0, col0+ncols). A whole tensor is the
+// block of all its rows and columns; a tensor-parallel rank takes a block of
+// rows (column-parallel layers) or of columns (row-parallel ones).
 type part struct {
-	name   string
-	offset int
-	n      int
-	kind   ref.DummyKind
+	name                     string
+	offset                   int
+	kind                     ref.DummyKind
+	rows, cols               int
+	row0, nrows, col0, ncols int
 }
+
+// whole is the part holding all of a [rows, cols] tensor at offset.
+func whole(name string, offset, rows, cols int, kind ref.DummyKind) part {
+	return part{name: name, offset: offset, kind: kind, rows: rows, cols: cols, nrows: rows, ncols: cols}
+}
+
+// rowBlock is rows [row0, row0+n) of a [rows, cols] tensor.
+func rowBlock(name string, offset, rows, cols, row0, n int) part {
+	return part{name: name, offset: offset, kind: ref.DummyUniform, rows: rows, cols: cols, row0: row0, nrows: n, ncols: cols}
+}
+
+// colBlock is columns [col0, col0+n) of every row of a [rows, cols] tensor.
+func colBlock(name string, offset, rows, cols, col0, n int) part {
+	return part{name: name, offset: offset, kind: ref.DummyUniform, rows: rows, cols: cols, nrows: rows, col0: col0, ncols: n}
+}
+
+func (p part) len() int { return p.nrows * p.ncols }
 
 // LoadWeights allocates every parameter on be and fills it from src.
 // progress, when non-nil, is called after each tensor with (done, total).
 func LoadWeights(be Backend, cfg Config, src WeightSource, progress func(done, total int)) (*Weights, error) {
-	h, inter, D := cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim
-	qDim, kvDim := cfg.NumAttentionHeads*D, cfg.NumKeyValueHeads*D
-	w := &Weights{}
-	total := 3 + 9*cfg.NumHiddenLayers // embed, lm_head, norm; 9 HF tensors per layer
-	done := 0
-	alloc := func(n int, parts ...part) (Buffer, error) {
-		b, err := be.Alloc(BF16, n)
-		if err != nil {
-			return nil, fmt.Errorf("allocate %s (%d bf16): %w", parts[0].name, n, err)
-		}
-		w.owned = append(w.owned, b)
-		names := make([]string, len(parts))
-		for i, p := range parts {
-			names[i] = p.name
-		}
-		nameBuffer(be, b, strings.Join(names, " + "))
-		for _, p := range parts {
-			if err := fillPart(be, b, p, src); err != nil {
-				return nil, err
-			}
-			done++
-			if progress != nil {
-				progress(done, total)
-			}
-		}
-		return b, nil
+	return loadWeights(be, cfg, cfg.FullLayout(), src, progress)
+}
+
+// weightLoader allocates and fills one rank's parameters.
+type weightLoader struct {
+	be          Backend
+	src         WeightSource
+	w           *Weights
+	done, total int
+	progress    func(done, total int)
+}
+
+func (ld *weightLoader) alloc(n int, parts ...part) (Buffer, error) {
+	b, err := ld.be.Alloc(BF16, n)
+	if err != nil {
+		return nil, fmt.Errorf("allocate %s (%d bf16): %w", parts[0].name, n, err)
 	}
+	ld.w.owned = append(ld.w.owned, b)
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = p.name
+	}
+	nameBuffer(ld.be, b, strings.Join(names, " + "))
+	for _, p := range parts {
+		if err := fillPart(ld.be, b, p, ld.src); err != nil {
+			return nil, err
+		}
+		ld.done++
+		if ld.progress != nil {
+			ld.progress(ld.done, ld.total)
+		}
+	}
+	return b, nil
+}
+
+// loadWeights loads layout's share of the model: the whole of it for
+// cfg.FullLayout(). The embedding and the norms are whole on every rank.
+func loadWeights(be Backend, cfg Config, lay TPLayout, src WeightSource, progress func(done, total int)) (*Weights, error) {
+	h, V := cfg.HiddenSize, cfg.VocabSize
+	ld := &weightLoader{be: be, src: src, w: &Weights{}, progress: progress,
+		total: 3 + 9*cfg.NumHiddenLayers} // embed, lm_head, norm; 9 HF tensors per layer
+	w := ld.w
 	var err error
-	if w.embed, err = alloc(cfg.VocabSize*h, part{"model.embed_tokens.weight", 0, cfg.VocabSize * h, ref.DummyUniform}); err != nil {
+	if w.embed, err = ld.alloc(V*h, whole("model.embed_tokens.weight", 0, V, h, ref.DummyUniform)); err != nil {
 		return nil, w.freeOnError(be, err)
 	}
+	// A rank's lm_head is its block of the vocabulary's rows, of the
+	// embedding when the two are tied.
+	headName := "lm_head.weight"
 	if cfg.TieWordEmbeddings {
+		headName = "model.embed_tokens.weight"
+	}
+	if cfg.TieWordEmbeddings && lay.Vocab == V {
 		w.lmHead = w.embed
-		done++
-	} else if w.lmHead, err = alloc(cfg.VocabSize*h, part{"lm_head.weight", 0, cfg.VocabSize * h, ref.DummyUniform}); err != nil {
+		ld.done++
+	} else if w.lmHead, err = ld.alloc(lay.Vocab*h, rowBlock(headName, 0, V, h, lay.VocabStart, lay.Vocab)); err != nil {
 		return nil, w.freeOnError(be, err)
 	}
-	if w.finalNorm, err = alloc(h, part{"model.norm.weight", 0, h, ref.DummyOnes}); err != nil {
+	if w.finalNorm, err = ld.alloc(h, whole("model.norm.weight", 0, 1, h, ref.DummyOnes)); err != nil {
 		return nil, w.freeOnError(be, err)
 	}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		pre := fmt.Sprintf("model.layers.%d.", i)
-		var lw layerWeights
-		steps := []struct {
-			dst   *Buffer
-			n     int
-			parts []part
-		}{
-			{&lw.inputNorm, h, []part{{pre + "input_layernorm.weight", 0, h, ref.DummyOnes}}},
-			{&lw.qkv, (qDim + 2*kvDim) * h, []part{
-				{pre + "self_attn.q_proj.weight", 0, qDim * h, ref.DummyUniform},
-				{pre + "self_attn.k_proj.weight", qDim * h, kvDim * h, ref.DummyUniform},
-				{pre + "self_attn.v_proj.weight", (qDim + kvDim) * h, kvDim * h, ref.DummyUniform},
-			}},
-			{&lw.o, h * qDim, []part{{pre + "self_attn.o_proj.weight", 0, h * qDim, ref.DummyUniform}}},
-			{&lw.postNorm, h, []part{{pre + "post_attention_layernorm.weight", 0, h, ref.DummyOnes}}},
-			{&lw.gateUp, 2 * inter * h, []part{
-				{pre + "mlp.gate_proj.weight", 0, inter * h, ref.DummyUniform},
-				{pre + "mlp.up_proj.weight", inter * h, inter * h, ref.DummyUniform},
-			}},
-			{&lw.down, h * inter, []part{{pre + "mlp.down_proj.weight", 0, h * inter, ref.DummyUniform}}},
-		}
-		for _, s := range steps {
-			if *s.dst, err = alloc(s.n, s.parts...); err != nil {
-				return nil, w.freeOnError(be, err)
-			}
+		lw, err := ld.layer(cfg, lay, i)
+		if err != nil {
+			return nil, w.freeOnError(be, err)
 		}
 		w.layers = append(w.layers, lw)
 	}
@@ -131,10 +152,59 @@ func LoadWeights(be Backend, cfg Config, src WeightSource, progress func(done, t
 	return w, nil
 }
 
+// layer loads decoder layer i's share: q/k/v rows of the rank's heads and
+// gate/up rows of its intermediate columns (column-parallel), o_proj's and
+// down_proj's columns of the same (row-parallel).
+func (ld *weightLoader) layer(cfg Config, lay TPLayout, i int) (layerWeights, error) {
+	h, inter, D := cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim
+	H, KV := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	qRows, kvRows := lay.Heads*D, lay.KVHeads*D
+	pre := fmt.Sprintf("model.layers.%d.", i)
+	var lw layerWeights
+	steps := []struct {
+		dst   *Buffer
+		n     int
+		parts []part
+	}{
+		{&lw.inputNorm, h, []part{whole(pre+"input_layernorm.weight", 0, 1, h, ref.DummyOnes)}},
+		{&lw.qkv, (qRows + 2*kvRows) * h, []part{
+			rowBlock(pre+"self_attn.q_proj.weight", 0, H*D, h, lay.HeadStart*D, qRows),
+			rowBlock(pre+"self_attn.k_proj.weight", qRows*h, KV*D, h, lay.KVHeadStart*D, kvRows),
+			rowBlock(pre+"self_attn.v_proj.weight", (qRows+kvRows)*h, KV*D, h, lay.KVHeadStart*D, kvRows),
+		}},
+		{&lw.o, h * qRows, []part{colBlock(pre+"self_attn.o_proj.weight", 0, h, H*D, lay.HeadStart*D, qRows)}},
+		{&lw.postNorm, h, []part{whole(pre+"post_attention_layernorm.weight", 0, 1, h, ref.DummyOnes)}},
+		{&lw.gateUp, 2 * lay.Inter * h, []part{
+			rowBlock(pre+"mlp.gate_proj.weight", 0, inter, h, lay.InterStart, lay.Inter),
+			rowBlock(pre+"mlp.up_proj.weight", lay.Inter*h, inter, h, lay.InterStart, lay.Inter),
+		}},
+		{&lw.down, h * lay.Inter, []part{colBlock(pre+"mlp.down_proj.weight", 0, h, inter, lay.InterStart, lay.Inter)}},
+	}
+	for _, s := range steps {
+		var err error
+		if *s.dst, err = ld.alloc(s.n, s.parts...); err != nil {
+			return lw, err
+		}
+	}
+	return lw, nil
+}
+
+// fillPart fills p's block: dummy weights are generated from their global
+// element indices (so every rank's block is the same model's), real ones
+// copied from the whole tensor.
 func fillPart(be Backend, dst Buffer, p part, src WeightSource) error {
 	if src.Reader == nil {
-		if err := be.FillDummy(dst, p.offset, p.n, src.Seed, p.name, 0, p.kind); err != nil {
-			return fmt.Errorf("dummy %s: %w", p.name, err)
+		if p.ncols == p.cols {
+			if err := be.FillDummy(dst, p.offset, p.len(), src.Seed, p.name, uint64(p.row0*p.cols), p.kind); err != nil {
+				return fmt.Errorf("dummy %s: %w", p.name, err)
+			}
+			return nil
+		}
+		for r := 0; r < p.nrows; r++ {
+			first := uint64((p.row0+r)*p.cols + p.col0)
+			if err := be.FillDummy(dst, p.offset+r*p.ncols, p.ncols, src.Seed, p.name, first, p.kind); err != nil {
+				return fmt.Errorf("dummy %s row %d: %w", p.name, p.row0+r, err)
+			}
 		}
 		return nil
 	}
@@ -142,10 +212,17 @@ func fillPart(be Backend, dst Buffer, p part, src WeightSource) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", p.name, err)
 	}
-	if len(data) != p.n {
-		return fmt.Errorf("tensor %s: %d elements, want %d", p.name, len(data), p.n)
+	if len(data) != p.rows*p.cols {
+		return fmt.Errorf("tensor %s: %d elements, want %d", p.name, len(data), p.rows*p.cols)
 	}
-	if err := be.UploadBF16(dst, p.offset, data); err != nil {
+	block := data[p.row0*p.cols : (p.row0+p.nrows)*p.cols]
+	if p.ncols != p.cols {
+		block = make([]uint16, 0, p.len())
+		for r := p.row0; r < p.row0+p.nrows; r++ {
+			block = append(block, data[r*p.cols+p.col0:r*p.cols+p.col0+p.ncols]...)
+		}
+	}
+	if err := be.UploadBF16(dst, p.offset, block); err != nil {
 		return fmt.Errorf("upload %s: %w", p.name, err)
 	}
 	return nil

@@ -88,6 +88,7 @@ type Backend struct {
 
 	events    []*cuda.Event
 	capturing bool
+	comm      *cuda.NCCLComm // JoinGroup: this backend is a tensor-parallel rank
 }
 
 // New opens the driver, NVRTC and cuBLAS, compiles (or loads cached)
@@ -334,6 +335,7 @@ func (c *Backend) Close() error {
 		add(ev.Destroy())
 	}
 	c.events = nil
+	add(c.leaveGroup())
 	// The handle goes before its workspace: cuBLAS may use the workspace
 	// until the handle is destroyed.
 	if c.handle != nil {

@@ -1,0 +1,262 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+)
+
+// Group runs a tensor-parallel model: one Engine per rank, each on its own
+// goroutine locked to an OS thread (a GPU backend's calls must all come from
+// the thread its context is current on), driven in lockstep. It is a
+// bench.Target: Begin, Prefill and Decode enqueue on every rank at once;
+// Sync waits for every rank's stream, so a timed region starts and ends
+// with all of them synchronised; an event is one per rank, and the device
+// time of a region is its slowest rank's (RankElapsed gives each).
+//
+// A Group may hold only some ranks of the communicator (the others run in
+// other processes, on other nodes): it drives its own, and the collectives
+// keep every process in step.
+type Group struct {
+	cfg   Config
+	size  int
+	ranks []*groupRank
+}
+
+type groupRank struct {
+	rank int // the rank in the communicator
+	work chan func()
+	done chan error
+	be   Backend
+	e    *Engine
+}
+
+// RankBackends opens the backends of a Group's ranks. Open and Join run on
+// the rank's own goroutine (locked to its OS thread), all ranks at once:
+// Open makes the rank's backend (its GPU's context); Join makes it a rank of
+// the collectives (NCCL's ncclCommInitRank returns only when every rank has
+// joined, so Join runs only once every Open succeeded).
+type RankBackends struct {
+	Open func(rank int) (Backend, error)
+	Join func(rank int, be Backend) error
+}
+
+// NewGroup opens ranks (the communicator ranks this process drives, of
+// size in all), joins them and loads each one's share of the weights (see
+// TPLayout). progress, when set, sees the first rank's loading.
+func NewGroup(cfg Config, size int, ranks []int, open RankBackends, src WeightSource, progress func(done, total int)) (*Group, error) {
+	if err := cfg.CheckTP(size); err != nil {
+		return nil, err
+	}
+	if len(ranks) == 0 {
+		return nil, errors.New("tensor-parallel group: no ranks to run")
+	}
+	g := &Group{cfg: cfg, size: size}
+	for _, r := range ranks {
+		if r < 0 || r >= size || slices.ContainsFunc(g.ranks, func(o *groupRank) bool { return o.rank == r }) {
+			g.stop()
+			return nil, fmt.Errorf("tensor-parallel group: rank %d of %d (ranks %v)", r, size, ranks)
+		}
+		g.ranks = append(g.ranks, startRank(r))
+	}
+	steps := []func(r *groupRank) error{
+		func(r *groupRank) (err error) { r.be, err = open.Open(r.rank); return err },
+		func(r *groupRank) error { return open.Join(r.rank, r.be) },
+		func(r *groupRank) error {
+			lay, err := cfg.TPLayout(r.rank, size)
+			if err != nil {
+				return err
+			}
+			var p func(done, total int)
+			if r == g.ranks[0] {
+				p = progress
+			}
+			r.e, err = NewEngineRank(cfg, lay, r.be, src, p)
+			return err
+		},
+	}
+	for _, step := range steps {
+		if err := g.each(step); err != nil {
+			return nil, errors.Join(err, g.Close())
+		}
+	}
+	return g, nil
+}
+
+// startRank starts the rank's goroutine, locked to its OS thread for its
+// whole life (the thread ends with it, taking its CUDA context binding).
+func startRank(rank int) *groupRank {
+	r := &groupRank{rank: rank, work: make(chan func()), done: make(chan error, 1)}
+	go func() {
+		runtime.LockOSThread()
+		for f := range r.work {
+			f()
+		}
+	}()
+	return r
+}
+
+// each runs f for every rank on the rank's goroutine, all at once, and
+// returns when all are done, with every failure (named by rank).
+func (g *Group) each(f func(r *groupRank) error) error {
+	for _, r := range g.ranks {
+		r.work <- func() { r.done <- f(r) }
+	}
+	var errs []error
+	for _, r := range g.ranks {
+		if err := <-r.done; err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", r.rank, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Do runs f with every rank's engine on the rank's goroutine, all at once.
+func (g *Group) Do(f func(rank int, e *Engine) error) error {
+	return g.each(func(r *groupRank) error { return f(r.rank, r.e) })
+}
+
+// DoBackend runs f with every rank's backend on the rank's goroutine.
+func (g *Group) DoBackend(f func(rank int, be Backend) error) error {
+	return g.each(func(r *groupRank) error { return f(r.rank, r.be) })
+}
+
+// Config is the model's configuration.
+func (g *Group) Config() Config { return g.cfg }
+
+// Size is the tensor-parallel size (ranks in all, here or elsewhere).
+func (g *Group) Size() int { return g.size }
+
+// Ranks are the communicator ranks this group drives.
+func (g *Group) Ranks() []int {
+	out := make([]int, len(g.ranks))
+	for i, r := range g.ranks {
+		out[i] = r.rank
+	}
+	return out
+}
+
+// Begin starts a fresh run on every rank (see Engine.Begin).
+func (g *Group) Begin(batch, inputLen, outputLen int, prompts []int32) error {
+	return g.Do(func(_ int, e *Engine) error { return e.Begin(batch, inputLen, outputLen, prompts) })
+}
+
+// Prefill enqueues the prefill on every rank.
+func (g *Group) Prefill() error { return g.Do(func(_ int, e *Engine) error { return e.Prefill() }) }
+
+// Decode enqueues one decode step on every rank (each replays its own
+// captured graph, NCCL calls included, where graphs are on).
+func (g *Group) Decode() error { return g.Do(func(_ int, e *Engine) error { return e.Decode() }) }
+
+// Sync waits for every rank's stream.
+func (g *Group) Sync() error { return g.Do(func(_ int, e *Engine) error { return e.Sync() }) }
+
+// groupEvent is one event per rank, in the group's rank order.
+type groupEvent struct {
+	g   *Group
+	evs []Event
+}
+
+// Record records every rank's event on its stream.
+func (ev *groupEvent) Record() error {
+	return ev.g.each(func(r *groupRank) error { return ev.evs[ev.g.index(r)].Record() })
+}
+
+func (g *Group) index(r *groupRank) int { return slices.Index(g.ranks, r) }
+
+// NewEvent makes an event on every rank.
+func (g *Group) NewEvent() (Event, error) {
+	ev := &groupEvent{g: g, evs: make([]Event, len(g.ranks))}
+	err := g.each(func(r *groupRank) (err error) {
+		ev.evs[g.index(r)], err = r.e.NewEvent()
+		return err
+	})
+	return ev, err
+}
+
+// RankElapsed is each rank's device time between two recorded events, in
+// the order of Ranks.
+func (g *Group) RankElapsed(start, end Event) ([]time.Duration, error) {
+	s, ok1 := start.(*groupEvent)
+	e, ok2 := end.(*groupEvent)
+	if !ok1 || !ok2 || s.g != g || e.g != g {
+		return nil, errors.New("elapsed: not events of this group")
+	}
+	out := make([]time.Duration, len(g.ranks))
+	err := g.each(func(r *groupRank) (err error) {
+		i := g.index(r)
+		out[i], err = r.e.Elapsed(s.evs[i], e.evs[i])
+		return err
+	})
+	return out, err
+}
+
+// Elapsed is the slowest rank's device time between two events: a step is
+// done when its last rank is.
+func (g *Group) Elapsed(start, end Event) (time.Duration, error) {
+	per, err := g.RankElapsed(start, end)
+	if err != nil {
+		return 0, err
+	}
+	return slices.Max(per), nil
+}
+
+// NextTokens is each sequence's latest greedy token (the same on every rank).
+func (g *Group) NextTokens() ([]int32, error) {
+	var out []int32
+	err := g.on(g.ranks[0], func(e *Engine) (err error) { out, err = e.NextTokens(); return err })
+	return out, err
+}
+
+// Logits gathers every rank's vocabulary slice of the last step's logits
+// into [batch][vocab]; it needs every rank in this process.
+func (g *Group) Logits() ([][]float32, error) {
+	if len(g.ranks) != g.size {
+		return nil, fmt.Errorf("logits: ranks %v of %d are here, the others' vocabulary slices are not", g.Ranks(), g.size)
+	}
+	parts := make([][][]float32, g.size)
+	if err := g.Do(func(rank int, e *Engine) (err error) { parts[rank], err = e.Logits(); return err }); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(parts[0]))
+	for b := range out {
+		for _, p := range parts {
+			out[b] = append(out[b], p[b]...)
+		}
+	}
+	return out, nil
+}
+
+// on runs f with one rank's engine on its goroutine.
+func (g *Group) on(r *groupRank, f func(e *Engine) error) error {
+	r.work <- func() { r.done <- f(r.e) }
+	return <-r.done
+}
+
+// Close closes every engine and backend on its rank's goroutine and ends
+// the goroutines.
+func (g *Group) Close() error {
+	err := g.each(func(r *groupRank) error {
+		var errs []error
+		if r.e != nil {
+			errs = append(errs, r.e.Close())
+			r.e = nil
+		}
+		if r.be != nil {
+			errs = append(errs, r.be.Close())
+			r.be = nil
+		}
+		return errors.Join(errs...)
+	})
+	g.stop()
+	return err
+}
+
+func (g *Group) stop() {
+	for _, r := range g.ranks {
+		close(r.work)
+	}
+	g.ranks = nil
+}
