@@ -135,5 +135,7 @@ func (pw *profileWindow) close() error {
 
 // Range names, stable so that a profiler's summaries group them: one range
 // per timed region, around (not inside) its synchronisations and clocks.
-func prefillRangeName(batch, inputLen int) string { return fmt.Sprintf("prefill b=%d s=%d", batch, inputLen) }
-func decodeRangeName(step int) string             { return fmt.Sprintf("decode step %d", step) }
+func prefillRangeName(batch, inputLen int) string {
+	return fmt.Sprintf("prefill b=%d s=%d", batch, inputLen)
+}
+func decodeRangeName(step int) string { return fmt.Sprintf("decode step %d", step) }

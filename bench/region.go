@@ -3,8 +3,11 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"stepbench/bench/stats"
+	"stepbench/runner"
 )
 
 // runIteration is one_batch's latency_test_run_once: a fresh run, a timed
@@ -109,14 +112,42 @@ func (h *harness) timeRegion(step func() error, sample Sample) (Sample, error) {
 		return sample, fmt.Errorf("sync after region: %w", err)
 	}
 	host := h.now().Sub(t0) // monotonic clock: never negative
-	device, err := h.target.Elapsed(h.start, h.end)
+	device, ranks, err := h.deviceTime()
 	if err != nil {
 		return sample, fmt.Errorf("event elapsed time: %w", err)
 	}
 	sample.HostSeconds = host.Seconds()
 	sample.DeviceSeconds = device.Seconds()
+	sample.RankDeviceSeconds = ranks
 	if h.opt.BetweenRegions != nil {
 		h.opt.BetweenRegions(sample)
 	}
 	return sample, nil
+}
+
+// RankTimer is a target of several GPUs (a tensor-parallel group): its
+// device time is per rank; a region's device time is the slowest rank's.
+type RankTimer interface {
+	RankElapsed(start, end runner.Event) ([]time.Duration, error)
+}
+
+// deviceTime is the region's device time and, for a RankTimer, each rank's.
+func (h *harness) deviceTime() (time.Duration, []float64, error) {
+	rt, ok := h.target.(RankTimer)
+	if !ok {
+		d, err := h.target.Elapsed(h.start, h.end)
+		return d, nil, err
+	}
+	per, err := rt.RankElapsed(h.start, h.end)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(per) == 0 {
+		return 0, nil, errors.New("no rank reported a device time")
+	}
+	secs := make([]float64, len(per))
+	for i, d := range per {
+		secs[i] = d.Seconds()
+	}
+	return slices.Max(per), secs, nil
 }

@@ -27,6 +27,9 @@ type Sample struct {
 	Position      int     `json:"position"`
 	HostSeconds   float64 `json:"host_seconds"`
 	DeviceSeconds float64 `json:"device_seconds"`
+	// RankDeviceSeconds are each rank's device time of a tensor-parallel
+	// step (DeviceSeconds is their maximum); nil on one GPU.
+	RankDeviceSeconds []float64 `json:"rank_device_seconds,omitempty"`
 	// Warmup marks samples of warmup iterations; they reach BetweenRegions
 	// but are never kept in results.
 	Warmup bool `json:"warmup,omitempty"`

@@ -21,6 +21,10 @@ type Builder struct {
 	// DiscardThrottled drops the samples whose reading was throttled from
 	// the statistics (--discard-throttled); the samples stay, marked.
 	DiscardThrottled bool
+	// TPSize, when set, is the run's tensor-parallel size: floors and points
+	// are then one GPU's (its share of the work and its all-reduces at the
+	// roof's link bandwidth), against the slowest rank's device time.
+	TPSize int
 }
 
 // Keep is s with the statistics the run reports: without its throttled
@@ -45,7 +49,7 @@ func (b Builder) Shape(s bench.ShapeResult) ShapeReport {
 		attachTelemetry(b.Telemetry, &sr)
 	}
 	if b.Roof != nil {
-		if sf, err := roofline.ComputeFloors(b.Model, *b.Roof, s.Batch, s.InputLen, s.OutputLen); err == nil {
+		if sf, err := roofline.ComputeFloorsTP(b.Model, b.TPSize, *b.Roof, s.Batch, s.InputLen, s.OutputLen); err == nil {
 			sr.PrefillFloorSeconds, sr.PrefillFLOPs, sr.PrefillBytes = sf.PrefillFloor.Seconds, sf.Prefill.FLOPs, sf.Prefill.Bytes
 			if len(sf.Decode) > 0 {
 				sr.DecodeFloorSeconds, sr.DecodeFLOPs, sr.DecodeBytes = sf.DecodeFloors[0].Seconds, sf.Decode[0].FLOPs, sf.Decode[0].Bytes
@@ -53,7 +57,7 @@ func (b Builder) Shape(s bench.ShapeResult) ShapeReport {
 		}
 	}
 	sum := kept.Summary
-	points, err := roofline.StepPoints(b.Model, b.Roof, s.Batch, s.InputLen, s.OutputLen,
+	points, err := roofline.Costs{TPSize: b.TPSize}.StepPoints(b.Model, b.Roof, s.Batch, s.InputLen, s.OutputLen,
 		StepSeconds(sum.PrefillDeviceSeconds, sum.PrefillHostSeconds), StepSeconds(sum.DecodeDeviceSeconds, sum.DecodeHostSeconds))
 	if err == nil {
 		sr.RooflinePoints = points

@@ -18,13 +18,15 @@ type ShapeFloors struct {
 }
 
 // Floors costs every shape of the cross product batches × inputLens ×
-// outputLens (batch outermost) under g's datasheet roof.
-func Floors(cfg runner.Config, g roofline.Preset, batches, inputLens, outputLens []int) ([]ShapeFloors, error) {
+// outputLens (batch outermost) under g's datasheet roof: on one GPU for
+// tpSize 0, else on one GPU of tpSize tensor-parallel ranks (its share of
+// the work, its all-reduces at g's link bandwidth).
+func Floors(cfg runner.Config, g roofline.Preset, tpSize int, batches, inputLens, outputLens []int) ([]ShapeFloors, error) {
 	var shapes []ShapeFloors
 	for _, b := range batches {
 		for _, in := range inputLens {
 			for _, out := range outputLens {
-				f, err := roofline.ComputeFloors(cfg, g.Roof(), b, in, out)
+				f, err := roofline.ComputeFloorsTP(cfg, tpSize, g.Roof(), b, in, out)
 				if err != nil {
 					return nil, err
 				}
@@ -37,16 +39,33 @@ func Floors(cfg runner.Config, g roofline.Preset, batches, inputLens, outputLens
 
 // WriteFloorsTable writes stepbench roofline's table: per shape, the
 // prefill, first and last decode steps and the whole iteration with their
-// FLOPs, bytes, the weights' share, intensity and floor (all derived).
-func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, shapes []ShapeFloors) error {
+// FLOPs, bytes, the weights' share, intensity and floor (all derived); for
+// a tensor-parallel run (tpSize > 0) one GPU's, with its all-reduce bytes
+// and their time at the link bandwidth.
+func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, tpSize int, shapes []ShapeFloors) error {
 	fmt.Fprintf(stdout, "roofline: %s (%.2f B parameters) on %s — datasheet %.1f TFLOP/s bf16 dense, %.2f TB/s; ridge %.1f FLOP/byte\n",
 		cfg.Name, float64(cfg.ParamCount())/1e9, g.Description, g.PeakFLOPsPerSec/1e12, g.PeakBytesPerSec/1e12, g.Roof().RidgeFLOPsPerByte)
-	fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s); bytes = every input read once, every output written once (derived, not measured)")
+	comm := tpSize > 0
+	if comm {
+		fmt.Fprintf(stdout, "per GPU of %d tensor-parallel GPUs; all-reduce bytes = 2(N-1)/N × activation bytes, 2 per layer, sent at %.0f GB/s per direction (the link)\n",
+			tpSize, g.LinkBytesPerSec/1e9)
+		fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s) + all-reduce bytes / link bytes/s; bytes = every input read once, every output written once (derived, not measured)")
+	} else {
+		fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s); bytes = every input read once, every output written once (derived, not measured)")
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tinput\toutput\tstep\tkv_len\tGFLOP\tGB\tweight_GB\tFLOP/byte\tfloor_ms\tbound\t")
+	header := "batch\tinput\toutput\tstep\tkv_len\tGFLOP\tGB\tweight_GB\tFLOP/byte\tfloor_ms\tbound\t"
+	if comm {
+		header += "comm_MB\tcomm_ms\t"
+	}
+	fmt.Fprintln(tw, header)
 	row := func(b, in, out int, step string, kv int, c runner.StepCost, f roofline.Floor) {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", b, in, out, step, kv,
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t", b, in, out, step, kv,
 			c.FLOPs/1e9, c.Bytes/1e9, c.WeightBytes/1e9, c.Intensity(), f.Seconds*1e3, f.Bound)
+		if comm {
+			fmt.Fprintf(tw, "%.2f\t%.3f\t", c.CommBytes/1e6, f.CommSeconds*1e3)
+		}
+		fmt.Fprintln(tw)
 	}
 	for _, s := range shapes {
 		p := s.Floors.Prefill
@@ -59,7 +78,11 @@ func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, sh
 				row(s.Batch, s.InputLen, s.OutputLen, "decode last", d.StartPos+1, d, s.Floors.DecodeFloors[n-1])
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\titeration\t\t\t\t\t\t%.2f\t\t\n", s.Batch, s.InputLen, s.OutputLen, s.Floors.IterationSeconds*1e3)
+		fmt.Fprintf(tw, "%d\t%d\t%d\titeration\t\t\t\t\t\t%.2f\t\t", s.Batch, s.InputLen, s.OutputLen, s.Floors.IterationSeconds*1e3)
+		if comm {
+			fmt.Fprint(tw, "\t\t")
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -76,9 +99,16 @@ func WriteOpFloorsTable(stdout io.Writer, g roofline.Preset, s ShapeFloors) erro
 	fmt.Fprintln(tw, "step\top\tcalls\tGFLOP\tMB\tFLOP/byte\tfloor_us\tbound\t")
 	for _, st := range steps {
 		for _, o := range st.Ops {
-			f := g.Roof().Floor(o.FLOPs, o.Bytes)
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t\n", st.Phase, o.Op, o.Calls, o.FLOPs/1e9, o.Bytes/1e6, o.FLOPs/o.Bytes, f.Seconds*1e6, f.Bound)
+			f := g.Roof().FloorComm(o.FLOPs, o.Bytes, o.CommBytes)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t\n", st.Phase, o.Op, o.Calls, o.FLOPs/1e9, o.Bytes/1e6, intensity(o), f.Seconds*1e6, f.Bound)
 		}
 	}
 	return tw.Flush()
+}
+
+func intensity(o runner.OpCost) float64 {
+	if o.Bytes == 0 {
+		return 0
+	}
+	return o.FLOPs / o.Bytes
 }

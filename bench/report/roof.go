@@ -67,6 +67,11 @@ func knownRoofs(env Environment, preset *roofline.Preset, calibrationDir string)
 	}
 	if preset != nil {
 		roofs = append(roofs, preset.Roof())
+		// Neither a calibration nor the device attributes measure the
+		// link: every roof of this GPU takes its datasheet's.
+		for i := range roofs {
+			roofs[i].LinkBytesPerSec = preset.LinkBytesPerSec
+		}
 	}
 	return roofs
 }

@@ -133,13 +133,16 @@ type ShapeReport struct {
 
 // SampleReport is one timed region.
 type SampleReport struct {
-	Phase         string     `json:"phase"` // "prefill" or "decode"
-	Iter          int        `json:"iter"`
-	Step          int        `json:"step"`
-	Position      int        `json:"position"` // KV length before the step
-	HostSeconds   float64    `json:"host_seconds"`
-	DeviceSeconds float64    `json:"device_seconds"`
-	Telemetry     *Telemetry `json:"telemetry,omitempty"`
+	Phase         string  `json:"phase"` // "prefill" or "decode"
+	Iter          int     `json:"iter"`
+	Step          int     `json:"step"`
+	Position      int     `json:"position"` // KV length before the step
+	HostSeconds   float64 `json:"host_seconds"`
+	DeviceSeconds float64 `json:"device_seconds"`
+	// RankDeviceSeconds: each tensor-parallel rank's device time (the
+	// device time is the largest); absent on one GPU.
+	RankDeviceSeconds []float64  `json:"rank_device_seconds,omitempty"`
+	Telemetry         *Telemetry `json:"telemetry,omitempty"`
 }
 
 // Telemetry is what NVML said between regions, next to the region it
@@ -189,6 +192,8 @@ func NewShapeReport(s bench.ShapeResult) ShapeReport {
 			Position:      sample.Position,
 			HostSeconds:   sample.HostSeconds,
 			DeviceSeconds: sample.DeviceSeconds,
+
+			RankDeviceSeconds: sample.RankDeviceSeconds,
 		})
 	}
 	for _, it := range s.Iterations {
@@ -292,7 +297,7 @@ func (s ShapeReport) IterationResults() []bench.IterationResult {
 			iterations = append(iterations, bench.IterationResult{Iter: r.Iter})
 		}
 		sample := bench.Sample{Phase: r.Phase, Iter: r.Iter, Step: r.Step, Position: r.Position,
-			HostSeconds: r.HostSeconds, DeviceSeconds: r.DeviceSeconds}
+			HostSeconds: r.HostSeconds, DeviceSeconds: r.DeviceSeconds, RankDeviceSeconds: r.RankDeviceSeconds}
 		if r.Phase == bench.PhasePrefill {
 			iterations[i].Prefill = sample
 		} else {

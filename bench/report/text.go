@@ -27,6 +27,12 @@ func WriteRunText(w io.Writer, r Report) error {
 	if err := WriteSummaryTable(w, r.Shapes, env.Roof); err != nil {
 		return err
 	}
+	if HasRanks(r.Shapes) {
+		b.printf(w, "\n")
+		if err := errors.Join(b.err, WriteRankTable(w, r.Shapes)); err != nil {
+			return err
+		}
+	}
 	b.printf(w, "\ntelemetry and roofline (%s; J/token from NVML energy-counter deltas over windows run after each shape's timed iterations)\n",
 		RoofLine(env.Roof))
 	return errors.Join(b.err, WriteTelemetryTable(w, r.Shapes))

@@ -34,24 +34,52 @@ func (s StepFloors) MedianDecodeFloorSeconds() float64 {
 // ComputeFloors costs every step of one shape under roof. Decode steps are costed at
 // each of their positions, so long generations see the KV cache grow.
 func ComputeFloors(cfg runner.Config, roof Roof, batch, inputLen, outputLen int) (StepFloors, error) {
+	return ComputeFloorsTP(cfg, 0, roof, batch, inputLen, outputLen)
+}
+
+// Costs is the cost model of one GPU of a run: the whole model (TPSize 0)
+// or one rank of TPSize tensor-parallel ranks.
+type Costs struct{ TPSize int }
+
+// Prefill is the prefill's cost on one GPU.
+func (c Costs) Prefill(cfg runner.Config, batch, inputLen int) (runner.StepCost, error) {
+	if c.TPSize > 0 {
+		return runner.PrefillCostTP(cfg, c.TPSize, batch, inputLen)
+	}
+	return runner.PrefillCost(cfg, batch, inputLen)
+}
+
+// Decode is a decode step's cost on one GPU.
+func (c Costs) Decode(cfg runner.Config, batch, startPos int) (runner.StepCost, error) {
+	if c.TPSize > 0 {
+		return runner.DecodeCostTP(cfg, c.TPSize, batch, startPos)
+	}
+	return runner.DecodeCost(cfg, batch, startPos)
+}
+
+// ComputeFloorsTP is ComputeFloors for one GPU of tpSize tensor-parallel
+// ranks (0: the whole model on one GPU): its share of the work, and its
+// all-reduce traffic at roof's link bandwidth (Roof.FloorComm).
+func ComputeFloorsTP(cfg runner.Config, tpSize int, roof Roof, batch, inputLen, outputLen int) (StepFloors, error) {
 	var sf StepFloors
 	var err error
-	if sf.Prefill, err = runner.PrefillCost(cfg, batch, inputLen); err != nil {
+	costs := Costs{TPSize: tpSize}
+	if sf.Prefill, err = costs.Prefill(cfg, batch, inputLen); err != nil {
 		return sf, err
 	}
-	sf.PrefillFloor = roof.Floor(sf.Prefill.FLOPs, sf.Prefill.Bytes)
+	sf.PrefillFloor = roof.FloorComm(sf.Prefill.FLOPs, sf.Prefill.Bytes, sf.Prefill.CommBytes)
 	sf.IterationSeconds = sf.PrefillFloor.Seconds
 	// Decode costs are affine in the position; cost two points and
 	// interpolate the rest exactly rather than run the model per step.
 	steps := outputLen - 1
 	if steps > 0 {
-		first, err := runner.DecodeCost(cfg, batch, inputLen)
+		first, err := costs.Decode(cfg, batch, inputLen)
 		if err != nil {
 			return sf, err
 		}
 		last := first
 		if steps > 1 {
-			if last, err = runner.DecodeCost(cfg, batch, inputLen+steps-1); err != nil {
+			if last, err = costs.Decode(cfg, batch, inputLen+steps-1); err != nil {
 				return sf, err
 			}
 		}
@@ -62,12 +90,13 @@ func ComputeFloors(cfg runner.Config, roof Roof, batch, inputLen, outputLen int)
 				c.StartPos = inputLen + i
 				c.FLOPs = first.FLOPs + t*(last.FLOPs-first.FLOPs)
 				c.Bytes = first.Bytes + t*(last.Bytes-first.Bytes)
+				c.CommBytes = first.CommBytes + t*(last.CommBytes-first.CommBytes)
 				c.Ops = nil
 				if i == steps-1 {
 					c = last
 				}
 			}
-			f := roof.Floor(c.FLOPs, c.Bytes)
+			f := roof.FloorComm(c.FLOPs, c.Bytes, c.CommBytes)
 			sf.Decode = append(sf.Decode, c)
 			sf.DecodeFloors = append(sf.DecodeFloors, f)
 			sf.IterationSeconds += f.Seconds

@@ -21,6 +21,9 @@ type Point struct {
 	FLOPs   float64 `json:"flops"`
 	Bytes   float64 `json:"bytes"`
 	Seconds float64 `json:"seconds"`
+	// CommBytes is what one GPU of a tensor-parallel step sends to its
+	// peers; its time at the roof's link bandwidth is in the floor.
+	CommBytes float64 `json:"comm_bytes,omitempty"`
 	// Derived: FLOPs/Bytes, FLOPs/Seconds, Bytes/Seconds.
 	IntensityFLOPsPerByte float64 `json:"intensity_flops_per_byte"`
 	AchievedFLOPsPerSec   float64 `json:"achieved_flops_per_second"`
@@ -28,7 +31,7 @@ type Point struct {
 	AttainableFLOPsPerSec float64 `json:"attainable_flops_per_second,omitempty"` // min(peak, I × bandwidth)
 	FloorSeconds          float64 `json:"floor_seconds,omitempty"`               // max(FLOPs/peak, Bytes/bandwidth)
 	AttainmentFraction    float64 `json:"attainment_fraction,omitempty"`         // floor / measured
-	Bound                 string  `json:"bound,omitempty"`                       // "compute" or "memory": the roof that binds
+	Bound                 string  `json:"bound,omitempty"`                       // "compute", "memory" or "link": the roof that binds
 }
 
 // NewPoint places work (flops, bytes) done in seconds under roof
@@ -36,7 +39,13 @@ type Point struct {
 // achieved / attainable FLOP/s, computed as floor / measured time so that
 // ops without FLOPs (copies) get one too; the two are equal otherwise.
 func NewPoint(roof *Roof, flops, bytes, seconds float64) Point {
-	p := Point{FLOPs: flops, Bytes: bytes, Seconds: seconds}
+	return NewCommPoint(roof, flops, bytes, 0, seconds)
+}
+
+// NewCommPoint is NewPoint for a tensor-parallel GPU's step that also sends
+// commBytes (its floor is Roof.FloorComm).
+func NewCommPoint(roof *Roof, flops, bytes, commBytes, seconds float64) Point {
+	p := Point{FLOPs: flops, Bytes: bytes, Seconds: seconds, CommBytes: commBytes}
 	if bytes > 0 {
 		p.IntensityFLOPsPerByte = flops / bytes
 	}
@@ -49,7 +58,7 @@ func NewPoint(roof *Roof, flops, bytes, seconds float64) Point {
 	}
 	p.Roof = roof.Source
 	p.AttainableFLOPsPerSec = roof.AttainableFLOPsPerSec(p.IntensityFLOPsPerByte)
-	f := roof.Floor(flops, bytes)
+	f := roof.FloorComm(flops, bytes, commBytes)
 	p.FloorSeconds, p.Bound = f.Seconds, f.Bound
 	if seconds > 0 {
 		p.AttainmentFraction = f.Seconds / seconds
@@ -62,23 +71,29 @@ func NewPoint(roof *Roof, flops, bytes, seconds float64) Point {
 // position, input_len + (output_len−2)/2) under roof; a phase with no time
 // (0) or no steps is left out.
 func StepPoints(cfg runner.Config, roof *Roof, batch, inputLen, outputLen int, prefillSeconds, decodeSeconds float64) ([]Point, error) {
+	return Costs{}.StepPoints(cfg, roof, batch, inputLen, outputLen, prefillSeconds, decodeSeconds)
+}
+
+// StepPoints is the package's StepPoints with c's costs (one tensor-parallel
+// GPU's share and its all-reduces when c.TPSize > 0).
+func (c Costs) StepPoints(cfg runner.Config, roof *Roof, batch, inputLen, outputLen int, prefillSeconds, decodeSeconds float64) ([]Point, error) {
 	var points []Point
 	if prefillSeconds > 0 {
-		c, err := runner.PrefillCost(cfg, batch, inputLen)
+		cost, err := c.Prefill(cfg, batch, inputLen)
 		if err != nil {
 			return nil, fmt.Errorf("roofline point: %w", err)
 		}
-		p := NewPoint(roof, c.FLOPs, c.Bytes, prefillSeconds)
+		p := NewCommPoint(roof, cost.FLOPs, cost.Bytes, cost.CommBytes, prefillSeconds)
 		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen = fmt.Sprintf("prefill b=%d", batch), runner.PhasePrefill, batch, inputLen, outputLen
 		points = append(points, p)
 	}
 	if decodeSeconds > 0 && outputLen > 1 {
 		position := inputLen + (outputLen-2)/2
-		c, err := runner.DecodeCost(cfg, batch, position)
+		cost, err := c.Decode(cfg, batch, position)
 		if err != nil {
 			return nil, fmt.Errorf("roofline point: %w", err)
 		}
-		p := NewPoint(roof, c.FLOPs, c.Bytes, decodeSeconds)
+		p := NewCommPoint(roof, cost.FLOPs, cost.Bytes, cost.CommBytes, decodeSeconds)
 		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen, p.Position = fmt.Sprintf("decode b=%d", batch), runner.PhaseDecode, batch, inputLen, outputLen, position
 		points = append(points, p)
 	}

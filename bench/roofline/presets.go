@@ -15,18 +15,26 @@ type Preset struct {
 	PeakFLOPsPerSec float64 `json:"peak_bf16_dense_flops_per_second"`
 	PeakBytesPerSec float64 `json:"peak_memory_bytes_per_second"`
 	MemoryBytes     float64 `json:"memory_bytes"`
+	// LinkBytesPerSec is the interconnect bandwidth per direction to the
+	// other GPUs (half the datasheet's bidirectional NVLink figure), the
+	// ceiling of tensor parallelism's all-reduces.
+	LinkBytesPerSec float64 `json:"link_bytes_per_second_per_direction"`
 }
 
 // gpuPresets are NVIDIA datasheet figures (dense bf16 = half the "with
-// sparsity" figure the datasheets print).
+// sparsity" figure the datasheets print). Links, per direction: H100 and
+// H200 SXM NVLink 4, 900 GB/s bidirectional → 450; A100 SXM NVLink 3,
+// 600 → 300; the PCIe and NVL cards' NVLink bridges, 600 → 300 (a bridge
+// joins two cards only: a larger group on them goes over PCIe and the link
+// floor is optimistic); L40S has no NVLink: PCIe Gen4 x16, 32 GB/s.
 var gpuPresets = []Preset{
-	{"a100-pcie-80gb", "A100 PCIe 80GB", 312e12, 1.935e12, 80e9},
-	{"a100-sxm-80gb", "A100 SXM4 80GB", 312e12, 2.039e12, 80e9},
-	{"h100-pcie", "H100 PCIe 80GB", 756e12, 2.0e12, 80e9},
-	{"h100-nvl", "H100 NVL 94GB", 835e12, 3.9e12, 94e9},
-	{"h100-sxm", "H100 SXM5 80GB", 989.4e12, 3.35e12, 80e9},
-	{"h200", "H200 SXM 141GB", 989.4e12, 4.8e12, 141e9},
-	{"l40s", "L40S 48GB", 362e12, 0.864e12, 48e9},
+	{"a100-pcie-80gb", "A100 PCIe 80GB", 312e12, 1.935e12, 80e9, 300e9},
+	{"a100-sxm-80gb", "A100 SXM4 80GB", 312e12, 2.039e12, 80e9, 300e9},
+	{"h100-pcie", "H100 PCIe 80GB", 756e12, 2.0e12, 80e9, 300e9},
+	{"h100-nvl", "H100 NVL 94GB", 835e12, 3.9e12, 94e9, 300e9},
+	{"h100-sxm", "H100 SXM5 80GB", 989.4e12, 3.35e12, 80e9, 450e9},
+	{"h200", "H200 SXM 141GB", 989.4e12, 4.8e12, 141e9, 450e9},
+	{"l40s", "L40S 48GB", 362e12, 0.864e12, 48e9, 32e9},
 }
 
 // PresetNames lists the GPU presets.
@@ -51,7 +59,9 @@ func LookupPreset(name string) (Preset, error) {
 
 // Roof is the preset's datasheet roof.
 func (p Preset) Roof() Roof {
-	return NewRoof(SourceDatasheet, p.Description, p.PeakFLOPsPerSec, p.PeakBytesPerSec)
+	r := NewRoof(SourceDatasheet, p.Description, p.PeakFLOPsPerSec, p.PeakBytesPerSec)
+	r.LinkBytesPerSec = p.LinkBytesPerSec
+	return r
 }
 
 // PresetForDevice picks the preset matching a device name as the driver

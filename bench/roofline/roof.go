@@ -19,6 +19,10 @@ type Roof struct {
 	PeakFLOPsPerSec   float64 `json:"peak_flops_per_second"`
 	PeakBytesPerSec   float64 `json:"peak_bytes_per_second"`
 	RidgeFLOPsPerByte float64 `json:"ridge_flops_per_byte"` // where the two roofs meet
+	// LinkBytesPerSec is the GPU's interconnect bandwidth to its peers, per
+	// direction (NVLink; the datasheet's, of the preset matching the GPU):
+	// the ceiling of tensor parallelism's all-reduces. 0: unknown.
+	LinkBytesPerSec float64 `json:"link_bytes_per_second,omitempty"`
 }
 
 // NewRoof makes a roof and computes its ridge.
@@ -47,8 +51,11 @@ func (r Roof) Label() string {
 type Floor struct {
 	ComputeSeconds float64 `json:"compute_floor_seconds"` // FLOPs / peak FLOP/s
 	MemorySeconds  float64 `json:"memory_floor_seconds"`  // bytes / peak bytes/s
-	Seconds        float64 `json:"floor_seconds"`         // max of the two
-	Bound          string  `json:"bound"`                 // "compute" or "memory"
+	Seconds        float64 `json:"floor_seconds"`         // max of the two (+ CommSeconds)
+	Bound          string  `json:"bound"`                 // "compute", "memory", or "link" (FloorComm's largest term)
+	// CommSeconds is a tensor-parallel step's interconnect bytes over the
+	// link bandwidth, added to Seconds (FloorComm); 0 on one GPU.
+	CommSeconds float64 `json:"comm_floor_seconds,omitempty"`
 }
 
 // Floor applies the roofline to a cost: the least time flops and bytes
@@ -58,6 +65,25 @@ func (r Roof) Floor(flops, bytes float64) Floor {
 	f.Seconds, f.Bound = f.MemorySeconds, "memory"
 	if f.ComputeSeconds > f.MemorySeconds {
 		f.Seconds, f.Bound = f.ComputeSeconds, "compute"
+	}
+	return f
+}
+
+// FloorComm is Floor for one GPU of a tensor-parallel step that also sends
+// commBytes to its peers: the all-reduces sit between the ops whose results
+// they sum and the ops that need the sums, so their time at the link
+// bandwidth adds to the larger of the compute and memory times. Without a
+// known link bandwidth the all-reduces are left out (the floor stays a lower
+// bound, a looser one). Bandwidth only: a small all-reduce's latency (µs
+// per call) is not in it.
+func (r Roof) FloorComm(flops, bytes, commBytes float64) Floor {
+	f := r.Floor(flops, bytes)
+	if commBytes > 0 && r.LinkBytesPerSec > 0 {
+		f.CommSeconds = commBytes / r.LinkBytesPerSec
+		if f.CommSeconds > f.Seconds {
+			f.Bound = "link"
+		}
+		f.Seconds += f.CommSeconds
 	}
 	return f
 }

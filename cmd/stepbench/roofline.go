@@ -17,6 +17,7 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	gpu := fs.String("gpu", "h100-sxm", "GPU preset (datasheet peaks): "+joinNames(roofline.PresetNames()))
 	ops := fs.Bool("ops", false, "also print every op's FLOPs, bytes and floor for prefill and the first decode step")
 	format := fs.String("format", "text", "output format: text or json")
+	tpSize := fs.Int("tp-size", 0, "floors of one GPU of this many tensor-parallel GPUs: its share of the work and its all-reduces at the preset's link bandwidth (0: the whole model on one GPU)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -34,16 +35,25 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	if err := sh.validate(cfg); err != nil {
 		return err
 	}
-	shapes, err := report.Floors(cfg, g, sh.batch, sh.input, sh.output)
+	if fs.Changed("tp-size") {
+		if err := cfg.CheckTP(*tpSize); err != nil {
+			return usagef("--tp-size: %v", err)
+		}
+	}
+	shapes, err := report.Floors(cfg, g, *tpSize, sh.batch, sh.input, sh.output)
 	if err != nil {
 		return err
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"model": cfg, "gpu": g, "shapes": shapes})
+		out := map[string]any{"model": cfg, "gpu": g, "shapes": shapes}
+		if *tpSize > 0 {
+			out["tp_size"] = *tpSize
+		}
+		return enc.Encode(out)
 	}
-	if err := report.WriteFloorsTable(stdout, cfg, g, shapes); err != nil {
+	if err := report.WriteFloorsTable(stdout, cfg, g, *tpSize, shapes); err != nil {
 		return err
 	}
 	if *ops && len(shapes) > 0 {
