@@ -74,17 +74,22 @@ func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, s
 			return nil, report.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
 		}
 		info := be.Info()
-		mode := "replayed CUDA graphs"
-		if !info.GraphsEnabled {
-			mode = "eager launches (--disable-cuda-graph)"
-		}
-		fmt.Fprintf(stderr, "stepbench: %s (sm_%d%d), decode steps as %s\n", info.Device.Name, info.Device.Major, info.Device.Minor, mode)
-		if info.Emulated != "" {
-			fmt.Fprintln(stderr, "stepbench: "+report.EmulatedNote)
-		}
+		describeBackend(info, stderr)
 		return be, cudaEnvironment(info), nil
 	}
 	return nil, report.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
+}
+
+// describeBackend says on stderr which GPU runs the decode steps how.
+func describeBackend(info gpu.Info, stderr io.Writer) {
+	mode := "replayed CUDA graphs"
+	if !info.GraphsEnabled {
+		mode = "eager launches (--disable-cuda-graph)"
+	}
+	fmt.Fprintf(stderr, "stepbench: %s (sm_%d%d), decode steps as %s\n", info.Device.Name, info.Device.Major, info.Device.Minor, mode)
+	if info.Emulated != "" {
+		fmt.Fprintln(stderr, "stepbench: "+report.EmulatedNote)
+	}
 }
 
 // cudaEnvironment is what a report says about the GPU and its libraries.

@@ -23,6 +23,11 @@ func TestMain(m *testing.M) {
 	}
 	// The emulated runs share one user cache directory, so the kernels are
 	// compiled once per test process (emu_test.go).
+	// A child test process (tp_emu_test.go) shares its parent's cache.
+	if dir := os.Getenv("STEPBENCH_TEST_EMU_CACHE"); dir != "" {
+		emuCacheHome = dir
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "stepbench-cmd-test-cache")
 	if err != nil {
 		panic(err)

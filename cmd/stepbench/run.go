@@ -38,6 +38,7 @@ type runFlags struct {
 	backend       backendFlags
 	telemetry     telemetryFlags
 	profile       profileFlags
+	tp            tpFlags
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet) {
@@ -62,6 +63,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.breakdown, "breakdown", false, "after timing, one eager pass per shape with an event at every op boundary: a per-op table per phase")
 	fs.StringVar(&f.format, "format", "text", "stdout: text (one_batch lines and tables) or gobench (Go benchmark lines for benchstat; the text goes to stderr)")
 	f.profile.register(fs)
+	f.tp.register(fs)
 }
 
 // runSetup is what runCmd resolved before loading weights.
@@ -86,6 +88,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	setup, err := f.prepare(fs, stderr)
 	if err != nil {
 		return err
+	}
+	if f.tp.grouped(fs) {
+		return f.runGroup(fs, setup, stdout, stderr)
 	}
 	be, env, err := openBackend(setup.device, f.backend, setup.est, stderr)
 	if err != nil {
@@ -124,8 +129,14 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 	if s.window != nil && s.device != "cuda" {
 		return s, usagef("--profile opens a CUDA profiler window: it needs --device cuda")
 	}
+
 	if s.cfg, err = f.model.resolve(); err != nil {
 		return s, err
+	}
+	if f.tp.grouped(fs) {
+		if err := f.tp.checkModel(s.cfg, s.device); err != nil {
+			return s, err
+		}
 	}
 	if !f.correctness {
 		if err := f.shapes.validate(s.cfg); err != nil {
@@ -150,7 +161,7 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 	if err := report.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
 		return s, usageError{err}
 	}
-	s.est = f.memoryEstimate(s.cfg, s.prompts)
+	s.est = f.memoryEstimate(fs, s.cfg, s.prompts)
 	if s.device == "cpu" && f.device == "cpu" && !fs.Changed("model") && f.model.modelPath == "" {
 		fmt.Fprintf(stderr, "stepbench: --device cpu runs %s, the --model default: %.2f GB of bf16 weights in host memory, "+
 			"minutes per step on a CPU (--model llama-tiny is the small one)\n", s.cfg.Name, float64(s.est.WeightBytes)/1e9)
@@ -188,7 +199,9 @@ func (f *runFlags) resolveDevice(fs *pflag.FlagSet, stderr io.Writer) (string, e
 	return device, nil
 }
 
-func (f *runFlags) memoryEstimate(cfg runner.Config, prompts [][]int32) runner.MemoryEstimate {
+// memoryEstimate is what one GPU (or the host) needs: with --tp-size, one
+// rank's share.
+func (f *runFlags) memoryEstimate(fs *pflag.FlagSet, cfg runner.Config, prompts [][]int32) runner.MemoryEstimate {
 	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
 	if f.correctness {
 		maxBatch, maxTokens, maxSeq = 1, 0, 0
@@ -196,6 +209,9 @@ func (f *runFlags) memoryEstimate(cfg runner.Config, prompts [][]int32) runner.M
 			maxTokens = max(maxTokens, len(p))
 			maxSeq = max(maxSeq, len(p)+f.shapes.output[0])
 		}
+	}
+	if f.tp.grouped(fs) {
+		return f.tp.rankEstimate(cfg, maxBatch, maxTokens, maxSeq)
 	}
 	return runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
 }

@@ -27,6 +27,7 @@ type runDeps struct {
 	target       bench.Target
 	engine       *runner.Engine     // for --breakdown; nil when target is not an engine
 	profiler     bench.Profiler     // NVTX ranges and the --profile window; nil: none
+	tpSize       int                // --tp-size of a tensor-parallel run (0: one GPU, no group)
 	env          report.Environment // the machine, before NVML adds to it
 	openNVML     func(uuid string) (*nvml.Monitor, error)
 	now          func() time.Time // the host clock; nil: time.Now
@@ -62,7 +63,8 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 		return usagef("--gpu: %v", err)
 	}
 	d.env.Roof, d.env.Roofs = roof, roofs
-	build := report.Builder{Model: s.cfg, Roof: roof, Telemetry: tel.Recorder(), DiscardThrottled: f.telemetry.discardThrottled}
+	build := report.Builder{Model: s.cfg, Roof: roof, Telemetry: tel.Recorder(), DiscardThrottled: f.telemetry.discardThrottled,
+		TPSize: d.tpSize}
 	created := d.now()
 	writer := report.NewResultWriter(f.resultFiles(textOut), f.header(fs, s, d.env, d.toolVersion, created))
 	opt.AfterShape = func(sh bench.ShapeResult) error { return writer.AddShape(sh, build.Shape(sh)) }

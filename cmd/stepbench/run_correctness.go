@@ -37,9 +37,19 @@ type correctnessRecord struct {
 	Logits    [][]float32 `json:"logits"`
 }
 
+// generator is what greedy generation needs: an Engine, or a
+// tensor-parallel Group.
+type generator interface {
+	Begin(batch, inputLen, outputLen int, prompts []int32) error
+	Prefill() error
+	Decode() error
+	NextTokens() ([]int32, error)
+	Logits() ([][]float32, error)
+}
+
 // runCorrectness generates greedily from each prompt on its own (batch 1,
 // so prompts may differ in length) and prints the generated ids.
-func runCorrectness(e *runner.Engine, prompts [][]int32, outputLen int, logitsOut string, stdout io.Writer) error {
+func runCorrectness(e generator, prompts [][]int32, outputLen int, logitsOut string, stdout io.Writer) error {
 	var out *os.File
 	if logitsOut != "" {
 		var err error
@@ -68,7 +78,7 @@ func runCorrectness(e *runner.Engine, prompts [][]int32, outputLen int, logitsOu
 }
 
 // generate runs one prompt greedily for outputLen tokens.
-func generate(e *runner.Engine, prompt []int32, outputLen int, withLogits bool) (correctnessRecord, error) {
+func generate(e generator, prompt []int32, outputLen int, withLogits bool) (correctnessRecord, error) {
 	rec := correctnessRecord{Prompt: prompt}
 	if err := e.Begin(1, len(prompt), outputLen, prompt); err != nil {
 		return rec, err

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -83,13 +81,9 @@ func (h hostProfiler) Pop()             { h.nvtx.Pop() }
 // library) to the engine's ops and returns the run's profiler: nil when
 // there is neither a tool nor a window.
 func attachProfiler(engine *runner.Engine, be runner.Backend, window *bench.ProfileWindow, stderr io.Writer) bench.Profiler {
-	nvtx := cuda.OpenNVTX(os.Getenv)
-	switch {
-	case nvtx.Attached():
-		fmt.Fprintf(stderr, "stepbench: NVTX ranges go to %s\n", nvtx.Source())
+	nvtx := openNVTX(stderr)
+	if nvtx.Attached() {
 		engine.Ranges = nvtx
-	case strings.HasPrefix(nvtx.Source(), "detached"):
-		fmt.Fprintf(stderr, "stepbench: no NVTX ranges: %s\n", nvtx.Source())
 	}
 	if window != nil {
 		fmt.Fprintf(stderr, "stepbench: profiler window: %s of each shape's first timed iteration\n", describeWindow(window))

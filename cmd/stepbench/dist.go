@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Multi-node runs share one NCCL communicator: node 0 makes its unique id
+// and hands it, over TCP at --dist-init-addr, to every other node (as
+// SGLang's launcher does). The exchange, one connection per node:
+//
+//	node k → node 0:  "stepbench-nccl-id 1 NODE_RANK NNODES TP_SIZE\n"
+//	node 0 → node k:  "ok\n" and the 128 id bytes, or "error MESSAGE\n"
+//
+// so that nodes started with different --nnodes or --tp-size stop with one
+// line saying so instead of hanging in NCCL.
+
+const idHello = "stepbench-nccl-id 1"
+
+// distJob is what the nodes must agree on.
+type distJob struct {
+	nnodes, nodeRank, tpSize int
+}
+
+func (j distJob) hello() string {
+	return fmt.Sprintf("%s %d %d %d\n", idHello, j.nodeRank, j.nnodes, j.tpSize)
+}
+
+// serveID listens on addr's port (all interfaces) until every other node
+// has the id, or timeout passes.
+func serveID(addr string, job distJob, id []byte, timeout time.Duration) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--dist-init-addr %q: %w", addr, err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", port))
+	if err != nil {
+		return fmt.Errorf("--dist-init-addr %s: node 0 cannot listen: %w", addr, err)
+	}
+	defer ln.Close()
+	deadline := time.Now().Add(timeout)
+	if err := ln.(*net.TCPListener).SetDeadline(deadline); err != nil {
+		return fmt.Errorf("--dist-init-addr %s: %w", addr, err)
+	}
+	served := []int{}
+	for len(served) < job.nnodes-1 {
+		conn, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return fmt.Errorf("--dist-init-addr %s: after %s, nodes %v never connected", addr, timeout, missingNodes(job.nnodes, served))
+			}
+			return fmt.Errorf("--dist-init-addr %s: %w", addr, err)
+		}
+		node, err := answer(conn, job, id, deadline, served)
+		conn.Close()
+		if err != nil {
+			return err
+		}
+		served = append(served, node)
+	}
+	return nil
+}
+
+// answer reads one node's hello and sends it the id, or the reason it may not join.
+func answer(conn net.Conn, job distJob, id []byte, deadline time.Time, served []int) (int, error) {
+	if err := conn.SetDeadline(deadline); err != nil {
+		return 0, err
+	}
+	line, err := bufio.NewReader(io.LimitReader(conn, 256)).ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("--dist-init-addr: a connection from %s sent no hello: %w", conn.RemoteAddr(), err)
+	}
+	var peer distJob
+	_, scanErr := fmt.Sscanf(strings.TrimPrefix(line, idHello), " %d %d %d\n", &peer.nodeRank, &peer.nnodes, &peer.tpSize)
+	var why string
+	switch {
+	case !strings.HasPrefix(line, idHello) || scanErr != nil:
+		why = fmt.Sprintf("%q is not a stepbench node's hello", strings.TrimSpace(line))
+	case peer.nnodes != job.nnodes || peer.tpSize != job.tpSize:
+		why = fmt.Sprintf("node %d runs --nnodes %d --tp-size %d, node 0 --nnodes %d --tp-size %d",
+			peer.nodeRank, peer.nnodes, peer.tpSize, job.nnodes, job.tpSize)
+	case peer.nodeRank < 1 || peer.nodeRank >= job.nnodes || slices.Contains(served, peer.nodeRank):
+		why = fmt.Sprintf("--node-rank %d is not one of the missing nodes %v", peer.nodeRank, missingNodes(job.nnodes, served))
+	}
+	if why != "" {
+		fmt.Fprintf(conn, "error %s\n", why)
+		return 0, fmt.Errorf("--dist-init-addr: %s", why)
+	}
+	if _, err := conn.Write(append([]byte("ok\n"), id...)); err != nil {
+		return 0, fmt.Errorf("--dist-init-addr: sending the NCCL id to node %d: %w", peer.nodeRank, err)
+	}
+	return peer.nodeRank, nil
+}
+
+func missingNodes(nnodes int, served []int) []int {
+	var out []int
+	for n := 1; n < nnodes; n++ {
+		if !slices.Contains(served, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// fetchID connects to node 0 at addr, retrying until timeout (node 0 may
+// start later), and returns the id of idBytes bytes.
+func fetchID(addr string, job distJob, idBytes int, timeout time.Duration) ([]byte, error) {
+	deadline := time.Now().Add(timeout)
+	var conn net.Conn
+	var err error
+	for {
+		conn, err = net.DialTimeout("tcp", addr, time.Until(deadline))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("--dist-init-addr %s: node 0 not reachable after %s: %w", addr, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	if _, err := io.WriteString(conn, job.hello()); err != nil {
+		return nil, fmt.Errorf("--dist-init-addr %s: %w", addr, err)
+	}
+	r := bufio.NewReader(conn)
+	status, err := r.ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("--dist-init-addr %s: no answer from node 0: %w", addr, err)
+	}
+	if why, ok := strings.CutPrefix(status, "error "); ok {
+		return nil, fmt.Errorf("--dist-init-addr %s: node 0 refused: %s", addr, strings.TrimSpace(why))
+	}
+	if status != "ok\n" {
+		return nil, fmt.Errorf("--dist-init-addr %s: node 0 answered %q", addr, strings.TrimSpace(status))
+	}
+	id := make([]byte, idBytes)
+	if _, err := io.ReadFull(r, id); err != nil {
+		return nil, fmt.Errorf("--dist-init-addr %s: reading the NCCL id: %w", addr, err)
+	}
+	return id, nil
+}
