@@ -76,8 +76,8 @@ bundle:
 	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }
 
 # The emulated CUDA device (cuda/emu): stand-ins for libcuda.so.1, NVRTC,
-# cuBLAS and NVML that run the real kernels on the CPU. Select it with
-# STEPBENCH_CUDA_LIBS=$(CURDIR)/build/emu.
+# cuBLAS, NVML and NCCL that run the real kernels on the CPU, and an NVTX
+# tool. Select it with STEPBENCH_CUDA_LIBS=$(CURDIR)/build/emu.
 EMU_DIR      := build/emu
 EMU_CXX      ?= g++
 EMU_CC       ?= gcc

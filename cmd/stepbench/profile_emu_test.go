@@ -74,7 +74,7 @@ func TestEmulatedProfileWindow(t *testing.T) {
 		logPath := filepath.Join(t.TempDir(), "profile.log")
 		t.Setenv("STEPBENCH_EMU_PROFILE_LOG", logPath)
 		args := []string{"run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "2", "--input-len", "8",
-			"--output-len", "6", "--num-iters", "2", "--profile", "--profile-phase", "decode",
+			"--output-len", "6", "--num-iters", "2", "--energy-window-seconds", "0", "--profile", "--profile-phase", "decode",
 			"--profile-start-step", "1", "--profile-steps", "3"}
 		if eager {
 			args = append(args, "--disable-cuda-graph")

@@ -98,7 +98,7 @@ func (t *tpFlags) checkModes(fs *pflag.FlagSet, f *runFlags) error {
 // split and a device that cannot run them.
 func (t *tpFlags) checkModel(cfg runner.Config, device string) error {
 	if device != "cuda" {
-		return usagef("--tp-size runs on the cuda backend (the cpu backend is one rank); use --device cuda")
+		return usagef("--tp-size runs ranks on the cuda backend through NCCL; the cpu backend is one rank (leave --tp-size out, or use --device cuda)")
 	}
 	if err := cfg.CheckTP(t.size); err != nil {
 		return usagef("--tp-size: %v", err)

@@ -18,7 +18,7 @@ func TestTPFlagsRefused(t *testing.T) {
 		want string
 	}{
 		{[]string{"--device", "cuda", "--tp-size", "3"}, "--tp-size: tensor-parallel size 3 does not divide llama-tiny's 4 attention heads"},
-		{[]string{"--device", "cpu", "--tp-size", "2"}, "--tp-size runs on the cuda backend"},
+		{[]string{"--device", "cpu", "--tp-size", "2"}, "--tp-size runs ranks on the cuda backend through NCCL; the cpu backend is one rank"},
 		{[]string{"--device", "cuda", "--tp-size", "0"}, "--tp-size: 0 must be at least 1"},
 		{[]string{"--device", "cuda", "--tp-size", "3", "--nnodes", "2", "--dist-init-addr", "h:1"}, "--nnodes must divide --tp-size"},
 		{[]string{"--device", "cuda", "--tp-size", "2", "--nnodes", "2"}, "--nnodes 2 needs --dist-init-addr"},
