@@ -49,9 +49,11 @@ func environmentWarnings(oldReport, newReport report.Report) []string {
 }
 
 // outputOnlyFlags name files or labels, or say how many iterations to
-// take; they do not change what one iteration measures.
+// take, where a profiler's window goes or where nodes meet; they do not
+// change what one iteration measures.
 var outputOnlyFlags = []string{"json-out", "result-filename", "output-json", "run-name", "format", "logits-out", "plot",
-	"num-iters", "target-noise", "max-seconds", "min-iters"}
+	"num-iters", "target-noise", "max-seconds", "min-iters",
+	"profile", "profile-phase", "profile-start-step", "profile-steps", "node-rank", "dist-init-addr", "dist-timeout"}
 
 func flagDifferences(oldFlags, newFlags map[string]string) []string {
 	names := map[string]bool{}

@@ -52,7 +52,8 @@ func HasRanks(shapes []ShapeReport) bool {
 
 // WriteRankTable writes, per shape and rank, the rank's median prefill and
 // decode-step device times (ms): how evenly the ranks share each step.
-func WriteRankTable(w io.Writer, shapes []ShapeReport) error {
+// ranks names the samples' ranks in order (nil: 0, 1, ...).
+func WriteRankTable(w io.Writer, shapes []ShapeReport, ranks []int) error {
 	if _, err := fmt.Fprintln(w, RankTableTitle); err != nil {
 		return fmt.Errorf("write rank table: %w", err)
 	}
@@ -61,7 +62,11 @@ func WriteRankTable(w io.Writer, shapes []ShapeReport) error {
 	for _, s := range shapes {
 		prefill, decode := rankMedians(s)
 		for r := 0; r < max(len(prefill), len(decode)); r++ {
-			writeRow(tw, []string{strconv.Itoa(s.Batch), strconv.Itoa(s.InputLen), strconv.Itoa(s.OutputLen), strconv.Itoa(r),
+			name := r
+			if r < len(ranks) {
+				name = ranks[r]
+			}
+			writeRow(tw, []string{strconv.Itoa(s.Batch), strconv.Itoa(s.InputLen), strconv.Itoa(s.OutputLen), strconv.Itoa(name),
 				milliseconds(at(prefill, r), r < len(prefill)), milliseconds(at(decode, r), r < len(decode))})
 		}
 	}

@@ -37,7 +37,12 @@ type Environment struct {
 	Backend string `json:"backend,omitempty"`
 	// Emulated describes the emulated CUDA device (cuda/emu) when it ran the
 	// kernels: then every time is the CPU's emulation, not a GPU time.
-	Emulated          string  `json:"emulated,omitempty"`
+	Emulated string `json:"emulated,omitempty"`
+	// TPSize and TPRanks: a tensor-parallel run's size and the ranks this
+	// process drove (rank_device_seconds are theirs, in this order); the
+	// GPU fields describe the first of them.
+	TPSize            int     `json:"tp_size,omitempty"`
+	TPRanks           []int   `json:"tp_ranks,omitempty"`
 	GPUName           string  `json:"gpu_name,omitempty"`
 	GPUUUID           string  `json:"gpu_uuid,omitempty"`
 	ComputeCapability string  `json:"compute_capability,omitempty"` // e.g. "9.0"

@@ -29,7 +29,7 @@ func WriteRunText(w io.Writer, r Report) error {
 	}
 	if HasRanks(r.Shapes) {
 		b.printf(w, "\n")
-		if err := errors.Join(b.err, WriteRankTable(w, r.Shapes)); err != nil {
+		if err := errors.Join(b.err, WriteRankTable(w, r.Shapes, env.TPRanks)); err != nil {
 			return err
 		}
 	}

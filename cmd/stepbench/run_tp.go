@@ -143,6 +143,7 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 	}
 	defer group.Close()
 	env := cudaEnvironment(info)
+	env.TPSize, env.TPRanks = f.tp.size, group.Ranks()
 	if f.correctness {
 		return runCorrectness(group, s.prompts, f.shapes.output[0], f.logitsOut, stdout)
 	}
