@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -183,5 +184,68 @@ func TestTensorCoreHelpersOnEmulator(t *testing.T) {
 	}
 	if nan != len(stale) {
 		t.Errorf("without cp_async_wait, %d of %d outputs are NaN; want all (the tiles still hold poison)", nan, len(stale))
+	}
+}
+
+// TestPrefillV2RunsOnTensorCores reads the PTX of attention.cu: the body of
+// attn_prefill_tc (a function of its own: the entry points call it) uses
+// mma.sync, transposed ldmatrix and cp.async; version 1 uses none of them.
+func TestPrefillV2RunsOnTensorCores(t *testing.T) {
+	n := openNVRTCForTest(t)
+	if n.Emulated() != "" {
+		t.Skip("the emulated NVRTC makes no PTX")
+	}
+	srcs := mustSources(t)
+	unit := kernels.TranslationUnit(srcs[kernels.CommonSource], "attention.cu", srcs["attention.cu"])
+	for _, arch := range []string{"compute_80", "compute_90"} {
+		ptx, log, err := n.CompilePTX(unit, "attention.cu", []string{"--gpu-architecture=" + arch, "-std=c++17", "-default-device"})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", arch, err, log)
+		}
+		for _, fn := range []struct {
+			stem string
+			want bool
+		}{{"attn_prefill_tc", true}, {"attn_prefill", false}} {
+			body := ptxFunction(ptx, fn.stem)
+			if body == "" {
+				t.Errorf("%s: no PTX function of %s", arch, fn.stem)
+				continue
+			}
+			for _, instr := range []string{"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global"} {
+				if strings.Contains(body, instr) != fn.want {
+					t.Errorf("%s: %s has %s: %v, want %v", arch, fn.stem, instr, !fn.want, fn.want)
+				}
+			}
+		}
+	}
+}
+
+// ptxFunction returns the body of the PTX .func definition (not a forward
+// declaration) whose mangled name holds stem with template argument 128
+// (attn_prefill_tc<128>).
+func ptxFunction(ptx, stem string) string {
+	mangled := fmt.Sprintf("%d%sILi128E", len(stem), stem)
+	for from := 0; ; {
+		i := strings.Index(ptx[from:], mangled)
+		if i < 0 {
+			return ""
+		}
+		i += from
+		from = i + 1
+		if !strings.Contains(ptx[max(0, i-40):i], ".func") {
+			continue // a use (a call), not the header
+		}
+		closeParams := strings.Index(ptx[i:], ")")
+		if closeParams < 0 {
+			return ""
+		}
+		rest := strings.TrimLeft(ptx[i+closeParams+1:], " \t\n")
+		if !strings.HasPrefix(rest, "{") {
+			continue // a declaration
+		}
+		if end := strings.Index(rest, "\n}\n"); end >= 0 {
+			return rest[:end]
+		}
+		return rest
 	}
 }
