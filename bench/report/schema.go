@@ -37,7 +37,10 @@ type Environment struct {
 	Backend string `json:"backend,omitempty"`
 	// Emulated describes the emulated CUDA device (cuda/emu) when it ran the
 	// kernels: then every time is the CPU's emulation, not a GPU time.
-	Emulated          string  `json:"emulated,omitempty"`
+	Emulated string `json:"emulated,omitempty"`
+	// KernelVersions is the version each op with several ran at the
+	// model's shapes ("argmax=2 attn_decode=2 attn_prefill=1 rope_kv_write=2").
+	KernelVersions    string  `json:"kernel_versions,omitempty"`
 	GPUName           string  `json:"gpu_name,omitempty"`
 	GPUUUID           string  `json:"gpu_uuid,omitempty"`
 	ComputeCapability string  `json:"compute_capability,omitempty"` // e.g. "9.0"
