@@ -37,7 +37,9 @@
 //   acc[P][D] floats, then ml[P][2] floats (max in e's domain, sum); partial
 //   index (b*heads + h)*splits + split.
 
-extern __shared__ float dyn_smem[];
+// 16-byte aligned: cp.async and ldmatrix move 16-byte rows (NVRTC aligns
+// dynamic shared memory so anyway; this says the kernels need it).
+extern __shared__ __align__(16) float dyn_smem[];
 
 // The kernel bodies below are __noinline__ device templates called from
 // extern "C" entry points (NVRTC 11.8 cannot name template kernels without
@@ -688,8 +690,8 @@ __device__ __noinline__ void attn_decode2(float* __restrict__ ws, const unsigned
 #pragma unroll
             for (int u = 0; u < DEC_UNROLL; u++) mx = fmaxf(mx, s[u][g]);
             // A lane group whose keys all lie past the end keeps m = -inf: no update.
-        if (mx == neg_inf_f32()) continue;
-        const float alpha = exp2f(m[g] - mx);
+            if (mx == neg_inf_f32()) continue;
+            const float alpha = exp2f(m[g] - mx);
             m[g] = mx;
             l[g] *= alpha;
 #pragma unroll

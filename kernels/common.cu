@@ -163,7 +163,7 @@ __device__ __forceinline__ void cp_async_commit() {
 #ifdef __SBEMU__
     sbemu_cp_async_commit();
 #else
-    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 
@@ -173,6 +173,6 @@ __device__ __forceinline__ void cp_async_wait() {
 #ifdef __SBEMU__
     sbemu_cp_async_wait(N);
 #else
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }

@@ -187,6 +187,10 @@ static inline void sbemu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], cons
  * lane l receives, per matrix, row l/4 elements 2(l%4) and 2(l%4)+1 (or,
  * transposed, column l/4 elements of rows 2(l%4) and 2(l%4)+1). */
 static inline void sbemu_ldmatrix(unsigned *r, int count, bool trans, const void *row, const char *file, int line) {
+    /* Each row is 16 bytes that a quad of lanes loads: the GPU wants it
+     * naturally aligned and may fault otherwise; here it always faults. */
+    if (sbemu_self()->lane < 8u * (unsigned)count && ((unsigned long)row & 15u) != 0)
+        sbemu_api_ptr->trap(716, file, line, trans ? "ldmatrix.trans row address not 16-byte aligned" : "ldmatrix row address not 16-byte aligned");
     const void *mine = row;
     const void *const *rows = (const void *const *)sbemu_api_ptr->warp_exchange(
         0xffffffffu, &mine, sizeof mine, trans ? "ldmatrix.trans" : "ldmatrix", file, line);

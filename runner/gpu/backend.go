@@ -111,6 +111,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	dev := c.info.Device
 	arch := dev.Major*10 + dev.Minor
+	if arch < kernels.MinArch {
+		return nil, fmt.Errorf("cuda backend: %s is sm_%d; the kernels need sm_%d or newer (bf16 mma.sync, cp.async)", dev.Name, arch, kernels.MinArch)
+	}
 	c.info.KernelArch, c.info.KernelsFromDisk = arch, opts.KernelsDir != ""
 	srcs, err := kernels.Sources(opts.KernelsDir)
 	if err != nil {

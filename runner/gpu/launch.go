@@ -287,7 +287,7 @@ func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspa
 	checkAttnShape(&c, a)
 	c.require(slices.Contains(kernels.SupportedHeadDims, a.HeadDim), "headDim = %d, want one of %v", a.HeadDim, kernels.SupportedHeadDims)
 	c.require(a.Heads <= kernels.MaxGridYZ, "heads = %d > %d", a.Heads, kernels.MaxGridYZ)
-	c.pointer("out", out, 2)
+	c.pointer("out", out, 4) // the tensor-core prefill stores bf16 pairs
 	c.pointer("q", q, 16)
 	c.pointer("kCache", kCache, 16)
 	c.pointer("vCache", vCache, 16)

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -247,5 +248,68 @@ func ptxFunction(ptx, stem string) string {
 			return rest[:end]
 		}
 		return rest
+	}
+}
+
+// ldmatrixMisalignedSrc loads through ldmatrix_x4 with lane 5's row address
+// two bytes off: a GPU may fault, the emulated device always does.
+const ldmatrixMisalignedSrc = `
+extern "C" __global__ void ldmatrix_misaligned(unsigned* out) {
+    __shared__ __align__(16) unsigned short tile[32 * 8 + 8];
+    for (int i = threadIdx.x; i < 32 * 8 + 8; i += 32) tile[i] = (unsigned short)i;
+    __syncthreads();
+    const int lane = threadIdx.x;
+    unsigned r[4];
+    ldmatrix_x4(r, tile + lane * 8 + (lane == 5 ? 1 : 0));
+    out[lane] = r[0] ^ r[1] ^ r[2] ^ r[3];
+}
+`
+
+func TestEmulatorFaultsOnMisalignedLdmatrix(t *testing.T) {
+	dir := emutest.Use(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	nv, err := cuda.OpenNVRTC(dir + "/libnvrtc.so.13")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := kernels.TranslationUnit(mustSources(t)[kernels.CommonSource], "ldmatrix_misaligned.cu", ldmatrixMisalignedSrc)
+	cubin, log, err := nv.Compile(unit, "ldmatrix_misaligned.cu", kernels.CompileOptions(90))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	drv, err := cuda.OpenDriver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := drv.NewContext(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	stream, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := ctx.LoadModule(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := mod.Function("ldmatrix_misaligned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ctx.Alloc(4 * 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = stream.Launch(fn, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 0, out)
+	if err == nil {
+		err = stream.Sync()
+	}
+	var ce *cuda.Error
+	if !errors.As(err, &ce) || ce.Name != "CUDA_ERROR_MISALIGNED_ADDRESS" || !strings.Contains(err.Error(), "ldmatrix row address not 16-byte aligned") ||
+		!strings.Contains(err.Error(), "thread (5,0,0)") {
+		t.Errorf("misaligned ldmatrix: %v; want CUDA_ERROR_MISALIGNED_ADDRESS naming ldmatrix and thread (5,0,0)", err)
 	}
 }
