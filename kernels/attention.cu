@@ -503,16 +503,29 @@ __device__ __noinline__ void attn_prefill_tc(unsigned short* __restrict__ out,
             }
         }
 
-        // Causal mask and scale; row maxima over the 4 lanes of each row.
+        // Scale, and the causal mask where the tile reaches past a row's
+        // position (qpos0 <= qpos1: only tiles on the diagonal); row maxima
+        // over the 4 lanes of each row.
+        if (k0 + FA_BK - 1 <= qpos0) {
+#pragma unroll
+            for (int j = 0; j < FA_BK / 8; j++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[j][i] *= scale_log2;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < FA_BK / 8; j++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = k0 + j * 8 + 2 * t + (i & 1);
+                    const int qpos = i < 2 ? qpos0 : qpos1;
+                    s[j][i] = key <= qpos ? s[j][i] * scale_log2 : neg_inf_f32();
+                }
+            }
+        }
         float mx0 = neg_inf_f32(), mx1 = neg_inf_f32();
 #pragma unroll
         for (int j = 0; j < FA_BK / 8; j++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int key = k0 + j * 8 + 2 * t + (i & 1);
-                const int qpos = i < 2 ? qpos0 : qpos1;
-                s[j][i] = key <= qpos ? s[j][i] * scale_log2 : neg_inf_f32();
-            }
             mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
             mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
         }
@@ -546,14 +559,15 @@ __device__ __noinline__ void attn_prefill_tc(unsigned short* __restrict__ out,
             o[i][3] *= alpha1;
         }
 
-        // O += P·V: P's C fragments, as bf16, are the A fragments.
+        // O += P·V: P's C fragments, as bf16, are the A fragments (already
+        // rounded and never NaN: taking the high halves is exact).
 #pragma unroll
         for (int kk = 0; kk < FA_BK / 16; kk++) {
             unsigned pa[4];
-            pa[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            pa[0] = pack2_bf16_exact(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = pack2_bf16_exact(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = pack2_bf16_exact(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = pack2_bf16_exact(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
             for (int nb = 0; nb < D / 8; nb += 2) {
                 unsigned vb[4];
