@@ -6,21 +6,40 @@
 // 0..startPos+s of sequence b; query head h reads kv head h / (heads/kvHeads).
 // score = fp32 dot(q, k) * (1/sqrtf(D)); softmax in fp32; out = bf16(sum p*v / sum p).
 //
-// Two paths, chosen by the Go wrapper:
-//  - decode (seqLen == 1): flash-decoding. attn_decode_split_dD handles one
-//    (split, kv head, batch): all query heads of the kv group, so each K/V row
-//    is read from memory once per group, and keys [split*chunk, ...) of the
-//    cache. It writes unnormalised partials (max, sum, acc) to a float32
-//    workspace; attn_decode_combine merges the splits.
-//  - prefill (seqLen > 1): attn_prefill_dD, FlashAttention-2 style tiles of
-//    64 queries x 32 keys through shared memory with an online softmax, fp32
-//    CUDA cores (no tensor cores yet).
+// Versions (kernels.Ops; --kernel attn_prefill=N / attn_decode=N; the newest
+// that supports the shape by default):
+//  - attn_decode 1, attn_decode_split_dD: flash-decoding, one thread per key
+//    for the scores, 4-byte V loads. (split, kv head, sequence) blocks write
+//    unnormalised partials (max, sum, acc) that attn_decode_combine merges.
+//  - attn_decode 2, attn_decode2_dD_gG (D 64, 128; G >= heads/kvHeads, 1..8):
+//    bandwidth-bound flash-decoding, 16-byte coalesced K and V loads, every
+//    query head of the kv head in one pass, DEC_UNROLL keys in flight per
+//    lane group; the same partials and combine.
+//  - attn_prefill 1, attn_prefill_dD: FlashAttention-2 style tiles of 64
+//    queries x 32 keys on fp32 CUDA cores.
+//  - attn_prefill 2, attn_prefill_tc_dD (D 64, 128): FlashAttention-2 on
+//    tensor cores (mma.sync m16n8k16 bf16), cp.async double-buffered tiles.
+//
+// Napkin math at Llama-3-8B (32 heads, 8 kv heads, D 128), per launch (one
+// layer); peaks: H100 SXM 989 TFLOP/s bf16 dense, 3.35 TB/s; H200 989 TFLOP/s,
+// 4.8 TB/s (the cost model's and bench/roofline's figures):
+//  - decode, batch 1, 1k keys: K and V read once: 1024 x 8 x 128 x 2 B x 2 =
+//    4.19 MB (+ 0.27 MB of partials written and read, q and out 16 KB);
+//    16.8 MFLOP. Floor 1.25 us (H100) / 0.87 us (H200); 40 / 28 us per step
+//    of 32 layers. Batch 32: 32x the bytes, 40 / 28 us per layer.
+//  - prefill, 1 x 1024 tokens: 4 x 32 x 128 x 1024·1025/2 = 8.60 GFLOP;
+//    q, k, v and out once: 21.0 MB. Compute-bound: 8.7 us per layer at peak,
+//    0.28 ms per prefill of 32 layers (about 0.7 ms at the ~40% of peak
+//    FA2-class mma.sync kernels reach). 1 x 8192: 550 GFLOP per layer,
+//    0.56 ms at peak, 17.8 ms per prefill.
 //
 // Workspace layout (decode), with P = batch*heads*splits partials:
-//   acc[P][D] floats, then ml[P][2] floats (max, sum); partial index
-//   (b*heads + h)*splits + split.
+//   acc[P][D] floats, then ml[P][2] floats (max in e's domain, sum); partial
+//   index (b*heads + h)*splits + split.
 
-extern __shared__ float dyn_smem[];
+// 16-byte aligned: cp.async and ldmatrix move 16-byte rows (NVRTC aligns
+// dynamic shared memory so anyway; this says the kernels need it).
+extern __shared__ __align__(16) float dyn_smem[];
 
 // The kernel bodies below are __noinline__ device templates called from
 // extern "C" entry points (NVRTC 11.8 cannot name template kernels without
@@ -347,3 +366,409 @@ __device__ __noinline__ void attn_prefill(unsigned short* __restrict__ out,
 DEFINE_PREFILL(32)
 DEFINE_PREFILL(64)
 DEFINE_PREFILL(128)
+
+// Prefill attention v2: FlashAttention-2 on tensor cores (mma.sync m16n8k16
+// bf16, fp32 accumulation), head_dim 64 and 128, sm_80 and later.
+//
+// Block: 4 warps (128 threads) own 64 query rows of one (head, sequence),
+// 16 rows per warp. Key/value tiles of 64 keys stream through shared memory
+// with cp.async, double-buffered (the next tile loads while this one is
+// used). Shared rows are swizzled (16-byte chunk c of row r sits at chunk
+// c ^ (r & 7)) so that ldmatrix's eight row reads hit eight bank groups.
+// S = Q·Kᵀ stays in registers; its C fragments are reused as the A
+// fragments of P·V (P rounded to bf16); the row max and sum of the online
+// softmax are reduced across the 4 lanes that hold a row. Tiles past the
+// query tile's last position are never loaded (causal); the heaviest query
+// tiles (the last) are launched first.
+
+#define FA_BQ 64
+#define FA_BK 64
+#define FA_THREADS 128
+
+// fa_chunk is the swizzled 16-byte chunk index of (row, chunk) in a tile
+// whose rows hold D/8 chunks.
+template <int D>
+__device__ __forceinline__ int fa_chunk(int row, int chunk) {
+    return row * (D / 8) + (chunk ^ (row & 7));
+}
+
+// fa_load_tile starts the copy of rows [0, rows) of a tile (row r from
+// src + r*stride elements) into dst; rows past valid are zero-filled
+// (masked keys must contribute 0, not whatever the memory holds).
+template <int D>
+__device__ __forceinline__ void fa_load_tile(unsigned short* dst, const unsigned short* src, long long stride,
+                                             int valid) {
+    for (int c = threadIdx.x; c < FA_BK * (D / 8); c += FA_THREADS) {
+        const int row = c / (D / 8), ch = c - row * (D / 8);
+        u32x4* d = (u32x4*)dst + fa_chunk<D>(row, ch);
+        if (row < valid) {
+            cp_async16(d, src + row * stride + ch * 8);
+        } else {
+            *d = u32x4{0, 0, 0, 0};
+        }
+    }
+}
+
+template <int D>
+__device__ __noinline__ void attn_prefill_tc(unsigned short* __restrict__ out,
+                                             const unsigned short* __restrict__ q,
+                                             const unsigned short* __restrict__ kCache,
+                                             const unsigned short* __restrict__ vCache,
+                                             const int* __restrict__ startPosPtr, int seqLen, int heads,
+                                             int kvHeads, int maxSeq) {
+    unsigned short* qs = (unsigned short*)dyn_smem;      // [FA_BQ][D]
+    unsigned short* ks = qs + FA_BQ * D;                 // [2][FA_BK][D]
+    unsigned short* vs = ks + 2 * FA_BK * D;             // [2][FA_BK][D]
+
+    const int qtile = gridDim.x - 1 - blockIdx.x;  // heavy (late) tiles first
+    const int q0 = qtile * FA_BQ, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int kvh = h / (heads / kvHeads);
+    const int startPos = *startPosPtr;
+    const int rows_here = min(FA_BQ, seqLen - q0);
+    const int keys_here = min(startPos + q0 + rows_here, maxSeq);
+    const int ntiles = (keys_here + FA_BK - 1) / FA_BK;
+    const long long pos_stride = (long long)kvHeads * D;
+    const long long kv_base = (long long)b * maxSeq * pos_stride + (long long)kvh * D;
+    // log2(e)/sqrt(D): scores go straight to exp2's domain.
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+
+    // Q tile (rows past seqLen zero), then K/V tile 0: one group.
+    {
+        const long long q_stride = (long long)heads * D;
+        const unsigned short* qsrc = q + ((long long)b * seqLen + q0) * q_stride + (long long)h * D;
+        for (int c = tid; c < FA_BQ * (D / 8); c += FA_THREADS) {
+            const int row = c / (D / 8), ch = c - row * (D / 8);
+            u32x4* d = (u32x4*)qs + fa_chunk<D>(row, ch);
+            if (row < rows_here) {
+                cp_async16(d, qsrc + row * q_stride + ch * 8);
+            } else {
+                *d = u32x4{0, 0, 0, 0};
+            }
+        }
+    }
+    fa_load_tile<D>(ks, kCache + kv_base, pos_stride, min(FA_BK, keys_here));
+    fa_load_tile<D>(vs, vCache + kv_base, pos_stride, min(FA_BK, keys_here));
+    cp_async_commit();
+
+    // This thread's two rows (g and g+8 of its warp's 16); rows past seqLen
+    // act as the last real row so that none is ever fully masked.
+    const int r0 = warp * 16 + g, r1 = r0 + 8;
+    const int qpos0 = startPos + q0 + min(r0, rows_here - 1);
+    const int qpos1 = startPos + q0 + min(r1, rows_here - 1);
+
+    unsigned qa[D / 16][4];
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = neg_inf_f32(), m1 = neg_inf_f32(), l0 = 0.0f, l1 = 0.0f;
+
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int k0 = tile * FA_BK;
+        if (tile + 1 < ntiles) {
+            const int nb = (tile + 1) & 1;
+            const long long at = kv_base + (long long)(k0 + FA_BK) * pos_stride;
+            const int valid = min(FA_BK, keys_here - (k0 + FA_BK));
+            fa_load_tile<D>(ks + nb * FA_BK * D, kCache + at, pos_stride, valid);
+            fa_load_tile<D>(vs + nb * FA_BK * D, vCache + at, pos_stride, valid);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (tile == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                ldmatrix_x4(qa[kk], qs + fa_chunk<D>(warp * 16 + (lane & 15), 2 * kk + (lane >> 4)) * 8);
+            }
+        }
+        const unsigned short* kt = ks + (tile & 1) * FA_BK * D;
+        const unsigned short* vt = vs + (tile & 1) * FA_BK * D;
+
+        // S = Q·Kᵀ for this warp's 16 rows and the tile's 64 keys.
+        float s[FA_BK / 8][4];
+#pragma unroll
+        for (int j = 0; j < FA_BK / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int j = 0; j < FA_BK / 8; j += 2) {
+                unsigned kb[4];
+                const int key = j * 8 + (lane >> 4) * 8 + (lane & 7);
+                ldmatrix_x4(kb, kt + fa_chunk<D>(key, 2 * kk + ((lane >> 3) & 1)) * 8);
+                mma_m16n8k16_bf16(s[j], qa[kk], kb, s[j]);
+                mma_m16n8k16_bf16(s[j + 1], qa[kk], kb + 2, s[j + 1]);
+            }
+        }
+
+        // Scale, and the causal mask where the tile reaches past a row's
+        // position (qpos0 <= qpos1: only tiles on the diagonal); row maxima
+        // over the 4 lanes of each row.
+        if (k0 + FA_BK - 1 <= qpos0) {
+#pragma unroll
+            for (int j = 0; j < FA_BK / 8; j++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[j][i] *= scale_log2;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < FA_BK / 8; j++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = k0 + j * 8 + 2 * t + (i & 1);
+                    const int qpos = i < 2 ? qpos0 : qpos1;
+                    s[j][i] = key <= qpos ? s[j][i] * scale_log2 : neg_inf_f32();
+                }
+            }
+        }
+        float mx0 = neg_inf_f32(), mx1 = neg_inf_f32();
+#pragma unroll
+        for (int j = 0; j < FA_BK / 8; j++) {
+            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        // Key 0 is visible to every row, so after tile 0 each max is finite.
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+        m0 = mn0;
+        m1 = mn1;
+        float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < FA_BK / 8; j++) {
+            // Rounded to bf16 here, so the sum divides exactly what P·V multiplies.
+            s[j][0] = round_bf16(exp2f(s[j][0] - mn0));
+            s[j][1] = round_bf16(exp2f(s[j][1] - mn0));
+            s[j][2] = round_bf16(exp2f(s[j][2] - mn1));
+            s[j][3] = round_bf16(exp2f(s[j][3] - mn1));
+            sum0 += s[j][0] + s[j][1];
+            sum1 += s[j][2] + s[j][3];
+        }
+        l0 = l0 * alpha0 + sum0;
+        l1 = l1 * alpha1 + sum1;
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha0;
+            o[i][1] *= alpha0;
+            o[i][2] *= alpha1;
+            o[i][3] *= alpha1;
+        }
+
+        // O += P·V: P's C fragments, as bf16, are the A fragments (already
+        // rounded and never NaN: taking the high halves is exact).
+#pragma unroll
+        for (int kk = 0; kk < FA_BK / 16; kk++) {
+            unsigned pa[4];
+            pa[0] = pack2_bf16_exact(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = pack2_bf16_exact(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = pack2_bf16_exact(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = pack2_bf16_exact(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int nb = 0; nb < D / 8; nb += 2) {
+                unsigned vb[4];
+                const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                ldmatrix_x4_trans(vb, vt + fa_chunk<D>(key, nb + (lane >> 4)) * 8);
+                mma_m16n8k16_bf16(o[nb], pa, vb, o[nb]);
+                mma_m16n8k16_bf16(o[nb + 1], pa, vb + 2, o[nb + 1]);
+            }
+        }
+        __syncthreads();  // the buffer is refilled by the next iteration's prefetch
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const long long q_stride = (long long)heads * D;
+    if (r0 < rows_here) {
+        unsigned* dst = (unsigned*)(out + ((long long)b * seqLen + q0 + r0) * q_stride + (long long)h * D);
+#pragma unroll
+        for (int nb = 0; nb < D / 8; nb++) dst[nb * 4 + t] = pack2(o[nb][0] * inv0, o[nb][1] * inv0);
+    }
+    if (r1 < rows_here) {
+        unsigned* dst = (unsigned*)(out + ((long long)b * seqLen + q0 + r1) * q_stride + (long long)h * D);
+#pragma unroll
+        for (int nb = 0; nb < D / 8; nb++) dst[nb * 4 + t] = pack2(o[nb][2] * inv1, o[nb][3] * inv1);
+    }
+}
+
+#define DEFINE_PREFILL_TC(D)                                                                        \
+    extern "C" __global__ void __launch_bounds__(FA_THREADS) attn_prefill_tc_d##D(                  \
+        unsigned short* out, const unsigned short* q, const unsigned short* kCache,                 \
+        const unsigned short* vCache, const int* startPos, int seqLen, int heads, int kvHeads,      \
+        int maxSeq) {                                                                               \
+        attn_prefill_tc<D>(out, q, kCache, vCache, startPos, seqLen, heads, kvHeads, maxSeq);      \
+    }
+DEFINE_PREFILL_TC(64)
+DEFINE_PREFILL_TC(128)
+
+// Decode attention v2: flash-decoding bound by memory bandwidth.
+//
+// Block (split, kv head, sequence), 128 threads. A key row of D bf16 is
+// D/8 16-byte chunks: D/8 lanes (LPK) read one row, each its own chunk, so a
+// warp reads 32/LPK rows per load with every access 16 bytes and coalesced.
+// Every query head of the kv head (G of them, a template bound >= the real
+// group) is scored against the same K chunk and accumulates the same V
+// chunk: K and V are read once per split. DEC_UNROLL keys per lane group are
+// loaded before any is used, so each thread has 2*DEC_UNROLL*16 bytes in
+// flight. Each lane group keeps an online softmax (running max, sum, and
+// its 8 dims of the output per head); the groups of the block are merged
+// through shared memory and written as one partial per head to the same
+// workspace layout as v1, which attn_decode_combine merges across splits.
+
+#define DEC_THREADS 128
+#define DEC_UNROLL 4
+
+template <int D, int G>
+__device__ __noinline__ void attn_decode2(float* __restrict__ ws, const unsigned short* __restrict__ q,
+                                          const unsigned short* __restrict__ kCache,
+                                          const unsigned short* __restrict__ vCache,
+                                          const int* __restrict__ startPos, int batch, int heads,
+                                          int kvHeads, int maxSeq, int chunk, int splits) {
+    constexpr int LPK = D / 8;           // lanes per key row
+    constexpr int KPW = 32 / LPK;        // key rows per warp per load
+    constexpr int GROUPS = (DEC_THREADS / 32) * KPW;
+    const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int keys = min(*startPos + 1, maxSeq);
+    const int j0 = split * chunk;
+    if (j0 >= keys) return;  // uniform across the block
+    const int j1 = min(j0 + chunk, keys);
+    const int group = heads / kvHeads;  // <= G, the wrapper guarantees it
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int c = lane % LPK, sub = lane / LPK, grp = warp * KPW + sub;
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+
+    float qf[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (g < group) {
+            const u32x4 v = ((const u32x4*)(q + ((long long)b * heads + (long long)kvh * group + g) * D))[c];
+            unpack8(v, qf[g]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) qf[g][e] = 0.0f;
+        }
+    }
+    float m[G], l[G], acc[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = neg_inf_f32();
+        l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[g][e] = 0.0f;
+    }
+    const long long pos_stride = (long long)kvHeads * D;
+    const unsigned short* kbase = kCache + (long long)b * maxSeq * pos_stride + (long long)kvh * D + c * 8;
+    const unsigned short* vbase = vCache + (long long)b * maxSeq * pos_stride + (long long)kvh * D + c * 8;
+
+    // The loop bound is the warp's first key, so every lane of a warp runs the
+    // same iterations (the shuffles below need all 32); lanes past the end
+    // load nothing and score -inf.
+    for (int jw = j0 + warp * KPW; jw < j1; jw += GROUPS * DEC_UNROLL) {
+        const int j = jw + sub;
+        u32x4 kv[DEC_UNROLL], vv[DEC_UNROLL];
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            const int jj = j + u * GROUPS;
+            if (jj < j1) {
+                kv[u] = *(const u32x4*)(kbase + jj * pos_stride);
+                vv[u] = *(const u32x4*)(vbase + jj * pos_stride);
+            } else {
+                kv[u] = vv[u] = u32x4{0, 0, 0, 0};
+            }
+        }
+        float s[DEC_UNROLL][G];
+#pragma unroll
+        for (int u = 0; u < DEC_UNROLL; u++) {
+            float kf[8];
+            unpack8(kv[u], kf);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) dot += qf[g][e] * kf[e];
+#pragma unroll
+                for (int off = LPK / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+                s[u][g] = j + u * GROUPS < j1 ? dot * scale_log2 : neg_inf_f32();
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < DEC_UNROLL; u++) mx = fmaxf(mx, s[u][g]);
+            // A lane group whose keys all lie past the end keeps m = -inf: no update.
+            if (mx == neg_inf_f32()) continue;
+            const float alpha = exp2f(m[g] - mx);
+            m[g] = mx;
+            l[g] *= alpha;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] *= alpha;
+#pragma unroll
+            for (int u = 0; u < DEC_UNROLL; u++) {
+                const float p = exp2f(s[u][g] - mx);
+                float vf[8];
+                unpack8(vv[u], vf);
+                l[g] += p;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[g][e] += p * vf[e];
+            }
+        }
+    }
+
+    // Merge the block's lane groups: [GROUPS][G][D] sums, [GROUPS][G] maxima and sums.
+    float* sacc = dyn_smem;
+    float* sm = sacc + GROUPS * G * D;
+    float* sl = sm + GROUPS * G;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) sacc[(grp * G + g) * D + c * 8 + e] = acc[g][e];
+        if (c == 0) {
+            sm[grp * G + g] = m[g];
+            sl[grp * G + g] = l[g];
+        }
+    }
+    __syncthreads();
+    const long long part0 = ((long long)b * heads + (long long)kvh * group) * splits + split;
+    float* ws_acc = ws;
+    float* ws_ml = ws + (long long)batch * heads * splits * D;
+    for (int idx = tid; idx < group * D; idx += DEC_THREADS) {
+        const int g = idx / D, d = idx - g * D;
+        float mx = neg_inf_f32();
+        for (int r = 0; r < GROUPS; r++) mx = fmaxf(mx, sm[r * G + g]);
+        float a = 0.0f, sum = 0.0f;
+        for (int r = 0; r < GROUPS; r++) {
+            const float w = exp2f(sm[r * G + g] - mx);  // empty groups: exp2(-inf) = 0
+            a += w * sacc[(r * G + g) * D + d];
+            sum += w * sl[r * G + g];
+        }
+        ws_acc[(part0 + (long long)g * splits) * D + d] = a;
+        if (d == 0) {
+            // attn_decode_combine works in e's domain: log2 maxima times ln 2.
+            ws_ml[(part0 + (long long)g * splits) * 2] = mx * 0.6931471805599453f;
+            ws_ml[(part0 + (long long)g * splits) * 2 + 1] = sum;
+        }
+    }
+}
+
+#define DEFINE_DECODE2(D, G)                                                                            \
+    extern "C" __global__ void __launch_bounds__(DEC_THREADS) attn_decode2_d##D##_g##G(                 \
+        float* ws, const unsigned short* q, const unsigned short* kCache, const unsigned short* vCache, \
+        const int* startPos, int batch, int heads, int kvHeads, int maxSeq, int chunk, int splits) {     \
+        attn_decode2<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits); \
+    }
+DEFINE_DECODE2(64, 1)
+DEFINE_DECODE2(64, 2)
+DEFINE_DECODE2(64, 4)
+DEFINE_DECODE2(64, 8)
+DEFINE_DECODE2(128, 1)
+DEFINE_DECODE2(128, 2)
+DEFINE_DECODE2(128, 4)
+DEFINE_DECODE2(128, 8)

@@ -46,6 +46,12 @@ __device__ __forceinline__ unsigned int pack2(float lo, float hi) {
     return (unsigned int)f32_to_bf16_rne(lo) | ((unsigned int)f32_to_bf16_rne(hi) << 16);
 }
 
+// pack2_bf16_exact packs two floats that are already bf16 values (low
+// 16 bits zero, not NaN): no rounding to do, only the high halves to take.
+__device__ __forceinline__ unsigned int pack2_bf16_exact(float lo, float hi) {
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+
 // pack8 rounds 8 floats to bf16 and packs them in element order.
 __device__ __forceinline__ u32x4 pack8(const float f[8]) {
     u32x4 v;
@@ -163,7 +169,7 @@ __device__ __forceinline__ void cp_async_commit() {
 #ifdef __SBEMU__
     sbemu_cp_async_commit();
 #else
-    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 
@@ -173,6 +179,6 @@ __device__ __forceinline__ void cp_async_wait() {
 #ifdef __SBEMU__
     sbemu_cp_async_wait(N);
 #else
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }

@@ -30,6 +30,10 @@ type KernelResources struct {
 	Barriers        int // named barriers used (reported by CUDA 12+ ptxas only)
 }
 
+// MinArch is the oldest architecture the kernels compile for (sm_80,
+// Ampere): bf16 mma.sync and cp.async need it.
+const MinArch = 80
+
 // CompileOptions are the NVRTC options for arch (e.g. 90 → sm_90). Fast math
 // stays off: the kernels must match kernels/ref within bf16 rounding.
 func CompileOptions(arch int) []string {

@@ -81,3 +81,51 @@ func ThreadsFor(n, maxThreads int) int {
 func GridStrideBlocks(items, threads, smCount int) int {
 	return max(1, min(CeilDiv(items, threads), smCount*GridStrideBlocksPerSM))
 }
+
+// Version 2 kernels' launch constants (attention.cu, sample.cu; a test reads
+// them back from the sources).
+const (
+	// PrefillTCThreads, PrefillTCQueryTile and PrefillTCKeyTile are
+	// attn_prefill_tc's block size and tiles (FA_THREADS, FA_BQ, FA_BK).
+	PrefillTCThreads   = 128
+	PrefillTCQueryTile = 64
+	PrefillTCKeyTile   = 64
+	// Decode2Threads is attn_decode2's block size (DEC_THREADS).
+	Decode2Threads = 128
+	// ArgmaxChunk is how many logits one argmax2_partial block reduces;
+	// Argmax2Threads its block size.
+	ArgmaxChunk    = 4096
+	Argmax2Threads = 256
+)
+
+// PrefillTCSharedBytes mirrors attn_prefill_tc's dynamic shared layout: the
+// bf16 q tile and two k and two v tiles (double buffering).
+func PrefillTCSharedBytes(headDim int) int {
+	return (PrefillTCQueryTile*headDim + 4*PrefillTCKeyTile*headDim) * 2
+}
+
+// Decode2Group is the smallest attn_decode2 group bound (Decode2Groups)
+// that holds heads/kvHeads, or 0 when none does.
+func Decode2Group(a AttnShape) int {
+	g := a.Heads / max(a.KVHeads, 1)
+	for _, bound := range Decode2Groups {
+		if g <= bound {
+			return bound
+		}
+	}
+	return 0
+}
+
+// Decode2SharedBytes mirrors attn_decode2's merge buffers: per lane group
+// (Decode2Threads/32 warps x 32/(D/8) groups) G partial outputs of D
+// floats, a max and a sum.
+func Decode2SharedBytes(headDim, group int) int {
+	groups := (Decode2Threads / 32) * (32 / (headDim / 8))
+	return (groups*group*headDim + 2*groups*group) * 4
+}
+
+// ArgmaxWorkspaceBytes is what argmax version 2 needs for rows of vocab
+// logits: one (value, index) pair of 8 bytes per row and chunk.
+func ArgmaxWorkspaceBytes(rows, vocab int) int {
+	return rows * CeilDiv(vocab, ArgmaxChunk) * 8
+}

@@ -17,27 +17,49 @@ type Family struct {
 	// HeadDims, when set, are the head dimensions it is built for, one
 	// entry point each.
 	HeadDims []int
+	// Groups, when set, are the bounds on query heads per kv head it is
+	// built for, one entry point per head dimension and bound
+	// (attn_decode2_d128_g4).
+	Groups []int
+	// Op and Version place the kernel among the versions of an op that a
+	// user selects (--kernel attn_prefill=1); "" and 0 for kernels with
+	// one version.
+	Op      string
+	Version int
 }
 
 // SupportedHeadDims are the head dimensions the attention kernels are built
 // for (DEFINE_DECODE and DEFINE_PREFILL in attention.cu).
 var SupportedHeadDims = []int{32, 64, 128}
 
+// TensorCoreHeadDims are the head dimensions of the version-2 attention
+// kernels (DEFINE_PREFILL_TC and DEFINE_DECODE2 in attention.cu).
+var TensorCoreHeadDims = []int{64, 128}
+
+// Decode2Groups are the bounds on query heads per kv head attn_decode2 is
+// built for (DEFINE_DECODE2's second argument).
+var Decode2Groups = []int{1, 2, 4, 8}
+
 // Families lists every kernel of the sources, in source order. It is a
 // function, not a variable, so that no caller can change the registry.
 func Families() []Family {
 	return []Family{
 		{Name: "silu_mul", Source: "activation.cu", Twin: "SiluMul"},
-		{Name: "attn_decode_split", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims},
+		{Name: "attn_decode_split", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims, Op: OpAttnDecode, Version: 1},
 		{Name: "attn_decode_combine", Source: "attention.cu", Twin: "Attention"},
-		{Name: "attn_prefill", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims},
+		{Name: "attn_prefill", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims, Op: OpAttnPrefill, Version: 1},
+		{Name: "attn_prefill_tc", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Op: OpAttnPrefill, Version: 2},
+		{Name: "attn_decode2", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 2},
 		{Name: "embed", Source: "copy.cu", Twin: "Embed"},
 		{Name: "gather_last", Source: "copy.cu", Twin: "GatherLast"},
 		{Name: "add_i32", Source: "copy.cu", Twin: "AddI32"},
 		{Name: "fill_dummy", Source: "dummy.cu", Twin: "DummyElem"},
 		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm"},
-		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite"},
-		{Name: "argmax", Source: "sample.cu", Twin: "Argmax"},
+		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 1},
+		{Name: "rope_kv_write2", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 2},
+		{Name: "argmax", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 1},
+		{Name: "argmax2_partial", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 2},
+		{Name: "argmax2_final", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 2},
 		{Name: "argmax_keys", Source: "tp.cu", Twin: "ArgmaxKeys"},
 		{Name: "key_index", Source: "tp.cu", Twin: "KeyIndex"},
 	}
@@ -48,11 +70,23 @@ func (f Family) EntryPoints() []string {
 	if len(f.HeadDims) == 0 {
 		return []string{f.Name}
 	}
-	names := make([]string, len(f.HeadDims))
-	for i, d := range f.HeadDims {
-		names[i] = EntryPoint(f.Name, d)
+	var names []string
+	for _, d := range f.HeadDims {
+		if len(f.Groups) == 0 {
+			names = append(names, EntryPoint(f.Name, d))
+			continue
+		}
+		for _, g := range f.Groups {
+			names = append(names, GroupEntryPoint(f.Name, d, g))
+		}
 	}
 	return names
+}
+
+// GroupEntryPoint is the entry point of family name built for headDim and
+// a bound g on query heads per kv head (attn_decode2, 128, 4 → attn_decode2_d128_g4).
+func GroupEntryPoint(name string, headDim, g int) string {
+	return fmt.Sprintf("%s_d%d_g%d", name, headDim, g)
 }
 
 // EntryPoint is the entry point of family name built for headDim

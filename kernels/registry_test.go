@@ -17,9 +17,12 @@ var (
 	// An entry point: extern "C" __global__ void [__launch_bounds__(N)] name(
 	entryRe = regexp.MustCompile(`extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(`)
 	// A macro that defines an entry point per head dimension, its body
-	// naming stem##D, and the lines that invoke it.
+	// naming stem##D, and the lines that invoke it; or per head dimension
+	// and group bound (stem##D##_g##G, invoked as NAME(128, 4)).
 	entryMacroRe = regexp.MustCompile(`(?m)^#define (\w+)\(D\)((?:.*\\\n)+.*)`)
 	stemRe       = regexp.MustCompile(`extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)##D\s*\(`)
+	groupMacroRe = regexp.MustCompile(`(?m)^#define (\w+)\(D, G\)((?:.*\\\n)+.*)`)
+	groupStemRe  = regexp.MustCompile(`extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)##D##_g##G\s*\(`)
 	lineComment  = regexp.MustCompile(`//.*`)
 )
 
@@ -43,6 +46,16 @@ func entryPoints(src string) []string {
 		uses := regexp.MustCompile(`(?m)^`+m[1]+`\((\d+)\)`).FindAllStringSubmatch(src, -1)
 		for _, u := range uses {
 			names = append(names, stem[1]+u[1])
+		}
+	}
+	for _, m := range groupMacroRe.FindAllStringSubmatch(src, -1) {
+		stem := groupStemRe.FindStringSubmatch(m[2])
+		if stem == nil {
+			continue
+		}
+		uses := regexp.MustCompile(`(?m)^`+m[1]+`\((\d+), (\d+)\)`).FindAllStringSubmatch(src, -1)
+		for _, u := range uses {
+			names = append(names, stem[1]+u[1]+"_g"+u[2])
 		}
 	}
 	sort.Strings(names)
@@ -123,6 +136,12 @@ var launchConstants = []struct {
 	{"RopeMaxHeadDim/2 (sin)", "rope.cu", `__shared__ float sin_s\[(\d+)\]`, RopeMaxHeadDim / 2},
 	{"MaxReduceThreads/32 (norm)", "norm.cu", `__shared__ float scratch\[(\d+)\]`, MaxReduceThreads / 32},
 	{"MaxReduceThreads/32 (argmax)", "sample.cu", `__shared__ float best_vals\[(\d+)\]`, MaxReduceThreads / 32},
+	{"PrefillTCThreads", "attention.cu", `#define FA_THREADS (\d+)`, PrefillTCThreads},
+	{"PrefillTCQueryTile", "attention.cu", `#define FA_BQ (\d+)`, PrefillTCQueryTile},
+	{"PrefillTCKeyTile", "attention.cu", `#define FA_BK (\d+)`, PrefillTCKeyTile},
+	{"Decode2Threads", "attention.cu", `#define DEC_THREADS (\d+)`, Decode2Threads},
+	{"ArgmaxChunk", "sample.cu", `#define ARGMAX_CHUNK (\d+)`, ArgmaxChunk},
+	{"Argmax2Threads", "sample.cu", `#define ARGMAX_THREADS (\d+)`, Argmax2Threads},
 }
 
 func TestLaunchConstantsMatchSources(t *testing.T) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # device-check.sh — the device bundle's one run on a GPU machine (no Go, no
 # network): devices, verify, a short llama-3-8b dummy sweep and the roofline
-# floors for the same shapes, verify under compute-sanitizer (memcheck,
-# racecheck), and the HF transformers comparison where torch is installed.
+# floors for the same shapes, a per-op breakdown, an A/B of the newest
+# attention kernels against version 1, verify under compute-sanitizer
+# (memcheck, racecheck), and the HF transformers comparison where torch is
+# installed.
 # Every step's output goes to $OUT/<step>.log with its exit code; a failing
 # step never stops the ones after it. A short table is printed last.
 #
@@ -130,16 +132,24 @@ fi
 # Budgets in seconds (sum 345). The benchmark steps come before the sanitizers,
 # so that a slow sanitizer can only cost itself and the steps after it.
 run devices 15 "$STEPBENCH" devices
-run verify 60 "$STEPBENCH" verify
-run sweep 75 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
+run verify 45 "$STEPBENCH" verify
+run sweep 50 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl"
 run roofline 10 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
+# Where the time goes, per op (an eager pass with an event at every op boundary).
+run breakdown 15 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 4 \
+  --num-iters 1 --disable-cuda-graph --breakdown
+# The newest attention kernels (A: tensor-core prefill, 16-byte decode) against version 1 (B),
+# paired on the same prompts (8 pairs: the fewest whose sign test can reach p < 0.05 is 6);
+# both arms hold the 8B weights (2 x 16 GB).
+run ab-attention 50 "$STEPBENCH" ab --model llama-3-8b --kernel attn_prefill=2,attn_decode=2 \
+  --baseline-kernel attn_prefill=1,attn_decode=1 --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 if [[ -n "$sanitizer" ]]; then
   # Kernels run 10-100x slower under the sanitizers: smaller models keep them in budget and
   # still cover both attention paths (3B: head_dim 128, GQA 3:1; 1B: head_dim 64, GQA 4:1);
   # the plain verify above covers the 8B shapes.
-  run memcheck 55 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
-  run racecheck 40 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
+  run memcheck 45 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
+  run racecheck 35 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
 else
   echo "compute-sanitizer not found on PATH or in /usr/local/cuda/bin: memcheck and racecheck skipped" >"$OUT/sanitizer.log"
 fi
@@ -148,12 +158,10 @@ fi
 # LlamaForCausalLM, greedy tokens and logits compared with stepbench's on cuda and on cpu.
 if timeout 20 python3 -c 'import torch, transformers' >/dev/null 2>&1 && [[ -f "$here/hf-check.py" ]]; then
   hf="$OUT/hf-model"
-  run hf-make 25 python3 "$here/hf-check.py" make "$hf"
+  run hf-make 20 python3 "$here/hf-check.py" make "$hf"
   for dev in cuda cpu; do
     rm -f "$OUT/correctness-$dev.jsonl"
-    budget=20
-    [[ "$dev" == cpu ]] && budget=25 # the cpu backend is the slower one
-    run "correct-$dev" "$budget" "$STEPBENCH" run --device "$dev" --model-path "$hf" \
+    run "correct-$dev" 20 "$STEPBENCH" run --device "$dev" --model-path "$hf" \
       --correctness-test --prompt-ids "$hf/prompts.txt" --output-len 8 --logits-out "$OUT/correctness-$dev.jsonl"
     run "hf-vs-$dev" 10 python3 "$here/hf-check.py" compare "$hf/hf.jsonl" "$OUT/correctness-$dev.jsonl"
   done
@@ -180,6 +188,11 @@ for jsonl in "$OUT/sweep.jsonl"; do
       "$(ms "$(field median_decode_latency "$rec")")"
   done <"$jsonl"
 done
+if grep -q '^| ' "$OUT/ab-attention.log" 2>/dev/null; then
+  echo
+  echo "attention versions (stepbench ab: new = attn_prefill=2,attn_decode=2, old = version 1):"
+  grep '^| ' "$OUT/ab-attention.log" | cut -d'|' -f2-5,10,12
+fi
 if [[ -s "$OUT/roofline.log" ]]; then
   echo
   echo "floors (stepbench roofline --gpu h200):"

@@ -244,3 +244,24 @@ func TestPairedNeedsShapes(t *testing.T) {
 		t.Errorf("empty A/B: %v", err)
 	}
 }
+
+// The method line names the test that made the verdicts: an A/B run's
+// paired sign test, two runs' Mann-Whitney U.
+func TestMethodTextNamesTheTest(t *testing.T) {
+	tests := []struct {
+		paired      bool
+		want, never string
+	}{
+		{false, "Mann-Whitney U test", "sign test"},
+		{true, "exact two-sided sign test", "Mann-Whitney"},
+	}
+	for _, tt := range tests {
+		var md bytes.Buffer
+		if err := WriteMarkdown(&md, Result{Alpha: 0.05, Confidence: 0.95, Paired: tt.paired}); err != nil {
+			t.Fatal(err)
+		}
+		if text := md.String(); !strings.Contains(text, tt.want) || strings.Contains(text, tt.never) {
+			t.Errorf("paired=%v: method text %q, want %q and no %q", tt.paired, text, tt.want, tt.never)
+		}
+	}
+}

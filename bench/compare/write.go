@@ -74,12 +74,18 @@ func methodText(res Result) string {
 	if res.Threshold > 0 {
 		change = fmt.Sprintf("the interval lies beyond 1±%g%%", 100*res.Threshold)
 	}
+	estimate := fmt.Sprintf("new/old is the median of new/old over all pairs of iterations (Hodges-Lehmann) "+
+		"with its distribution-free %g%% interval (Moses), p the Mann-Whitney U test (golang.org/x/perf/benchmath)", 100*res.Confidence)
+	if res.Paired {
+		estimate = fmt.Sprintf("iterations are paired (A and B back to back on the same prompts, alternating which goes first); "+
+			"new/old is the median of the pairs' ratios A/B with its order-statistic %g%% interval (golang.org/x/perf/benchmath), "+
+			"p the exact two-sided sign test of those ratios against 1", 100*res.Confidence)
+	}
 	return fmt.Sprintf("method: one value per iteration and metric (prefill: its time; decode: the iteration's median decode step, "+
-		"so KV lengths are never pooled). new/old is the median of new/old over all pairs of iterations (Hodges-Lehmann) "+
-		"with its distribution-free %g%% interval (Moses), p the Mann-Whitney U test (golang.org/x/perf/benchmath), "+
+		"so KV lengths are never pooled). %s, "+
 		"noise the half-width of a median's interval over the median. %s or %s: p < %g and %s; %s: the interval lies within ±%g%%; "+
 		"else %s, with about the iterations per run a verdict would need.",
-		100*res.Confidence, stats.VerdictFaster, stats.VerdictSlower, res.Alpha, change, stats.VerdictSame, 100*stats.SameBand(res.Threshold), stats.VerdictInconclusive)
+		estimate, stats.VerdictFaster, stats.VerdictSlower, res.Alpha, change, stats.VerdictSame, 100*stats.SameBand(res.Threshold), stats.VerdictInconclusive)
 }
 
 func rowsText(rows []string, total int) string {

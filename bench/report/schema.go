@@ -41,8 +41,11 @@ type Environment struct {
 	// TPSize and TPRanks: a tensor-parallel run's size and the ranks this
 	// process drove (rank_device_seconds are theirs, in this order); the
 	// GPU fields describe the first of them.
-	TPSize            int     `json:"tp_size,omitempty"`
-	TPRanks           []int   `json:"tp_ranks,omitempty"`
+	TPSize  int   `json:"tp_size,omitempty"`
+	TPRanks []int `json:"tp_ranks,omitempty"`
+	// KernelVersions is the version each op with several ran at the
+	// model's shapes ("argmax=2 attn_decode=2 attn_prefill=1 rope_kv_write=2").
+	KernelVersions    string  `json:"kernel_versions,omitempty"`
 	GPUName           string  `json:"gpu_name,omitempty"`
 	GPUUUID           string  `json:"gpu_uuid,omitempty"`
 	ComputeCapability string  `json:"compute_capability,omitempty"` // e.g. "9.0"

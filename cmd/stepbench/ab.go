@@ -9,15 +9,17 @@ import (
 
 	"stepbench/bench"
 	"stepbench/bench/compare"
+	"stepbench/kernels"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
 )
 
 // openCUDAWithKernels opens a cuda backend, with eager or captured decode
-// steps as flags say, whose kernels come from dir ("" = the embedded ones).
-func openCUDAWithKernels(dir string, flags backendFlags, stderr io.Writer) (*gpu.Backend, error) {
+// steps as flags say, whose kernels come from dir ("" = the embedded ones)
+// in the versions sel chooses.
+func openCUDAWithKernels(dir string, sel kernels.Selection, flags backendFlags, stderr io.Writer) (*gpu.Backend, error) {
 	be, err := gpu.New(gpu.Options{KernelsDir: dir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
-		DisableGraphs: flags.disableCUDAGraph, Progress: stderr})
+		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
 		return nil, err
 	}
@@ -32,8 +34,13 @@ type abFlags struct {
 	verdict            verdictFlags
 	backend            backendFlags
 	kernelsA, kernelsB string
-	warmup             int
-	seed               uint64
+	versionsA          []string // --kernel: candidate's kernel versions
+	versionsB          []string // --baseline-kernel: baseline's
+	selA, selB         kernels.Selection
+	// versionsOfA and versionsOfB are the versions each arm runs (Resolve).
+	versionsOfA, versionsOfB string
+	warmup                   int
+	seed                     uint64
 }
 
 func (f *abFlags) register(fs *pflag.FlagSet) {
@@ -41,8 +48,10 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 	f.shapes.register(fs, []int{1024}, []int{16})
 	fs.BoolVar(&f.backend.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
 	registerLibraryFlags(fs, &f.backend.nvrtcPath, &f.backend.cublasPath)
-	fs.StringVar(&f.kernelsA, "kernels-dir", "", "candidate (A): compile the kernels of this directory")
+	fs.StringVar(&f.kernelsA, "kernels-dir", "", "candidate (A): compile the kernels of this directory (default: the embedded kernels)")
 	fs.StringVar(&f.kernelsB, "baseline-kernels-dir", "", "baseline (B): compile the kernels of this directory (default: the embedded kernels)")
+	registerKernelFlag(fs, &f.versionsA, "kernel", "candidate (A): ")
+	registerKernelFlag(fs, &f.versionsB, "baseline-kernel", "baseline (B): ")
 	f.sampling.register(fs)
 	fs.IntVar(&f.warmup, "num-iters-warmup", 1, "untimed warmup iterations per shape and arm")
 	fs.Uint64Var(&f.seed, "seed", 42, "seed of the dummy weights and the prompts (both arms share them)")
@@ -50,7 +59,9 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 }
 
 // abCmd runs an interleaved A/B comparison of two kernel sets on the same
-// weights: stepbench ab --kernels-dir A [--baseline-kernels-dir B]. Exit
+// weights: stepbench ab --kernels-dir A [--baseline-kernels-dir B], or two
+// versions of the embedded kernels: --kernel attn_prefill=2
+// --baseline-kernel attn_prefill=1. Exit
 // codes as compare's, and 130 when interrupted (the finished pairs are
 // compared and printed).
 func abCmd(args []string, stdout, stderr io.Writer) error {
@@ -81,8 +92,12 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 
 func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) error, runner.Config, error) {
 	var cfg runner.Config
-	if f.kernelsA == "" {
-		return nil, cfg, usagef("--kernels-dir A is required")
+	var err error
+	if f.selA, err = kernels.ParseSelection(f.versionsA); err != nil {
+		return nil, cfg, usagef("--kernel: %v", err)
+	}
+	if f.selB, err = kernels.ParseSelection(f.versionsB); err != nil {
+		return nil, cfg, usagef("--baseline-kernel: %v", err)
 	}
 	for _, dir := range []string{f.kernelsA, f.kernelsB} {
 		if err := checkKernelsDir(dir); err != nil {
@@ -102,6 +117,9 @@ func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) erro
 	if cfg, err = f.model.resolve(); err != nil {
 		return nil, cfg, err
 	}
+	if err := f.resolveVersions(cfg.KernelShape()); err != nil {
+		return nil, cfg, err
+	}
 	return writer, cfg, f.shapes.validate(cfg)
 }
 
@@ -118,11 +136,13 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 	est := runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
 	fmt.Fprintf(stderr, "stepbench ab: two copies of %.2f GB of weights\n", 2*float64(est.WeightBytes)/1e9)
 	engines := make([]*runner.Engine, 2)
+	sels := []kernels.Selection{f.selA, f.selB}
 	for i, dir := range []string{f.kernelsA, f.kernelsB} {
-		be, err := openCUDAWithKernels(dir, f.backend, stderr)
+		be, err := openCUDAWithKernels(dir, sels[i], f.backend, stderr)
 		if err != nil {
-			return nil, closeAll, fmt.Errorf("arm %c (kernels %q): %w", "AB"[i], dir, err)
+			return nil, closeAll, fmt.Errorf("arm %c (kernels %q, versions %s): %w", "AB"[i], dir, sels[i], err)
 		}
+		fmt.Fprintf(stderr, "stepbench ab: arm %c: kernels %s, versions %s\n", "AB"[i], kernelsOrigin(dir), []string{f.versionsOfA, f.versionsOfB}[i])
 		closers = append(closers, be.Close)
 		// Arm A still needs room for B's weights; both arms' run buffers
 		// are allocated later, at Begin.
@@ -168,4 +188,20 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io
 		return errors.Join(runErr, errors.New(errs[1].Error()))
 	}
 	return errors.Join(errs...)
+}
+
+// resolveVersions finds the kernel versions each arm runs at the model's
+// shapes and refuses two arms that would run the same kernels.
+func (f *abFlags) resolveVersions(shape kernels.ModelShape) error {
+	var err error
+	if f.versionsOfA, err = f.selA.Resolve(shape); err != nil {
+		return usagef("--kernel: %v", err)
+	}
+	if f.versionsOfB, err = f.selB.Resolve(shape); err != nil {
+		return usagef("--baseline-kernel: %v", err)
+	}
+	if f.kernelsA == "" && f.kernelsB == "" && f.versionsOfA == f.versionsOfB {
+		return usagef("the arms are the same (both run %s): give --kernels-dir A (and --baseline-kernels-dir B) or --kernel OP=V and --baseline-kernel OP=V that differ", f.versionsOfA)
+	}
+	return nil
 }

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/pflag"
 
 	"stepbench/bench/report"
 	"stepbench/cuda"
+	"stepbench/kernels"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
 )
@@ -19,12 +21,37 @@ type backendFlags struct {
 	disableCUDAGraph bool
 	nvrtcPath        string
 	cublasPath       string
+	kernelVersions   []string
 }
 
 func (b *backendFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.kernelsDir, "kernels-dir", "", "compile the CUDA kernels from the *.cu files of this directory instead of the embedded ones")
 	fs.BoolVar(&b.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
+	registerKernelFlag(fs, &b.kernelVersions, "kernel", "")
 	registerLibraryFlags(fs, &b.nvrtcPath, &b.cublasPath)
+}
+
+// registerKernelFlag adds a --kernel OP=VERSION list (repeat or comma-separate).
+func registerKernelFlag(fs *pflag.FlagSet, dst *[]string, name, what string) {
+	fs.StringSliceVar(dst, name, nil, what+"kernel version per op, OP=VERSION (repeat or comma-separate; default the newest the shapes allow): "+kernelVersionHelp())
+}
+
+// kernelVersionHelp lists the ops and their versions for --help.
+func kernelVersionHelp() string {
+	var parts []string
+	for _, op := range kernels.VersionedOps() {
+		parts = append(parts, fmt.Sprintf("%s=%v", op, kernels.Versions(op)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// selection parses the --kernel choices.
+func (b *backendFlags) selection() (kernels.Selection, error) {
+	sel, err := kernels.ParseSelection(b.kernelVersions)
+	if err != nil {
+		return nil, usagef("--kernel: %v", err)
+	}
+	return sel, nil
 }
 
 // registerLibraryFlags adds --nvrtc and --cublas (explicit library paths).
@@ -58,14 +85,24 @@ func probeGPU() error {
 
 // openBackend opens the named backend for a run needing est. The cuda
 // backend belongs to the calling goroutine (main's, locked to its thread).
-func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, stderr io.Writer) (runner.Backend, report.Environment, error) {
+// The kernel versions are resolved for shape before the GPU is touched, so
+// that a version the model cannot run is refused at once.
+func openBackend(device string, flags backendFlags, shape kernels.ModelShape, est runner.MemoryEstimate, stderr io.Writer) (runner.Backend, report.Environment, error) {
 	switch device {
 	case "cpu":
 		return runner.NewCPU(), hostEnvironment("cpu"), nil
 	case "cuda":
+		sel, err := flags.selection()
+		if err != nil {
+			return nil, report.Environment{}, err
+		}
+		versions, err := sel.Resolve(shape)
+		if err != nil {
+			return nil, report.Environment{}, usagef("--kernel: %v", err)
+		}
 		be, err := gpu.New(gpu.Options{
 			KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
-			DisableGraphs: flags.disableCUDAGraph, Progress: stderr,
+			DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr,
 		})
 		if err != nil {
 			return nil, report.Environment{}, fmt.Errorf("--device cuda: %w", err)
@@ -74,19 +111,22 @@ func openBackend(device string, flags backendFlags, est runner.MemoryEstimate, s
 			return nil, report.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
 		}
 		info := be.Info()
-		describeBackend(info, stderr)
-		return be, cudaEnvironment(info), nil
+		describeBackend(info, versions, stderr)
+		env := cudaEnvironment(info)
+		env.KernelVersions = versions
+		return be, env, nil
 	}
 	return nil, report.Environment{}, usagef("--device: %q is not auto, cuda or cpu", device)
 }
 
-// describeBackend says on stderr which GPU runs the decode steps how.
-func describeBackend(info gpu.Info, stderr io.Writer) {
+// describeBackend says on stderr which GPU runs the decode steps how, with
+// which kernel versions.
+func describeBackend(info gpu.Info, versions string, stderr io.Writer) {
 	mode := "replayed CUDA graphs"
 	if !info.GraphsEnabled {
 		mode = "eager launches (--disable-cuda-graph)"
 	}
-	fmt.Fprintf(stderr, "stepbench: %s (sm_%d%d), decode steps as %s\n", info.Device.Name, info.Device.Major, info.Device.Minor, mode)
+	fmt.Fprintf(stderr, "stepbench: %s (sm_%d%d), decode steps as %s, kernel versions %s\n", info.Device.Name, info.Device.Major, info.Device.Minor, mode, versions)
 	if info.Emulated != "" {
 		fmt.Fprintln(stderr, "stepbench: "+report.EmulatedNote)
 	}

@@ -85,6 +85,11 @@ func TestEmulatedRunGraphsAndEager(t *testing.T) {
 		if !strings.Contains(string(data), "emulated") {
 			t.Errorf("eager=%v: the native report's environment does not say emulated", eager)
 		}
+		// llama-tiny's head_dim 32 takes neither tensor-core attention
+		// version; its vocab and head_dim take the others' newest.
+		if want := `"kernel_versions": "argmax=2 attn_decode=1 attn_prefill=1 rope_kv_write=2"`; !strings.Contains(string(data), want) {
+			t.Errorf("eager=%v: the native report lacks %s", eager, want)
+		}
 	}
 }
 
@@ -185,6 +190,14 @@ func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
 		"--num-iters", "4", "--kernels-dir", dir)
 	if !strings.Contains(stdout, "prefill") {
 		t.Errorf("ab output:\n%s", stdout)
+	}
+	// A/B of two versions of one op, the embedded sources in both arms.
+	stdout, stderr := mustRun(t, "ab", "--model", "llama-tiny", "--batch-size", "1", "--input-len", "16", "--output-len", "3",
+		"--num-iters", "2", "--kernel", "argmax=1")
+	for _, want := range []string{"arm A: kernels embedded, versions argmax=1 ", "arm B: kernels embedded, versions argmax=2 ", "sign test"} {
+		if !strings.Contains(stdout+stderr, want) {
+			t.Errorf("ab --kernel argmax=1 lacks %q:\n%s\n%s", want, stdout, stderr)
+		}
 	}
 }
 

@@ -67,7 +67,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	for _, s := range shapes {
 		maxSeq, maxBatch = max(maxSeq, s.StartPos+s.SeqLen), max(maxBatch, s.Batch)
 	}
-	be, env, err := openBackend("cuda", backend, runner.EstimateMemory(cfg, maxBatch, maxBatch*maxSeq, maxSeq), stderr)
+	be, env, err := openBackend("cuda", backend, cfg.KernelShape(), runner.EstimateMemory(cfg, maxBatch, maxBatch*maxSeq, maxSeq), stderr)
 	if err != nil {
 		return err
 	}

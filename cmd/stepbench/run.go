@@ -92,7 +92,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if f.tp.grouped(fs) {
 		return f.runGroup(fs, setup, stdout, stderr)
 	}
-	be, env, err := openBackend(setup.device, f.backend, setup.est, stderr)
+	be, env, err := openBackend(setup.device, f.backend, setup.cfg.KernelShape(), setup.est, stderr)
 	if err != nil {
 		return err
 	}
@@ -191,6 +191,9 @@ func (f *runFlags) resolveDevice(fs *pflag.FlagSet, stderr io.Writer) (string, e
 	}
 	if device == "cpu" && f.backend.kernelsDir != "" {
 		return "", usagef("--kernels-dir: the cpu backend runs kernels/ref, not CUDA kernels; use --device cuda")
+	}
+	if device == "cpu" && len(f.backend.kernelVersions) > 0 {
+		return "", usagef("--kernel: the cpu backend has one implementation of each op, not CUDA kernel versions; use --device cuda")
 	}
 	if f.breakdown && device == "cuda" && !f.backend.disableCUDAGraph {
 		// A replayed graph has no op boundaries to put events at.

@@ -11,8 +11,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench"
+	"stepbench/bench/report"
 	"stepbench/bench/telemetry/nvml"
 	"stepbench/cuda"
+	"stepbench/kernels"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
 )
@@ -137,13 +139,11 @@ func (t *tpFlags) uniqueID(nccl *cuda.NCCL, stderr io.Writer) (cuda.NCCLUniqueID
 
 // runGroup is runCmd for a tensor-parallel run.
 func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Writer) error {
-	group, info, err := f.openGroup(s, stderr)
+	group, env, err := f.openGroup(s, stderr)
 	if err != nil {
 		return err
 	}
 	defer group.Close()
-	env := cudaEnvironment(info)
-	env.TPSize, env.TPRanks = f.tp.size, group.Ranks()
 	if f.correctness {
 		return runCorrectness(group, s.prompts, f.shapes.output[0], f.logitsOut, stdout)
 	}
@@ -156,55 +156,76 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 	return f.benchmark(fs, s, deps, stdout, stderr)
 }
 
+// rankShape is the model as a rank's kernels see it: rank 0's heads,
+// intermediate columns and vocabulary slice.
+func (t *tpFlags) rankShape(cfg runner.Config) kernels.ModelShape {
+	m := cfg.KernelShape()
+	if l, err := cfg.TPLayout(0, t.size); err == nil {
+		m.Heads, m.KVHeads, m.Inter, m.Vocab = l.Heads, l.KVHeads, l.Inter, l.Vocab
+	}
+	return m
+}
+
 // openGroup opens this node's GPUs (one rank each), joins them to the
-// communicator and loads their shares of the weights.
-func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*runner.Group, gpu.Info, error) {
+// communicator and loads their shares of the weights; the environment is
+// the first rank's GPU.
+func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*runner.Group, report.Environment, error) {
 	t := &f.tp
 	ranks := t.localRanks()
+	sel, err := f.backend.selection()
+	if err != nil {
+		return nil, report.Environment{}, err
+	}
+	versions, err := sel.Resolve(t.rankShape(s.cfg))
+	if err != nil {
+		return nil, report.Environment{}, usagef("--kernel: %v", err)
+	}
 	drv, err := cuda.OpenDriver()
 	if err != nil {
-		return nil, gpu.Info{}, fmt.Errorf("--tp-size: %w", err)
+		return nil, report.Environment{}, fmt.Errorf("--tp-size: %w", err)
 	}
 	if n, err := drv.DeviceCount(); err != nil || n < len(ranks) {
-		return nil, gpu.Info{}, errors.Join(err, usagef("--tp-size %d over %d node(s) needs %d GPUs on this node, %d visible", t.size, t.nnodes, len(ranks), n))
+		return nil, report.Environment{}, errors.Join(err, usagef("--tp-size %d over %d node(s) needs %d GPUs on this node, %d visible", t.size, t.nnodes, len(ranks), n))
 	}
 	nccl, err := cuda.OpenNCCL(t.ncclPath)
 	if err != nil {
-		return nil, gpu.Info{}, fmt.Errorf("--tp-size: %w", err)
+		return nil, report.Environment{}, fmt.Errorf("--tp-size: %w", err)
 	}
 	id, err := t.uniqueID(nccl, stderr)
 	if err != nil {
-		return nil, gpu.Info{}, err
+		return nil, report.Environment{}, err
 	}
 	src, closeSrc, err := f.weightSource(s)
 	if err != nil {
-		return nil, gpu.Info{}, err
+		return nil, report.Environment{}, err
 	}
 	defer closeSrc()
 	backends := &rankBackendsByRank{byRank: map[int]*gpu.Backend{}}
-	open := f.rankBackends(s, ranks, nccl, id, backends, stderr)
+	open := f.rankBackends(s, ranks, sel, nccl, id, backends, stderr)
 	loadStart := time.Now()
 	group, err := runner.NewGroup(s.cfg, t.size, ranks, open, src, loadProgress(stderr, s.loadFormat))
 	if err != nil {
-		return nil, gpu.Info{}, err
+		return nil, report.Environment{}, err
 	}
 	info := backends.byRank[ranks[0]].Info()
 	fmt.Fprintf(stderr, "stepbench: %s, tensor-parallel size %d (ranks %v on this node's GPUs 0..%d, NCCL %s): %.2f GB of %s weights per GPU in %.1f s\n",
 		s.cfg.Name, t.size, ranks, len(ranks)-1, nccl.Path(), float64(s.est.WeightBytes)/1e9, s.loadFormat, time.Since(loadStart).Seconds())
-	describeBackend(info, stderr)
-	return group, info, nil
+	describeBackend(info, versions, stderr)
+	env := cudaEnvironment(info)
+	env.KernelVersions, env.TPSize, env.TPRanks = versions, t.size, group.Ranks()
+	return group, env, nil
 }
 
 // rankBackends opens rank r's backend on GPU r−ranks[0] of this node and
 // joins it to the communicator. The first rank opens alone, so that the
 // others find its compiled kernels in the cache instead of compiling too.
-func (f *runFlags) rankBackends(s runSetup, ranks []int, nccl *cuda.NCCL, id cuda.NCCLUniqueID,
+func (f *runFlags) rankBackends(s runSetup, ranks []int, sel kernels.Selection, nccl *cuda.NCCL, id cuda.NCCLUniqueID,
 	backends *rankBackendsByRank, stderr io.Writer) runner.RankBackends {
 	first, firstDone := ranks[0], make(chan struct{})
 	return runner.RankBackends{
 		Open: func(rank int) (runner.Backend, error) {
 			opts := gpu.Options{Ordinal: rank - first, KernelsDir: f.backend.kernelsDir, NVRTCPath: f.backend.nvrtcPath,
-				CublasPath: f.backend.cublasPath, DisableGraphs: f.backend.disableCUDAGraph}
+				CublasPath: f.backend.cublasPath, DisableGraphs: f.backend.disableCUDAGraph, Kernels: sel}
 			if rank == first {
 				defer close(firstDone)
 				opts.Progress = stderr

@@ -30,7 +30,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	flags.register(fs)
 	model := fs.String("model", "llama-3-8b", "model preset whose shapes the kernels are checked at: "+joinNames(runner.PresetNames()))
 	seed := fs.Uint64("seed", 1, "seed of the random inputs and dummy weights")
-	only := fs.StringSlice("kernel", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(gpu.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
+	only := fs.StringSlice("check", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(gpu.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -40,25 +40,29 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, k := range *only {
 		if !slices.Contains(gpu.VerifyKernelNames, k) {
-			return usagef("--kernel: %q is not one of %s", k, strings.Join(gpu.VerifyKernelNames, ", "))
+			return usagef("--check: %q is not one of %s", k, strings.Join(gpu.VerifyKernelNames, ", "))
 		}
 	}
 	if err := checkKernelsDir(flags.kernelsDir); err != nil {
+		return err
+	}
+	sel, err := flags.selection()
+	if err != nil {
 		return err
 	}
 	if _, err := cuda.OpenDriver(); err != nil {
 		return fmt.Errorf("no usable GPU: %w", err)
 	}
 	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
-		DisableGraphs: flags.disableCUDAGraph, Progress: stderr})
+		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
 		return fmt.Errorf("no usable GPU: %w", err)
 	}
 	defer be.Close()
 	info := be.Info()
-	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, decode %s\n\n",
+	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, versions %s, decode %s\n\n",
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
-		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), graphMode(info.GraphsEnabled))
+		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
 	return runVerify(be, cfg, *seed, *only, stdout)
 }
 
@@ -150,4 +154,13 @@ func graphMode(enabled bool) string {
 		return "as CUDA graphs"
 	}
 	return "eager"
+}
+
+// verifiedVersions says which kernel versions verify checks: every version
+// of an op unless --kernel pins one.
+func verifiedVersions(sel kernels.Selection) string {
+	if len(sel) == 0 {
+		return "all"
+	}
+	return "all but " + sel.String()
 }

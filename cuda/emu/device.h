@@ -156,22 +156,30 @@ static inline void sbemu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], cons
     for (int i = 0; i < 2; i++) mine.b[i] = b[i];
     const sbemu_mma_frag *all = (const sbemu_mma_frag *)sbemu_api_ptr->warp_exchange(
         0xffffffffu, &mine, sizeof mine, "mma.sync.m16n8k16.bf16", file, line);
-    float A[16][16], B[16][8];
-    for (unsigned l = 0; l < 32; l++) {
-        const unsigned g = l >> 2, t = l & 3;
-        const sbemu_mma_frag &f = all[l];
-        A[g][2 * t] = sbemu_bf16_lo(f.a[0]);         A[g][2 * t + 1] = sbemu_bf16_hi(f.a[0]);
-        A[g + 8][2 * t] = sbemu_bf16_lo(f.a[1]);     A[g + 8][2 * t + 1] = sbemu_bf16_hi(f.a[1]);
-        A[g][2 * t + 8] = sbemu_bf16_lo(f.a[2]);     A[g][2 * t + 9] = sbemu_bf16_hi(f.a[2]);
-        A[g + 8][2 * t + 8] = sbemu_bf16_lo(f.a[3]); A[g + 8][2 * t + 9] = sbemu_bf16_hi(f.a[3]);
-        B[2 * t][g] = sbemu_bf16_lo(f.b[0]);         B[2 * t + 1][g] = sbemu_bf16_hi(f.b[0]);
-        B[2 * t + 8][g] = sbemu_bf16_lo(f.b[1]);     B[2 * t + 9][g] = sbemu_bf16_hi(f.b[1]);
-    }
     const unsigned lane = sbemu_self()->lane, g = lane >> 2, t = lane & 3;
+    // Only the two rows (g, g+8) and two columns (2t, 2t+1) this lane owns:
+    // row r's k = 2t'+e sits in lane (r%8)*4+t' (a0 or a1, k+8 in a2 or a3),
+    // column n's k = 2t'+e in lane n*4+t' (b0, k+8 in b1).
+    float arow[2][16], bcol[2][16];
+    for (int h = 0; h < 2; h++) {
+        for (unsigned tt = 0; tt < 4; tt++) {
+            const sbemu_mma_frag &fa = all[g * 4 + tt];
+            const unsigned lo = h == 0 ? fa.a[0] : fa.a[1], hi = h == 0 ? fa.a[2] : fa.a[3];
+            arow[h][2 * tt] = sbemu_bf16_lo(lo);
+            arow[h][2 * tt + 1] = sbemu_bf16_hi(lo);
+            arow[h][2 * tt + 8] = sbemu_bf16_lo(hi);
+            arow[h][2 * tt + 9] = sbemu_bf16_hi(hi);
+            const sbemu_mma_frag &fb = all[(2 * t + h) * 4 + tt];
+            bcol[h][2 * tt] = sbemu_bf16_lo(fb.b[0]);
+            bcol[h][2 * tt + 1] = sbemu_bf16_hi(fb.b[0]);
+            bcol[h][2 * tt + 8] = sbemu_bf16_lo(fb.b[1]);
+            bcol[h][2 * tt + 9] = sbemu_bf16_hi(fb.b[1]);
+        }
+    }
     for (int i = 0; i < 4; i++) {
-        const unsigned row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        const float *ar = arow[i >> 1], *bc = bcol[i & 1];
         float acc = c[i];
-        for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
+        for (int k = 0; k < 16; k++) acc += ar[k] * bc[k];
         d[i] = acc;
     }
 }
@@ -179,6 +187,10 @@ static inline void sbemu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], cons
  * lane l receives, per matrix, row l/4 elements 2(l%4) and 2(l%4)+1 (or,
  * transposed, column l/4 elements of rows 2(l%4) and 2(l%4)+1). */
 static inline void sbemu_ldmatrix(unsigned *r, int count, bool trans, const void *row, const char *file, int line) {
+    /* Each row is 16 bytes that a quad of lanes loads: the GPU wants it
+     * naturally aligned and may fault otherwise; here it always faults. */
+    if (sbemu_self()->lane < 8u * (unsigned)count && ((unsigned long)row & 15u) != 0)
+        sbemu_api_ptr->trap(716, file, line, trans ? "ldmatrix.trans row address not 16-byte aligned" : "ldmatrix row address not 16-byte aligned");
     const void *mine = row;
     const void *const *rows = (const void *const *)sbemu_api_ptr->warp_exchange(
         0xffffffffu, &mine, sizeof mine, trans ? "ldmatrix.trans" : "ldmatrix", file, line);

@@ -38,7 +38,10 @@ type Options struct {
 	CublasPath    string // explicit libcublas path ("" searches)
 	CacheDir      string // cubin cache ("" is kernels.DefaultCacheDir)
 	DisableGraphs bool   // run decode steps eagerly instead of replaying a CUDA graph
-	Progress      io.Writer
+	// Kernels chooses the versions of the ops that have several
+	// (--kernel attn_prefill=1); empty runs the newest the shapes allow.
+	Kernels  kernels.Selection
+	Progress io.Writer
 }
 
 // Info is what the cuda backend found: the device and the libraries.
@@ -85,6 +88,9 @@ type Backend struct {
 	attnWorkspace      cuda.DevPtr
 	attnWorkspaceBytes int
 	retiredWorkspaces  []cuda.DevPtr
+	// argmax version 2's workspace, grown outside captures like attention's.
+	argmaxWorkspace      cuda.DevPtr
+	argmaxWorkspaceBytes int
 
 	events    []*cuda.Event
 	capturing bool
@@ -106,6 +112,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	dev := c.info.Device
 	arch := dev.Major*10 + dev.Minor
+	if arch < kernels.MinArch {
+		return nil, fmt.Errorf("cuda backend: %s is sm_%d; the kernels need sm_%d or newer (bf16 mma.sync, cp.async)", dev.Name, arch, kernels.MinArch)
+	}
 	c.info.KernelArch, c.info.KernelsFromDisk = arch, opts.KernelsDir != ""
 	srcs, err := kernels.Sources(opts.KernelsDir)
 	if err != nil {
@@ -174,6 +183,7 @@ func (c *Backend) start(opts Options, compiled []kernels.Compiled) error {
 	if c.set, err = LoadKernels(c.ctx, compiled, c.info.Device.SMCount); err != nil {
 		return err
 	}
+	c.set = c.set.With(opts.Kernels)
 	if c.handle, err = c.blas.NewHandle(); err != nil {
 		return err
 	}
@@ -343,12 +353,13 @@ func (c *Backend) Close() error {
 		c.handle = nil
 	}
 	if c.ctx != nil {
-		for _, p := range append(c.retiredWorkspaces, c.attnWorkspace, c.blasWorkspace) {
+		for _, p := range append(c.retiredWorkspaces, c.attnWorkspace, c.argmaxWorkspace, c.blasWorkspace) {
 			if p != 0 {
 				add(c.ctx.Free(p))
 			}
 		}
 		c.retiredWorkspaces, c.attnWorkspace, c.attnWorkspaceBytes, c.blasWorkspace = nil, 0, 0, 0
+		c.argmaxWorkspace, c.argmaxWorkspaceBytes = 0, 0
 		add(c.ctx.FreeHost(c.staging))
 		c.staging = cuda.HostBuf{}
 	}

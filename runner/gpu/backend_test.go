@@ -63,7 +63,7 @@ func TestCUDAMatchesCPU(t *testing.T) {
 	}
 	prompts := [][]int32{{1, 2, 3, 4, 5}, {7}, {100, 3, 200, 17, 9, 9, 9, 42}}
 	for _, disable := range []bool{false, true} {
-		be, err := New(Options{CacheDir: t.TempDir(), DisableGraphs: disable})
+		be, err := New(Options{CacheDir: testCache(), DisableGraphs: disable})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"stepbench/cuda"
@@ -38,8 +39,8 @@ var seededBugs = []seededBug{
 	{
 		// The last cos/sin pair of the table is never written: its poison (NaN) reaches the output.
 		name: "uninitialised shared memory read", file: "rope.cu", kernel: "rope_kv_write",
-		old:  "for (int i = threadIdx.x; i < half; i += blockDim.x) {",
-		new:  "for (int i = threadIdx.x; i < half - 1; i += blockDim.x) {",
+		old:  "for (int i = threadIdx.x; i < half; i += blockDim.x) {\n        const float angle",
+		new:  "for (int i = threadIdx.x; i < half - 1; i += blockDim.x) {\n        const float angle",
 		want: []string{"rope_kv_write", "NaN"},
 	},
 	{
@@ -59,8 +60,8 @@ var seededBugs = []seededBug{
 	{
 		// Half of each warp skips the reduction the full mask names.
 		name: "divergent shuffle", file: "sample.cu", kernel: "argmax",
-		old:  "    for (int off = 16; off > 0; off >>= 1) {\n        const float ov",
-		new:  "    if ((threadIdx.x & 31) < 16) for (int off = 16; off > 0; off >>= 1) {\n        const float ov",
+		old:  "best_i = i; }\n        }\n    }\n    for (int off = 16; off > 0; off >>= 1) {\n        const float ov",
+		new:  "best_i = i; }\n        }\n    }\n    if ((threadIdx.x & 31) < 16) for (int off = 16; off > 0; off >>= 1) {\n        const float ov",
 		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "__shfl_xor_sync", "lanes 16-31"},
 	},
 }
@@ -107,6 +108,7 @@ func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.Mod
 		t.Fatal(err)
 	}
 	set, err := LoadKernels(ctx, compiled, props.SMCount)
+	set = set.With(emuSelection)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,7 @@ func TestEmulatorCatchesSeededBugs(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	emutest.Use(t)
-	cache := t.TempDir()
+	cache := testCache()
 	for _, b := range seededBugs {
 		failures := verifyOnEmulator(t, b.seed(t), tinyShapes, cache, b.kernel)
 		if len(failures) == 0 {
@@ -172,11 +174,10 @@ func TestEmulatorScheduleRevealsRace(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	dir := emutest.Use(t)
 	if os.Getenv(scheduleChild) == "race" {
-		failures := verifyOnEmulator(t, raceBug.seed(t), tinyShapes, os.Getenv("STEPBENCH_TEST_CACHE"), raceBug.kernel)
+		failures := verifyOnEmulator(t, raceBug.seed(t), tinyShapes, testCache(), raceBug.kernel)
 		fmt.Printf("RACE-RESULT %d %s\n", len(failures), strings.Join(failures, " | "))
 		return
 	}
-	t.Setenv("STEPBENCH_TEST_CACHE", t.TempDir())
 	_ = dir
 	outcomes := map[string]string{}
 	for _, schedule := range []string{"forward", "reverse", "random:3"} {
@@ -204,6 +205,16 @@ func TestEmulatorScheduleRevealsRace(t *testing.T) {
 	}
 }
 
+// emuSelection pins kernel versions for verifyOnEmulator (nil: every
+// version is checked); a child process sets it from STEPBENCH_TEST_VERSIONS.
+var emuSelection = func() kernels.Selection {
+	sel, err := kernels.ParseSelection(strings.Fields(os.Getenv("STEPBENCH_TEST_VERSIONS")))
+	if err != nil {
+		panic(err)
+	}
+	return sel
+}()
+
 // TestEmulatorSchedules runs every kernel check at the odd widths, and
 // attention and the replayed decode step at llama-3-8b's shapes too, with
 // the threads of each block run in reverse and in a seeded random order: a
@@ -214,19 +225,33 @@ func TestEmulatorSchedules(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	emutest.Use(t)
 	if mode := os.Getenv(scheduleChild); mode == "all" {
-		cache := os.Getenv("STEPBENCH_TEST_CACHE")
+		cache := testCache()
 		failures := verifyOnEmulator(t, mustSources(t), tinyShapes, cache)
+		if len(emuSelection) == 0 { // every version at the odd widths, the newest at llama-3-8b's
+			emuSelection = kernels.Selection{kernels.OpAttnPrefill: 2, kernels.OpAttnDecode: 2}
+		}
 		failures = append(failures, verifyOnEmulator(t, mustSources(t), testModelShapes[1:], cache, "attention", "decode_graph")...)
 		for _, f := range failures {
 			t.Error(f)
 		}
 		return
 	}
-	t.Setenv("STEPBENCH_TEST_CACHE", t.TempDir())
-	for _, schedule := range []string{"reverse", "random:11"} {
-		out, err := runUnderSchedule(t, "TestEmulatorSchedules", schedule, "all")
-		if err != nil {
-			t.Errorf("schedule %s: %v\n%s", schedule, err, out)
+	// The children share the package's cubin cache (warm after the tests before).
+	schedules := []string{"reverse", "random:11"}
+	errs := make([]error, len(schedules))
+	outs := make([]string, len(schedules))
+	var wg sync.WaitGroup
+	for i, schedule := range schedules {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = runUnderSchedule(t, "TestEmulatorSchedules", schedule, "all")
+		}()
+	}
+	wg.Wait()
+	for i, schedule := range schedules {
+		if errs[i] != nil {
+			t.Errorf("schedule %s: %v\n%s", schedule, errs[i], outs[i])
 		}
 	}
 }

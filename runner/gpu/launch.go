@@ -20,7 +20,21 @@ type Kernels struct {
 	modules []*cuda.Module
 	smCount int
 	fn      map[string]*cuda.Function // by entry point
+	// sel picks the version of the ops that have several (kernels.Ops);
+	// With gives the same kernels another selection.
+	sel kernels.Selection
 }
+
+// With returns the same loaded kernels (Close stays the original's) with
+// versions chosen by sel.
+func (k *Kernels) With(sel kernels.Selection) *Kernels {
+	c := *k
+	c.sel = sel
+	return &c
+}
+
+// Selection is the version choice k launches with.
+func (k *Kernels) Selection() kernels.Selection { return k.sel }
 
 // LoadKernels loads the compiled modules into ctx and looks up every entry
 // point of the registry in its source's module. smCount (the device's
@@ -58,6 +72,14 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		if shared := kernels.PrefillSharedBytes(d); pre != nil && shared > kernels.DefaultSharedLimitBytes {
 			if err := pre.SetMaxDynamicShared(shared); err != nil {
 				errs = append(errs, fmt.Errorf("load kernel attn_prefill_d%d: %w", d, err))
+			}
+		}
+	}
+	for _, d := range kernels.TensorCoreHeadDims {
+		pre := k.fn[kernels.EntryPoint("attn_prefill_tc", d)]
+		if shared := kernels.PrefillTCSharedBytes(d); pre != nil && shared > kernels.DefaultSharedLimitBytes {
+			if err := pre.SetMaxDynamicShared(shared); err != nil {
+				errs = append(errs, fmt.Errorf("load kernel attn_prefill_tc_d%d: %w", d, err))
 			}
 		}
 	}
@@ -228,7 +250,22 @@ func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, p
 	if err := c.err(); err != nil || tokens == 0 {
 		return err
 	}
-	return k.launch(s, c.op, "rope_kv_write", cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
+	version, err := k.sel.RopeVersion(a.HeadDim)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.op, err)
+	}
+	name := "rope_kv_write"
+	if version == 2 {
+		// 16-byte rows: every row width is a multiple of 8 elements here.
+		if !aligned16(8, q, kCache, vCache, qkv) {
+			if _, chosen := k.sel.Chosen(kernels.OpRope); chosen {
+				return fmt.Errorf("%s: --kernel rope_kv_write=2 needs 16-byte aligned buffers", c.op)
+			}
+		} else {
+			name = "rope_kv_write2"
+		}
+	}
+	return k.launch(s, c.op, name, cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
 		cuda.Dim3{X: kernels.RopeThreads, Y: 1, Z: 1}, 0,
 		q, kCache, vCache, qkv, invFreq, pos, int32(a.Batch), int32(a.SeqLen),
 		int32(a.Heads), int32(a.KVHeads), int32(a.HeadDim), int32(a.MaxSeq))
@@ -250,7 +287,7 @@ func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspa
 	checkAttnShape(&c, a)
 	c.require(slices.Contains(kernels.SupportedHeadDims, a.HeadDim), "headDim = %d, want one of %v", a.HeadDim, kernels.SupportedHeadDims)
 	c.require(a.Heads <= kernels.MaxGridYZ, "heads = %d > %d", a.Heads, kernels.MaxGridYZ)
-	c.pointer("out", out, 2)
+	c.pointer("out", out, 4) // the tensor-core prefill stores bf16 pairs
 	c.pointer("q", q, 16)
 	c.pointer("kCache", kCache, 16)
 	c.pointer("vCache", vCache, 16)
@@ -259,16 +296,45 @@ func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspa
 		return err
 	}
 	if a.SeqLen > 1 {
-		return k.launch(s, c.op, kernels.EntryPoint("attn_prefill", a.HeadDim),
-			cuda.Dim3{X: uint32(kernels.CeilDiv(a.SeqLen, kernels.PrefillQueryTile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
-			cuda.Dim3{X: kernels.PrefillThreads, Y: 1, Z: 1}, kernels.PrefillSharedBytes(a.HeadDim),
-			out, q, kCache, vCache, pos, int32(a.SeqLen), int32(a.Heads),
-			int32(a.KVHeads), int32(a.MaxSeq))
+		return k.prefill(s, c.op, out, q, kCache, vCache, pos, a)
 	}
+	return k.decode(s, &c, out, q, kCache, vCache, pos, workspace, workspaceBytes, a)
+}
 
+// prefill launches the attn_prefill version the selection picks for a.
+func (k *Kernels) prefill(s *cuda.Stream, op string, out, q, kCache, vCache, pos cuda.DevPtr, a kernels.AttnShape) error {
+	version, err := k.sel.PrefillVersion(a)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	name, tile := kernels.EntryPoint("attn_prefill", a.HeadDim), kernels.PrefillQueryTile
+	threads, shared := kernels.PrefillThreads, kernels.PrefillSharedBytes(a.HeadDim)
+	if version == 2 {
+		name, tile = kernels.EntryPoint("attn_prefill_tc", a.HeadDim), kernels.PrefillTCQueryTile
+		threads, shared = kernels.PrefillTCThreads, kernels.PrefillTCSharedBytes(a.HeadDim)
+	}
+	return k.launch(s, op, name,
+		cuda.Dim3{X: uint32(kernels.CeilDiv(a.SeqLen, tile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
+		cuda.Dim3{X: uint32(threads), Y: 1, Z: 1}, shared,
+		out, q, kCache, vCache, pos, int32(a.SeqLen), int32(a.Heads),
+		int32(a.KVHeads), int32(a.MaxSeq))
+}
+
+// decode launches the attn_decode version the selection picks for a, then
+// the combine of the splits (both versions write the same partials).
+func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	version, err := k.sel.DecodeVersion(a)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.op, err)
+	}
 	chunkKeys, splits := kernels.DecodePlan(a, k.smCount)
 	need := a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
-	shared := kernels.DecodeSharedBytes(a, chunkKeys)
+	name, shared, threads := kernels.EntryPoint("attn_decode_split", a.HeadDim), kernels.DecodeSharedBytes(a, chunkKeys), kernels.DecodeThreads
+	if version == 2 {
+		g := kernels.Decode2Group(a)
+		name, shared = kernels.GroupEntryPoint("attn_decode2", a.HeadDim, g), kernels.Decode2SharedBytes(a.HeadDim, g)
+		threads = kernels.Decode2Threads
+	}
 	c.pointer("workspace", workspace, 16)
 	c.require(workspaceBytes >= need, "workspace has %d bytes, need %d (see AttentionWorkspaceBytes)", workspaceBytes, need)
 	c.require(a.KVHeads <= kernels.MaxGridYZ, "kvHeads = %d > %d", a.KVHeads, kernels.MaxGridYZ)
@@ -277,9 +343,9 @@ func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspa
 	if err := c.err(); err != nil {
 		return err
 	}
-	if err := k.launch(s, c.op, kernels.EntryPoint("attn_decode_split", a.HeadDim),
+	if err := k.launch(s, c.op, name,
 		cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)},
-		cuda.Dim3{X: kernels.DecodeThreads, Y: 1, Z: 1}, shared,
+		cuda.Dim3{X: uint32(threads), Y: 1, Z: 1}, shared,
 		workspace, q, kCache, vCache, pos, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
 		int32(a.MaxSeq), int32(chunkKeys), int32(splits)); err != nil {
 		return err
@@ -330,8 +396,9 @@ func (k *Kernels) GatherLast(s *cuda.Stream, out, in cuda.DevPtr, batch, seqLen,
 }
 
 // Argmax: out[r] (int32) = first index of the max of logits[r, :]; NaN never
-// wins; a row of NaN gives 0.
-func (k *Kernels) Argmax(s *cuda.Stream, out, logits cuda.DevPtr, rows, vocab int) error {
+// wins; a row of NaN gives 0. Version 2 needs workspace of
+// kernels.ArgmaxWorkspaceBytes(rows, vocab) bytes (version 1 none).
+func (k *Kernels) Argmax(s *cuda.Stream, out, logits, workspace cuda.DevPtr, workspaceBytes, rows, vocab int) error {
 	c := argCheck{op: "argmax"}
 	c.count("rows", rows)
 	c.positive("vocab", vocab)
@@ -340,7 +407,29 @@ func (k *Kernels) Argmax(s *cuda.Stream, out, logits cuda.DevPtr, rows, vocab in
 	if err := c.err(); err != nil || rows == 0 {
 		return err
 	}
+	version, err := k.sel.ArgmaxVersion(vocab)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.op, err)
+	}
 	vec := aligned16(vocab, logits)
+	if version == 2 && vec {
+		chunks := kernels.CeilDiv(vocab, kernels.ArgmaxChunk)
+		c.pointer("workspace", workspace, 8)
+		c.require(workspaceBytes >= kernels.ArgmaxWorkspaceBytes(rows, vocab), "workspace has %d bytes, need %d (see kernels.ArgmaxWorkspaceBytes)",
+			workspaceBytes, kernels.ArgmaxWorkspaceBytes(rows, vocab))
+		if err := c.err(); err != nil {
+			return err
+		}
+		if err := k.launch(s, c.op, "argmax2_partial", cuda.Dim3{X: uint32(chunks), Y: uint32(rows), Z: 1},
+			cuda.Dim3{X: kernels.Argmax2Threads, Y: 1, Z: 1}, 0, workspace, logits, int32(rows), int32(vocab), int32(chunks)); err != nil {
+			return err
+		}
+		return k.launch(s, c.op, "argmax2_final", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
+			cuda.Dim3{X: 32, Y: 1, Z: 1}, 0, out, workspace, int32(rows), int32(chunks))
+	}
+	if _, chosen := k.sel.Chosen(kernels.OpArgmax); chosen && version == 2 {
+		return fmt.Errorf("%s: --kernel argmax=2 needs 16-byte aligned logits", c.op)
+	}
 	return k.launch(s, c.op, "argmax", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
 		cuda.Dim3{X: kernels.ArgmaxThreads, Y: 1, Z: 1}, 0,
 		out, logits, int32(rows), int32(vocab), flag(vec))

@@ -62,7 +62,7 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		{"add_i32 null buf", "add_i32", "buf is a null pointer", func() error { return k.AddI32(s, 0, 1, 1) }},
 		{"silu zero inter", "silu_mul", "inter", func() error { return k.SiluMul(s, p, p, 1, 0) }},
 		{"gather zero seqLen", "gather_last", "seqLen", func() error { return k.GatherLast(s, p, p, 1, 0, 8) }},
-		{"argmax misaligned out", "argmax", "out", func() error { return k.Argmax(s, p+2, p, 1, 8) }},
+		{"argmax misaligned out", "argmax", "out", func() error { return k.Argmax(s, p+2, p, p, 8, 1, 8) }},
 		{"fill unknown kind", "fill_dummy", "kind", func() error { return k.FillDummy(s, p, 8, 1, 0, ref.DummyKind(7)) }},
 		{"fill negative n", "fill_dummy", "n = -1", func() error { return k.FillDummy(s, p, -1, 1, 0, ref.DummyOnes) }},
 	}
@@ -93,7 +93,7 @@ func TestWrappersSkipEmptyWork(t *testing.T) {
 		"add_i32":   k.AddI32(s, p, 0, 1),
 		"silu":      k.SiluMul(s, p, p, 0, 64),
 		"gather":    k.GatherLast(s, p, p, 0, 3, 64),
-		"argmax":    k.Argmax(s, p, p, 0, 64),
+		"argmax":    k.Argmax(s, p, p, p, 0, 0, 64),
 		"fill":      k.FillDummy(s, p, 0, 1, 0, ref.DummyUniform),
 	} {
 		if err != nil {

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"stepbench/kernels"
 
 	"stepbench/cuda"
 	"stepbench/runner"
@@ -168,5 +169,30 @@ func (c *Backend) Argmax(out, logits runner.Buffer, rows, vocab int) error {
 	if o.err != nil {
 		return o.err
 	}
-	return c.set.Argmax(c.stream, pOut, pLogits, rows, vocab)
+	if err := c.reserveArgmax(rows, vocab); err != nil {
+		return err
+	}
+	return c.set.Argmax(c.stream, pOut, pLogits, c.argmaxWorkspace, c.argmaxWorkspaceBytes, rows, vocab)
+}
+
+// reserveArgmax grows argmax version 2's workspace outside captures: the
+// first argmax of a run's batch size is a prefill's, never captured, so a
+// captured decode step finds it reserved (and fails otherwise).
+func (c *Backend) reserveArgmax(rows, vocab int) error {
+	need := kernels.ArgmaxWorkspaceBytes(rows, vocab)
+	if need <= c.argmaxWorkspaceBytes {
+		return nil
+	}
+	if c.capturing {
+		return fmt.Errorf("argmax: workspace of %d bytes not reserved before capture (have %d)", need, c.argmaxWorkspaceBytes)
+	}
+	p, err := c.ctx.Alloc(need)
+	if err != nil {
+		return fmt.Errorf("argmax workspace: %w", err)
+	}
+	if c.argmaxWorkspace != 0 {
+		c.retiredWorkspaces = append(c.retiredWorkspaces, c.argmaxWorkspace)
+	}
+	c.argmaxWorkspace, c.argmaxWorkspaceBytes = p, need
+	return nil
 }

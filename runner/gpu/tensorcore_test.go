@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -183,5 +185,131 @@ func TestTensorCoreHelpersOnEmulator(t *testing.T) {
 	}
 	if nan != len(stale) {
 		t.Errorf("without cp_async_wait, %d of %d outputs are NaN; want all (the tiles still hold poison)", nan, len(stale))
+	}
+}
+
+// TestPrefillV2RunsOnTensorCores reads the PTX of attention.cu: the body of
+// attn_prefill_tc (a function of its own: the entry points call it) uses
+// mma.sync, transposed ldmatrix and cp.async; version 1 uses none of them.
+func TestPrefillV2RunsOnTensorCores(t *testing.T) {
+	n := openNVRTCForTest(t)
+	if n.Emulated() != "" {
+		t.Skip("the emulated NVRTC makes no PTX")
+	}
+	srcs := mustSources(t)
+	unit := kernels.TranslationUnit(srcs[kernels.CommonSource], "attention.cu", srcs["attention.cu"])
+	for _, arch := range []string{"compute_80", "compute_90"} {
+		ptx, log, err := n.CompilePTX(unit, "attention.cu", []string{"--gpu-architecture=" + arch, "-std=c++17", "-default-device"})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", arch, err, log)
+		}
+		for _, fn := range []struct {
+			stem string
+			want bool
+		}{{"attn_prefill_tc", true}, {"attn_prefill", false}} {
+			body := ptxFunction(ptx, fn.stem)
+			if body == "" {
+				t.Errorf("%s: no PTX function of %s", arch, fn.stem)
+				continue
+			}
+			for _, instr := range []string{"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global"} {
+				if strings.Contains(body, instr) != fn.want {
+					t.Errorf("%s: %s has %s: %v, want %v", arch, fn.stem, instr, !fn.want, fn.want)
+				}
+			}
+		}
+	}
+}
+
+// ptxFunction returns the body of the PTX .func definition (not a forward
+// declaration) whose mangled name holds stem with template argument 128
+// (attn_prefill_tc<128>).
+func ptxFunction(ptx, stem string) string {
+	mangled := fmt.Sprintf("%d%sILi128E", len(stem), stem)
+	for from := 0; ; {
+		i := strings.Index(ptx[from:], mangled)
+		if i < 0 {
+			return ""
+		}
+		i += from
+		from = i + 1
+		if !strings.Contains(ptx[max(0, i-40):i], ".func") {
+			continue // a use (a call), not the header
+		}
+		closeParams := strings.Index(ptx[i:], ")")
+		if closeParams < 0 {
+			return ""
+		}
+		rest := strings.TrimLeft(ptx[i+closeParams+1:], " \t\n")
+		if !strings.HasPrefix(rest, "{") {
+			continue // a declaration
+		}
+		if end := strings.Index(rest, "\n}\n"); end >= 0 {
+			return rest[:end]
+		}
+		return rest
+	}
+}
+
+// ldmatrixMisalignedSrc loads through ldmatrix_x4 with lane 5's row address
+// two bytes off: a GPU may fault, the emulated device always does.
+const ldmatrixMisalignedSrc = `
+extern "C" __global__ void ldmatrix_misaligned(unsigned* out) {
+    __shared__ __align__(16) unsigned short tile[32 * 8 + 8];
+    for (int i = threadIdx.x; i < 32 * 8 + 8; i += 32) tile[i] = (unsigned short)i;
+    __syncthreads();
+    const int lane = threadIdx.x;
+    unsigned r[4];
+    ldmatrix_x4(r, tile + lane * 8 + (lane == 5 ? 1 : 0));
+    out[lane] = r[0] ^ r[1] ^ r[2] ^ r[3];
+}
+`
+
+func TestEmulatorFaultsOnMisalignedLdmatrix(t *testing.T) {
+	dir := emutest.Use(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	nv, err := cuda.OpenNVRTC(dir + "/libnvrtc.so.13")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := kernels.TranslationUnit(mustSources(t)[kernels.CommonSource], "ldmatrix_misaligned.cu", ldmatrixMisalignedSrc)
+	cubin, log, err := nv.Compile(unit, "ldmatrix_misaligned.cu", kernels.CompileOptions(90))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	drv, err := cuda.OpenDriver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := drv.NewContext(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	stream, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := ctx.LoadModule(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := mod.Function("ldmatrix_misaligned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ctx.Alloc(4 * 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = stream.Launch(fn, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 0, out)
+	if err == nil {
+		err = stream.Sync()
+	}
+	var ce *cuda.Error
+	if !errors.As(err, &ce) || ce.Name != "CUDA_ERROR_MISALIGNED_ADDRESS" || !strings.Contains(err.Error(), "ldmatrix row address not 16-byte aligned") ||
+		!strings.Contains(err.Error(), "thread (5,0,0)") {
+		t.Errorf("misaligned ldmatrix: %v; want CUDA_ERROR_MISALIGNED_ADDRESS naming ldmatrix and thread (5,0,0)", err)
 	}
 }

@@ -159,8 +159,27 @@ func attentionShapes(models []kernels.ModelShape) []kernels.AttnShape {
 		shapes = append(shapes,
 			kernels.AttnShape{Batch: 4, SeqLen: 1, StartPos: 1030, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 1056},
 			kernels.AttnShape{Batch: 1, SeqLen: 200, StartPos: 0, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 232})
+		if m.HeadDim == 128 { // Llama-3-8B's head shape (the slowest cases on the emulated device)
+			shapes = append(shapes, promptLengthShapes(m.HeadDim)...)
+		}
 	}
 	return shapes
+}
+
+// promptLengthShapes run the attention of prompts of 1, 7, 129 and 1000
+// tokens at batch 1 and 3 (1000 at batch 1 only: the reference is slow) with
+// head_dim d and 4 query heads per kv head (8 and 2: the per-head work of
+// Llama-3-8B's 32 and 8).
+func promptLengthShapes(d int) []kernels.AttnShape {
+	var out []kernels.AttnShape
+	for _, c := range []struct{ batch, seq int }{{1, 1}, {3, 1}, {1, 7}, {3, 7}, {1, 129}, {3, 129}, {1, 1000}} {
+		a := kernels.AttnShape{Batch: c.batch, SeqLen: c.seq, Heads: 8, KVHeads: 2, HeadDim: d, MaxSeq: 1032}
+		if c.seq == 1 { // a decode step after a 1000-token prompt, and the first one
+			a.StartPos = 1000 * (c.batch - 1) / 2
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // record closes one check: a cuda error of the check wins over its comparison.
@@ -421,61 +440,102 @@ func (v *Verifier) verifyArgmax(m kernels.ModelShape) {
 	row(4)[m.Vocab-1], row(4)[0] = bigValue, nan
 	want := make([]int32, rows)
 	ref.Argmax(want, logits, rows, m.Vocab)
-	out, dLogits := v.alloc(4*rows), v.bf16(logits)
-	if v.err == nil {
-		v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
+	for _, ver := range v.versions(kernels.OpArgmax) {
+		set := v.pinned(kernels.OpArgmax, ver)
+		if _, err := set.Selection().ArgmaxVersion(m.Vocab); err != nil {
+			continue // this version does not take the shape
+		}
+		out, dLogits := v.alloc(4*rows), v.bf16(logits)
+		wsBytes := kernels.ArgmaxWorkspaceBytes(rows, m.Vocab)
+		ws := v.alloc(wsBytes)
+		if v.err == nil {
+			v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
+		}
+		v.launch(func() error { return set.Argmax(v.stream, out, dLogits, ws, wsBytes, rows, m.Vocab) })
+		v.record(versioned("argmax", ver), fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(v.getI32(out, rows), want))
 	}
-	v.launch(func() error { return v.set.Argmax(v.stream, out, dLogits, rows, m.Vocab) })
-	v.record("argmax", fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(v.getI32(out, rows), want))
 }
 
-func (v *Verifier) verifyRope(m kernels.ModelShape) {
-	for _, a := range []kernels.AttnShape{
-		{Batch: 2, SeqLen: 9, StartPos: 0, MaxSeq: 32},
-		{Batch: 3, SeqLen: 1, StartPos: 4000, MaxSeq: 4100},
-		{Batch: 1, SeqLen: 128, StartPos: 300, MaxSeq: 512},
-	} {
-		a.Heads, a.KVHeads, a.HeadDim = m.Heads, m.KVHeads, m.HeadDim
-		shape := fmt.Sprintf("%s %s", m.Name, FormatShape(a))
-		tokens := a.Batch * a.SeqLen
-		qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-		qkv := RandomBF16(v.rng, tokens*(qWidth+2*kvWidth), 0, 1)
-		invFreq := ref.RopeInvFreq(a.HeadDim, m.RopeTheta, nil)
-		cacheLen := a.Batch * a.MaxSeq * kvWidth
-		kCache, vCache := RandomBF16(v.rng, cacheLen, 0, 1), RandomBF16(v.rng, cacheLen, 0, 1)
-		dK, dV := v.bf16(kCache), v.bf16(vCache)
-		// Poison exactly the cache rows the kernel must write.
-		for b := 0; b < a.Batch && v.err == nil; b++ {
-			at := (b*a.MaxSeq + a.StartPos) * kvWidth
-			v.fail(v.stream.Memset16(dK+cuda.DevPtr(2*at), poisonBF16, a.SeqLen*kvWidth))
-			v.fail(v.stream.Memset16(dV+cuda.DevPtr(2*at), poisonBF16, a.SeqLen*kvWidth))
-		}
-		wantQ := make([]uint16, tokens*qWidth)
-		ref.RopeKVWrite(wantQ, kCache, vCache, qkv, invFreq, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
-		q, dQKV, dFreq, pos := v.poisoned(tokens*qWidth), v.bf16(qkv), v.f32(invFreq), v.i32([]int32{int32(a.StartPos)})
-		v.launch(func() error { return v.set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a) })
-		rel, err := closeBF16(v.getBF16(q, tokens*qWidth), wantQ)
-		gotK, gotV := v.getBF16(dK, cacheLen), v.getBF16(dV, cacheLen)
-		for b := 0; b < a.Batch; b++ {
-			lo, hi := (b*a.MaxSeq+a.StartPos)*kvWidth, (b*a.MaxSeq+a.StartPos+a.SeqLen)*kvWidth
-			kRel, kErr := closeBF16(gotK[lo:hi], kCache[lo:hi])
-			rel = max(rel, kRel)
-			if kErr != nil {
-				err = errors.Join(err, fmt.Errorf("k rows of batch %d: %w", b, kErr))
-			}
-			if vErr := equalBits(gotV[lo:hi], vCache[lo:hi]); vErr != nil {
-				err = errors.Join(err, fmt.Errorf("v rows of batch %d: %w", b, vErr))
-			}
-		}
-		// Every other cache row stays as it was.
-		if e := equalBits(maskRows(gotK, a), maskRows(kCache, a)); e != nil {
-			err = errors.Join(err, fmt.Errorf("k cache outside the written rows: %w", e))
-		}
-		if e := equalBits(maskRows(gotV, a), maskRows(vCache, a)); e != nil {
-			err = errors.Join(err, fmt.Errorf("v cache outside the written rows: %w", e))
-		}
-		v.record("rope_kv_write", shape, rel, false, err)
+// versions are the versions of op to check: the one the selection pins, or all.
+func (v *Verifier) versions(op string) []int {
+	if ver, ok := v.set.Selection().Chosen(op); ok {
+		return []int{ver}
 	}
+	return kernels.Versions(op)
+}
+
+// pinned is the verifier's kernels with op pinned to version ver.
+func (v *Verifier) pinned(op string, ver int) *Kernels {
+	sel := kernels.Selection{}
+	for k, x := range v.set.Selection() {
+		sel[k] = x
+	}
+	sel[op] = ver
+	return v.set.With(sel)
+}
+
+// versioned names a check of one kernel version, "argmax v2".
+func versioned(check string, ver int) string { return fmt.Sprintf("%s v%d", check, ver) }
+
+func (v *Verifier) verifyRope(m kernels.ModelShape) {
+	for _, ver := range v.versions(kernels.OpRope) {
+		set := v.pinned(kernels.OpRope, ver)
+		if _, err := set.Selection().RopeVersion(m.HeadDim); err != nil {
+			continue // this version does not take the shape
+		}
+		for _, a := range []kernels.AttnShape{
+			{Batch: 2, SeqLen: 9, StartPos: 0, MaxSeq: 32},
+			{Batch: 3, SeqLen: 1, StartPos: 4000, MaxSeq: 4100},
+			{Batch: 1, SeqLen: 128, StartPos: 300, MaxSeq: 512},
+		} {
+			a.Heads, a.KVHeads, a.HeadDim = m.Heads, m.KVHeads, m.HeadDim
+			v.verifyRopeAt(set, versioned("rope_kv_write", ver), m, a)
+		}
+	}
+}
+
+// verifyRopeAt checks one RoPE version at one shape: q, the written cache
+// rows, and every other cache row untouched.
+func (v *Verifier) verifyRopeAt(set *Kernels, check string, m kernels.ModelShape, a kernels.AttnShape) {
+	shape := fmt.Sprintf("%s %s", m.Name, FormatShape(a))
+	tokens := a.Batch * a.SeqLen
+	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	qkv := RandomBF16(v.rng, tokens*(qWidth+2*kvWidth), 0, 1)
+	invFreq := ref.RopeInvFreq(a.HeadDim, m.RopeTheta, nil)
+	cacheLen := a.Batch * a.MaxSeq * kvWidth
+	kCache, vCache := RandomBF16(v.rng, cacheLen, 0, 1), RandomBF16(v.rng, cacheLen, 0, 1)
+	dK, dV := v.bf16(kCache), v.bf16(vCache)
+	// Poison exactly the cache rows the kernel must write.
+	for b := 0; b < a.Batch && v.err == nil; b++ {
+		at := (b*a.MaxSeq + a.StartPos) * kvWidth
+		v.fail(v.stream.Memset16(dK+cuda.DevPtr(2*at), poisonBF16, a.SeqLen*kvWidth))
+		v.fail(v.stream.Memset16(dV+cuda.DevPtr(2*at), poisonBF16, a.SeqLen*kvWidth))
+	}
+	wantQ := make([]uint16, tokens*qWidth)
+	ref.RopeKVWrite(wantQ, kCache, vCache, qkv, invFreq, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+	q, dQKV, dFreq, pos := v.poisoned(tokens*qWidth), v.bf16(qkv), v.f32(invFreq), v.i32([]int32{int32(a.StartPos)})
+	v.launch(func() error { return set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a) })
+	rel, err := closeBF16(v.getBF16(q, tokens*qWidth), wantQ)
+	gotK, gotV := v.getBF16(dK, cacheLen), v.getBF16(dV, cacheLen)
+	for b := 0; b < a.Batch; b++ {
+		lo, hi := (b*a.MaxSeq+a.StartPos)*kvWidth, (b*a.MaxSeq+a.StartPos+a.SeqLen)*kvWidth
+		kRel, kErr := closeBF16(gotK[lo:hi], kCache[lo:hi])
+		rel = max(rel, kRel)
+		if kErr != nil {
+			err = errors.Join(err, fmt.Errorf("k rows of batch %d: %w", b, kErr))
+		}
+		if vErr := equalBits(gotV[lo:hi], vCache[lo:hi]); vErr != nil {
+			err = errors.Join(err, fmt.Errorf("v rows of batch %d: %w", b, vErr))
+		}
+	}
+	// Every other cache row stays as it was.
+	if e := equalBits(maskRows(gotK, a), maskRows(kCache, a)); e != nil {
+		err = errors.Join(err, fmt.Errorf("k cache outside the written rows: %w", e))
+	}
+	if e := equalBits(maskRows(gotV, a), maskRows(vCache, a)); e != nil {
+		err = errors.Join(err, fmt.Errorf("v cache outside the written rows: %w", e))
+	}
+	v.record(check, shape, rel, false, err)
 }
 
 // FormatShape prints an attention shape compactly for tables.
@@ -494,28 +554,59 @@ func maskRows(cache []uint16, a kernels.AttnShape) []uint16 {
 }
 
 func (v *Verifier) verifyAttention(a kernels.AttnShape) {
+	op, name := kernels.OpAttnDecode, "attention decode"
+	if a.SeqLen > 1 {
+		op, name = kernels.OpAttnPrefill, "attention prefill"
+	}
+	var in *attentionCase
+	for _, ver := range v.versions(op) {
+		set := v.pinned(op, ver)
+		var supported error
+		if op == kernels.OpAttnPrefill {
+			_, supported = set.Selection().PrefillVersion(a)
+		} else {
+			_, supported = set.Selection().DecodeVersion(a)
+		}
+		if supported != nil {
+			continue
+		}
+		if in == nil { // inputs and the reference, shared by the versions
+			in = v.newAttentionCase(a)
+		}
+		v.verifyAttentionAt(set, versioned(name, ver), in)
+	}
+}
+
+// attentionCase is one attention shape's random inputs and reference output.
+type attentionCase struct {
+	a                 kernels.AttnShape
+	q, kCache, vCache []uint16
+	want              []uint16
+}
+
+func (v *Verifier) newAttentionCase(a kernels.AttnShape) *attentionCase {
 	tokens := a.Batch * a.SeqLen
 	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-	q := RandomBF16(v.rng, tokens*qWidth, 0, 1)
-	kCache := RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1)
-	vCache := RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1)
-	want := make([]uint16, tokens*qWidth)
-	ref.Attention(want, q, kCache, vCache, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+	c := &attentionCase{a: a, q: RandomBF16(v.rng, tokens*qWidth, 0, 1),
+		kCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1), vCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1),
+		want: make([]uint16, tokens*qWidth)}
+	ref.Attention(c.want, c.q, c.kCache, c.vCache, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+	return c
+}
 
-	wsBytes := v.set.AttentionWorkspaceBytes(a)
+// verifyAttentionAt checks one attention version at one case.
+func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCase) {
+	a := c.a
+	wsBytes := set.AttentionWorkspaceBytes(a)
 	var ws cuda.DevPtr
 	if wsBytes > 0 {
 		ws = v.alloc(wsBytes)
 	}
-	out := v.poisoned(tokens * qWidth)
-	dQ, dK, dV, pos := v.bf16(q), v.bf16(kCache), v.bf16(vCache), v.i32([]int32{int32(a.StartPos)})
-	v.launch(func() error { return v.set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
-	rel, err := closeBF16(v.getBF16(out, tokens*qWidth), want)
-	name := "attention decode"
-	if a.SeqLen > 1 {
-		name = "attention prefill"
-	}
-	v.record(name, FormatShape(a), rel, false, err)
+	out := v.poisoned(len(c.want))
+	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
+	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
+	rel, err := closeBF16(v.getBF16(out, len(c.want)), c.want)
+	v.record(check, FormatShape(a), rel, false, err)
 }
 
 // verifyDecodeGraph captures one decode step (rope_kv_write, attention,

@@ -44,7 +44,7 @@ func TestGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compiled, err := kernels.Compile(nv, srcs, props.Major*10+props.Minor, t.TempDir())
+	compiled, err := kernels.Compile(nv, srcs, props.Major*10+props.Minor, testCache())
 	if err != nil {
 		t.Fatal(err)
 	}

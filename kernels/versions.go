@@ -1,0 +1,203 @@
+package kernels
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// The ops whose kernel has several versions. Earlier versions stay
+// selectable (llm.c style) so that 'stepbench ab' can compare two versions
+// in one process and a regression can be bisected to a kernel.
+const (
+	OpAttnPrefill = "attn_prefill"
+	OpAttnDecode  = "attn_decode"
+	OpRope        = "rope_kv_write"
+	OpArgmax      = "argmax"
+)
+
+// OpVersion describes one version of an op.
+type OpVersion struct {
+	Op      string
+	Version int
+	// About says what the version does and which shapes it takes.
+	About string
+}
+
+// OpVersions lists every version of every op with versions, oldest first.
+func OpVersions() []OpVersion {
+	return []OpVersion{
+		{OpAttnPrefill, 1, "FlashAttention-2 tiles on fp32 CUDA cores; head_dim 32, 64, 128"},
+		{OpAttnPrefill, 2, "FlashAttention-2 on tensor cores (mma.sync bf16), cp.async double buffering; head_dim 64, 128"},
+		{OpAttnDecode, 1, "flash-decoding, one thread per key; head_dim 32, 64, 128"},
+		{OpAttnDecode, 2, "flash-decoding with 16-byte coalesced K/V loads, all heads of a kv head in one pass; head_dim 64, 128, up to 8 query heads per kv head"},
+		{OpRope, 1, "2-byte accesses; even head_dim <= 256"},
+		{OpRope, 2, "16-byte accesses; head_dim a multiple of 16, <= 256"},
+		{OpArgmax, 1, "one block per row"},
+		{OpArgmax, 2, "rows split over blocks of 4096 logits, then merged; vocab a multiple of 8"},
+	}
+}
+
+// Versions are op's versions, oldest first (none for an op without versions).
+func Versions(op string) []int {
+	var out []int
+	for _, v := range OpVersions() {
+		if v.Op == op {
+			out = append(out, v.Version)
+		}
+	}
+	return out
+}
+
+// VersionedOps are the ops with versions, sorted.
+func VersionedOps() []string {
+	var out []string
+	for _, v := range OpVersions() {
+		if !slices.Contains(out, v.Op) {
+			out = append(out, v.Op)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Selection is the kernel version the user chose per op; an op not in it
+// runs its newest version where the shape allows, else the newest that does.
+type Selection map[string]int
+
+// ParseSelection reads "op=version" items (--kernel attn_prefill=1); an
+// unknown op or version is an error naming the choices.
+func ParseSelection(items []string) (Selection, error) {
+	sel := Selection{}
+	for _, item := range items {
+		op, v, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want OP=VERSION, e.g. attn_prefill=1 (ops: %s)", item, strings.Join(VersionedOps(), ", "))
+		}
+		versions := Versions(op)
+		if len(versions) == 0 {
+			return nil, fmt.Errorf("%q: %s has no versions to choose from (ops with versions: %s)", item, op, strings.Join(VersionedOps(), ", "))
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || !slices.Contains(versions, n) {
+			return nil, fmt.Errorf("%q: %s has versions %v", item, op, versions)
+		}
+		if old, dup := sel[op]; dup && old != n {
+			return nil, fmt.Errorf("%q: %s is already set to %d", item, op, old)
+		}
+		sel[op] = n
+	}
+	return sel, nil
+}
+
+// Chosen reports the version the user chose for op, if any.
+func (s Selection) Chosen(op string) (int, bool) {
+	v, ok := s[op]
+	return v, ok
+}
+
+// String lists the choices, "attn_prefill=1 argmax=2", or "newest" when none.
+func (s Selection) String() string {
+	if len(s) == 0 {
+		return "newest"
+	}
+	var parts []string
+	for _, op := range VersionedOps() {
+		if v, ok := s[op]; ok {
+			parts = append(parts, fmt.Sprintf("%s=%d", op, v))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// PrefillVersion is the attn_prefill version to run for a: the chosen one
+// (an error when it cannot take a), else the newest that can.
+func (s Selection) PrefillVersion(a AttnShape) (int, error) {
+	return s.pick(OpAttnPrefill, func(v int) error {
+		if v == 2 && !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
+			return fmt.Errorf("head_dim %d (version 2 takes %v)", a.HeadDim, TensorCoreHeadDims)
+		}
+		return nil
+	})
+}
+
+// DecodeVersion is the attn_decode version to run for a (see PrefillVersion).
+func (s Selection) DecodeVersion(a AttnShape) (int, error) {
+	return s.pick(OpAttnDecode, func(v int) error {
+		if v == 2 {
+			if !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
+				return fmt.Errorf("head_dim %d (version 2 takes %v)", a.HeadDim, TensorCoreHeadDims)
+			}
+			if g := a.Heads / max(a.KVHeads, 1); g > Decode2Groups[len(Decode2Groups)-1] {
+				return fmt.Errorf("%d query heads per kv head (version 2 takes up to %d)", g, Decode2Groups[len(Decode2Groups)-1])
+			}
+		}
+		return nil
+	})
+}
+
+// RopeVersion is the rope_kv_write version to run for headDim.
+func (s Selection) RopeVersion(headDim int) (int, error) {
+	return s.pick(OpRope, func(v int) error {
+		if v == 2 && headDim%16 != 0 {
+			return fmt.Errorf("head_dim %d (version 2 takes multiples of 16)", headDim)
+		}
+		return nil
+	})
+}
+
+// ArgmaxVersion is the argmax version to run for vocab.
+func (s Selection) ArgmaxVersion(vocab int) (int, error) {
+	return s.pick(OpArgmax, func(v int) error {
+		if v == 2 && vocab%8 != 0 {
+			return fmt.Errorf("vocab %d (version 2 takes multiples of 8)", vocab)
+		}
+		return nil
+	})
+}
+
+// pick returns the chosen version of op if it supports the shape (else an
+// error naming why), or the newest version that supports it.
+func (s Selection) pick(op string, supports func(version int) error) (int, error) {
+	if v, ok := s[op]; ok {
+		if err := supports(v); err != nil {
+			return 0, fmt.Errorf("%s=%d cannot run %v", op, v, err)
+		}
+		return v, nil
+	}
+	versions := Versions(op)
+	for i := len(versions) - 1; i >= 0; i-- {
+		if supports(versions[i]) == nil {
+			return versions[i], nil
+		}
+	}
+	return versions[0], nil
+}
+
+// Resolve is the version every op with versions runs at the shapes of m,
+// "argmax=2 attn_decode=2 attn_prefill=2 rope_kv_write=2", or an error
+// naming the first chosen version that cannot run them.
+func (s Selection) Resolve(m ModelShape) (string, error) {
+	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim}
+	pickers := map[string]func() (int, error){
+		OpArgmax:      func() (int, error) { return s.ArgmaxVersion(m.Vocab) },
+		OpAttnDecode:  func() (int, error) { return s.DecodeVersion(a) },
+		OpAttnPrefill: func() (int, error) { return s.PrefillVersion(a) },
+		OpRope:        func() (int, error) { return s.RopeVersion(m.HeadDim) },
+	}
+	var parts []string
+	for _, op := range VersionedOps() {
+		pick, ok := pickers[op]
+		if !ok {
+			return "", fmt.Errorf("op %s has versions but no rule for choosing one", op)
+		}
+		v, err := pick()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", m.Name, err)
+		}
+		parts = append(parts, fmt.Sprintf("%s=%d", op, v))
+	}
+	return strings.Join(parts, " "), nil
+}

@@ -1,0 +1,77 @@
+package kernels
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseSelection(t *testing.T) {
+	tests := []struct {
+		items   []string
+		want    string
+		wantErr string
+	}{
+		{nil, "newest", ""},
+		{[]string{"attn_prefill=1"}, "attn_prefill=1", ""},
+		{[]string{"argmax=2", "attn_decode=1", "argmax=2"}, "argmax=2 attn_decode=1", ""},
+		{[]string{"attn_prefill"}, "", "want OP=VERSION"},
+		{[]string{"silu_mul=1"}, "", "silu_mul has no versions"},
+		{[]string{"attn_prefill=3"}, "", "attn_prefill has versions [1 2]"},
+		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2]"},
+		{[]string{"argmax=1", "argmax=2"}, "", "argmax is already set to 1"},
+	}
+	for _, tt := range tests {
+		sel, err := ParseSelection(tt.items)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ParseSelection(%q) error %v, want one containing %q", tt.items, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("ParseSelection(%q): %v", tt.items, err)
+		}
+		if got := sel.String(); got != tt.want {
+			t.Errorf("ParseSelection(%q) = %q, want %q", tt.items, got, tt.want)
+		}
+	}
+}
+
+func TestSelectionResolve(t *testing.T) {
+	llama8B := ModelShape{Name: "llama-3-8b", Vocab: 128256, Heads: 32, KVHeads: 8, HeadDim: 128}
+	odd := ModelShape{Name: "odd", Vocab: 1003, Heads: 4, KVHeads: 2, HeadDim: 32}
+	wideGroups := ModelShape{Name: "mqa", Vocab: 4096, Heads: 32, KVHeads: 1, HeadDim: 128}
+	tests := []struct {
+		name    string
+		items   []string
+		model   ModelShape
+		want    string
+		wantErr string
+	}{
+		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=2 attn_prefill=2 rope_kv_write=2", ""},
+		{"pinned at 8B", []string{"attn_prefill=1", "argmax=1"}, llama8B, "argmax=1 attn_decode=2 attn_prefill=1 rope_kv_write=2", ""},
+		{"odd widths fall back", nil, odd, "argmax=1 attn_decode=1 attn_prefill=1 rope_kv_write=2", ""},
+		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=2 rope_kv_write=2", ""},
+		{"tensor cores refuse head_dim 32", []string{"attn_prefill=2"}, odd, "", "attn_prefill=2 cannot run head_dim 32"},
+		{"decode v2 refuses 32 heads per kv head", []string{"attn_decode=2"}, wideGroups, "", "32 query heads per kv head"},
+		{"argmax v2 refuses vocab 1003", []string{"argmax=2"}, odd, "", "vocab 1003"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sel, err := ParseSelection(tt.items)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := sel.Resolve(tt.model)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), tt.model.Name) {
+					t.Fatalf("Resolve error %v, want one naming %s and containing %q", err, tt.model.Name, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("Resolve = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
