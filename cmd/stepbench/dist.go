@@ -15,21 +15,55 @@ import (
 // and hands it, over TCP at --dist-init-addr, to every other node (as
 // SGLang's launcher does). The exchange, one connection per node:
 //
-//	node k → node 0:  "stepbench-nccl-id 1 NODE_RANK NNODES TP_SIZE\n"
+//	node k → node 0:  "stepbench-nccl-id 2 NODE_RANK NNODES TP_SIZE WORK\n"
 //	node 0 → node k:  "ok\n" and the 128 id bytes, or "error MESSAGE\n"
 //
-// so that nodes started with different --nnodes or --tp-size stop with one
-// line saying so instead of hanging in NCCL.
+// WORK is the job every node must run identically (model, seed, shapes,
+// iterations, kernel versions, graphs: distWork), quoted. Nodes started with
+// different flags stop with one line naming the first difference instead of
+// hanging in NCCL or timing different work.
 
-const idHello = "stepbench-nccl-id 1"
+const idHello = "stepbench-nccl-id 2"
+
+// maxHelloBytes bounds what node 0 reads from one connection.
+const maxHelloBytes = 4096
 
 // distJob is what the nodes must agree on.
 type distJob struct {
 	nnodes, nodeRank, tpSize int
+	// work is "key=value" items separated by spaces (no quotes inside).
+	work string
 }
 
 func (j distJob) hello() string {
-	return fmt.Sprintf("%s %d %d %d\n", idHello, j.nodeRank, j.nnodes, j.tpSize)
+	return fmt.Sprintf("%s %d %d %d %q\n", idHello, j.nodeRank, j.nnodes, j.tpSize, j.work)
+}
+
+// workDifference names the first item of want that got lacks or sets
+// otherwise, "" when the two agree.
+func workDifference(got, want string) string {
+	items := func(s string) map[string]string {
+		m := map[string]string{}
+		for _, kv := range strings.Fields(s) {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+		return m
+	}
+	g, w := items(got), items(want)
+	keys := make([]string, 0, len(w)+len(g))
+	for _, kv := range strings.Fields(want + " " + got) {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		if g[k] != w[k] {
+			return fmt.Sprintf("%s %q, node 0 %q", k, g[k], w[k])
+		}
+	}
+	return ""
 }
 
 // serveID listens on addr's port (all interfaces) until every other node
@@ -73,21 +107,23 @@ func answer(conn net.Conn, job distJob, id []byte, deadline time.Time, served []
 	if err := conn.SetDeadline(deadline); err != nil {
 		return 0, err
 	}
-	line, err := bufio.NewReader(io.LimitReader(conn, 256)).ReadString('\n')
+	line, err := bufio.NewReader(io.LimitReader(conn, maxHelloBytes)).ReadString('\n')
 	if err != nil {
 		return 0, fmt.Errorf("--dist-init-addr: a connection from %s sent no hello: %w", conn.RemoteAddr(), err)
 	}
 	var peer distJob
-	_, scanErr := fmt.Sscanf(strings.TrimPrefix(line, idHello), " %d %d %d\n", &peer.nodeRank, &peer.nnodes, &peer.tpSize)
+	_, scanErr := fmt.Sscanf(strings.TrimPrefix(line, idHello), " %d %d %d %q\n", &peer.nodeRank, &peer.nnodes, &peer.tpSize, &peer.work)
 	var why string
 	switch {
 	case !strings.HasPrefix(line, idHello) || scanErr != nil:
-		why = fmt.Sprintf("%q is not a stepbench node's hello", strings.TrimSpace(line))
+		why = fmt.Sprintf("%.80q is not a stepbench node's hello (same stepbench version on every node?)", strings.TrimSpace(line))
 	case peer.nnodes != job.nnodes || peer.tpSize != job.tpSize:
 		why = fmt.Sprintf("node %d runs --nnodes %d --tp-size %d, node 0 --nnodes %d --tp-size %d",
 			peer.nodeRank, peer.nnodes, peer.tpSize, job.nnodes, job.tpSize)
 	case peer.nodeRank < 1 || peer.nodeRank >= job.nnodes || slices.Contains(served, peer.nodeRank):
 		why = fmt.Sprintf("--node-rank %d is not one of the missing nodes %v", peer.nodeRank, missingNodes(job.nnodes, served))
+	case workDifference(peer.work, job.work) != "":
+		why = fmt.Sprintf("node %d runs other work than node 0: %s", peer.nodeRank, workDifference(peer.work, job.work))
 	}
 	if why != "" {
 		fmt.Fprintf(conn, "error %s\n", why)

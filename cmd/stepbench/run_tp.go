@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,9 +122,9 @@ func (t *tpFlags) rankEstimate(cfg runner.Config, batch, tokens, maxSeq int) run
 
 // uniqueID is the communicator's id: made here on one node, else node 0's
 // over TCP.
-func (t *tpFlags) uniqueID(nccl *cuda.NCCL, stderr io.Writer) (cuda.NCCLUniqueID, error) {
+func (t *tpFlags) uniqueID(nccl *cuda.NCCL, work string, stderr io.Writer) (cuda.NCCLUniqueID, error) {
 	var id cuda.NCCLUniqueID
-	job := distJob{nnodes: t.nnodes, nodeRank: t.nodeRank, tpSize: t.size}
+	job := distJob{nnodes: t.nnodes, nodeRank: t.nodeRank, tpSize: t.size, work: work}
 	if t.nodeRank > 0 {
 		fmt.Fprintf(stderr, "stepbench: node %d of %d: fetching the NCCL id from node 0 at %s\n", t.nodeRank, t.nnodes, t.distInitAddr)
 		raw, err := fetchID(t.distInitAddr, job, len(id), t.distTimeout)
@@ -191,7 +193,7 @@ func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*runner.Group, repor
 	if err != nil {
 		return nil, report.Environment{}, fmt.Errorf("--tp-size: %w", err)
 	}
-	id, err := t.uniqueID(nccl, stderr)
+	id, err := t.uniqueID(nccl, f.distWork(s, versions), stderr)
 	if err != nil {
 		return nil, report.Environment{}, err
 	}
@@ -328,4 +330,36 @@ func openNVTX(stderr io.Writer) *cuda.NVTX {
 		fmt.Fprintf(stderr, "stepbench: no NVTX ranges: %s\n", nvtx.Source())
 	}
 	return nvtx
+}
+
+// distWork is what every node of a multi-node run must do identically: the
+// model's shape, the weights, the prompts, the shapes and iterations timed,
+// the kernels (see distJob).
+func (f *runFlags) distWork(s runSetup, versions string) string {
+	c := s.cfg
+	ints := func(v []int) string { return strings.Trim(strings.Join(strings.Fields(fmt.Sprint(v)), ","), "[]") }
+	return strings.Join([]string{
+		fmt.Sprintf("model=%s/h%d/l%d/heads%d/kv%d/v%d/i%d", c.Name, c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads,
+			c.NumKeyValueHeads, c.VocabSize, c.IntermediateSize),
+		"load-format=" + s.loadFormat,
+		fmt.Sprintf("seed=%d", f.seed),
+		"batch-size=" + ints(f.shapes.batch),
+		"input-len=" + ints(f.shapes.input),
+		"output-len=" + ints(f.shapes.output),
+		fmt.Sprintf("num-iters=%d", f.sampling.numIters),
+		fmt.Sprintf("num-iters-warmup=%d", f.warmupIters),
+		fmt.Sprintf("correctness-test=%t", f.correctness),
+		fmt.Sprintf("prompt-ids=%x", promptsHash(s.prompts)),
+		"kernel=" + strings.ReplaceAll(versions, " ", ","),
+		fmt.Sprintf("disable-cuda-graph=%t", f.backend.disableCUDAGraph),
+	}, " ")
+}
+
+// promptsHash is FNV-1a of the prompts' token ids (0 lengths included).
+func promptsHash(prompts [][]int32) uint64 {
+	h := fnv.New64a()
+	for _, p := range prompts {
+		fmt.Fprint(h, len(p), p)
+	}
+	return h.Sum64()
 }

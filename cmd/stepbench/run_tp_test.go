@@ -63,7 +63,7 @@ func TestDistIDExchange(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	id := bytes.Repeat([]byte{7}, 128)
-	job := distJob{nnodes: 3, tpSize: 6}
+	job := distJob{nnodes: 3, tpSize: 6, work: "model=llama-tiny seed=42 batch-size=1,2"}
 	var wg sync.WaitGroup
 	var serveErr error
 	wg.Add(1)
@@ -95,11 +95,36 @@ func TestDistIDExchange(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) || serveErr == nil || !strings.Contains(serveErr.Error(), want) {
 		t.Errorf("mismatched flags: node 1 %v, node 0 %v; want both to say %q", err, serveErr, want)
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		serveErr = serveID(addr, job, id, 30*time.Second)
+	}()
+	_, err = fetchID(addr, distJob{nnodes: 3, nodeRank: 2, tpSize: 6, work: "model=llama-tiny seed=7 batch-size=1,2"}, 128, 30*time.Second)
+	wg.Wait()
+	want = `node 2 runs other work than node 0: seed "7", node 0 "42"`
+	if err == nil || !strings.Contains(err.Error(), want) || serveErr == nil || !strings.Contains(serveErr.Error(), want) {
+		t.Errorf("other work: node 2 %v, node 0 %v; want both to say %q", err, serveErr, want)
+	}
 	if err := serveID(addr, job, id, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "nodes [1 2] never connected") {
 		t.Errorf("no node came: %v", err)
 	}
 	if _, err := fetchID(addr, distJob{nnodes: 2, nodeRank: 1, tpSize: 2}, 128, 50*time.Millisecond); err == nil ||
 		!strings.Contains(err.Error(), "node 0 not reachable") {
 		t.Errorf("no node 0: %v", err)
+	}
+}
+
+func TestWorkDifference(t *testing.T) {
+	tests := []struct{ got, want, diff string }{
+		{"a=1 b=2", "a=1 b=2", ""},
+		{"a=1 b=3", "a=1 b=2", `b "3", node 0 "2"`},
+		{"a=1", "a=1 b=2", `b "", node 0 "2"`},
+		{"a=1 c=5", "a=1", `c "5", node 0 ""`},
+	}
+	for _, tt := range tests {
+		if d := workDifference(tt.got, tt.want); d != tt.diff {
+			t.Errorf("workDifference(%q, %q) = %q, want %q", tt.got, tt.want, d, tt.diff)
+		}
 	}
 }
