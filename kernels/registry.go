@@ -53,7 +53,7 @@ func Families() []Family {
 		{Name: "embed", Source: "copy.cu", Twin: "Embed"},
 		{Name: "gather_last", Source: "copy.cu", Twin: "GatherLast"},
 		{Name: "add_i32", Source: "copy.cu", Twin: "AddI32"},
-		{Name: "fill_dummy", Source: "dummy.cu", Twin: "DummyElem"},
+		{Name: "fill_dummy", Source: "dummy.cu", Twin: "FillDummyRows"},
 		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm"},
 		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 1},
 		{Name: "rope_kv_write2", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 2},

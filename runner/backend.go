@@ -71,6 +71,10 @@ type Backend interface {
 	// FillDummy writes elements [first, first+n) of the dummy tensor `name`
 	// into dst[offset:offset+n] (see ref.FillDummy).
 	FillDummy(dst Buffer, offset, n int, seed uint64, name string, first uint64, kind ref.DummyKind) error
+	// FillDummyRows writes rows×cols elements of the dummy tensor `name`, row r
+	// from element first + r*rowStride, into dst[offset:offset+rows*cols]
+	// (see ref.FillDummyRows): a column block in one launch.
+	FillDummyRows(dst Buffer, offset, rows, cols int, seed uint64, name string, first, rowStride uint64, kind ref.DummyKind) error
 
 	Embed(out, table, ids Buffer, tokens, hidden int) error
 	// AddRMSNorm: residual += add (when add is non-nil), then out = RMSNorm(residual)*weight.

@@ -180,15 +180,23 @@ func (*CPU) DownloadI32(src Buffer, dst []int32) error {
 }
 
 // FillDummy generates dummy weights in place.
-func (*CPU) FillDummy(dst Buffer, offset, n int, seed uint64, name string, first uint64, kind ref.DummyKind) error {
+func (c *CPU) FillDummy(dst Buffer, offset, n int, seed uint64, name string, first uint64, kind ref.DummyKind) error {
+	return c.FillDummyRows(dst, offset, 1, n, seed, name, first, 0, kind)
+}
+
+// FillDummyRows generates a block of dummy weights in place.
+func (*CPU) FillDummyRows(dst Buffer, offset, rows, cols int, seed uint64, name string, first, rowStride uint64, kind ref.DummyKind) error {
 	cb, err := asCPU(dst, BF16, "fill dummy")
 	if err != nil {
 		return err
 	}
-	if offset < 0 || n < 0 || offset+n > len(cb.b16) {
-		return fmt.Errorf("fill dummy %s: %d elements at %d overflow a buffer of %d", name, n, offset, len(cb.b16))
+	n := rows * cols
+	if offset < 0 || rows < 0 || cols < 0 || offset+n > len(cb.b16) {
+		return fmt.Errorf("fill dummy %s: %d×%d elements at %d overflow a buffer of %d", name, rows, cols, offset, len(cb.b16))
 	}
-	ref.FillDummy(cb.b16[offset:offset+n], seed, name, first, kind)
+	if n > 0 {
+		ref.FillDummyRows(cb.b16[offset:offset+n], cols, seed, name, first, rowStride, kind)
+	}
 	return nil
 }
 

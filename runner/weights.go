@@ -200,11 +200,9 @@ func fillPart(be Backend, dst Buffer, p part, src WeightSource) error {
 			}
 			return nil
 		}
-		for r := 0; r < p.nrows; r++ {
-			first := uint64((p.row0+r)*p.cols + p.col0)
-			if err := be.FillDummy(dst, p.offset+r*p.ncols, p.ncols, src.Seed, p.name, first, p.kind); err != nil {
-				return fmt.Errorf("dummy %s row %d: %w", p.name, p.row0+r, err)
-			}
+		first := uint64(p.row0*p.cols + p.col0)
+		if err := be.FillDummyRows(dst, p.offset, p.nrows, p.ncols, src.Seed, p.name, first, uint64(p.cols), p.kind); err != nil {
+			return fmt.Errorf("dummy %s columns %d..%d: %w", p.name, p.col0, p.col0+p.ncols, err)
 		}
 		return nil
 	}

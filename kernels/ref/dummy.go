@@ -74,8 +74,15 @@ func DummyElem(key uint64, index uint64, kind DummyKind) uint16 {
 
 // FillDummy writes elements [first, first+len(dst)) of tensor `name` into dst.
 func FillDummy(dst []uint16, seed uint64, name string, first uint64, kind DummyKind) {
+	FillDummyRows(dst, len(dst), seed, name, first, 0, kind)
+}
+
+// FillDummyRows writes rows of rowLen elements of tensor `name`, the first
+// starting at element first and each next one rowStride further, into dst
+// one after another: a column block of a matrix (the twin of fill_dummy).
+func FillDummyRows(dst []uint16, rowLen int, seed uint64, name string, first, rowStride uint64, kind DummyKind) {
 	key := DummyKey(seed, name)
 	for i := range dst {
-		dst[i] = DummyElem(key, first+uint64(i), kind)
+		dst[i] = DummyElem(key, first+uint64(i/rowLen)*rowStride+uint64(i%rowLen), kind)
 	}
 }

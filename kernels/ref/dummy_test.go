@@ -136,3 +136,19 @@ func TestDummyKeyDependsOnSeedAndName(t *testing.T) {
 		t.Error("names x and y give the same tensor")
 	}
 }
+
+// A column block filled in one call equals its rows filled one by one.
+func TestFillDummyRowsIsRowsOfFillDummy(t *testing.T) {
+	const rows, cols, stride, first = 5, 7, 20, 3
+	got := make([]uint16, rows*cols)
+	FillDummyRows(got, cols, 9, "w", first, stride, DummyUniform)
+	for r := 0; r < rows; r++ {
+		want := make([]uint16, cols)
+		FillDummy(want, 9, "w", first+uint64(r*stride), DummyUniform)
+		for c := range want {
+			if got[r*cols+c] != want[c] {
+				t.Fatalf("row %d col %d: %#04x, want %#04x", r, c, got[r*cols+c], want[c])
+			}
+		}
+	}
+}

@@ -207,12 +207,18 @@ func (c *Backend) DownloadI32(src runner.Buffer, dst []int32) error {
 
 // FillDummy generates dummy weights on the device, bit-identical to ref.FillDummy.
 func (c *Backend) FillDummy(dst runner.Buffer, offset, n int, seed uint64, name string, first uint64, kind ref.DummyKind) error {
-	if offset < 0 || n < 0 {
-		return fmt.Errorf("fill dummy %s: %d elements at %d", name, n, offset)
+	return c.FillDummyRows(dst, offset, 1, n, seed, name, first, 0, kind)
+}
+
+// FillDummyRows generates a block of dummy weights on the device in one
+// launch, bit-identical to ref.FillDummyRows.
+func (c *Backend) FillDummyRows(dst runner.Buffer, offset, rows, cols int, seed uint64, name string, first, rowStride uint64, kind ref.DummyKind) error {
+	if offset < 0 || rows < 0 || cols < 0 {
+		return fmt.Errorf("fill dummy %s: %d×%d elements at %d", name, rows, cols, offset)
 	}
-	p, err := dev(dst, runner.BF16, offset+n, "fill dummy "+name, "dst", false)
+	p, err := dev(dst, runner.BF16, offset+rows*cols, "fill dummy "+name, "dst", false)
 	if err != nil {
 		return err
 	}
-	return c.set.FillDummy(c.stream, p+cuda.DevPtr(2*offset), n, ref.DummyKey(seed, name), first, kind)
+	return c.set.FillDummy(c.stream, p+cuda.DevPtr(2*offset), rows*cols, cols, ref.DummyKey(seed, name), first, rowStride, kind)
 }

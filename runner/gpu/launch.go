@@ -435,11 +435,13 @@ func (k *Kernels) Argmax(s *cuda.Stream, out, logits, workspace cuda.DevPtr, wor
 		out, logits, int32(rows), int32(vocab), flag(vec))
 }
 
-// FillDummy writes elements [first, first+n) of the dummy tensor whose key is
-// key (ref.DummyKey) into dst[0:n], bit-identical to ref.DummyElem.
-func (k *Kernels) FillDummy(s *cuda.Stream, dst cuda.DevPtr, n int, key, first uint64, kind ref.DummyKind) error {
+// FillDummy writes n elements of the dummy tensor whose key is key
+// (ref.DummyKey) into dst[0:n], in rows of rowLen elements, row r from
+// element first + r*rowStride; bit-identical to ref.FillDummyRows.
+func (k *Kernels) FillDummy(s *cuda.Stream, dst cuda.DevPtr, n, rowLen int, key, first, rowStride uint64, kind ref.DummyKind) error {
 	c := argCheck{op: "fill_dummy"}
 	c.require(n >= 0, "n = %d < 0", n)
+	c.require(n == 0 || (rowLen > 0 && n%rowLen == 0), "n = %d is not whole rows of %d", n, rowLen)
 	c.require(kind == ref.DummyUniform || kind == ref.DummyOnes, "unknown dummy kind %d", kind)
 	c.pointer("dst", dst, 2)
 	if err := c.err(); err != nil || n == 0 {
@@ -447,7 +449,7 @@ func (k *Kernels) FillDummy(s *cuda.Stream, dst cuda.DevPtr, n int, key, first u
 	}
 	return k.launch(s, c.op, "fill_dummy", cuda.Dim3{X: k.gridStrideBlocks(n, kernels.GridStrideThreads), Y: 1, Z: 1},
 		cuda.Dim3{X: kernels.GridStrideThreads, Y: 1, Z: 1}, 0,
-		dst, int64(n), key, first, int32(kind))
+		dst, int64(n), key, first, int32(kind), int64(rowLen), rowStride)
 }
 
 // AddI32: buf[i] += delta for i < n (int32). It advances the device-side

@@ -63,8 +63,8 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		{"silu zero inter", "silu_mul", "inter", func() error { return k.SiluMul(s, p, p, 1, 0) }},
 		{"gather zero seqLen", "gather_last", "seqLen", func() error { return k.GatherLast(s, p, p, 1, 0, 8) }},
 		{"argmax misaligned out", "argmax", "out", func() error { return k.Argmax(s, p+2, p, p, 8, 1, 8) }},
-		{"fill unknown kind", "fill_dummy", "kind", func() error { return k.FillDummy(s, p, 8, 1, 0, ref.DummyKind(7)) }},
-		{"fill negative n", "fill_dummy", "n = -1", func() error { return k.FillDummy(s, p, -1, 1, 0, ref.DummyOnes) }},
+		{"fill unknown kind", "fill_dummy", "kind", func() error { return k.FillDummy(s, p, 8, 8, 1, 0, 0, ref.DummyKind(7)) }},
+		{"fill negative n", "fill_dummy", "n = -1", func() error { return k.FillDummy(s, p, -1, 1, 1, 0, 0, ref.DummyOnes) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,7 +94,7 @@ func TestWrappersSkipEmptyWork(t *testing.T) {
 		"silu":      k.SiluMul(s, p, p, 0, 64),
 		"gather":    k.GatherLast(s, p, p, 0, 3, 64),
 		"argmax":    k.Argmax(s, p, p, p, 0, 0, 64),
-		"fill":      k.FillDummy(s, p, 0, 1, 0, ref.DummyUniform),
+		"fill":      k.FillDummy(s, p, 0, 0, 1, 0, 0, ref.DummyUniform),
 	} {
 		if err != nil {
 			t.Errorf("%s with no work: %v", name, err)

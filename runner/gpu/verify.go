@@ -705,19 +705,23 @@ func (v *Verifier) verifyAddI32() {
 }
 
 func (v *Verifier) verifyFillDummy() {
-	const n = 100_003
 	const name = "model.layers.0.mlp.down_proj.weight"
 	key := ref.DummyKey(42, name)
-	for _, first := range []uint64{0, 12345, 1 << 33} {
+	// Contiguous ranges (one row of n), and a column block: 37 rows of 1000
+	// elements taken 4096 apart, as a row-parallel rank's slice.
+	for _, c := range []struct {
+		rows, cols int
+		first      uint64
+		rowStride  uint64
+	}{{1, 100_003, 0, 0}, {1, 100_003, 12345, 0}, {1, 100_003, 1 << 33, 0}, {37, 1000, 123, 4096}} {
 		for _, kind := range []ref.DummyKind{ref.DummyUniform, ref.DummyOnes} {
+			n := c.rows * c.cols
 			want := make([]uint16, n)
-			for i := range want {
-				want[i] = ref.DummyElem(key, first+uint64(i), kind)
-			}
+			ref.FillDummyRows(want, c.cols, 42, name, c.first, c.rowStride, kind)
 			dst := v.poisoned(n)
-			v.launch(func() error { return v.set.FillDummy(v.stream, dst, n, key, first, kind) })
+			v.launch(func() error { return v.set.FillDummy(v.stream, dst, n, c.cols, key, c.first, c.rowStride, kind) })
 			err := equalBits(v.getBF16(dst, n), want)
-			v.record("fill_dummy", fmt.Sprintf("n=%d first=%d kind=%d", n, first, kind), 0, true, err)
+			v.record("fill_dummy", fmt.Sprintf("rows=%d cols=%d first=%d stride=%d kind=%d", c.rows, c.cols, c.first, c.rowStride, kind), 0, true, err)
 		}
 	}
 }
