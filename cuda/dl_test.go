@@ -146,6 +146,24 @@ func TestCublasPlanUsesItsOwnNames(t *testing.T) {
 	}
 }
 
+// NCCL is found where PyTorch's wheels put it, and only in
+// STEPBENCH_CUDA_LIBS when that is set.
+func TestNCCLPlanFindsTheWheel(t *testing.T) {
+	wheel := "/usr/local/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+	p, err := ncclSpec.plan("", fakeSearchEnv(nil, planGlobs, wheel))
+	if err != nil || len(p.explicit) != 0 || !slices.Equal(p.candidates, []string{"libnccl.so.2", wheel}) {
+		t.Errorf("plan = %+v, %v; want the soname, then %s", p, err, wheel)
+	}
+	p, err = ncclSpec.plan("", fakeSearchEnv(map[string]string{"STEPBENCH_CUDA_LIBS": "/emu"}, planGlobs, wheel, "/emu/libnccl.so.2"))
+	if err != nil || !slices.Equal(p.explicit, []string{"/emu/libnccl.so.2"}) {
+		t.Errorf("STEPBENCH_CUDA_LIBS plan = %+v, %v; want only /emu/libnccl.so.2", p, err)
+	}
+	p, err = ncclSpec.plan("", fakeSearchEnv(map[string]string{"STEPBENCH_NCCL": "/opt/nccl.so"}, planGlobs))
+	if err != nil || !slices.Equal(p.explicit, []string{"/opt/nccl.so"}) {
+		t.Errorf("STEPBENCH_NCCL plan = %+v, %v", p, err)
+	}
+}
+
 func TestNewestCUDADirsFirst(t *testing.T) {
 	in := []string{"/usr/local/cuda/lib64", "/usr/local/cuda-11.8/lib64", "/usr/local/cuda-12/lib64",
 		"/usr/local/cuda-12.9/lib64", "/usr/local/cuda-x/lib64", "/usr/local/cuda-13.0/lib64"}

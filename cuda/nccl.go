@@ -5,11 +5,10 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unsafe"
-
-	"stepbench/cuda/libdir"
 )
 
 // NCCL is an opened NCCL library (libnccl.so.2): communicators among GPUs of
@@ -54,20 +53,34 @@ var ncclResultNames = map[int]string{
 	4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress",
 }
 
-// OpenNCCL opens explicitPath, or libnccl.so.2 through STEPBENCH_CUDA_LIBS or
-// the loader path (the Python wheels' nvidia/nccl/lib are not searched: set
-// the path explicitly for those).
+// ncclSpec finds NCCL as NVRTC and cuBLAS are found; PyTorch's wheels bring
+// it (nvidia/nccl/lib) where no system NCCL is installed.
+var ncclSpec = librarySpec{
+	kind:      "NCCL",
+	envVar:    "STEPBENCH_NCCL",
+	sonames:   []string{ncclSoname},
+	wheelDirs: []string{"nvidia/nccl/lib"},
+}
+
+// OpenNCCL opens explicitPath, else $STEPBENCH_NCCL, else libnccl.so.2 from
+// $STEPBENCH_CUDA_LIBS (only there, when set), else the first that opens of
+// the loader path, $CUDA_HOME/lib64, /usr/local/cuda*/lib64 and the Python
+// wheels' site-packages/nvidia/nccl/lib.
 func OpenNCCL(explicitPath string) (*NCCL, error) {
-	path := explicitPath
-	if path == "" {
-		var err error
-		if path, err = libdir.Resolve(ncclSoname); err != nil {
-			return nil, fmt.Errorf("NCCL: %w", err)
-		}
-	}
-	lib, err := openLibrary(path)
+	plan, err := ncclSpec.plan(explicitPath, hostSearchEnv())
 	if err != nil {
 		return nil, fmt.Errorf("NCCL: %w", err)
+	}
+	var lib *library
+	var errs []error
+	for _, path := range plan.tries() {
+		if lib, err = openLibrary(path); err == nil {
+			break
+		}
+		errs = append(errs, err)
+	}
+	if lib == nil {
+		return nil, fmt.Errorf("NCCL: none of %v opened (searched %v): %w", plan.tries(), plan.searched, errors.Join(errs...))
 	}
 	n := &NCCL{lib: lib}
 	if err := lib.resolve(n.api.slots()); err != nil {

@@ -2,7 +2,8 @@
 # device-check.sh — the device bundle's one run on a GPU machine (no Go, no
 # network): devices, verify, a short llama-3-8b dummy sweep and the roofline
 # floors for the same shapes, a per-op breakdown, an A/B of the newest
-# attention kernels against version 1, verify under compute-sanitizer
+# attention kernels against version 1, a tensor-parallel run of one rank
+# through the real NCCL, verify under compute-sanitizer
 # (memcheck, racecheck), and the HF transformers comparison where torch is
 # installed.
 # Every step's output goes to $OUT/<step>.log with its exit code; a failing
@@ -132,8 +133,8 @@ fi
 # Budgets in seconds (sum 345). The benchmark steps come before the sanitizers,
 # so that a slow sanitizer can only cost itself and the steps after it.
 run devices 15 "$STEPBENCH" devices
-run verify 45 "$STEPBENCH" verify
-run sweep 50 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
+run verify 40 "$STEPBENCH" verify
+run sweep 45 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl"
 run roofline 10 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 # Where the time goes, per op (an eager pass with an event at every op boundary).
@@ -142,8 +143,12 @@ run breakdown 15 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 
 # The newest attention kernels (A: tensor-core prefill, 16-byte decode) against version 1 (B),
 # paired on the same prompts (8 pairs: the fewest whose sign test can reach p < 0.05 is 6);
 # both arms hold the 8B weights (2 x 16 GB).
-run ab-attention 50 "$STEPBENCH" ab --model llama-3-8b --kernel attn_prefill=2,attn_decode=2 \
+run ab-attention 45 "$STEPBENCH" ab --model llama-3-8b --kernel attn_prefill=2,attn_decode=2 \
   --baseline-kernel attn_prefill=1,attn_decode=1 --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
+# Real NCCL on one GPU: a tensor-parallel group of one rank, its decode step captured with the
+# all-reduces inside (the emulated NCCL is all the tests have).
+run tp1 15 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
+  --output-len 8 --num-iters 2
 if [[ -n "$sanitizer" ]]; then
   # Kernels run 10-100x slower under the sanitizers: smaller models keep them in budget and
   # still cover both attention paths (3B: head_dim 128, GQA 3:1; 1B: head_dim 64, GQA 4:1);

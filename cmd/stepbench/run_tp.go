@@ -37,7 +37,7 @@ func (t *tpFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&t.nodeRank, "node-rank", 0, "this node's index, 0..--nnodes-1 (node 0 hands out the NCCL unique id)")
 	fs.StringVar(&t.distInitAddr, "dist-init-addr", "", "HOST:PORT of node 0: node 0 listens on PORT, the other nodes connect there for the NCCL unique id (as SGLang's --dist-init-addr)")
 	fs.DurationVar(&t.distTimeout, "dist-timeout", 2*time.Minute, "how long node 0 waits for the other nodes, and they for node 0")
-	fs.StringVar(&t.ncclPath, "nccl", "", "path of libnccl.so.2 to use (default: from $STEPBENCH_CUDA_LIBS, else the loader path)")
+	fs.StringVar(&t.ncclPath, "nccl", "", "path of libnccl.so.2 to use (default: $STEPBENCH_NCCL, then $STEPBENCH_CUDA_LIBS, else the loader path, CUDA_HOME, /usr/local/cuda*, Python wheels' nvidia/nccl/lib)")
 }
 
 // grouped says whether the run goes through a tensor-parallel group.
