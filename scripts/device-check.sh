@@ -3,7 +3,8 @@
 # network): devices, verify, a short llama-3-8b dummy sweep and the roofline
 # floors for the same shapes, a per-op breakdown, an A/B of the newest
 # attention kernels against version 1, a tensor-parallel run of one rank
-# through the real NCCL, verify under compute-sanitizer
+# through the real NCCL, a profiler window under nsys (where installed),
+# verify under compute-sanitizer
 # (memcheck, racecheck), and the HF transformers comparison where torch is
 # installed.
 # Every step's output goes to $OUT/<step>.log with its exit code; a failing
@@ -133,12 +134,12 @@ fi
 # Budgets in seconds (sum 345). The benchmark steps come before the sanitizers,
 # so that a slow sanitizer can only cost itself and the steps after it.
 run devices 15 "$STEPBENCH" devices
-run verify 40 "$STEPBENCH" verify
-run sweep 45 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
+run verify 35 "$STEPBENCH" verify
+run sweep 40 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl"
 run roofline 10 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 # Where the time goes, per op (an eager pass with an event at every op boundary).
-run breakdown 15 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 4 \
+run breakdown 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 4 \
   --num-iters 1 --disable-cuda-graph --breakdown
 # The newest attention kernels (A: tensor-core prefill, 16-byte decode) against version 1 (B),
 # paired on the same prompts (8 pairs: the fewest whose sign test can reach p < 0.05 is 6);
@@ -149,12 +150,26 @@ run ab-attention 45 "$STEPBENCH" ab --model llama-3-8b --kernel attn_prefill=2,a
 # all-reduces inside (the emulated NCCL is all the tests have).
 run tp1 15 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
   --output-len 8 --num-iters 2
+# The profiler window under Nsight Systems (where installed): decode steps 2..4 of the first timed
+# iteration, then the kernel and NVTX summaries of exactly that window.
+nsys="$(command -v nsys || true)"
+[[ -z "$nsys" && -x /usr/local/cuda/bin/nsys ]] && nsys=/usr/local/cuda/bin/nsys
+if [[ -n "$nsys" ]]; then
+  run nsys 25 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
+      --force-overwrite=true -o "$2/nsys-decode" "$3" run --device cuda --model llama-3-8b --batch-size 1 \
+      --input-len 1024 --output-len 8 --num-iters 1 --no-telemetry --profile --profile-phase decode \
+      --profile-start-step 2 --profile-steps 3 &&
+    "$1" stats --report cuda_gpu_kern_sum,nvtx_sum --format csv -o "$2/nsys-decode" "$2/nsys-decode.nsys-rep"' \
+    nsys "$nsys" "$OUT" "$STEPBENCH"
+else
+  echo "nsys not found on PATH or in /usr/local/cuda/bin: the profiler-window step was skipped" >"$OUT/nsys.log"
+fi
 if [[ -n "$sanitizer" ]]; then
   # Kernels run 10-100x slower under the sanitizers: smaller models keep them in budget and
   # still cover both attention paths (3B: head_dim 128, GQA 3:1; 1B: head_dim 64, GQA 4:1);
   # the plain verify above covers the 8B shapes.
-  run memcheck 45 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
-  run racecheck 35 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
+  run memcheck 40 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
+  run racecheck 30 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
 else
   echo "compute-sanitizer not found on PATH or in /usr/local/cuda/bin: memcheck and racecheck skipped" >"$OUT/sanitizer.log"
 fi
