@@ -480,24 +480,36 @@ void PrepareFiber(Worker &w, unsigned t, const Block &b) {
 
 std::string DescribeDeadlock(Worker &w) {
     Block &b = w.block;
-    std::string msg = "deadlock: no thread can run;";
+    // One description per waiting warp exchange; warps in a row that wait
+    // alike are named once ("in warps 0-15, ...").
+    std::vector<std::pair<unsigned, std::string>> waits;
     for (unsigned wi = 0; wi < b.nwarps; wi++) {
         for (auto &p : b.warps[wi].xs) {
             if (!p->pending) continue;
             const unsigned missing = p->mask & ~p->arrived;
-            msg += " in warp " + std::to_string(wi) + ", lanes " + Lanes(p->arrived) + " wait in " + p->kind +
-                   " at " + Site(p->file, p->line) + " (mask " + Hex32(p->mask) + ") for lanes " + Lanes(missing);
+            std::string d = "lanes " + Lanes(p->arrived) + " wait in " + p->kind + " at " + Site(p->file, p->line) +
+                            " (mask " + Hex32(p->mask) + ") for lanes " + Lanes(missing);
             for (unsigned l = 0; l < 32; l++) {
                 if (!((missing >> l) & 1u)) continue;
                 const Fiber &g = w.fibers[wi * 32 + l];
-                msg += g.state == kAtBarrier ? ", which wait at __syncthreads at " + Site(g.wait_file, g.wait_line)
-                       : g.state == kInExchange
-                           ? ", which wait in " + std::string(g.wait_kind) + " at " + Site(g.wait_file, g.wait_line)
-                           : ", which exited";
+                d += g.state == kAtBarrier ? ", which wait at __syncthreads at " + Site(g.wait_file, g.wait_line)
+                     : g.state == kInExchange
+                         ? ", which wait in " + std::string(g.wait_kind) + " at " + Site(g.wait_file, g.wait_line)
+                         : ", which exited";
                 break;  // the first missing lane speaks for the group
             }
-            msg += ";";
+            waits.emplace_back(wi, d);
         }
+    }
+    std::string msg = "deadlock: no thread can run;";
+    for (size_t i = 0; i < waits.size();) {
+        size_t j = i + 1;
+        while (j < waits.size() && waits[j].second == waits[i].second && waits[j].first == waits[j - 1].first + 1) j++;
+        const unsigned first = waits[i].first, last = waits[j - 1].first;
+        msg += first == last ? " in warp " + std::to_string(first)
+                             : " in warps " + std::to_string(first) + "-" + std::to_string(last);
+        msg += ", " + waits[i].second + ";";
+        i = j;
     }
     if (b.bar_arrived > 0) {
         msg += " " + std::to_string(b.bar_arrived) + " of " + std::to_string(b.live) +
