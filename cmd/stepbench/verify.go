@@ -31,6 +31,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	model := fs.String("model", "llama-3-8b", "model preset whose shapes the kernels are checked at: "+joinNames(runner.PresetNames()))
 	seed := fs.Uint64("seed", 1, "seed of the random inputs and dummy weights")
 	only := fs.StringSlice("check", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(gpu.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
+	long := fs.Bool("long", false, "also check the shapes too slow for every run on the emulated device (attention over 1000-token prompts at batch 3)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -63,7 +64,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, versions %s, decode %s\n\n",
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
 		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
-	return runVerify(be, cfg, *seed, *only, stdout)
+	return runVerify(be, cfg, *seed, gpu.VerifyOptions{Only: *only, Long: *long}, stdout)
 }
 
 // verifyTable is verify's table of checks, counting the failures.
@@ -88,10 +89,11 @@ func (v *verifyTable) row(check, shape string, rel float64, exact bool, err erro
 // runVerify runs the kernel checks at the odd widths and cfg's, then (when
 // every kernel was asked for and the context survived) llama-tiny end to
 // end, and prints the table.
-func runVerify(be *gpu.Backend, cfg runner.Config, seed uint64, only []string, stdout io.Writer) error {
+func runVerify(be *gpu.Backend, cfg runner.Config, seed uint64, opts gpu.VerifyOptions, stdout io.Writer) error {
+	only := opts.Only
 	v := verifyTable{tw: tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)}
 	fmt.Fprintln(v.tw, "check\tshape\tmax rel err\tstatus")
-	results, err := be.VerifyKernels([]kernels.ModelShape{oddShape, cfg.KernelShape()}, seed, only...)
+	results, err := be.VerifyKernels([]kernels.ModelShape{oddShape, cfg.KernelShape()}, seed, opts)
 	lost := false
 	for _, r := range results {
 		v.row(r.Check, r.Shape, r.RelErr, r.Exact, r.Err)

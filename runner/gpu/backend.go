@@ -381,16 +381,25 @@ func (c *Backend) Close() error {
 	return nil
 }
 
-// VerifyKernels runs every kernel (or those named in only, see
-// VerifyKernelNames) against its kernels/ref twin at the given
-// model shapes on this backend's device (see Verifier).
-func (c *Backend) VerifyKernels(models []kernels.ModelShape, seed uint64, only ...string) ([]CheckResult, error) {
+// VerifyOptions choose what VerifyKernels checks.
+type VerifyOptions struct {
+	Only []string // kernels to check (VerifyKernelNames); empty: all
+	Long bool     // also the shapes too slow for every emulated run (Verifier.IncludeLong)
+}
+
+// VerifyKernels runs every kernel (or those named in opts.Only) against its
+// kernels/ref twin at the given model shapes on this backend's device (see
+// Verifier).
+func (c *Backend) VerifyKernels(models []kernels.ModelShape, seed uint64, opts VerifyOptions) ([]CheckResult, error) {
 	if err := c.notCapturing("verify kernels"); err != nil {
 		return nil, err
 	}
 	v := NewVerifier(c.ctx, c.stream, c.set, seed)
-	if err := v.Only(only...); err != nil {
+	if err := v.Only(opts.Only...); err != nil {
 		return nil, err
+	}
+	if opts.Long {
+		v.IncludeLong()
 	}
 	results := v.VerifyAll(models)
 	if err := v.Close(); err != nil {

@@ -43,6 +43,7 @@ type Verifier struct {
 	err     error // first cuda error of the current check (sticky until read)
 	results []CheckResult
 	only    []string // kernels to check (Only); empty: all
+	long    bool     // also the slow shapes (IncludeLong)
 	dead    error    // a sticky CUDA error: the context is unusable, no more checks run
 }
 
@@ -83,7 +84,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 		}
 	}
 	if v.wants("attention") {
-		for _, a := range attentionShapes(models) {
+		for _, a := range attentionShapes(models, v.long) {
 			if v.dead == nil {
 				v.verifyAttention(a)
 			}
@@ -129,6 +130,10 @@ func (v *Verifier) Only(names ...string) error {
 	return nil
 }
 
+// IncludeLong adds the shapes too slow for every run on the emulated
+// device: attention over 1000-token prompts at batch 3.
+func (v *Verifier) IncludeLong() { v.long = true }
+
 func (v *Verifier) wants(kernel string) bool {
 	return len(v.only) == 0 || slices.Contains(v.only, kernel)
 }
@@ -137,8 +142,9 @@ func supportedHeadDim(d int) bool { return slices.Contains(kernels.SupportedHead
 
 // attentionShapes are edge cases (one split, many splits with a short last
 // chunk, keys far below MaxSeq so most splits are empty, MHA at D=32, cached
-// prefixes in prefill) plus a decode and a prefill at each model's heads.
-func attentionShapes(models []kernels.ModelShape) []kernels.AttnShape {
+// prefixes in prefill) plus a decode and a prefill at each model's heads;
+// long adds the slow prompt lengths (promptLengthShapes).
+func attentionShapes(models []kernels.ModelShape, long bool) []kernels.AttnShape {
 	shapes := []kernels.AttnShape{
 		{Batch: 3, SeqLen: 1, StartPos: 37, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 64},
 		{Batch: 2, SeqLen: 1, StartPos: 700, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 1024},
@@ -160,19 +166,23 @@ func attentionShapes(models []kernels.ModelShape) []kernels.AttnShape {
 			kernels.AttnShape{Batch: 4, SeqLen: 1, StartPos: 1030, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 1056},
 			kernels.AttnShape{Batch: 1, SeqLen: 200, StartPos: 0, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: 232})
 		if m.HeadDim == 128 { // Llama-3-8B's head shape (the slowest cases on the emulated device)
-			shapes = append(shapes, promptLengthShapes(m.HeadDim)...)
+			shapes = append(shapes, promptLengthShapes(m.HeadDim, long)...)
 		}
 	}
 	return shapes
 }
 
 // promptLengthShapes run the attention of prompts of 1, 7, 129 and 1000
-// tokens at batch 1 and 3 (1000 at batch 1 only: the reference is slow) with
-// head_dim d and 4 query heads per kv head (8 and 2: the per-head work of
-// Llama-3-8B's 32 and 8).
-func promptLengthShapes(d int) []kernels.AttnShape {
+// tokens at batch 1 and 3 (1000 at batch 3 only when long: about 3x the
+// emulated time of batch 1) with head_dim d and 4 query heads per kv head
+// (8 and 2: the per-head work of Llama-3-8B's 32 and 8).
+func promptLengthShapes(d int, long bool) []kernels.AttnShape {
 	var out []kernels.AttnShape
-	for _, c := range []struct{ batch, seq int }{{1, 1}, {3, 1}, {1, 7}, {3, 7}, {1, 129}, {3, 129}, {1, 1000}} {
+	cases := []struct{ batch, seq int }{{1, 1}, {3, 1}, {1, 7}, {3, 7}, {1, 129}, {3, 129}, {1, 1000}}
+	if long {
+		cases = append(cases, struct{ batch, seq int }{3, 1000})
+	}
+	for _, c := range cases {
 		a := kernels.AttnShape{Batch: c.batch, SeqLen: c.seq, Heads: 8, KVHeads: 2, HeadDim: d, MaxSeq: 1032}
 		if c.seq == 1 { // a decode step after a 1000-token prompt, and the first one
 			a.StartPos = 1000 * (c.batch - 1) / 2

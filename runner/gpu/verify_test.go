@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"runtime"
+	"slices"
 	"testing"
 
 	"stepbench/cuda"
@@ -92,6 +93,30 @@ func TestGPU(t *testing.T) {
 			t.Errorf("%s [%s]: %v", r.Check, r.Shape, r.Err)
 		} else {
 			t.Logf("ok %s [%s] rel err %.3g", r.Check, r.Shape, r.RelErr)
+		}
+	}
+}
+
+// TestPromptLengthShapes pins the prompt lengths verify checks at Llama-3-8B's
+// head shape: 1000 tokens at batch 3 only with --long.
+func TestPromptLengthShapes(t *testing.T) {
+	type bs struct{ batch, seq int }
+	for _, tc := range []struct {
+		long bool
+		want []bs
+	}{
+		{false, []bs{{1, 1}, {3, 1}, {1, 7}, {3, 7}, {1, 129}, {3, 129}, {1, 1000}}},
+		{true, []bs{{1, 1}, {3, 1}, {1, 7}, {3, 7}, {1, 129}, {3, 129}, {1, 1000}, {3, 1000}}},
+	} {
+		var got []bs
+		for _, a := range promptLengthShapes(128, tc.long) {
+			if a.HeadDim != 128 || a.Heads != 4*a.KVHeads {
+				t.Errorf("long=%v: shape %+v is not head_dim 128 with 4 query heads per kv head", tc.long, a)
+			}
+			got = append(got, bs{a.Batch, a.SeqLen})
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("long=%v: (batch, prompt) = %v, want %v", tc.long, got, tc.want)
 		}
 	}
 }
