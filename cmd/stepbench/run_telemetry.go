@@ -95,7 +95,11 @@ func startTelemetry(t telemetryFlags, d runDeps, env *report.Environment, opt *b
 	if _, err := meter.EnergyMillijoules(); err == nil && t.energyWindowSeconds > 0 {
 		opt.EnergyMeter, opt.EnergyWindowSeconds = meter, t.energyWindowSeconds
 	} else if err != nil {
-		env.TelemetryNotes = append(env.TelemetryNotes, fmt.Sprintf("no energy windows: %v", err))
+		note := fmt.Sprintf("no energy windows: %v", err)
+		env.TelemetryNotes = append(env.TelemetryNotes, note)
+		if len(monitors) > 1 && t.energyWindowSeconds > 0 { // one GPU's run keeps its output as it was
+			fmt.Fprintf(stderr, "stepbench: %s\n", note)
+		}
 	}
 	if d.sampleEvery >= 0 {
 		rt.recorder.Start(d.sampleEvery)
