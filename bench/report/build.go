@@ -88,9 +88,12 @@ func StepSeconds(device, host stats.Summary) float64 {
 }
 
 // attachTelemetry fills a shape report's per-sample telemetry, its throttle
-// count, its sampler timeline and its medians of power and SM clock.
+// count, its sampler timeline and its medians of power and SM clock; over
+// several GPUs, the medians of the combined figures and each GPU's summary.
 func attachTelemetry(r *telemetry.Recorder, sr *ShapeReport) {
 	var power, clocks []float64
+	var samples []SampleReport
+	var readings []telemetry.Reading
 	sr.ThrottledSamples = 0
 	for i := range sr.Samples {
 		s := &sr.Samples[i]
@@ -99,6 +102,7 @@ func attachTelemetry(r *telemetry.Recorder, sr *ShapeReport) {
 			continue
 		}
 		s.Telemetry = sampleTelemetry(reading)
+		samples, readings = append(samples, *s), append(readings, reading)
 		if reading.Throttled {
 			sr.ThrottledSamples++
 		}
@@ -109,18 +113,23 @@ func attachTelemetry(r *telemetry.Recorder, sr *ShapeReport) {
 			clocks = append(clocks, reading.SMClockMHz)
 		}
 	}
+	medianPower, medianClock := &sr.MedianPowerWatts, &sr.MedianSMClockMHz
+	if sr.GPUs = gpuSummaries(samples, readings); sr.GPUs != nil {
+		medianPower, medianClock = &sr.MedianPowerWattsSum, &sr.MedianSMClockMHzMin
+	}
 	if len(power) > 0 {
-		sr.MedianPowerWatts = stats.Median(power)
+		*medianPower = stats.Median(power)
 	}
 	if len(clocks) > 0 {
-		sr.MedianSMClockMHz = stats.Median(clocks)
+		*medianClock = stats.Median(clocks)
 	}
 	sr.TelemetryTimeline = r.Timeline(sr.Shape)
 }
 
-// sampleTelemetry is a reading in its report form.
+// sampleTelemetry is a reading in its report form, each GPU's own too when
+// it covers several.
 func sampleTelemetry(t telemetry.Reading) *Telemetry {
-	return &Telemetry{
+	out := &Telemetry{
 		PowerWatts:               t.PowerWatts,
 		SMClockMHz:               t.SMClockMHz,
 		MemoryClockMHz:           t.MemoryClockMHz,
@@ -133,4 +142,8 @@ func sampleTelemetry(t telemetry.Reading) *Telemetry {
 		EnergyCounterMillijoules: t.EnergyMillijoules,
 		UnixNanos:                t.UnixNanos,
 	}
+	for _, g := range t.GPUs {
+		out.GPUs = append(out.GPUs, GPUTelemetry{Index: g.Index, UUID: g.UUID, Telemetry: *sampleTelemetry(g.Reading)})
+	}
+	return out
 }

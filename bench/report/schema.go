@@ -43,6 +43,9 @@ type Environment struct {
 	// GPU fields describe the first of them.
 	TPSize  int   `json:"tp_size,omitempty"`
 	TPRanks []int `json:"tp_ranks,omitempty"`
+	// TPGPUUUIDs are the UUIDs of this node's GPUs the ranks ran on, one per
+	// rank of TPRanks (CUDA ordinals 0, 1, ...); NVML reads each of them.
+	TPGPUUUIDs []string `json:"tp_gpu_uuids,omitempty"`
 	// KernelVersions is the version each op with several ran at the
 	// model's shapes ("argmax=2 attn_decode=2 attn_prefill=1 rope_kv_write=2").
 	KernelVersions    string  `json:"kernel_versions,omitempty"`
@@ -130,13 +133,21 @@ type ShapeReport struct {
 	// Telemetry: flagged samples, medians over kept samples' readings, the
 	// background sampler's readings during the shape, energy windows, and
 	// the roofline points under the run's roof.
-	ThrottledSamples          int                 `json:"throttled_samples,omitempty"`
-	DiscardedThrottledSamples int                 `json:"discarded_throttled_samples,omitempty"`
-	MedianPowerWatts          float64             `json:"median_power_watts,omitempty"`
-	MedianSMClockMHz          float64             `json:"median_sm_clock_mhz,omitempty"`
-	TelemetryTimeline         []telemetry.Reading `json:"telemetry_timeline,omitempty"`
-	Energy                    *bench.ShapeEnergy  `json:"energy,omitempty"`
-	RooflinePoints            []roofline.Point    `json:"roofline_points,omitempty"`
+	ThrottledSamples          int     `json:"throttled_samples,omitempty"`
+	DiscardedThrottledSamples int     `json:"discarded_throttled_samples,omitempty"`
+	MedianPowerWatts          float64 `json:"median_power_watts,omitempty"`
+	MedianSMClockMHz          float64 `json:"median_sm_clock_mhz,omitempty"`
+	// Over several GPUs (a tensor-parallel node) the medians above are left
+	// out: MedianPowerWattsSum is the median of the GPUs' summed power and
+	// MedianSMClockMHzMin that of the slowest GPU's SM clock (telemetry.Combine);
+	// GPUs summarises each GPU, and throttled_samples counts the samples
+	// on which any GPU was throttled.
+	MedianPowerWattsSum float64             `json:"median_power_watts_sum,omitempty"`
+	MedianSMClockMHzMin float64             `json:"median_sm_clock_mhz_min,omitempty"`
+	GPUs                []GPUSummary        `json:"gpus,omitempty"`
+	TelemetryTimeline   []telemetry.Reading `json:"telemetry_timeline,omitempty"`
+	Energy              *bench.ShapeEnergy  `json:"energy,omitempty"`
+	RooflinePoints      []roofline.Point    `json:"roofline_points,omitempty"`
 }
 
 // SampleReport is one timed region.
@@ -170,6 +181,10 @@ type Telemetry struct {
 	Throttled                bool     `json:"throttled,omitempty"`
 	EnergyCounterMillijoules uint64   `json:"energy_counter_millijoules,omitempty"` // NVML's total, at the reading
 	UnixNanos                int64    `json:"unix_nanos,omitempty"`
+	// GPUs holds each GPU's own telemetry when the reading covers several
+	// GPUs; the fields above are then the combined figures (telemetry.Combine),
+	// written as power_watts_sum, sm_clock_mhz_min, ... (MarshalJSON).
+	GPUs []GPUTelemetry `json:"gpus,omitempty"`
 }
 
 // NewShapeReport converts a measured shape into its report form (no floors,

@@ -14,15 +14,23 @@ import (
 // regions, the count of throttled samples, energy per token (J) of the
 // prefill, decode (derived) and whole-iteration windows, and each phase's
 // attainment of the roof with the roof that binds. "-" marks a missing value.
+// Over several GPUs the power is their sum (power_W_sum), the SM clock the
+// slowest GPU's (sm_MHz_min), a throttled sample one where any GPU was.
 func WriteTelemetryTable(w io.Writer, shapes []ShapeReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	writeRow(tw, []string{"batch", "input", "output", "power_W", "sm_MHz", "throttled",
+	powerHeader, clockHeader := "power_W", "sm_MHz"
+	if HasGPUs(shapes) {
+		powerHeader, clockHeader = "power_W_sum", "sm_MHz_min"
+	}
+	writeRow(tw, []string{"batch", "input", "output", powerHeader, clockHeader, "throttled",
 		"prefill_J/tok", "decode_J/tok(derived)", "iter_J/tok", "prefill_roof", "decode_roof"})
 	for _, s := range shapes {
+		power, clock := s.MedianPowerWatts, s.MedianSMClockMHz
+		if len(s.GPUs) > 0 {
+			power, clock = s.MedianPowerWattsSum, s.MedianSMClockMHzMin
+		}
 		row := []string{fmt.Sprint(s.Batch), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen),
-			optional(s.MedianPowerWatts, "%.0f", s.MedianPowerWatts > 0),
-			optional(s.MedianSMClockMHz, "%.0f", s.MedianSMClockMHz > 0),
-			throttledCell(s)}
+			optional(power, "%.0f", power > 0), optional(clock, "%.0f", clock > 0), throttledCell(s)}
 		var prefill, decode, iteration *bench.EnergyWindow
 		if s.Energy != nil {
 			prefill, decode, iteration = s.Energy.Prefill, s.Energy.Decode, s.Energy.Iteration

@@ -35,8 +35,21 @@ func WriteRunText(w io.Writer, r Report) error {
 	}
 	b.printf(w, "\ntelemetry and roofline (%s; J/token from NVML energy-counter deltas over windows run after each shape's timed iterations)\n",
 		RoofLine(env.Roof))
-	return errors.Join(b.err, WriteTelemetryTable(w, r.Shapes))
+	if !HasGPUs(r.Shapes) {
+		return errors.Join(b.err, WriteTelemetryTable(w, r.Shapes))
+	}
+	b.printf(w, "%s\n", GPUsNote)
+	if err := errors.Join(b.err, WriteTelemetryTable(w, r.Shapes)); err != nil {
+		return err
+	}
+	b.printf(w, "\n")
+	return errors.Join(b.err, WriteGPUTable(w, r.Shapes))
 }
+
+// GPUsNote says how the telemetry table combines the GPUs of a run over
+// several.
+const GPUsNote = "over this node's GPUs: power_W_sum is the sum of their power, sm_MHz_min the slowest GPU's SM clock, " +
+	"throttled counts samples where any GPU was throttled, J/tok sums every GPU's energy"
 
 // errWriter keeps the first write error of a sequence of prints.
 type errWriter struct{ err error }

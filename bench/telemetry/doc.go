@@ -11,6 +11,14 @@
 // reading is throttled by nvbench's rule: an SM clock below 75% of the
 // maximum, or a power or thermal slowdown reason.
 //
+// A reading of several GPUs (a Node: the GPUs of a tensor-parallel run's
+// ranks on this node) keeps each GPU's reading and combines them
+// (Combine): power and the energy counter summed, clocks the minimum,
+// temperatures the maximum, reasons OR-ed, throttled when any GPU is; its
+// JSON names each combined figure by its rule (power_watts_sum,
+// sm_clock_mhz_min, ...). The Node's energy counter is the sum of the
+// GPUs' counters.
+//
 // It needs no cgo: the reason bits are NVML's documented values, declared
 // here (the nvml package's tests check them against go-nvml's).
 package telemetry

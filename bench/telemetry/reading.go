@@ -91,6 +91,11 @@ type Reading struct {
 	// Throttled is nvbench's rule (Throttled): SM clock < 75% of max, or a
 	// power or thermal slowdown reason.
 	Throttled bool `json:"throttled,omitempty"`
+	// GPUs holds each GPU's own reading when this reading covers several
+	// (Combine: the fields above are then the combined figures, and JSON
+	// names them by how they combine: power_watts_sum, sm_clock_mhz_min, ...);
+	// nil for one GPU.
+	GPUs []GPUReading `json:"gpus,omitempty"`
 }
 
 // ReasonNames names the clock-event reasons of the reading.

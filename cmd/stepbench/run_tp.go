@@ -215,6 +215,9 @@ func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*runner.Group, repor
 	describeBackend(info, versions, stderr)
 	env := cudaEnvironment(info)
 	env.KernelVersions, env.TPSize, env.TPRanks = versions, t.size, group.Ranks()
+	for _, rank := range env.TPRanks {
+		env.TPGPUUUIDs = append(env.TPGPUUUIDs, backends.byRank[rank].Info().Device.UUID)
+	}
 	return group, env, nil
 }
 

@@ -13,15 +13,22 @@
 //   STEPBENCH_EMU_POWER_W              power draw in watts (default 100)
 //   STEPBENCH_EMU_CLOCK_EVENT_REASONS  clock-event reason mask, hex (0x...)
 //                                      or decimal (default 0)
+//   STEPBENCH_EMU_SM_CLOCK_MHZ         current SM clock, 1..1000 MHz (default
+//                                      1000, the maximum)
+// These three take one value for every GPU, or one per GPU separated by
+// commas ("300,350"): GPU i gets the i-th, GPUs past the list the last one;
+// a list longer than STEPBENCH_EMU_DEVICES is malformed.
 //   STEPBENCH_EMU_MEM_BYTES            memory per GPU (default: the host's
 //                                      MemTotal from /proc/meminfo)
 // An empty setting counts as unset. A malformed one fails nvmlInit with an
 // invalid-argument error and one line on stderr naming it.
 //
-// What a reading gives: clocks (current = maximum = default applications
-// clock, so clocks read as unlocked), power usage and the power field values
+// What a reading gives: clocks (maximum = default applications clock, so
+// clocks read as unlocked; the current SM clock is the maximum unless set
+// lower), power usage and the power field values
 // (instant and average, mW), the energy counter (mJ; power integrated over
-// the monotonic clock since the library was loaded, so it never goes back),
+// the monotonic clock since the library was loaded, per GPU, so it never
+// goes back),
 // GPU temperature 40 C, memory temperature 45 C (field value), and the
 // clock-event reasons of STEPBENCH_EMU_CLOCK_EVENT_REASONS. Anything else
 // answers NVML_ERROR_NOT_SUPPORTED (3) or is not exported.
@@ -147,20 +154,21 @@ static struct emu_gpu gpus[MAX_GPUS] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 // nvmlShutdown).
 struct settings {
     unsigned int gpu_count;
-    unsigned int power_mw;
-    unsigned long long clock_event_reasons;
+    unsigned int power_mw[MAX_GPUS];
+    unsigned long long clock_event_reasons[MAX_GPUS];
+    unsigned int sm_clock_mhz[MAX_GPUS];
     unsigned long long memory_bytes;  // 0: unknown (no /proc/meminfo)
 };
 
-// Library state, guarded by state_lock. The energy counter is integrated
-// piecewise: energy_mj_at_mark holds the energy up to mark_seconds, and the
-// current power applies after it, so the counter only grows even when a new
-// session changes the power.
+// Library state, guarded by state_lock. Each GPU's energy counter is
+// integrated piecewise: energy_mj_at_mark[i] holds its energy up to
+// mark_seconds, and its current power applies after it, so the counter only
+// grows even when a new session changes the power.
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int init_count;
 static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
-static struct settings current = {1, DEFAULT_POWER_MW, 0, 0};
-static double energy_mj_at_mark;
+static struct settings current;
+static double energy_mj_at_mark[MAX_GPUS];
 static double mark_seconds;
 
 static double monotonic_seconds(void) {
@@ -169,13 +177,13 @@ static double monotonic_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-// energy_mj_now returns the counter at time now; state_lock held.
-static double energy_mj_now(double now) {
+// energy_mj_now returns GPU i's counter at time now; state_lock held.
+static double energy_mj_now(unsigned int i, double now) {
     double elapsed = now - mark_seconds;
     if (elapsed < 0) {
         elapsed = 0;
     }
-    return energy_mj_at_mark + (double)current.power_mw * elapsed;  // mW x s = mJ
+    return energy_mj_at_mark[i] + (double)current.power_mw[i] * elapsed;  // mW x s = mJ
 }
 
 // read_meminfo returns the value in bytes of a /proc/meminfo line such as
@@ -262,10 +270,100 @@ static int bad_setting(int quiet, const char *name, const char *value, const cha
     return -1;
 }
 
+// A parser of one value of a per-GPU setting; 0 on success.
+typedef int (*value_parser)(const char *s, unsigned long long *out);
+
+static int parse_watts_mw(const char *s, unsigned long long *mw) {
+    char *end = NULL;
+    errno = 0;
+    double watts = strtod(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(watts) || watts < 0 || watts > MAX_POWER_W) {
+        return -1;
+    }
+    *mw = (unsigned long long)(watts * 1e3 + 0.5);
+    return 0;
+}
+
+static int parse_mask(const char *s, unsigned long long *mask) { return parse_unsigned(s, 1, mask); }
+
+static int parse_sm_clock(const char *s, unsigned long long *mhz) {
+    return (parse_unsigned(s, 0, mhz) != 0 || *mhz < 1 || *mhz > MAX_SM_CLOCK_MHZ) ? -1 : 0;
+}
+
+// parse_per_gpu reads one value for every GPU, or a comma-separated list of
+// at most gpu_count values (GPUs past the list get the last one) into
+// out[0..MAX_GPUS); 0 on success.
+static int parse_per_gpu(const char *v, unsigned int gpu_count, value_parser parse, unsigned long long out[MAX_GPUS]) {
+    char item[64];
+    unsigned int n = 0;
+    for (const char *p = v;; n++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if (n >= gpu_count || len == 0 || len >= sizeof item) {
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (parse(item, &out[n]) != 0) {
+            return -1;
+        }
+        if (comma == NULL) {
+            break;
+        }
+        p = comma + 1;
+    }
+    for (unsigned int i = n + 1; i < MAX_GPUS; i++) {
+        out[i] = out[n];
+    }
+    return 0;
+}
+
+// default_settings are one GPU at 100 W and its maximum clock, no reasons.
+static struct settings default_settings(void) {
+    struct settings r = {.gpu_count = 1};
+    for (unsigned int i = 0; i < MAX_GPUS; i++) {
+        r.power_mw[i] = DEFAULT_POWER_MW;
+        r.sm_clock_mhz[i] = MAX_SM_CLOCK_MHZ;
+    }
+    return r;
+}
+
+// read_per_gpu_settings reads the settings that take a value per GPU.
+static int read_per_gpu_settings(struct settings *r, int quiet) {
+    const char *v;
+    unsigned long long values[MAX_GPUS];
+    if ((v = setting("STEPBENCH_EMU_POWER_W")) != NULL) {
+        if (parse_per_gpu(v, r->gpu_count, parse_watts_mw, values) != 0) {
+            return bad_setting(quiet, "STEPBENCH_EMU_POWER_W", v,
+                               "a power in watts from 0 to 100000, or one per GPU separated by commas");
+        }
+        for (unsigned int i = 0; i < MAX_GPUS; i++) {
+            r->power_mw[i] = (unsigned int)values[i];
+        }
+    }
+    if ((v = setting("STEPBENCH_EMU_CLOCK_EVENT_REASONS")) != NULL) {
+        if (parse_per_gpu(v, r->gpu_count, parse_mask, values) != 0) {
+            return bad_setting(quiet, "STEPBENCH_EMU_CLOCK_EVENT_REASONS", v,
+                               "a bit mask, hex (0x...) or decimal, or one per GPU separated by commas");
+        }
+        memcpy(r->clock_event_reasons, values, sizeof values);
+    }
+    if ((v = setting("STEPBENCH_EMU_SM_CLOCK_MHZ")) != NULL) {
+        if (parse_per_gpu(v, r->gpu_count, parse_sm_clock, values) != 0) {
+            return bad_setting(quiet, "STEPBENCH_EMU_SM_CLOCK_MHZ", v,
+                               "an SM clock from 1 to 1000 MHz, or one per GPU separated by commas");
+        }
+        for (unsigned int i = 0; i < MAX_GPUS; i++) {
+            r->sm_clock_mhz[i] = (unsigned int)values[i];
+        }
+    }
+    return 0;
+}
+
 // read_settings reads the environment into *s; 0, or -1 (after one line on
 // stderr naming the bad setting unless quiet).
 static int read_settings(struct settings *s, int quiet) {
-    struct settings r = {1, DEFAULT_POWER_MW, 0, 0};
+    struct settings r = default_settings();
     const char *v;
     unsigned long long n;
 
@@ -275,20 +373,8 @@ static int read_settings(struct settings *s, int quiet) {
         }
         r.gpu_count = (unsigned int)n;
     }
-    if ((v = setting("STEPBENCH_EMU_POWER_W")) != NULL) {
-        char *end = NULL;
-        errno = 0;
-        double watts = strtod(v, &end);
-        if (errno != 0 || end == v || *end != '\0' || !isfinite(watts) || watts < 0 || watts > MAX_POWER_W) {
-            return bad_setting(quiet, "STEPBENCH_EMU_POWER_W", v, "a power in watts from 0 to 100000");
-        }
-        r.power_mw = (unsigned int)(watts * 1e3 + 0.5);
-    }
-    if ((v = setting("STEPBENCH_EMU_CLOCK_EVENT_REASONS")) != NULL) {
-        if (parse_unsigned(v, 1, &n) != 0) {
-            return bad_setting(quiet, "STEPBENCH_EMU_CLOCK_EVENT_REASONS", v, "a bit mask, hex (0x...) or decimal");
-        }
-        r.clock_event_reasons = n;
+    if (read_per_gpu_settings(&r, quiet) != 0) {
+        return -1;
     }
     if ((v = setting("STEPBENCH_EMU_MEM_BYTES")) != NULL) {
         if (parse_unsigned(v, 0, &n) != 0 || n == 0) {
@@ -306,7 +392,9 @@ static int read_settings(struct settings *s, int quiet) {
 // folded into the mark at the old power first.
 static void apply_settings(const struct settings *s) {
     double now = monotonic_seconds();
-    energy_mj_at_mark = energy_mj_now(now);
+    for (unsigned int i = 0; i < MAX_GPUS; i++) {
+        energy_mj_at_mark[i] = energy_mj_now(i, now);
+    }
     mark_seconds = now;
     current = *s;
 }
@@ -316,7 +404,7 @@ __attribute__((constructor)) static void on_load(void) {
     struct settings s;
     pthread_mutex_lock(&state_lock);
     mark_seconds = monotonic_seconds();
-    energy_mj_at_mark = 0;
+    current = default_settings();
     if (read_settings(&s, 1) == 0) {  // a bad setting is reported by nvmlInit
         current = s;
     }
@@ -325,7 +413,7 @@ __attribute__((constructor)) static void on_load(void) {
 
 EXPORT const char *sbemu_describe(void) {
     return "stepbench emulated CUDA device 1.0: NVML stand-in with synthetic telemetry "
-           "(fixed clocks and temperatures, power 100 W or STEPBENCH_EMU_POWER_W, "
+           "(fixed clocks and temperatures, power 100 W or STEPBENCH_EMU_POWER_W per GPU, "
            "energy = power x time since load; nothing is measured)";
 }
 
@@ -572,8 +660,9 @@ EXPORT int nvmlDeviceGetUUID(struct emu_gpu *device, char *uuid, unsigned int le
     return copy_string(uuid, length, text);
 }
 
-// clock_mhz is the one clock of each domain: current = maximum = the
-// (default) applications clock, so clocks read as unlocked and unthrottled.
+// clock_mhz is the maximum clock of each domain, also the (default)
+// applications clock, so clocks read as unlocked; the current SM clock is
+// this unless STEPBENCH_EMU_SM_CLOCK_MHZ sets it lower.
 static int clock_mhz(int type, unsigned int *mhz) {
     switch (type) {
     case CLOCK_KIND_GRAPHICS:
@@ -602,8 +691,17 @@ EXPORT int nvmlDeviceGetMaxClockInfo(struct emu_gpu *device, int type, unsigned 
     return device_clock(device, type, mhz);
 }
 
+// The current clock: the SM (and graphics) clock of STEPBENCH_EMU_SM_CLOCK_MHZ.
 EXPORT int nvmlDeviceGetClockInfo(struct emu_gpu *device, int type, unsigned int *mhz) {
-    return device_clock(device, type, mhz);
+    struct settings s;
+    int ret = device_call(device, mhz, &s);
+    if (ret != RET_SUCCESS) {
+        return ret;
+    }
+    if ((ret = clock_mhz(type, mhz)) == RET_SUCCESS && (type == CLOCK_KIND_SM || type == CLOCK_KIND_GRAPHICS)) {
+        *mhz = s.sm_clock_mhz[device->index];
+    }
+    return ret;
 }
 
 EXPORT int nvmlDeviceGetApplicationsClock(struct emu_gpu *device, int type, unsigned int *mhz) {
@@ -654,13 +752,13 @@ EXPORT int nvmlDeviceGetPowerUsage(struct emu_gpu *device, unsigned int *milliwa
     if (ret != RET_SUCCESS) {
         return ret;
     }
-    *milliwatts = s.power_mw;
+    *milliwatts = s.power_mw[device->index];
     return RET_SUCCESS;
 }
 
-static unsigned long long energy_mj(void) {
+static unsigned long long energy_mj(unsigned int i) {
     pthread_mutex_lock(&state_lock);
-    double mj = energy_mj_now(monotonic_seconds());
+    double mj = energy_mj_now(i, monotonic_seconds());
     pthread_mutex_unlock(&state_lock);
     return (unsigned long long)mj;
 }
@@ -671,7 +769,7 @@ EXPORT int nvmlDeviceGetTotalEnergyConsumption(struct emu_gpu *device, unsigned 
     if (ret != RET_SUCCESS) {
         return ret;
     }
-    *millijoules = energy_mj();
+    *millijoules = energy_mj(device->index);
     return RET_SUCCESS;
 }
 
@@ -694,7 +792,7 @@ EXPORT int nvmlDeviceGetCurrentClocksEventReasons(struct emu_gpu *device, unsign
     if (ret != RET_SUCCESS) {
         return ret;
     }
-    *reasons = s.clock_event_reasons;
+    *reasons = s.clock_event_reasons[device->index];
     return RET_SUCCESS;
 }
 
@@ -728,12 +826,12 @@ EXPORT int nvmlDeviceGetFieldValues(struct emu_gpu *device, int count, struct fi
             break;
         case FIELD_TOTAL_ENERGY_CONSUMPTION:
             f->value_type = VALUE_UNSIGNED_LONG_LONG;
-            f->value.ull = energy_mj();
+            f->value.ull = energy_mj(device->index);
             break;
         case FIELD_POWER_AVERAGE:
         case FIELD_POWER_INSTANT:
             f->value_type = VALUE_UNSIGNED_INT;
-            f->value.ui = s.power_mw;
+            f->value.ui = s.power_mw[device->index];
             break;
         default:
             f->value_type = VALUE_UNSIGNED_INT;

@@ -38,6 +38,7 @@ var emuSettings = []string{
 	"STEPBENCH_EMU_DEVICES",
 	"STEPBENCH_EMU_POWER_W",
 	"STEPBENCH_EMU_CLOCK_EVENT_REASONS",
+	"STEPBENCH_EMU_SM_CLOCK_MHZ",
 	"STEPBENCH_EMU_MEM_BYTES",
 }
 
@@ -364,6 +365,58 @@ func TestEmulatedNVMLMultiDevice(t *testing.T) {
 	}
 }
 
+// Power, clock-event reasons and the SM clock are settable per GPU: a list
+// gives GPU i the i-th value and the GPUs past it the last; each GPU's
+// energy counter integrates its own power.
+func TestEmulatedNVMLPerGPUSettings(t *testing.T) {
+	lib := openEmuNVML(t, map[string]string{"STEPBENCH_EMU_DEVICES": "4", "STEPBENCH_EMU_POWER_W": "300,350,0",
+		"STEPBENCH_EMU_CLOCK_EVENT_REASONS": "0,0x4", "STEPBENCH_EMU_SM_CLOCK_MHZ": "1000,700"})
+	want := []struct {
+		watts, smMHz float64
+		reasons      uint64
+		throttled    bool
+	}{
+		{300, 1000, 0, false},
+		{350, 700, telemetry.ReasonSWPowerCap, true},
+		{0, 700, telemetry.ReasonSWPowerCap, true},
+		{0, 700, telemetry.ReasonSWPowerCap, true},
+	}
+	monitors := make([]*Monitor, len(want))
+	for i, w := range want {
+		m := newEmuMonitor(t, lib, emuUUID(i))
+		monitors[i] = m
+		r := m.Read()
+		if r.PowerWatts != w.watts || r.SMClockMHz != w.smMHz || r.ClockEventReasons != w.reasons || r.Throttled != w.throttled {
+			t.Errorf("GPU %d: %v W, SM %v MHz, reasons %#x, throttled %v; want %v W, %v MHz, %#x, %v", i, r.PowerWatts, r.SMClockMHz,
+				r.ClockEventReasons, r.Throttled, w.watts, w.smMHz, w.reasons, w.throttled)
+		}
+		if m.MaxSMClockMHz != emuClockMHz {
+			t.Errorf("GPU %d: maximum SM clock %v, want %d whatever the current clock", i, m.MaxSMClockMHz, emuClockMHz)
+		}
+	}
+	// At 0 W GPU 2's counter stays where it was. GPU 1 is read first before
+	// and last after GPU 0, so its window holds GPU 0's: at 350 W against
+	// 300 W its counter must grow at least 350/300 times as much (1 mJ of
+	// truncation at each end aside), whatever the timing.
+	read := func(i int) uint64 {
+		mj, err := monitors[i].EnergyMillijoules()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mj
+	}
+	before1, before0, before2 := read(1), read(0), read(2)
+	for deadline := time.Now().Add(10 * time.Second); read(0) < before0+3000 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	after2, after0, after1 := read(2), read(0), read(1)
+	d0, d1 := after0-before0, after1-before1
+	if after2 != before2 || d0 < 3000 || 300*(d1+2) < 350*d0 {
+		t.Errorf("energy counters grew by %d (GPU 0, 300 W), %d (GPU 1, 350 W), %d mJ (GPU 2, 0 W); want GPU 1 >= 350/300 x GPU 0 and GPU 2 still",
+			d0, d1, after2-before2)
+	}
+}
+
 // nvmlInit and nvmlShutdown are reference counted across every user of the
 // library in the process; a call after the last shutdown is refused.
 func TestEmulatedNVMLReferenceCount(t *testing.T) {
@@ -414,6 +467,11 @@ func TestEmulatedNVMLBadSettings(t *testing.T) {
 		{"STEPBENCH_EMU_CLOCK_EVENT_REASONS", "0xZZ"},
 		{"STEPBENCH_EMU_CLOCK_EVENT_REASONS", "-1"},
 		{"STEPBENCH_EMU_CLOCK_EVENT_REASONS", "0x"},
+		{"STEPBENCH_EMU_POWER_W", "300,"},
+		{"STEPBENCH_EMU_POWER_W", "300,350"}, // one GPU
+		{"STEPBENCH_EMU_CLOCK_EVENT_REASONS", "0,0x4"},
+		{"STEPBENCH_EMU_SM_CLOCK_MHZ", "0"},
+		{"STEPBENCH_EMU_SM_CLOCK_MHZ", "1001"},
 		{"STEPBENCH_EMU_MEM_BYTES", "0"},
 		{"STEPBENCH_EMU_MEM_BYTES", "1e9"},
 	}
