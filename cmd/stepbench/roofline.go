@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"stepbench/bench/report"
+	"stepbench/bench/floors"
 	"stepbench/bench/roofline"
 )
 
@@ -40,7 +40,7 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 			return usagef("--tp-size: %v", err)
 		}
 	}
-	shapes, err := report.Floors(cfg, g, *tpSize, sh.batch, sh.input, sh.output)
+	shapes, err := floors.Floors(cfg, g, *tpSize, sh.batch, sh.input, sh.output)
 	if err != nil {
 		return err
 	}
@@ -53,11 +53,11 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return enc.Encode(out)
 	}
-	if err := report.WriteFloorsTable(stdout, cfg, g, *tpSize, shapes); err != nil {
+	if err := floors.WriteFloorsTable(stdout, cfg, g, *tpSize, shapes); err != nil {
 		return err
 	}
 	if *ops && len(shapes) > 0 {
-		return report.WriteOpFloorsTable(stdout, g, shapes[0])
+		return floors.WriteOpFloorsTable(stdout, g, shapes[0])
 	}
 	return nil
 }
