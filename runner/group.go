@@ -166,7 +166,7 @@ func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error) error {
 		}
 		if len(failed) == 0 && !wasDead {
 			aborting.Store(true)
-			abortErrs = g.abortCollectives()
+			abortErrs = g.abortCollectives(res.r)
 		}
 		failed = append(failed, res)
 	}
@@ -207,17 +207,18 @@ func failure(failed []rankResult) []error {
 	return errs
 }
 
-// abortCollectives aborts every rank's collectives at once, each from a
-// goroutine of its own (a rank's goroutine may be waiting in one); that
-// goroutine keeps its OS thread to the end, so the thread exits with it and
-// whatever device state the abort left current on it goes too.
-func (g *Group) abortCollectives() []error {
-	var wg sync.WaitGroup
+// abortCollectives aborts the failed rank's collectives, then every other
+// rank's at once (so that the others' errors name the failed rank's abort),
+// each from a goroutine of its own: a rank's goroutine may be waiting in a
+// collective. That goroutine keeps its OS thread to the end, so the thread
+// exits with it and whatever device state the abort left current on it
+// goes too.
+func (g *Group) abortCollectives(failed *groupRank) []error {
 	errs := make([]error, len(g.ranks))
-	for i, r := range g.ranks {
+	abort := func(i int, r *groupRank, wg *sync.WaitGroup) {
 		a, ok := r.aborter.Load().(Aborter)
 		if !ok {
-			continue
+			return
 		}
 		wg.Add(1)
 		go func() {
@@ -228,7 +229,15 @@ func (g *Group) abortCollectives() []error {
 			}
 		}()
 	}
-	wg.Wait()
+	var first, rest sync.WaitGroup
+	abort(g.index(failed), failed, &first)
+	first.Wait()
+	for i, r := range g.ranks {
+		if r != failed {
+			abort(i, r, &rest)
+		}
+	}
+	rest.Wait()
 	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
@@ -322,11 +331,16 @@ func (g *Group) Elapsed(start, end Event) (time.Duration, error) {
 	return slices.Max(per), nil
 }
 
-// NextTokens is each sequence's latest greedy token (the same on every rank).
+// NextTokens is each sequence's latest greedy token (the same on every
+// rank: the first rank's). Every rank reads its own, so that a rank whose
+// stream failed says so, rather than the first waiting for it forever.
 func (g *Group) NextTokens() ([]int32, error) {
-	var out []int32
-	err := g.on(g.ranks[0], func(e *Engine) (err error) { out, err = e.NextTokens(); return err })
-	return out, err
+	per := make([][]int32, len(g.ranks))
+	err := g.each(func(r *groupRank) (err error) { per[g.index(r)], err = r.e.NextTokens(); return err })
+	if err != nil {
+		return nil, err
+	}
+	return per[0], nil
 }
 
 // Logits gathers every rank's vocabulary slice of the last step's logits
@@ -346,14 +360,6 @@ func (g *Group) Logits() ([][]float32, error) {
 		}
 	}
 	return out, nil
-}
-
-// on runs f with one rank's engine on its goroutine.
-func (g *Group) on(r *groupRank, f func(e *Engine) error) error {
-	if g.dead != nil {
-		return g.dead
-	}
-	return g.run([]*groupRank{r}, func(r *groupRank) error { return f(r.e) })
 }
 
 // Close closes every engine and backend on its rank's goroutine and ends
