@@ -172,6 +172,9 @@ func ncclRankChecks(t *testing.T, r *rankEnv, rank, ranks, n int) {
 
 // TestNCCLEmulatedTwoProcesses joins two processes (one emulated GPU each)
 // in one communicator: rank 0 writes the unique id to a file, rank 1 reads it.
+// After an all-reduce, rank 0 aborts its communicator instead of joining a
+// second one, and rank 1's fails naming the abort (the NCCL timeout is 600 s:
+// only the abort, through the shared segment, ends rank 1's wait quickly).
 func TestNCCLEmulatedTwoProcesses(t *testing.T) {
 	emutest.Use(t)
 	if rank := os.Getenv("STEPBENCH_TEST_NCCL_RANK"); rank != "" {
@@ -183,7 +186,8 @@ func TestNCCLEmulatedTwoProcesses(t *testing.T) {
 	var outs []*strings.Builder
 	for rank := 0; rank < 2; rank++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestNCCLEmulatedTwoProcesses$", "-test.v")
-		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_NCCL_RANK="+strconv.Itoa(rank), "STEPBENCH_TEST_NCCL_ID="+idFile)
+		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_NCCL_RANK="+strconv.Itoa(rank), "STEPBENCH_TEST_NCCL_ID="+idFile,
+			"STEPBENCH_EMU_NCCL_TIMEOUT_S=600")
 		var b strings.Builder
 		cmd.Stdout, cmd.Stderr = &b, &b
 		if err := cmd.Start(); err != nil {
@@ -255,6 +259,22 @@ func ncclProcessRank(t *testing.T, rankText, idFile string) {
 	}
 	if got := r.download(t, recv, 2); fmt.Sprint(got) != "[3 20]" {
 		t.Errorf("rank %d: all-reduce across processes = %v, want [3 20]", rank, got)
+	}
+	if rank == 0 {
+		if err := r.comm.Abort(); err != nil {
+			t.Errorf("rank 0: abort: %v", err)
+		}
+		return
+	}
+	// The abort may come before this all-reduce is enqueued (it fails at
+	// once) or while it waits on the stream (it wakes and fails).
+	err = r.comm.AllReduce(send, recv, 2, NCCLFloat32, NCCLSum, r.stream)
+	if err == nil {
+		err = r.stream.Sync()
+	}
+	const why = "rank 0 aborted the communicator (ncclCommAbort)"
+	if err == nil || !strings.Contains(err.Error(), why) {
+		t.Errorf("rank 1: an all-reduce after rank 0's abort in another process: %v, want an error naming %q", err, why)
 	}
 }
 
