@@ -26,7 +26,7 @@ type NCCL struct {
 type ncclAPI struct {
 	getVersion, getErrorString, getLastError unsafe.Pointer
 	getUniqueID, commInitRank, commDestroy   unsafe.Pointer
-	commAbort                                unsafe.Pointer
+	commAbort, commGetAsyncError             unsafe.Pointer
 	groupStart, groupEnd                     unsafe.Pointer
 	allReduce, allGather, broadcast          unsafe.Pointer
 }
@@ -39,7 +39,8 @@ func (a *ncclAPI) slots() []symbolSlot {
 		{name: "ncclGetUniqueId", dst: &a.getUniqueID},
 		{name: "ncclCommInitRank", dst: &a.commInitRank},
 		{name: "ncclCommDestroy", dst: &a.commDestroy},
-		{name: "ncclCommAbort", dst: &a.commAbort}, // NCCL 2.4+
+		{name: "ncclCommAbort", dst: &a.commAbort},                 // NCCL 2.4+
+		{name: "ncclCommGetAsyncError", dst: &a.commGetAsyncError}, // NCCL 2.4+
 		{name: "ncclGroupStart", dst: &a.groupStart},
 		{name: "ncclGroupEnd", dst: &a.groupEnd},
 		{name: "ncclAllReduce", dst: &a.allReduce},
@@ -242,6 +243,32 @@ func (c *NCCLComm) Abort() error {
 	}
 	return c.n.check(C.sb_ncclCommAbort(c.n.api.commAbort, c.comm), nil, "ncclCommAbort(rank %d of %d)", c.rank, c.nranks)
 }
+
+// AsyncError is the error the communicator hit outside any call, nil while
+// there is none: NCCL's network connections fail asynchronously, as when a
+// rank in another process went away (NVIDIA/nccl#279: not for certain),
+// and this rank's operations then never complete until it is aborted. Like
+// Abort it may be called from any goroutine: it is meant to be polled
+// while the owning one waits (ncclCommGetAsyncError; NVIDIA/nccl#140). A
+// destroyed or aborted communicator has none to report.
+func (c *NCCLComm) AsyncError() error {
+	if c.enter("ncclCommGetAsyncError") != nil {
+		return nil
+	}
+	defer c.calls.RUnlock()
+	var async C.ncclResult_t
+	call := fmt.Sprintf("ncclCommGetAsyncError(rank %d of %d)", c.rank, c.nranks)
+	if err := c.n.check(C.sb_ncclCommGetAsyncError(c.n.api.commGetAsyncError, c.comm, &async), nil, call); err != nil {
+		return err
+	}
+	if async == ncclInProgress {
+		return nil
+	}
+	return c.n.check(async, c.comm, call)
+}
+
+// ncclInProgress is a non-blocking communicator's "not done yet", no error.
+const ncclInProgress = 7
 
 // NCCLDataType and NCCLRedOp are ncclDataType_t and ncclRedOp_t values.
 type (

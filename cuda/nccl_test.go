@@ -283,8 +283,9 @@ func ncclProcessRank(t *testing.T, rankText, idFile string) {
 // The three others, waiting for it in the all-reduce, fail with the abort
 // named (the child's NCCL timeout is 600 s, so only the abort can end their
 // wait quickly: a hang shows as the go test timeout); their next
-// collective fails at once with ncclRemoteError; on rank 1, Destroy after
-// Abort does nothing and a collective returns ErrNCCLAborted.
+// collective fails at once with ncclRemoteError, their asynchronous error
+// is ncclRemoteError; on rank 1, Destroy after Abort does nothing and a
+// collective returns ErrNCCLAborted.
 func TestNCCLEmulatedAbort(t *testing.T) {
 	emutest.Use(t)
 	if os.Getenv("STEPBENCH_TEST_NCCL") != "abort" {
@@ -379,6 +380,9 @@ func waitingRankChecks(t *testing.T, r *rankEnv, rank int, enqueued chan<- struc
 	if !errors.As(err, &ce) || ce.Name != "ncclRemoteError" || !strings.Contains(ce.Detail, why) {
 		t.Errorf("rank %d: an all-reduce after the abort: %v, want ncclRemoteError naming the abort", rank, err)
 	}
+	if err := r.comm.AsyncError(); !errors.As(err, &ce) || ce.Name != "ncclRemoteError" {
+		t.Errorf("rank %d: asynchronous error after a peer's abort: %v, want ncclRemoteError", rank, err)
+	}
 }
 
 // abortedRankChecks: on the aborted rank, Abort again and Destroy do
@@ -389,6 +393,9 @@ func abortedRankChecks(t *testing.T, r *rankEnv) {
 	}
 	if err := r.comm.Destroy(); err != nil {
 		t.Errorf("destroy after abort: %v", err)
+	}
+	if err := r.comm.AsyncError(); err != nil {
+		t.Errorf("asynchronous error of an aborted communicator: %v, want none", err)
 	}
 	p, err := r.ctx.Alloc(4 * 16)
 	if err != nil {

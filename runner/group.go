@@ -26,23 +26,28 @@ import (
 // A rank that fails never leaves the others waiting: on the first failure
 // the Group aborts the collectives of every rank it holds (Aborter), so
 // that ranks waiting in a collective for the failed one fail too, and
-// returns the failure, named by rank, before its consequences. The Group is
-// then dead: every later call returns that error at once; Close still
-// releases everything.
+// returns the failure, named by rank, before its consequences. While it
+// waits it also polls the ranks' collectives for a failure outside any
+// call (CollectivesWatcher: a rank in another process went away) and
+// treats one as the rank's. The Group is then dead: every later call
+// returns that error at once; Close still releases everything.
 type Group struct {
 	cfg     Config
 	size    int
 	ranks   []*groupRank
 	results chan rankResult // every rank's result of the call in progress
 	dead    error           // the failure that aborted the ranks' collectives
+	// watchEvery is how often the ranks' CollectivesWatcher are polled
+	// during a call (the constant; tests shorten it).
+	watchEvery time.Duration
 }
 
 type groupRank struct {
-	rank    int // the rank in the communicator
-	work    chan func()
-	be      Backend
-	e       *Engine
-	aborter atomic.Value // the backend as an Aborter, set once it is open: read from other goroutines
+	rank   int // the rank in the communicator
+	work   chan func()
+	be     Backend
+	e      *Engine
+	shared atomic.Value // be, for other goroutines (abort, watch): set once it is open
 }
 
 // rankResult is one rank's result of a call; afterAbort says whether the
@@ -52,6 +57,19 @@ type rankResult struct {
 	err        error
 	afterAbort bool
 }
+
+// CollectivesWatcher is implemented by backends whose collectives can fail
+// outside any call while the rank waits, as when a rank in another process
+// went away: CollectivesError, called from any goroutine, returns that
+// failure (nil while there is none). The Group polls it every watchEvery
+// while it waits for its ranks, and treats a failure as the rank's (the
+// cuda backend's is ncclCommGetAsyncError; an Aborter is then aborted).
+type CollectivesWatcher interface {
+	CollectivesError() error
+}
+
+// watchEvery is how often a Group polls its ranks' CollectivesWatcher.
+const watchEvery = time.Second
 
 // Aborter is implemented by backends whose collectives can be ended from
 // any goroutine: after AbortCollectives, a collective waiting for a peer
@@ -83,7 +101,7 @@ func NewGroup(cfg Config, size int, ranks []int, open RankBackends, src WeightSo
 	if len(ranks) == 0 {
 		return nil, errors.New("tensor-parallel group: no ranks to run")
 	}
-	g := &Group{cfg: cfg, size: size, results: make(chan rankResult, len(ranks))}
+	g := &Group{cfg: cfg, size: size, results: make(chan rankResult, len(ranks)), watchEvery: watchEvery}
 	for _, r := range ranks {
 		if r < 0 || r >= size || slices.ContainsFunc(g.ranks, func(o *groupRank) bool { return o.rank == r }) {
 			g.stop()
@@ -94,8 +112,8 @@ func NewGroup(cfg Config, size int, ranks []int, open RankBackends, src WeightSo
 	steps := []func(r *groupRank) error{
 		func(r *groupRank) (err error) {
 			r.be, err = open.Open(r.rank)
-			if a, ok := r.be.(Aborter); ok {
-				r.aborter.Store(a)
+			if r.be != nil {
+				r.shared.Store(r.be)
 			}
 			return err
 		},
@@ -147,7 +165,9 @@ func (g *Group) each(f func(r *groupRank) error) error {
 // run runs f on ranks, all at once, and collects their results as they
 // come. In a live group the first failure aborts every rank's collectives,
 // so that ranks waiting for the failed one return too, and kills the group
-// (see failure); in a dead one (Close) each rank's failure is its own.
+// (see failure); so does an asynchronous error of a rank's collectives,
+// which it polls while it waits (watch). In a dead group (Close) each
+// rank's failure is its own.
 func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error) error {
 	var aborting atomic.Bool
 	for _, r := range ranks {
@@ -159,16 +179,29 @@ func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error) error {
 	wasDead := g.dead != nil
 	var failed []rankResult
 	var abortErrs []error
-	for range ranks {
-		res := <-g.results
-		if res.err == nil {
-			continue
-		}
+	fail := func(res rankResult) {
 		if len(failed) == 0 && !wasDead {
 			aborting.Store(true)
 			abortErrs = g.abortCollectives(res.r)
 		}
 		failed = append(failed, res)
+	}
+	poll := time.NewTicker(g.watchEvery)
+	defer poll.Stop()
+	for got := 0; got < len(ranks); {
+		select {
+		case res := <-g.results:
+			got++
+			if res.err != nil {
+				fail(res)
+			}
+		case <-poll.C:
+			if len(failed) == 0 && !wasDead {
+				if res, ok := g.watch(); ok {
+					fail(res)
+				}
+			}
+		}
 	}
 	if len(failed) == 0 {
 		return nil
@@ -183,6 +216,21 @@ func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error) error {
 	}
 	g.dead = errors.Join(append(failure(failed), abortErrs...)...)
 	return g.dead
+}
+
+// watch asks every rank's backend that is a CollectivesWatcher whether its
+// collectives failed outside any call; the first that did is a failure.
+func (g *Group) watch() (rankResult, bool) {
+	for _, r := range g.ranks {
+		w, ok := r.shared.Load().(CollectivesWatcher)
+		if !ok {
+			continue
+		}
+		if err := w.CollectivesError(); err != nil {
+			return rankResult{r: r, err: fmt.Errorf("its collectives failed while it waited: %w", err)}, true
+		}
+	}
+	return rankResult{}, false
 }
 
 // failure orders the failed ranks' errors: the first to arrive (the one
@@ -200,7 +248,11 @@ func failure(failed []rankResult) []error {
 		}
 	}
 	for _, res := range rest {
-		if res.afterAbort {
+		switch {
+		case !res.afterAbort:
+		case res.r == first.r: // first was its collectives' asynchronous error
+			errs = append(errs, fmt.Errorf("rank %d: aborted: %w", res.r.rank, res.err))
+		default:
 			errs = append(errs, fmt.Errorf("rank %d: aborted after rank %d failed: %w", res.r.rank, first.r.rank, res.err))
 		}
 	}
@@ -216,7 +268,7 @@ func failure(failed []rankResult) []error {
 func (g *Group) abortCollectives(failed *groupRank) []error {
 	errs := make([]error, len(g.ranks))
 	abort := func(i int, r *groupRank, wg *sync.WaitGroup) {
-		a, ok := r.aborter.Load().(Aborter)
+		a, ok := r.shared.Load().(Aborter)
 		if !ok {
 			return
 		}

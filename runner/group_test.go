@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // failingRank is a cpu rank that counts the calls that reach it and, when
@@ -127,5 +128,45 @@ func checkDeadGroup(t *testing.T, g *Group, failure error, ranks []*failingRank)
 		if n := r.closes.Load(); n != 1 {
 			t.Errorf("rank %d: closed %d times, want 1", rank, n)
 		}
+	}
+}
+
+// Ranks 0 and 1 of 4 run here; ranks 2 and 3 "run in another process"
+// that went away, which the ranks here learn only by asking their
+// collectives (CollectivesWatcher). The Group asks while it waits, aborts,
+// and the prefill ends with that failure first. (Without the watch the
+// ranks here wait for 2 and 3 forever: a hang, which the go test timeout
+// reports.)
+func TestGroupWatchesCollectivesFailingElsewhere(t *testing.T) {
+	cfg, err := Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm := newCPUComm(4)
+	g, err := NewGroup(cfg, 4, []int{0, 1}, RankBackends{
+		Open: func(rank int) (Backend, error) { return &cpuRank{CPU: NewCPU(), comm: comm, rank: rank}, nil },
+		Join: func(int, Backend) error { return nil },
+	}, WeightSource{Seed: 7}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	g.watchEvery = time.Millisecond
+	if err := g.Begin(1, 4, 2, []int32{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	gone := errors.New("ranks 2 and 3 went away")
+	comm.mu.Lock()
+	comm.remote = gone
+	comm.mu.Unlock()
+	err = g.Prefill()
+	const where = "prefill: layer 0 attn_all_reduce: "
+	want := []string{
+		"rank 0: its collectives failed while it waited: " + gone.Error(),
+		"rank 0: aborted: " + where + errCollectivesAborted.Error(),
+		"rank 1: aborted after rank 0 failed: " + where + errCollectivesAborted.Error(),
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("prefill while ranks elsewhere went away: %v\nwant:\n%s", err, strings.Join(want, "\n"))
 	}
 }

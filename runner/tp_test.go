@@ -16,7 +16,9 @@ import (
 // ranks' inputs in rank order (bf16 sums in fp32, rounded once, as NCCL
 // and the emulated NCCL do), then a barrier. Like ncclCommAbort, abort
 // wakes every rank waiting in a barrier with an error, and every later
-// barrier fails at once.
+// barrier fails at once; remote, when set, is a failure of ranks in
+// another process that the ranks here learn only by asking
+// (CollectivesError, as ncclCommGetAsyncError).
 type cpuComm struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -24,6 +26,7 @@ type cpuComm struct {
 	arrived int
 	gen     int
 	aborted error
+	remote  error
 	bf16    [][]uint16
 	u64     [][]uint64
 }
@@ -85,6 +88,13 @@ func (r *cpuRank) AllReduceSum(buf Buffer, n int) error {
 		data[i] = ref.F32ToBF16(sum)
 	}
 	return r.comm.barrier()
+}
+
+// CollectivesError makes the rank a runner.CollectivesWatcher.
+func (r *cpuRank) CollectivesError() error {
+	r.comm.mu.Lock()
+	defer r.comm.mu.Unlock()
+	return r.comm.remote
 }
 
 // AbortCollectives makes the rank a runner.Aborter.

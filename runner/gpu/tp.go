@@ -14,8 +14,9 @@ import (
 // like any kernel, and the vocabulary-parallel argmax of kernels/tp.cu.
 
 var (
-	_ runner.Collectives = (*Backend)(nil)
-	_ runner.Aborter     = (*Backend)(nil)
+	_ runner.Collectives        = (*Backend)(nil)
+	_ runner.Aborter            = (*Backend)(nil)
+	_ runner.CollectivesWatcher = (*Backend)(nil)
 )
 
 // JoinGroup makes the backend rank `rank` of an NCCL communicator of size
@@ -110,6 +111,17 @@ func (c *Backend) KeyIndex(out, keys runner.Buffer, rows int) error {
 		return o.err
 	}
 	return c.set.KeyIndex(c.stream, pOut, pKeys, rows)
+}
+
+// CollectivesError is the communicator's asynchronous error
+// (ncclCommGetAsyncError), nil while there is none or before JoinGroup;
+// callable from any goroutine.
+func (c *Backend) CollectivesError() error {
+	comm := c.comm.Load()
+	if comm == nil {
+		return nil
+	}
+	return comm.AsyncError()
 }
 
 // leaveGroup destroys the communicator (Close calls it); an aborted one is
