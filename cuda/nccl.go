@@ -151,7 +151,7 @@ func (n *NCCL) UniqueID() (NCCLUniqueID, error) {
 
 // NCCLComm is one rank of a communicator. Like every CUDA object it belongs
 // to the goroutine (locked OS thread) whose context was current at InitRank;
-// only Abort may be called from any goroutine.
+// only Abort and AsyncError may be called from any goroutine.
 type NCCLComm struct {
 	n            *NCCL
 	comm         C.ncclComm_t // set by InitRank, never changed; valid while state is commLive
@@ -227,7 +227,9 @@ func (c *NCCLComm) Destroy() error {
 // collective or a stream synchronisation: ending such a wait from another
 // thread is what NCCL's abort is for (NCCL user guide, "Error handling and
 // communicator abort" and "Fault tolerance"; API reference, ncclCommAbort;
-// PyTorch's ProcessGroupNCCL watchdog thread aborts that way). Afterwards
+// NVIDIA/nccl#140, where it came; PyTorch's ProcessGroupNCCL watchdog thread
+// aborts that way). Within a node every rank must abort, not only one
+// (NVIDIA/nccl#863): runner.Group does. Afterwards
 // Destroy does nothing and every other call returns ErrNCCLAborted; a
 // second Abort, or one after Destroy, does nothing.
 func (c *NCCLComm) Abort() error {

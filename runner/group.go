@@ -75,8 +75,8 @@ const watchEvery = time.Second
 // any goroutine: after AbortCollectives, a collective waiting for a peer
 // (or a stream synchronisation behind one) fails instead of waiting for a
 // rank that will never come, and every later collective fails at once. The
-// cuda backend's is ncclCommAbort; over several nodes it makes the other
-// processes' ranks fail through NCCL too.
+// cuda backend's is ncclCommAbort; the other nodes' NCCL may report it to
+// their ranks as an asynchronous error (see CollectivesWatcher).
 type Aborter interface {
 	AbortCollectives() error
 }
@@ -260,7 +260,8 @@ func failure(failed []rankResult) []error {
 }
 
 // abortCollectives aborts the failed rank's collectives, then every other
-// rank's at once (so that the others' errors name the failed rank's abort),
+// rank's at once (so that the others' errors name the failed rank's abort;
+// NCCL wants every rank of a node aborted, not only one: NVIDIA/nccl#863),
 // each from a goroutine of its own: a rank's goroutine may be waiting in a
 // collective. That goroutine keeps its OS thread to the end, so the thread
 // exits with it and whatever device state the abort left current on it

@@ -46,8 +46,9 @@ func (c *Backend) communicator(op string) (*cuda.NCCLComm, error) {
 // any goroutine: a collective of this rank that waits for a rank that
 // failed ends, and so does a stream synchronisation behind it; every later
 // collective fails at once (cuda.ErrNCCLAborted). Over several nodes the
-// other processes' ranks then fail through NCCL too. A backend that has
-// not joined a group (or has left it) has nothing to abort.
+// other processes' NCCL may report it to their ranks as an asynchronous
+// error (CollectivesError). A backend that has not joined a group (or has
+// left it) has nothing to abort.
 func (c *Backend) AbortCollectives() error {
 	comm := c.comm.Load()
 	if comm == nil {
