@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -24,6 +26,7 @@ type NCCL struct {
 type ncclAPI struct {
 	getVersion, getErrorString, getLastError unsafe.Pointer
 	getUniqueID, commInitRank, commDestroy   unsafe.Pointer
+	commAbort, commGetAsyncError             unsafe.Pointer
 	groupStart, groupEnd                     unsafe.Pointer
 	allReduce, allGather, broadcast          unsafe.Pointer
 }
@@ -36,6 +39,8 @@ func (a *ncclAPI) slots() []symbolSlot {
 		{name: "ncclGetUniqueId", dst: &a.getUniqueID},
 		{name: "ncclCommInitRank", dst: &a.commInitRank},
 		{name: "ncclCommDestroy", dst: &a.commDestroy},
+		{name: "ncclCommAbort", dst: &a.commAbort},                 // NCCL 2.4+
+		{name: "ncclCommGetAsyncError", dst: &a.commGetAsyncError}, // NCCL 2.4+
 		{name: "ncclGroupStart", dst: &a.groupStart},
 		{name: "ncclGroupEnd", dst: &a.groupEnd},
 		{name: "ncclAllReduce", dst: &a.allReduce},
@@ -145,12 +150,27 @@ func (n *NCCL) UniqueID() (NCCLUniqueID, error) {
 }
 
 // NCCLComm is one rank of a communicator. Like every CUDA object it belongs
-// to the goroutine (locked OS thread) whose context was current at InitRank.
+// to the goroutine (locked OS thread) whose context was current at InitRank;
+// only Abort and AsyncError may be called from any goroutine.
 type NCCLComm struct {
 	n            *NCCL
-	comm         C.ncclComm_t
+	comm         C.ncclComm_t // set by InitRank, never changed; valid while state is commLive
 	rank, nranks int
+	state        atomic.Int32 // commLive, commDestroyed or commAborted
+	// calls is held for reading by a call while it is inside NCCL, and for
+	// writing by Destroy and, when it is free at once, by Abort.
+	calls sync.RWMutex
 }
+
+// The states of an NCCLComm.
+const (
+	commLive int32 = iota
+	commDestroyed
+	commAborted
+)
+
+// ErrNCCLAborted is what every call on a communicator returns after Abort.
+var ErrNCCLAborted = errors.New("the NCCL communicator was aborted (ncclCommAbort)")
 
 // InitRank joins rank of an nranks communicator on the calling thread's
 // current device. Every rank must call it (concurrently, from its own
@@ -173,15 +193,84 @@ func (n *NCCL) InitRank(nranks int, id NCCLUniqueID, rank int) (*NCCLComm, error
 func (c *NCCLComm) Rank() int { return c.rank }
 func (c *NCCLComm) Size() int { return c.nranks }
 
-// Destroy leaves the communicator.
+// enter admits one call into NCCL, holding c.calls for reading (the caller
+// releases it with c.calls.RUnlock when NCCL returns); a destroyed or
+// aborted communicator is an error and nothing is held.
+func (c *NCCLComm) enter(call string) error {
+	c.calls.RLock()
+	switch c.state.Load() {
+	case commLive:
+		return nil
+	case commAborted:
+		c.calls.RUnlock()
+		return fmt.Errorf("%s: rank %d of %d: %w", call, c.rank, c.nranks, ErrNCCLAborted)
+	}
+	c.calls.RUnlock()
+	return fmt.Errorf("%s: rank %d of %d: the communicator was destroyed (ncclCommDestroy)", call, c.rank, c.nranks)
+}
+
+// Destroy leaves the communicator; after Abort, or a first Destroy, it does
+// nothing (ncclCommAbort already freed it).
 func (c *NCCLComm) Destroy() error {
-	if c.comm == nil {
+	c.calls.Lock()
+	defer c.calls.Unlock()
+	if !c.state.CompareAndSwap(commLive, commDestroyed) {
 		return nil
 	}
-	err := c.n.check(C.sb_ncclCommDestroy(c.n.api.commDestroy, c.comm), nil, "ncclCommDestroy(rank %d)", c.rank)
-	c.comm = nil
-	return err
+	return c.n.check(C.sb_ncclCommDestroy(c.n.api.commDestroy, c.comm), nil, "ncclCommDestroy(rank %d)", c.rank)
 }
+
+// Abort ends the communicator now (ncclCommAbort): NCCL stops this rank's
+// operations that can no longer complete, such as a collective waiting for a
+// rank that failed, and frees the communicator. Unlike every other method it
+// may be called from any goroutine, while the owning one waits in a
+// collective or a stream synchronisation: ending such a wait from another
+// thread is what NCCL's abort is for (NCCL user guide, "Error handling and
+// communicator abort" and "Fault tolerance"; API reference, ncclCommAbort;
+// NVIDIA/nccl#140, where it came; PyTorch's ProcessGroupNCCL watchdog thread
+// aborts that way). Within a node every rank must abort, not only one
+// (NVIDIA/nccl#863): runner.Group does. Afterwards
+// Destroy does nothing and every other call returns ErrNCCLAborted; a
+// second Abort, or one after Destroy, does nothing.
+func (c *NCCLComm) Abort() error {
+	if !c.state.CompareAndSwap(commLive, commAborted) {
+		return nil
+	}
+	// A call of the owning goroutine may be inside NCCL at this moment, even
+	// blocked there (NCCL connects the peers of a collective at its first
+	// call, waiting for them): abort alongside it, as NCCL allows, instead of
+	// waiting for it to return.
+	if c.calls.TryLock() {
+		defer c.calls.Unlock()
+	}
+	return c.n.check(C.sb_ncclCommAbort(c.n.api.commAbort, c.comm), nil, "ncclCommAbort(rank %d of %d)", c.rank, c.nranks)
+}
+
+// AsyncError is the error the communicator hit outside any call, nil while
+// there is none: NCCL's network connections fail asynchronously, as when a
+// rank in another process went away (NVIDIA/nccl#279: not for certain),
+// and this rank's operations then never complete until it is aborted. Like
+// Abort it may be called from any goroutine: it is meant to be polled
+// while the owning one waits (ncclCommGetAsyncError; NVIDIA/nccl#140). A
+// destroyed or aborted communicator has none to report.
+func (c *NCCLComm) AsyncError() error {
+	if c.enter("ncclCommGetAsyncError") != nil {
+		return nil
+	}
+	defer c.calls.RUnlock()
+	var async C.ncclResult_t
+	call := fmt.Sprintf("ncclCommGetAsyncError(rank %d of %d)", c.rank, c.nranks)
+	if err := c.n.check(C.sb_ncclCommGetAsyncError(c.n.api.commGetAsyncError, c.comm, &async), nil, call); err != nil {
+		return err
+	}
+	if async == ncclInProgress {
+		return nil
+	}
+	return c.n.check(async, c.comm, call)
+}
+
+// ncclInProgress is a non-blocking communicator's "not done yet", no error.
+const ncclInProgress = 7
 
 // NCCLDataType and NCCLRedOp are ncclDataType_t and ncclRedOp_t values.
 type (
@@ -220,6 +309,10 @@ func (c *NCCLComm) AllReduce(send, recv DevPtr, count int, dt NCCLDataType, op N
 	if count < 0 {
 		return fmt.Errorf("ncclAllReduce: negative count %d", count)
 	}
+	if err := c.enter("ncclAllReduce"); err != nil {
+		return err
+	}
+	defer c.calls.RUnlock()
 	return c.n.check(C.sb_ncclAllReduce(c.n.api.allReduce, C.CUdeviceptr(send), C.CUdeviceptr(recv), C.size_t(count),
 		C.int(dt), C.int(op), c.comm, s.stream), c.comm, "ncclAllReduce(%d %s, rank %d of %d)", count, dt, c.rank, c.nranks)
 }
@@ -229,12 +322,20 @@ func (c *NCCLComm) AllGather(send, recv DevPtr, count int, dt NCCLDataType, s *S
 	if count < 0 {
 		return fmt.Errorf("ncclAllGather: negative count %d", count)
 	}
+	if err := c.enter("ncclAllGather"); err != nil {
+		return err
+	}
+	defer c.calls.RUnlock()
 	return c.n.check(C.sb_ncclAllGather(c.n.api.allGather, C.CUdeviceptr(send), C.CUdeviceptr(recv), C.size_t(count),
 		C.int(dt), c.comm, s.stream), c.comm, "ncclAllGather(%d %s per rank, rank %d of %d)", count, dt, c.rank, c.nranks)
 }
 
 // Broadcast enqueues recv = root's send (count elements) on every rank, on s.
 func (c *NCCLComm) Broadcast(send, recv DevPtr, count int, dt NCCLDataType, root int, s *Stream) error {
+	if err := c.enter("ncclBroadcast"); err != nil {
+		return err
+	}
+	defer c.calls.RUnlock()
 	return c.n.check(C.sb_ncclBroadcast(c.n.api.broadcast, C.CUdeviceptr(send), C.CUdeviceptr(recv), C.size_t(count),
 		C.int(dt), C.int(root), c.comm, s.stream), c.comm, "ncclBroadcast(%d %s from rank %d, rank %d of %d)", count, dt, root, c.rank, c.nranks)
 }

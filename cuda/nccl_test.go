@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -88,6 +89,7 @@ func TestNCCLEmulatedRanks(t *testing.T) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			r := &rankEnv{}
+			var err error // this rank's: the test's err is shared by every rank
 			if r.ctx, err = drv.NewContext(rank); err != nil {
 				t.Error(err)
 				return
@@ -170,6 +172,9 @@ func ncclRankChecks(t *testing.T, r *rankEnv, rank, ranks, n int) {
 
 // TestNCCLEmulatedTwoProcesses joins two processes (one emulated GPU each)
 // in one communicator: rank 0 writes the unique id to a file, rank 1 reads it.
+// After an all-reduce, rank 0 aborts its communicator instead of joining a
+// second one, and rank 1's fails naming the abort (the NCCL timeout is 600 s:
+// only the abort, through the shared segment, ends rank 1's wait quickly).
 func TestNCCLEmulatedTwoProcesses(t *testing.T) {
 	emutest.Use(t)
 	if rank := os.Getenv("STEPBENCH_TEST_NCCL_RANK"); rank != "" {
@@ -181,7 +186,8 @@ func TestNCCLEmulatedTwoProcesses(t *testing.T) {
 	var outs []*strings.Builder
 	for rank := 0; rank < 2; rank++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestNCCLEmulatedTwoProcesses$", "-test.v")
-		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_NCCL_RANK="+strconv.Itoa(rank), "STEPBENCH_TEST_NCCL_ID="+idFile)
+		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_NCCL_RANK="+strconv.Itoa(rank), "STEPBENCH_TEST_NCCL_ID="+idFile,
+			"STEPBENCH_EMU_NCCL_TIMEOUT_S=600")
 		var b strings.Builder
 		cmd.Stdout, cmd.Stderr = &b, &b
 		if err := cmd.Start(); err != nil {
@@ -253,5 +259,150 @@ func ncclProcessRank(t *testing.T, rankText, idFile string) {
 	}
 	if got := r.download(t, recv, 2); fmt.Sprint(got) != "[3 20]" {
 		t.Errorf("rank %d: all-reduce across processes = %v, want [3 20]", rank, got)
+	}
+	if rank == 0 {
+		if err := r.comm.Abort(); err != nil {
+			t.Errorf("rank 0: abort: %v", err)
+		}
+		return
+	}
+	// The abort may come before this all-reduce is enqueued (it fails at
+	// once) or while it waits on the stream (it wakes and fails).
+	err = r.comm.AllReduce(send, recv, 2, NCCLFloat32, NCCLSum, r.stream)
+	if err == nil {
+		err = r.stream.Sync()
+	}
+	const why = "rank 0 aborted the communicator (ncclCommAbort)"
+	if err == nil || !strings.Contains(err.Error(), why) {
+		t.Errorf("rank 1: an all-reduce after rank 0's abort in another process: %v, want an error naming %q", err, why)
+	}
+}
+
+// TestNCCLEmulatedAbort: rank 1 of 4 in-process ranks never joins their
+// all-reduce; its communicator is aborted from another goroutine instead.
+// The three others, waiting for it in the all-reduce, fail with the abort
+// named (the child's NCCL timeout is 600 s, so only the abort can end their
+// wait quickly: a hang shows as the go test timeout); their next
+// collective fails at once with ncclRemoteError, their asynchronous error
+// is ncclRemoteError; on rank 1, Destroy after Abort does nothing and a
+// collective returns ErrNCCLAborted.
+func TestNCCLEmulatedAbort(t *testing.T) {
+	emutest.Use(t)
+	if os.Getenv("STEPBENCH_TEST_NCCL") != "abort" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNCCLEmulatedAbort$", "-test.v")
+		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_NCCL=abort", "STEPBENCH_EMU_DEVICES=4", "STEPBENCH_EMU_NCCL_TIMEOUT_S=600")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	nccl, err := OpenNCCL("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv, err := OpenDriver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := nccl.UniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ranks = 4
+	comms := make(chan *NCCLComm, 1)       // rank 1's, once joined
+	enqueued := make(chan struct{}, ranks) // one per waiting rank
+	aborted := make(chan struct{})
+	var wg sync.WaitGroup
+	for rank := 0; rank < ranks; rank++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			r := &rankEnv{}
+			var err error // this rank's: the test's err is shared by every rank
+			if r.ctx, err = drv.NewContext(rank); err != nil {
+				t.Error(err)
+				return
+			}
+			defer r.ctx.Close()
+			if r.stream, err = r.ctx.NewStream(); err != nil {
+				t.Error(err)
+				return
+			}
+			if r.comm, err = nccl.InitRank(ranks, id, rank); err != nil {
+				t.Error(err)
+				return
+			}
+			if rank == 1 {
+				comms <- r.comm
+				<-aborted
+				abortedRankChecks(t, r)
+				return
+			}
+			waitingRankChecks(t, r, rank, enqueued)
+		}()
+	}
+	comm := <-comms
+	for range ranks - 1 {
+		<-enqueued
+	}
+	if err := comm.Abort(); err != nil {
+		t.Errorf("abort rank 1: %v", err)
+	}
+	close(aborted)
+	wg.Wait()
+}
+
+// waitingRankChecks: the rank's all-reduce waits for rank 1 until its abort
+// ends it; the next collective fails at once.
+func waitingRankChecks(t *testing.T, r *rankEnv, rank int, enqueued chan<- struct{}) {
+	defer r.comm.Destroy()
+	p, err := r.ctx.Alloc(4 * 16)
+	if err != nil {
+		t.Error(err)
+		enqueued <- struct{}{}
+		return
+	}
+	err = r.comm.AllReduce(p, p, 16, NCCLFloat32, NCCLSum, r.stream)
+	enqueued <- struct{}{}
+	if err != nil {
+		t.Errorf("rank %d: all-reduce: %v", rank, err)
+		return
+	}
+	const why = "rank 1 aborted the communicator (ncclCommAbort)"
+	if err := r.stream.Sync(); err == nil || !strings.Contains(err.Error(), why) {
+		t.Errorf("rank %d: the all-reduce waiting for an aborted rank ended with %v, want %q", rank, err, why)
+	}
+	err = r.comm.AllReduce(p, p, 16, NCCLFloat32, NCCLSum, r.stream)
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Name != "ncclRemoteError" || !strings.Contains(ce.Detail, why) {
+		t.Errorf("rank %d: an all-reduce after the abort: %v, want ncclRemoteError naming the abort", rank, err)
+	}
+	if err := r.comm.AsyncError(); !errors.As(err, &ce) || ce.Name != "ncclRemoteError" {
+		t.Errorf("rank %d: asynchronous error after a peer's abort: %v, want ncclRemoteError", rank, err)
+	}
+}
+
+// abortedRankChecks: on the aborted rank, Abort again and Destroy do
+// nothing; a collective is a Go error.
+func abortedRankChecks(t *testing.T, r *rankEnv) {
+	if err := r.comm.Abort(); err != nil {
+		t.Errorf("a second abort: %v", err)
+	}
+	if err := r.comm.Destroy(); err != nil {
+		t.Errorf("destroy after abort: %v", err)
+	}
+	if err := r.comm.AsyncError(); err != nil {
+		t.Errorf("asynchronous error of an aborted communicator: %v, want none", err)
+	}
+	p, err := r.ctx.Alloc(4 * 16)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := r.comm.AllReduce(p, p, 16, NCCLFloat32, NCCLSum, r.stream); !errors.Is(err, ErrNCCLAborted) {
+		t.Errorf("all-reduce after abort: %v, want ErrNCCLAborted", err)
 	}
 }

@@ -213,6 +213,10 @@ ncclResult_t sb_ncclCommInitRank(void *fn, ncclComm_t *comm, int nranks, const v
 	return ((ncclResult_t(*)(ncclComm_t *, int, sb_ncclUniqueId, int))fn)(comm, nranks, id, rank);
 }
 ncclResult_t sb_ncclCommDestroy(void *fn, ncclComm_t comm) { return ((ncclResult_t(*)(ncclComm_t))fn)(comm); }
+ncclResult_t sb_ncclCommAbort(void *fn, ncclComm_t comm) { return ((ncclResult_t(*)(ncclComm_t))fn)(comm); }
+ncclResult_t sb_ncclCommGetAsyncError(void *fn, ncclComm_t comm, ncclResult_t *async_error) {
+	return ((ncclResult_t(*)(ncclComm_t, ncclResult_t *))fn)(comm, async_error);
+}
 ncclResult_t sb_ncclGroup(void *fn) { return ((ncclResult_t(*)(void))fn)(); }
 ncclResult_t sb_ncclAllReduce(void *fn, CUdeviceptr send, CUdeviceptr recv, size_t count, int datatype, int op,
                               ncclComm_t comm, CUstream stream) {

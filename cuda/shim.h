@@ -121,6 +121,8 @@ const char *sb_ncclGetLastError(void *fn, ncclComm_t comm);
 ncclResult_t sb_ncclGetUniqueId(void *fn, void *id128);
 ncclResult_t sb_ncclCommInitRank(void *fn, ncclComm_t *comm, int nranks, const void *id128, int rank);
 ncclResult_t sb_ncclCommDestroy(void *fn, ncclComm_t comm);
+ncclResult_t sb_ncclCommAbort(void *fn, ncclComm_t comm);
+ncclResult_t sb_ncclCommGetAsyncError(void *fn, ncclComm_t comm, ncclResult_t *async_error);
 ncclResult_t sb_ncclGroup(void *fn);
 ncclResult_t sb_ncclAllReduce(void *fn, CUdeviceptr send, CUdeviceptr recv, size_t count, int datatype, int op,
                               ncclComm_t comm, CUstream stream);

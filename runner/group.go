@@ -1,10 +1,13 @@
 package runner
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,18 +22,63 @@ import (
 // A Group may hold only some ranks of the communicator (the others run in
 // other processes, on other nodes): it drives its own, and the collectives
 // keep every process in step.
+//
+// A rank that fails never leaves the others waiting: on the first failure
+// the Group aborts the collectives of every rank it holds (Aborter), so
+// that ranks waiting in a collective for the failed one fail too, and
+// returns the failure, named by rank, before its consequences. While it
+// waits it also polls the ranks' collectives for a failure outside any
+// call (CollectivesWatcher: a rank in another process went away) and
+// treats one as the rank's. The Group is then dead: every later call
+// returns that error at once; Close still releases everything.
 type Group struct {
-	cfg   Config
-	size  int
-	ranks []*groupRank
+	cfg     Config
+	size    int
+	ranks   []*groupRank
+	results chan rankResult // every rank's result of the call in progress
+	dead    error           // the failure that aborted the ranks' collectives
+	// watchEvery is how often the ranks' CollectivesWatcher are polled
+	// during a call (the constant; tests shorten it).
+	watchEvery time.Duration
 }
 
 type groupRank struct {
-	rank int // the rank in the communicator
-	work chan func()
-	done chan error
-	be   Backend
-	e    *Engine
+	rank   int // the rank in the communicator
+	work   chan func()
+	be     Backend
+	e      *Engine
+	shared atomic.Value // be, for other goroutines (abort, watch): set once it is open
+}
+
+// rankResult is one rank's result of a call; afterAbort says whether the
+// rank returned after the call had begun aborting the collectives.
+type rankResult struct {
+	r          *groupRank
+	err        error
+	afterAbort bool
+}
+
+// CollectivesWatcher is implemented by backends whose collectives can fail
+// outside any call while the rank waits, as when a rank in another process
+// went away: CollectivesError, called from any goroutine, returns that
+// failure (nil while there is none). The Group polls it every watchEvery
+// while it waits for its ranks, and treats a failure as the rank's (the
+// cuda backend's is ncclCommGetAsyncError; an Aborter is then aborted).
+type CollectivesWatcher interface {
+	CollectivesError() error
+}
+
+// watchEvery is how often a Group polls its ranks' CollectivesWatcher.
+const watchEvery = time.Second
+
+// Aborter is implemented by backends whose collectives can be ended from
+// any goroutine: after AbortCollectives, a collective waiting for a peer
+// (or a stream synchronisation behind one) fails instead of waiting for a
+// rank that will never come, and every later collective fails at once. The
+// cuda backend's is ncclCommAbort; the other nodes' NCCL may report it to
+// their ranks as an asynchronous error (see CollectivesWatcher).
+type Aborter interface {
+	AbortCollectives() error
 }
 
 // RankBackends opens the backends of a Group's ranks. Open and Join run on
@@ -53,7 +101,7 @@ func NewGroup(cfg Config, size int, ranks []int, open RankBackends, src WeightSo
 	if len(ranks) == 0 {
 		return nil, errors.New("tensor-parallel group: no ranks to run")
 	}
-	g := &Group{cfg: cfg, size: size}
+	g := &Group{cfg: cfg, size: size, results: make(chan rankResult, len(ranks)), watchEvery: watchEvery}
 	for _, r := range ranks {
 		if r < 0 || r >= size || slices.ContainsFunc(g.ranks, func(o *groupRank) bool { return o.rank == r }) {
 			g.stop()
@@ -62,7 +110,13 @@ func NewGroup(cfg Config, size int, ranks []int, open RankBackends, src WeightSo
 		g.ranks = append(g.ranks, startRank(r))
 	}
 	steps := []func(r *groupRank) error{
-		func(r *groupRank) (err error) { r.be, err = open.Open(r.rank); return err },
+		func(r *groupRank) (err error) {
+			r.be, err = open.Open(r.rank)
+			if r.be != nil {
+				r.shared.Store(r.be)
+			}
+			return err
+		},
 		func(r *groupRank) error { return open.Join(r.rank, r.be) },
 		func(r *groupRank) error {
 			lay, err := cfg.TPLayout(r.rank, size)
@@ -88,7 +142,7 @@ func NewGroup(cfg Config, size int, ranks []int, open RankBackends, src WeightSo
 // startRank starts the rank's goroutine, locked to its OS thread for its
 // whole life (the thread ends with it, taking its CUDA context binding).
 func startRank(rank int) *groupRank {
-	r := &groupRank{rank: rank, work: make(chan func()), done: make(chan error, 1)}
+	r := &groupRank{rank: rank, work: make(chan func())}
 	go func() {
 		runtime.LockOSThread()
 		for f := range r.work {
@@ -99,18 +153,145 @@ func startRank(rank int) *groupRank {
 }
 
 // each runs f for every rank on the rank's goroutine, all at once, and
-// returns when all are done, with every failure (named by rank).
+// returns when all are done (see run). A dead group returns its failure at
+// once.
 func (g *Group) each(f func(r *groupRank) error) error {
-	for _, r := range g.ranks {
-		r.work <- func() { r.done <- f(r) }
+	if g.dead != nil {
+		return g.dead
 	}
-	var errs []error
-	for _, r := range g.ranks {
-		if err := <-r.done; err != nil {
-			errs = append(errs, fmt.Errorf("rank %d: %w", r.rank, err))
+	return g.run(g.ranks, f)
+}
+
+// run runs f on ranks, all at once, and collects their results as they
+// come. In a live group the first failure aborts every rank's collectives,
+// so that ranks waiting for the failed one return too, and kills the group
+// (see failure); so does an asynchronous error of a rank's collectives,
+// which it polls while it waits (watch). In a dead group (Close) each
+// rank's failure is its own.
+func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error) error {
+	var aborting atomic.Bool
+	for _, r := range ranks {
+		r.work <- func() {
+			err := f(r)
+			g.results <- rankResult{r: r, err: err, afterAbort: aborting.Load()}
 		}
 	}
-	return errors.Join(errs...)
+	wasDead := g.dead != nil
+	var failed []rankResult
+	var abortErrs []error
+	fail := func(res rankResult) {
+		if len(failed) == 0 && !wasDead {
+			aborting.Store(true)
+			abortErrs = g.abortCollectives(res.r)
+		}
+		failed = append(failed, res)
+	}
+	poll := time.NewTicker(g.watchEvery)
+	defer poll.Stop()
+	for got := 0; got < len(ranks); {
+		select {
+		case res := <-g.results:
+			got++
+			if res.err != nil {
+				fail(res)
+			}
+		case <-poll.C:
+			if len(failed) == 0 && !wasDead {
+				if res, ok := g.watch(); ok {
+					fail(res)
+				}
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	if wasDead {
+		slices.SortFunc(failed, func(a, b rankResult) int { return cmp.Compare(a.r.rank, b.r.rank) })
+		errs := make([]error, len(failed))
+		for i, res := range failed {
+			errs[i] = fmt.Errorf("rank %d: %w", res.r.rank, res.err)
+		}
+		return errors.Join(errs...)
+	}
+	g.dead = errors.Join(append(failure(failed), abortErrs...)...)
+	return g.dead
+}
+
+// watch asks every rank's backend that is a CollectivesWatcher whether its
+// collectives failed outside any call; the first that did is a failure.
+func (g *Group) watch() (rankResult, bool) {
+	for _, r := range g.ranks {
+		w, ok := r.shared.Load().(CollectivesWatcher)
+		if !ok {
+			continue
+		}
+		if err := w.CollectivesError(); err != nil {
+			return rankResult{r: r, err: fmt.Errorf("its collectives failed while it waited: %w", err)}, true
+		}
+	}
+	return rankResult{}, false
+}
+
+// failure orders the failed ranks' errors: the first to arrive (the one
+// that aborted the collectives), then the others that failed before the
+// abort, then those that failed after it, marked as its consequences; by
+// rank within each.
+func failure(failed []rankResult) []error {
+	first := failed[0]
+	rest := slices.Clone(failed[1:])
+	slices.SortFunc(rest, func(a, b rankResult) int { return cmp.Compare(a.r.rank, b.r.rank) })
+	errs := []error{fmt.Errorf("rank %d: %w", first.r.rank, first.err)}
+	for _, res := range rest {
+		if !res.afterAbort {
+			errs = append(errs, fmt.Errorf("rank %d: %w", res.r.rank, res.err))
+		}
+	}
+	for _, res := range rest {
+		switch {
+		case !res.afterAbort:
+		case res.r == first.r: // first was its collectives' asynchronous error
+			errs = append(errs, fmt.Errorf("rank %d: aborted: %w", res.r.rank, res.err))
+		default:
+			errs = append(errs, fmt.Errorf("rank %d: aborted after rank %d failed: %w", res.r.rank, first.r.rank, res.err))
+		}
+	}
+	return errs
+}
+
+// abortCollectives aborts the failed rank's collectives, then every other
+// rank's at once (so that the others' errors name the failed rank's abort;
+// NCCL wants every rank of a node aborted, not only one: NVIDIA/nccl#863),
+// each from a goroutine of its own: a rank's goroutine may be waiting in a
+// collective. That goroutine keeps its OS thread to the end, so the thread
+// exits with it and whatever device state the abort left current on it
+// goes too.
+func (g *Group) abortCollectives(failed *groupRank) []error {
+	errs := make([]error, len(g.ranks))
+	abort := func(i int, r *groupRank, wg *sync.WaitGroup) {
+		a, ok := r.shared.Load().(Aborter)
+		if !ok {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			if err := a.AbortCollectives(); err != nil {
+				errs[i] = fmt.Errorf("rank %d: abort collectives: %w", r.rank, err)
+			}
+		}()
+	}
+	var first, rest sync.WaitGroup
+	abort(g.index(failed), failed, &first)
+	first.Wait()
+	for i, r := range g.ranks {
+		if r != failed {
+			abort(i, r, &rest)
+		}
+	}
+	rest.Wait()
+	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
 // Do runs f with every rank's engine on the rank's goroutine, all at once.
@@ -203,11 +384,16 @@ func (g *Group) Elapsed(start, end Event) (time.Duration, error) {
 	return slices.Max(per), nil
 }
 
-// NextTokens is each sequence's latest greedy token (the same on every rank).
+// NextTokens is each sequence's latest greedy token (the same on every
+// rank: the first rank's). Every rank reads its own, so that a rank whose
+// stream failed says so, rather than the first waiting for it forever.
 func (g *Group) NextTokens() ([]int32, error) {
-	var out []int32
-	err := g.on(g.ranks[0], func(e *Engine) (err error) { out, err = e.NextTokens(); return err })
-	return out, err
+	per := make([][]int32, len(g.ranks))
+	err := g.each(func(r *groupRank) (err error) { per[g.index(r)], err = r.e.NextTokens(); return err })
+	if err != nil {
+		return nil, err
+	}
+	return per[0], nil
 }
 
 // Logits gathers every rank's vocabulary slice of the last step's logits
@@ -229,16 +415,11 @@ func (g *Group) Logits() ([][]float32, error) {
 	return out, nil
 }
 
-// on runs f with one rank's engine on its goroutine.
-func (g *Group) on(r *groupRank, f func(e *Engine) error) error {
-	r.work <- func() { r.done <- f(r.e) }
-	return <-r.done
-}
-
 // Close closes every engine and backend on its rank's goroutine and ends
-// the goroutines.
+// the goroutines, dead group or not (a backend whose collectives were
+// aborted does not leave its communicator again).
 func (g *Group) Close() error {
-	err := g.each(func(r *groupRank) error {
+	err := g.run(g.ranks, func(r *groupRank) error {
 		var errs []error
 		if r.e != nil {
 			errs = append(errs, r.e.Close())

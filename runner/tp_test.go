@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -13,13 +14,19 @@ import (
 // cpuComm is an in-memory communicator of cpu backends, for tests: each
 // collective is a barrier, then every rank computes the result from all
 // ranks' inputs in rank order (bf16 sums in fp32, rounded once, as NCCL
-// and the emulated NCCL do), then a barrier.
+// and the emulated NCCL do), then a barrier. Like ncclCommAbort, abort
+// wakes every rank waiting in a barrier with an error, and every later
+// barrier fails at once; remote, when set, is a failure of ranks in
+// another process that the ranks here learn only by asking
+// (CollectivesError, as ncclCommGetAsyncError).
 type cpuComm struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	size    int
 	arrived int
 	gen     int
+	aborted error
+	remote  error
 	bf16    [][]uint16
 	u64     [][]uint64
 }
@@ -30,19 +37,35 @@ func newCPUComm(size int) *cpuComm {
 	return c
 }
 
-func (c *cpuComm) barrier() {
+func (c *cpuComm) barrier() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.aborted != nil {
+		return c.aborted
+	}
 	gen := c.gen
 	if c.arrived++; c.arrived == c.size {
 		c.arrived, c.gen = 0, c.gen+1
 		c.cond.Broadcast()
-		return
+		return nil
 	}
-	for gen == c.gen {
+	for gen == c.gen && c.aborted == nil {
 		c.cond.Wait()
 	}
+	if gen == c.gen {
+		return c.aborted
+	}
+	return nil
 }
+
+func (c *cpuComm) abort() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.aborted = errCollectivesAborted
+	c.cond.Broadcast()
+}
+
+var errCollectivesAborted = errors.New("the in-memory collectives were aborted")
 
 // cpuRank is a cpu backend that is one rank of a cpuComm.
 type cpuRank struct {
@@ -54,7 +77,9 @@ type cpuRank struct {
 func (r *cpuRank) AllReduceSum(buf Buffer, n int) error {
 	data := buf.(*cpuBuffer).b16[:n]
 	r.comm.bf16[r.rank] = slices.Clone(data)
-	r.comm.barrier()
+	if err := r.comm.barrier(); err != nil {
+		return err
+	}
 	for i := range data {
 		var sum float32
 		for _, part := range r.comm.bf16 {
@@ -62,7 +87,19 @@ func (r *cpuRank) AllReduceSum(buf Buffer, n int) error {
 		}
 		data[i] = ref.F32ToBF16(sum)
 	}
-	r.comm.barrier()
+	return r.comm.barrier()
+}
+
+// CollectivesError makes the rank a runner.CollectivesWatcher.
+func (r *cpuRank) CollectivesError() error {
+	r.comm.mu.Lock()
+	defer r.comm.mu.Unlock()
+	return r.comm.remote
+}
+
+// AbortCollectives makes the rank a runner.Aborter.
+func (r *cpuRank) AbortCollectives() error {
+	r.comm.abort()
 	return nil
 }
 
@@ -79,14 +116,15 @@ func (r *cpuRank) ArgmaxKeys(keys, logits Buffer, rows, vocab, vocabStart int) e
 func (r *cpuRank) AllReduceMaxKeys(keys Buffer, rows int) error {
 	k := keysOf(keys, rows)
 	r.comm.u64[r.rank] = slices.Clone(k)
-	r.comm.barrier()
+	if err := r.comm.barrier(); err != nil {
+		return err
+	}
 	for i := range k {
 		for _, part := range r.comm.u64 {
 			k[i] = max(k[i], part[i])
 		}
 	}
-	r.comm.barrier()
-	return nil
+	return r.comm.barrier()
 }
 
 func (r *cpuRank) KeyIndex(out, keys Buffer, rows int) error {

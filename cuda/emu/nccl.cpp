@@ -12,6 +12,16 @@
 // rank order, bf16 through fp32 with one rounding), waits again. A rank
 // that waits longer than STEPBENCH_EMU_NCCL_TIMEOUT_S (default 60) fails
 // the collective with a message saying which ranks it waited for.
+//
+// ncclCommAbort marks the segment failed and wakes every waiter: each rank
+// of the communicator, in this process or another, waiting in a collective
+// fails within a poll (kPollSeconds) with the abort named, and a rank that
+// comes later fails at once (ncclRemoteError, as real NCCL reports a peer
+// that went away). The timeout stays as the last resort.
+//
+// STEPBENCH_EMU_NCCL_FAIL=RANK:N injects a fault, for tests: the N-th
+// collective (1-based) that rank RANK of a communicator runs fails on its
+// stream before it meets the others, as a rank whose kernel faulted would.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -19,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cmath>
@@ -47,12 +58,14 @@ enum {
     kInternalError = 3,
     kInvalidArgument = 4,
     kInvalidUsage = 5,
+    kRemoteError = 6,  // NCCL 2.13+
 };
 enum { kInt8 = 0, kUint8 = 1, kInt32 = 2, kUint32 = 3, kInt64 = 4, kUint64 = 5, kFloat16 = 6, kFloat32 = 7, kFloat64 = 8, kBfloat16 = 9 };
 enum { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 
 constexpr int kIdBytes = 128;
-constexpr char kMagic[] = "SBEMU-NCCL-1";
+constexpr char kMagic[] = "SBEMU-NCCL-2";  // 2: Shared gained failed_code
+constexpr double kPollSeconds = 0.1;  // how often a waiter looks at the segment besides being woken
 constexpr size_t kSlotBytes = 4 << 20;  // staging per rank per chunk
 constexpr int kMaxRanks = 64;
 
@@ -72,6 +85,7 @@ struct Shared {
     unsigned long long arrived_mask;
     int failed;
     char error[256];
+    int failed_code;  // kSystemError for a timeout, kRemoteError for an abort
 };
 
 struct Comm {
@@ -81,6 +95,10 @@ struct Comm {
     int rank = 0, nranks = 0, device = 0;
     unsigned char *slots = nullptr;
     char last_error[512] = {0};
+    // aborted: ncclCommAbort ran; the Comm is then never freed (see there).
+    std::atomic<bool> aborted{false};
+    long fail_at = 0;             // STEPBENCH_EMU_NCCL_FAIL: this rank's collective to fail, 0 none
+    std::atomic<long> runs{0};    // collectives this rank ran on its stream
 };
 
 thread_local char tl_error[512];
@@ -121,8 +139,20 @@ std::string Missing(unsigned long long arrived, int nranks) {
     return s;
 }
 
+// FailLocked marks the communicator failed (sh->mu held) and wakes every
+// waiter; the first failure's message stays.
+void FailLocked(Shared *sh, int code, const std::string &why) {
+    if (!sh->failed) {
+        snprintf(sh->error, sizeof sh->error, "%s", why.c_str());
+        sh->failed_code = code;
+        sh->failed = 1;
+    }
+    pthread_cond_broadcast(&sh->cv);
+}
+
 // Barrier waits until every rank arrives; false (with why) on timeout or a
-// failed communicator.
+// failed (aborted) communicator. Besides being woken, a waiter looks at the
+// segment every kPollSeconds.
 bool Barrier(Comm *c, const char *what, std::string *why) {
     Shared *sh = c->sh;
     pthread_mutex_lock(&sh->mu);
@@ -141,22 +171,55 @@ bool Barrier(Comm *c, const char *what, std::string *why) {
         pthread_mutex_unlock(&sh->mu);
         return true;
     }
-    struct timespec deadline;
     const double timeout = TimeoutSeconds();
-    Deadline(&deadline, timeout);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
     while (sh->generation == gen && !sh->failed) {
-        if (pthread_cond_timedwait(&sh->cv, &sh->mu, &deadline) == ETIMEDOUT && sh->generation == gen) {
-            snprintf(sh->error, sizeof sh->error, "rank %d waited %.0f s in %s for ranks %s", c->rank, timeout, what,
+        struct timespec slice;
+        Deadline(&slice, kPollSeconds);
+        pthread_cond_timedwait(&sh->cv, &sh->mu, &slice);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        const double waited = (double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9;
+        if (sh->generation == gen && !sh->failed && waited >= timeout) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "rank %d waited %.0f s in %s for ranks %s", c->rank, timeout, what,
                      Missing(sh->arrived_mask, sh->nranks).c_str());
-            sh->failed = 1;
-            pthread_cond_broadcast(&sh->cv);
-            break;
+            FailLocked(sh, kSystemError, msg);
         }
     }
     const bool ok = sh->generation != gen;
     if (!ok) *why = sh->error;
     pthread_mutex_unlock(&sh->mu);
     return ok;
+}
+
+// CheckLive fails a call on an aborted communicator, or on one a peer
+// aborted (or that timed out), at once.
+int CheckLive(Comm *c, const char *call) {
+    if (c->aborted.load()) {
+        return SetError(c, kInvalidUsage, "%s: rank %d: this communicator was aborted (ncclCommAbort)", call, c->rank);
+    }
+    Shared *sh = c->sh;
+    pthread_mutex_lock(&sh->mu);
+    const int failed = sh->failed, code = sh->failed_code;
+    const std::string why = sh->error;
+    pthread_mutex_unlock(&sh->mu);
+    if (failed) return SetError(c, code ? code : kSystemError, "%s: rank %d: the communicator failed: %s", call, c->rank, why.c_str());
+    return kSuccess;
+}
+
+// FailAt parses STEPBENCH_EMU_NCCL_FAIL=RANK:N: the collective of rank to
+// fail (0: none); false for a malformed value.
+bool FailAt(int rank, long *at) {
+    *at = 0;
+    const char *v = getenv("STEPBENCH_EMU_NCCL_FAIL");
+    if (v == nullptr || *v == 0) return true;
+    int r = -1;
+    long n = 0;
+    char extra = 0;
+    if (sscanf(v, "%d:%ld%c", &r, &n, &extra) != 2 || r < 0 || n < 1) return false;
+    if (r == rank) *at = n;
+    return true;
 }
 
 size_t TypeSize(int t) {
@@ -252,6 +315,11 @@ int Run(void *arg, char *err, size_t len) {
     const size_t total = x.count * es;
     const size_t per_chunk = kSlotBytes / es * es;
     std::string why;
+    if (const long n = ++c->runs; n == c->fail_at) {
+        snprintf(err, len, "NCCL (emulated) %s on rank %d: the injected fault STEPBENCH_EMU_NCCL_FAIL=%d:%ld (this rank's collective %ld)",
+                 KindName(x.kind), c->rank, c->rank, n, n);
+        return 999;
+    }
     for (size_t off = 0; off < total || (off == 0 && total == 0); off += per_chunk) {
         const size_t bytes = std::min(per_chunk, total - off);
         unsigned char *mine = c->slots + (size_t)c->rank * kSlotBytes;
@@ -316,6 +384,7 @@ API const char *ncclGetErrorString(int result) {
     case kInternalError: return "internal error - please report this issue to the NCCL developers";
     case kInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
     case kInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case kRemoteError: return "remote process exited or there was a network error";
     }
     return "unknown result code";
 }
@@ -339,6 +408,11 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
     if (strncmp(id.bytes, kMagic, strlen(kMagic)) != 0) {
         return SetError(nullptr, kInvalidArgument, "ncclCommInitRank: not a unique id of the emulated NCCL");
     }
+    long fail_at = 0;
+    if (!FailAt(rank, &fail_at)) {
+        return SetError(nullptr, kInvalidArgument, "ncclCommInitRank: STEPBENCH_EMU_NCCL_FAIL=%s: want RANK:N (rank RANK's N-th collective fails, N >= 1)",
+                        getenv("STEPBENCH_EMU_NCCL_FAIL"));
+    }
     int device = 0;
     if (sbemu_current_context() != 0 || cuCtxGetDevice(&device) != 0) {
         return SetError(nullptr, kUnhandledCudaError, "ncclCommInitRank: no current CUDA context on this thread");
@@ -348,6 +422,7 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
     c->rank = rank;
     c->nranks = nranks;
     c->device = device;
+    c->fail_at = fail_at;
     c->map_len = sizeof(Shared) + 64 + (size_t)nranks * kSlotBytes;
     const int fd = shm_open(c->name.c_str(), O_RDWR | O_CREAT, 0600);
     if (fd < 0 || ftruncate(fd, (off_t)c->map_len) != 0) {
@@ -411,6 +486,7 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
 
 API int ncclCommDestroy(Comm *c) {
     if (c == nullptr) return SetError(nullptr, kInvalidArgument, "ncclCommDestroy: null comm");
+    if (c->aborted.load()) return SetError(c, kInvalidUsage, "ncclCommDestroy: rank %d: the communicator was aborted (ncclCommAbort freed it)", c->rank);
     Shared *sh = c->sh;
     pthread_mutex_lock(&sh->mu);
     const bool last = --sh->joined == 0;
@@ -421,7 +497,24 @@ API int ncclCommDestroy(Comm *c) {
     return kSuccess;
 }
 
-API int ncclCommAbort(Comm *c) { return ncclCommDestroy(c); }
+// ncclCommAbort fails the communicator for every rank and leaves it. The
+// Comm and its mapping are never freed: this rank's stream work may still
+// be waiting in a barrier (it wakes now and fails), and NCCL lets a call of
+// the owning thread race with an abort from another; a process aborts a
+// communicator once, at the end of a failed run.
+API int ncclCommAbort(Comm *c) {
+    if (c == nullptr) return SetError(nullptr, kInvalidArgument, "ncclCommAbort: null comm");
+    if (c->aborted.exchange(true)) return SetError(c, kInvalidUsage, "ncclCommAbort: rank %d: already aborted", c->rank);
+    Shared *sh = c->sh;
+    char why[128];
+    snprintf(why, sizeof why, "rank %d aborted the communicator (ncclCommAbort)", c->rank);
+    pthread_mutex_lock(&sh->mu);
+    FailLocked(sh, kRemoteError, why);
+    const bool last = --sh->joined == 0;
+    pthread_mutex_unlock(&sh->mu);
+    if (last) shm_unlink(c->name.c_str());
+    return kSuccess;
+}
 
 API int ncclCommCount(const Comm *c, int *count) {
     if (c == nullptr || count == nullptr) return kInvalidArgument;
@@ -443,7 +536,9 @@ API int ncclCommCuDevice(const Comm *c, int *device) {
 
 API int ncclCommGetAsyncError(Comm *c, int *async) {
     if (c == nullptr || async == nullptr) return kInvalidArgument;
-    *async = c->sh->failed ? kSystemError : kSuccess;
+    pthread_mutex_lock(&c->sh->mu);
+    *async = c->sh->failed ? (c->sh->failed_code ? c->sh->failed_code : kSystemError) : kSuccess;
+    pthread_mutex_unlock(&c->sh->mu);
     return kSuccess;
 }
 
@@ -456,6 +551,7 @@ API int ncclAllReduce(const void *send, void *recv, size_t count, int type, int 
     if (c == nullptr) return SetError(nullptr, kInvalidArgument, "ncclAllReduce: null comm");
     if (TypeSize(type) == 0 || type == kFloat16) return SetError(c, kInvalidArgument, "ncclAllReduce: data type %d is not emulated", type);
     if (op < kSum || op > kAvg) return SetError(c, kInvalidArgument, "ncclAllReduce: reduction %d", op);
+    if (int rc = CheckLive(c, "ncclAllReduce")) return rc;
     const size_t bytes = count * TypeSize(type);
     if (int rc = CheckBuffers(c, "ncclAllReduce", send, bytes, recv, bytes)) return rc;
     return Enqueue(new Collective{kAllReduce, c, (const unsigned char *)send, (unsigned char *)recv, count, type, op, 0}, stream);
@@ -464,6 +560,7 @@ API int ncclAllReduce(const void *send, void *recv, size_t count, int type, int 
 API int ncclAllGather(const void *send, void *recv, size_t count, int type, Comm *c, void *stream) {
     if (c == nullptr) return SetError(nullptr, kInvalidArgument, "ncclAllGather: null comm");
     if (TypeSize(type) == 0) return SetError(c, kInvalidArgument, "ncclAllGather: data type %d", type);
+    if (int rc = CheckLive(c, "ncclAllGather")) return rc;
     const size_t bytes = count * TypeSize(type);
     if (int rc = CheckBuffers(c, "ncclAllGather", send, bytes, recv, bytes * c->nranks)) return rc;
     return Enqueue(new Collective{kAllGather, c, (const unsigned char *)send, (unsigned char *)recv, count, type, kSum, 0}, stream);
@@ -473,6 +570,7 @@ API int ncclBroadcast(const void *send, void *recv, size_t count, int type, int 
     if (c == nullptr) return SetError(nullptr, kInvalidArgument, "ncclBroadcast: null comm");
     if (TypeSize(type) == 0) return SetError(c, kInvalidArgument, "ncclBroadcast: data type %d", type);
     if (root < 0 || root >= c->nranks) return SetError(c, kInvalidArgument, "ncclBroadcast: root %d of %d ranks", root, c->nranks);
+    if (int rc = CheckLive(c, "ncclBroadcast")) return rc;
     const size_t bytes = count * TypeSize(type);
     if (int rc = CheckBuffers(c, "ncclBroadcast", c->rank == root ? send : nullptr, c->rank == root ? bytes : 0, recv, bytes)) return rc;
     return Enqueue(new Collective{kBroadcast, c, (const unsigned char *)send, (unsigned char *)recv, count, type, kSum, root}, stream);

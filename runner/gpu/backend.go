@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"stepbench/cuda"
@@ -94,7 +95,9 @@ type Backend struct {
 
 	events    []*cuda.Event
 	capturing bool
-	comm      *cuda.NCCLComm // JoinGroup: this backend is a tensor-parallel rank
+	// comm is set by JoinGroup (this backend is a tensor-parallel rank);
+	// AbortCollectives reads it from other goroutines.
+	comm atomic.Pointer[cuda.NCCLComm]
 }
 
 // New opens the driver, NVRTC and cuBLAS, compiles (or loads cached)
@@ -345,7 +348,7 @@ func (c *Backend) Close() error {
 		add(ev.Destroy())
 	}
 	c.events = nil
-	add(c.leaveGroup())
+	add(c.leaveGroup()) // after AbortCollectives, nothing to leave
 	// The handle goes before its workspace: cuBLAS may use the workspace
 	// until the handle is destroyed.
 	if c.handle != nil {

@@ -13,28 +13,51 @@ import (
 // NCCL all-reduces on the backend's stream, which a decode graph captures
 // like any kernel, and the vocabulary-parallel argmax of kernels/tp.cu.
 
-var _ runner.Collectives = (*Backend)(nil)
+var (
+	_ runner.Collectives        = (*Backend)(nil)
+	_ runner.Aborter            = (*Backend)(nil)
+	_ runner.CollectivesWatcher = (*Backend)(nil)
+)
 
 // JoinGroup makes the backend rank `rank` of an NCCL communicator of size
 // ranks named by id. Every rank must call it at the same time, each from
 // its backend's goroutine: it returns when all have joined.
 func (c *Backend) JoinGroup(nccl *cuda.NCCL, id cuda.NCCLUniqueID, rank, size int) error {
-	if c.comm != nil {
+	if c.comm.Load() != nil {
 		return errors.New("join group: already a rank of a group")
 	}
 	comm, err := nccl.InitRank(size, id, rank)
 	if err != nil {
 		return fmt.Errorf("join group as rank %d of %d: %w", rank, size, err)
 	}
-	c.comm = comm
+	c.comm.Store(comm)
 	return nil
 }
 
 func (c *Backend) communicator(op string) (*cuda.NCCLComm, error) {
-	if c.comm == nil {
+	comm := c.comm.Load()
+	if comm == nil {
 		return nil, fmt.Errorf("%s: the backend is no rank of a tensor-parallel group (JoinGroup)", op)
 	}
-	return c.comm, nil
+	return comm, nil
+}
+
+// AbortCollectives aborts the backend's communicator (ncclCommAbort), from
+// any goroutine: a collective of this rank that waits for a rank that
+// failed ends, and so does a stream synchronisation behind it; every later
+// collective fails at once (cuda.ErrNCCLAborted). Over several nodes the
+// other processes' NCCL may report it to their ranks as an asynchronous
+// error (CollectivesError). A backend that has not joined a group (or has
+// left it) has nothing to abort.
+func (c *Backend) AbortCollectives() error {
+	comm := c.comm.Load()
+	if comm == nil {
+		return nil
+	}
+	if err := comm.Abort(); err != nil {
+		return fmt.Errorf("abort collectives: %w", err)
+	}
+	return nil
 }
 
 // AllReduceSum sums buf's first n bf16 elements over the ranks, in place.
@@ -91,14 +114,25 @@ func (c *Backend) KeyIndex(out, keys runner.Buffer, rows int) error {
 	return c.set.KeyIndex(c.stream, pOut, pKeys, rows)
 }
 
-// leaveGroup destroys the communicator (Close calls it).
-func (c *Backend) leaveGroup() error {
-	if c.comm == nil {
+// CollectivesError is the communicator's asynchronous error
+// (ncclCommGetAsyncError), nil while there is none or before JoinGroup;
+// callable from any goroutine.
+func (c *Backend) CollectivesError() error {
+	comm := c.comm.Load()
+	if comm == nil {
 		return nil
 	}
-	err := c.comm.Destroy()
-	c.comm = nil
-	return err
+	return comm.AsyncError()
+}
+
+// leaveGroup destroys the communicator (Close calls it); an aborted one is
+// already gone, and Destroy does nothing.
+func (c *Backend) leaveGroup() error {
+	comm := c.comm.Swap(nil)
+	if comm == nil {
+		return nil
+	}
+	return comm.Destroy()
 }
 
 // ArgmaxKeys: keys[r] (uint64) = ref.ArgmaxKeys of logits[r, :] whose column
