@@ -25,6 +25,30 @@ type rankEnv struct {
 	comm   *NCCLComm
 }
 
+// joinRank makes rank's context (current on the calling goroutine's locked
+// OS thread), stream and communicator; on failure it reports the error and
+// returns nil. leave closes the context; the caller destroys the comm.
+func joinRank(t *testing.T, drv *Driver, nccl *NCCL, id NCCLUniqueID, rank, ranks int) (r *rankEnv, leave func()) {
+	t.Helper()
+	r = &rankEnv{}
+	leave = func() {}
+	var err error
+	if r.ctx, err = drv.NewContext(rank); err != nil {
+		t.Error(err)
+		return nil, leave
+	}
+	leave = func() { r.ctx.Close() }
+	if r.stream, err = r.ctx.NewStream(); err != nil {
+		t.Error(err)
+		return nil, leave
+	}
+	if r.comm, err = nccl.InitRank(ranks, id, rank); err != nil {
+		t.Error(err)
+		return nil, leave
+	}
+	return r, leave
+}
+
 func (r *rankEnv) upload(t *testing.T, vals []float32) DevPtr {
 	p, err := r.ctx.Alloc(4 * len(vals))
 	if err != nil {
@@ -88,19 +112,9 @@ func TestNCCLEmulatedRanks(t *testing.T) {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			r := &rankEnv{}
-			var err error // this rank's: the test's err is shared by every rank
-			if r.ctx, err = drv.NewContext(rank); err != nil {
-				t.Error(err)
-				return
-			}
-			defer r.ctx.Close()
-			if r.stream, err = r.ctx.NewStream(); err != nil {
-				t.Error(err)
-				return
-			}
-			if r.comm, err = nccl.InitRank(ranks, id, rank); err != nil {
-				t.Error(err)
+			r, leave := joinRank(t, drv, nccl, id, rank, ranks)
+			defer leave()
+			if r == nil {
 				return
 			}
 			defer r.comm.Destroy()
@@ -320,19 +334,9 @@ func TestNCCLEmulatedAbort(t *testing.T) {
 			defer wg.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			r := &rankEnv{}
-			var err error // this rank's: the test's err is shared by every rank
-			if r.ctx, err = drv.NewContext(rank); err != nil {
-				t.Error(err)
-				return
-			}
-			defer r.ctx.Close()
-			if r.stream, err = r.ctx.NewStream(); err != nil {
-				t.Error(err)
-				return
-			}
-			if r.comm, err = nccl.InitRank(ranks, id, rank); err != nil {
-				t.Error(err)
+			r, leave := joinRank(t, drv, nccl, id, rank, ranks)
+			defer leave()
+			if r == nil {
 				return
 			}
 			if rank == 1 {
