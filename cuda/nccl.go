@@ -238,8 +238,10 @@ func (c *NCCLComm) Abort() error {
 	}
 	// A call of the owning goroutine may be inside NCCL at this moment, even
 	// blocked there (NCCL connects the peers of a collective at its first
-	// call, waiting for them): abort alongside it, as NCCL allows, instead of
-	// waiting for it to return.
+	// call, waiting for them): abort alongside it rather than wait forever.
+	// NCCL's thread-safety rules do not promise that this is safe (the abort
+	// frees what the call may still use); the usual case, an owner waiting
+	// on its stream, holds no lock and is the one NCCL's abort is for.
 	if c.calls.TryLock() {
 		defer c.calls.Unlock()
 	}

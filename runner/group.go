@@ -159,16 +159,17 @@ func (g *Group) each(f func(r *groupRank) error) error {
 	if g.dead != nil {
 		return g.dead
 	}
-	return g.run(g.ranks, f)
+	return g.run(g.ranks, f, true)
 }
 
 // run runs f on ranks, all at once, and collects their results as they
-// come. In a live group the first failure aborts every rank's collectives,
-// so that ranks waiting for the failed one return too, and kills the group
-// (see failure); so does an asynchronous error of a rank's collectives,
-// which it polls while it waits (watch). In a dead group (Close) each
-// rank's failure is its own.
-func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error) error {
+// come. With supervise (every call of a live group) the first failure
+// aborts every rank's collectives, so that ranks waiting for the failed one
+// return too, and kills the group (see failure); so does an asynchronous
+// error of a rank's collectives, which it polls while it waits (watch).
+// Without (Close) each rank's failure is its own and nothing is aborted: a
+// rank that fails to close must not abort the others' clean shutdown.
+func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error, supervise bool) error {
 	var aborting atomic.Bool
 	for _, r := range ranks {
 		r.work <- func() {
@@ -176,37 +177,47 @@ func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error) error {
 			g.results <- rankResult{r: r, err: err, afterAbort: aborting.Load()}
 		}
 	}
-	wasDead := g.dead != nil
 	var failed []rankResult
 	var abortErrs []error
 	fail := func(res rankResult) {
-		if len(failed) == 0 && !wasDead {
+		if len(failed) == 0 && supervise {
 			aborting.Store(true)
 			abortErrs = g.abortCollectives(res.r)
 		}
 		failed = append(failed, res)
 	}
+	got := 0
+	take := func(res rankResult) {
+		got++
+		if res.err != nil {
+			fail(res)
+		}
+	}
 	poll := time.NewTicker(g.watchEvery)
 	defer poll.Stop()
-	for got := 0; got < len(ranks); {
+	for got < len(ranks) {
 		select {
 		case res := <-g.results:
-			got++
-			if res.err != nil {
-				fail(res)
-			}
+			take(res)
 		case <-poll.C:
-			if len(failed) == 0 && !wasDead {
-				if res, ok := g.watch(); ok {
-					fail(res)
-				}
+			if len(failed) > 0 || !supervise {
+				continue
+			}
+			select { // a rank's own failure already waiting comes before any asynchronous one
+			case res := <-g.results:
+				take(res)
+				continue
+			default:
+			}
+			if res, ok := g.watch(); ok {
+				fail(res)
 			}
 		}
 	}
 	if len(failed) == 0 {
 		return nil
 	}
-	if wasDead {
+	if !supervise {
 		slices.SortFunc(failed, func(a, b rankResult) int { return cmp.Compare(a.r.rank, b.r.rank) })
 		errs := make([]error, len(failed))
 		for i, res := range failed {
@@ -430,14 +441,21 @@ func (g *Group) Close() error {
 			r.be = nil
 		}
 		return errors.Join(errs...)
-	})
+	}, false)
 	g.stop()
 	return err
 }
 
+// stop ends the rank goroutines; every later call fails with errGroupClosed.
 func (g *Group) stop() {
 	for _, r := range g.ranks {
 		close(r.work)
 	}
 	g.ranks = nil
+	if g.dead == nil {
+		g.dead = errGroupClosed
+	}
 }
+
+// errGroupClosed is what a closed group's calls return.
+var errGroupClosed = errors.New("tensor-parallel group: closed")

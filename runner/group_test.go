@@ -16,6 +16,8 @@ type failingRank struct {
 	allReduces int
 	syncs      atomic.Int32 // read by the test between calls
 	closes     atomic.Int32
+	aborts     atomic.Int32
+	closeErr   error // what Close returns after closing
 }
 
 var errInjected = errors.New("injected fault")
@@ -34,7 +36,15 @@ func (r *failingRank) Sync() error {
 
 func (r *failingRank) Close() error {
 	r.closes.Add(1)
-	return r.cpuRank.Close()
+	if err := r.cpuRank.Close(); err != nil {
+		return err
+	}
+	return r.closeErr
+}
+
+func (r *failingRank) AbortCollectives() error {
+	r.aborts.Add(1)
+	return r.cpuRank.AbortCollectives()
 }
 
 // A rank that fails in the middle of a prefill, while the others wait for
@@ -168,5 +178,59 @@ func TestGroupWatchesCollectivesFailingElsewhere(t *testing.T) {
 	}
 	if err == nil || err.Error() != strings.Join(want, "\n") {
 		t.Errorf("prefill while ranks elsewhere went away: %v\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
+// A rank that fails to close a live group fails Close with its error alone:
+// nothing is aborted (the other ranks' shutdown goes on), every rank is
+// closed once, and the closed group's calls fail instead of reaching ranks
+// that are gone.
+func TestGroupCloseFailureAbortsNothing(t *testing.T) {
+	cfg, err := Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 2
+	comm := newCPUComm(size)
+	ranks := make([]*failingRank, size)
+	closeFailed := errors.New("close failed")
+	g, err := NewGroup(cfg, size, []int{0, 1}, RankBackends{
+		Open: func(rank int) (Backend, error) {
+			ranks[rank] = &failingRank{cpuRank: &cpuRank{CPU: NewCPU(), comm: comm, rank: rank}}
+			if rank == 1 {
+				ranks[rank].closeErr = closeFailed
+			}
+			return ranks[rank], nil
+		},
+		Join: func(int, Backend) error { return nil },
+	}, WeightSource{Seed: 7}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Begin(1, 4, 2, []int32{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Prefill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err == nil || err.Error() != "rank 1: "+closeFailed.Error() {
+		t.Errorf("close: %v, want %q", err, "rank 1: "+closeFailed.Error())
+	}
+	for rank, r := range ranks {
+		if n := r.aborts.Load(); n != 0 {
+			t.Errorf("rank %d: collectives aborted %d times by Close", rank, n)
+		}
+		if n := r.closes.Load(); n != 1 {
+			t.Errorf("rank %d: closed %d times, want 1", rank, n)
+		}
+	}
+	if _, err := g.NextTokens(); !errors.Is(err, errGroupClosed) {
+		t.Errorf("NextTokens after Close: %v, want %v", err, errGroupClosed)
+	}
+	if err := g.Sync(); !errors.Is(err, errGroupClosed) {
+		t.Errorf("Sync after Close: %v, want %v", err, errGroupClosed)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
 	}
 }

@@ -113,8 +113,9 @@ type GPU struct {
 
 // Node reads the GPUs a run uses on this node as one: a Source whose
 // readings Combine every GPU's, and a bench.EnergyMeter whose counter is
-// the sum of theirs. The GPUs are read one after the other (NVML is read
-// between regions, never inside one).
+// the sum of theirs. The GPUs are read one after the other: after each
+// region, and by the recorder's background sampler during regions too, so
+// a sample costs one read per GPU.
 type Node struct {
 	gpus []GPU
 

@@ -143,8 +143,8 @@ func (t *runTelemetry) Recorder() *telemetry.Recorder {
 // finish stops the sampler, records in env whether clocks were locked
 // (over several GPUs: on every one), warns about unlocked varying clocks
 // (naming the GPU over several), notes the NVML calls a driver lacks and
-// the run's median SM clock (the slowest GPU's over several), and closes
-// NVML.
+// the run's median SM clock (the first GPU's, as the environment's other
+// GPU fields), and closes NVML.
 func (t *runTelemetry) finish(env *report.Environment, stderr io.Writer) {
 	if t == nil {
 		return
@@ -152,11 +152,12 @@ func (t *runTelemetry) finish(env *report.Environment, stderr io.Writer) {
 	t.recorder.Stop()
 	between, sampled := t.recorder.Readings()
 	all := append(between, sampled...)
-	allLocked, allKnown := true, true
+	allLocked, allKnown, someUnlocked := true, true, false
 	unsupported := map[string]bool{}
 	for i, m := range t.monitors {
 		locked, known := m.ClocksLocked(telemetry.GPUReadings(between, i))
 		allLocked, allKnown = allLocked && locked, allKnown && known
+		someUnlocked = someUnlocked || (known && !locked)
 		if w := telemetry.ClockVariationWarning(telemetry.GPUReadings(all, i), locked); w != "" {
 			if len(t.monitors) > 1 {
 				w = fmt.Sprintf("GPU %d (%s): %s", i, env.TPGPUUUIDs[i], w)
@@ -168,14 +169,14 @@ func (t *runTelemetry) finish(env *report.Environment, stderr io.Writer) {
 			unsupported[u] = true
 		}
 	}
-	if allKnown {
+	if allKnown || someUnlocked { // one GPU known unlocked settles "not every GPU locked"
 		env.ClocksLocked = &allLocked
 	}
 	if len(unsupported) > 0 {
 		env.TelemetryNotes = append(env.TelemetryNotes, fmt.Sprintf("NVML calls unsupported here: %v", slices.Sorted(maps.Keys(unsupported))))
 	}
 	if env.SMClockMHz == 0 {
-		env.SMClockMHz = telemetry.MedianSMClockMHz(all)
+		env.SMClockMHz = telemetry.MedianSMClockMHz(telemetry.GPUReadings(all, 0))
 	}
 	for _, m := range t.monitors {
 		if err := m.Close(); err != nil {

@@ -209,15 +209,15 @@ int CheckLive(Comm *c, const char *call) {
 }
 
 // FailAt parses STEPBENCH_EMU_NCCL_FAIL=RANK:N: the collective of rank to
-// fail (0: none); false for a malformed value.
-bool FailAt(int rank, long *at) {
+// fail (0: none); false for a malformed value or a rank not in 0..nranks-1.
+bool FailAt(int rank, int nranks, long *at) {
     *at = 0;
     const char *v = getenv("STEPBENCH_EMU_NCCL_FAIL");
     if (v == nullptr || *v == 0) return true;
     int r = -1;
     long n = 0;
     char extra = 0;
-    if (sscanf(v, "%d:%ld%c", &r, &n, &extra) != 2 || r < 0 || n < 1) return false;
+    if (sscanf(v, "%d:%ld%c", &r, &n, &extra) != 2 || r < 0 || r >= nranks || n < 1 || n > 1000000000L) return false;
     if (r == rank) *at = n;
     return true;
 }
@@ -409,9 +409,10 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
         return SetError(nullptr, kInvalidArgument, "ncclCommInitRank: not a unique id of the emulated NCCL");
     }
     long fail_at = 0;
-    if (!FailAt(rank, &fail_at)) {
-        return SetError(nullptr, kInvalidArgument, "ncclCommInitRank: STEPBENCH_EMU_NCCL_FAIL=%s: want RANK:N (rank RANK's N-th collective fails, N >= 1)",
-                        getenv("STEPBENCH_EMU_NCCL_FAIL"));
+    if (!FailAt(rank, nranks, &fail_at)) {
+        return SetError(nullptr, kInvalidArgument,
+                        "ncclCommInitRank: STEPBENCH_EMU_NCCL_FAIL=%s: want RANK:N (rank RANK of 0..%d's N-th collective fails, 1 <= N <= 1e9)",
+                        getenv("STEPBENCH_EMU_NCCL_FAIL"), nranks - 1);
     }
     int device = 0;
     if (sbemu_current_context() != 0 || cuCtxGetDevice(&device) != 0) {
@@ -499,8 +500,9 @@ API int ncclCommDestroy(Comm *c) {
 
 // ncclCommAbort fails the communicator for every rank and leaves it. The
 // Comm and its mapping are never freed: this rank's stream work may still
-// be waiting in a barrier (it wakes now and fails), and NCCL lets a call of
-// the owning thread race with an abort from another; a process aborts a
+// be waiting in a barrier (it wakes now and fails), and a call of the
+// owning thread may still be inside this library when another thread
+// aborts (the Go side does not wait for it); a process aborts a
 // communicator once, at the end of a failed run.
 API int ncclCommAbort(Comm *c) {
     if (c == nullptr) return SetError(nullptr, kInvalidArgument, "ncclCommAbort: null comm");
