@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -74,4 +76,30 @@ func TestSelectionResolve(t *testing.T) {
 			}
 		})
 	}
+}
+
+// --kernel values come from users: every input is either refused or gives
+// versions that exist, and a selection's String parses back to it.
+func FuzzParseSelection(f *testing.F) {
+	for _, s := range []string{"attn_prefill=1", "attn_prefill=2,attn_decode=1", "argmax=2,argmax=1", "=", "rope_kv_write=02", "x=1,,", "attn_decode=-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		sel, err := ParseSelection(strings.Split(value, ","))
+		if err != nil {
+			return
+		}
+		for op, v := range sel {
+			if !slices.Contains(Versions(op), v) {
+				t.Errorf("%q: %s=%d is not a version of %s (%v)", value, op, v, op, Versions(op))
+			}
+		}
+		if len(sel) == 0 {
+			return
+		}
+		back, err := ParseSelection(strings.Fields(sel.String()))
+		if err != nil || !maps.Equal(back, sel) {
+			t.Errorf("%q: String %q parses back as %v, %v", value, sel.String(), back, err)
+		}
+	})
 }

@@ -39,6 +39,20 @@ func (j distJob) hello() string {
 	return fmt.Sprintf("%s %d %d %d %q\n", idHello, j.nodeRank, j.nnodes, j.tpSize, j.work)
 }
 
+// parseHello reads a node's hello line (what distJob.hello writes).
+func parseHello(line string) (distJob, error) {
+	var j distJob
+	rest, ok := strings.CutPrefix(line, idHello)
+	if ok {
+		_, err := fmt.Sscanf(rest, " %d %d %d %q\n", &j.nodeRank, &j.nnodes, &j.tpSize, &j.work)
+		ok = err == nil
+	}
+	if !ok {
+		return distJob{}, fmt.Errorf("%.80q is not a stepbench node's hello (same stepbench version on every node?)", strings.TrimSpace(line))
+	}
+	return j, nil
+}
+
 // workDifference names the first item of want that got lacks or sets
 // otherwise, "" when the two agree.
 func workDifference(got, want string) string {
@@ -111,12 +125,11 @@ func answer(conn net.Conn, job distJob, id []byte, deadline time.Time, served []
 	if err != nil {
 		return 0, fmt.Errorf("--dist-init-addr: a connection from %s sent no hello: %w", conn.RemoteAddr(), err)
 	}
-	var peer distJob
-	_, scanErr := fmt.Sscanf(strings.TrimPrefix(line, idHello), " %d %d %d %q\n", &peer.nodeRank, &peer.nnodes, &peer.tpSize, &peer.work)
+	peer, helloErr := parseHello(line)
 	var why string
 	switch {
-	case !strings.HasPrefix(line, idHello) || scanErr != nil:
-		why = fmt.Sprintf("%.80q is not a stepbench node's hello (same stepbench version on every node?)", strings.TrimSpace(line))
+	case helloErr != nil:
+		why = helloErr.Error()
 	case peer.nnodes != job.nnodes || peer.tpSize != job.tpSize:
 		why = fmt.Sprintf("node %d runs --nnodes %d --tp-size %d, node 0 --nnodes %d --tp-size %d",
 			peer.nodeRank, peer.nnodes, peer.tpSize, job.nnodes, job.tpSize)

@@ -128,3 +128,23 @@ func TestWorkDifference(t *testing.T) {
 		}
 	}
 }
+
+// Node 0 reads hellos from the network: any line either parses or is
+// refused with an error (never a panic), and every hello a node writes
+// parses back to its job.
+func FuzzParseHello(f *testing.F) {
+	f.Add(distJob{nnodes: 2, nodeRank: 1, tpSize: 8, work: "model=llama-3-70b seed=1"}.hello(), 2, 1, 8, "model=x seed=1")
+	f.Add("stepbench-nccl-id 1 1 2 8\n", 1, 0, 1, "")
+	f.Add("stepbench-nccl-id 2 1 2 8 \"unterminated\n", 3, 2, 4, "a=b c=\"d\"")
+	f.Add("GET / HTTP/1.1\r\n", 4, 3, 2, "k=\xff")
+	f.Fuzz(func(t *testing.T, line string, nnodes, nodeRank, tpSize int, work string) {
+		if j, err := parseHello(line); err == nil && !strings.HasPrefix(line, idHello) {
+			t.Errorf("%q parsed as %+v without the hello prefix", line, j)
+		}
+		want := distJob{nnodes: nnodes, nodeRank: nodeRank, tpSize: tpSize, work: work}
+		got, err := parseHello(want.hello())
+		if err != nil || got != want {
+			t.Errorf("hello %q of %+v parsed as %+v, %v", want.hello(), want, got, err)
+		}
+	})
+}
