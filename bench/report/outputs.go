@@ -45,17 +45,48 @@ func checkDistinct(outputs, inputs []OutputFile) error {
 	return nil
 }
 
-// samePath compares cleaned absolute paths, and existing files by identity
-// (a link or another spelling of the same file).
+// samePath compares where two output paths would write: both resolved
+// through every link, the last component's too even when its target does
+// not exist yet (a dangling link is where the file will be created), and
+// existing files by identity (hard links).
 func samePath(a, b string) bool {
-	absA, errA := filepath.Abs(a)
-	absB, errB := filepath.Abs(b)
-	if errA == nil && errB == nil && absA == absB {
+	if resolvePath(a) == resolvePath(b) {
 		return true
 	}
 	infoA, errA := os.Stat(a)
 	infoB, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(infoA, infoB)
+}
+
+// resolvePath is the absolute path a write to p creates or replaces: its
+// directory with links evaluated, and the last component followed through
+// links (at most 40, as the kernel does). Where a step fails the path so
+// far stands.
+func resolvePath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	for range 40 {
+		dir, base := filepath.Split(abs)
+		if d, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = d
+		}
+		abs = filepath.Join(dir, base)
+		info, err := os.Lstat(abs)
+		if err != nil || info.Mode()&os.ModeSymlink == 0 {
+			return abs
+		}
+		target, err := os.Readlink(abs)
+		if err != nil {
+			return abs
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(dir, target)
+		}
+		abs = filepath.Clean(target)
+	}
+	return abs
 }
 
 func checkWritable(path string) error {

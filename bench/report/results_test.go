@@ -93,12 +93,30 @@ func TestCheckOutputs(t *testing.T) {
 	if err := os.WriteFile(existing, []byte("{}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Links to files that do not exist yet: a dangling link, a chain of
+	// two, and a linked directory (in a directory of their own).
+	links := t.TempDir()
+	newFile := filepath.Join(links, "new.json")
+	for _, l := range []struct{ name, target string }{
+		{"dangling.json", newFile}, {"chain.json", "dangling.json"}, {"linkdir", dir},
+	} {
+		if err := os.Symlink(l.target, filepath.Join(links, l.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name            string
 		outputs, inputs []OutputFile
 		want            string
 	}{
 		{"fine", []OutputFile{{"--json-out", filepath.Join(dir, "n.json")}, {"--result-filename", existing}}, nil, ""},
+		{"a dangling link to the other", []OutputFile{{"--json-out", newFile}, {"--result-filename", filepath.Join(links, "dangling.json")}}, nil,
+			"--json-out and --result-filename name the same file"},
+		{"a chain of links to the other", []OutputFile{{"--json-out", filepath.Join(links, "chain.json")}, {"--result-filename", newFile}}, nil,
+			"name the same file"},
+		{"a new file through a linked directory", []OutputFile{{"--json-out", filepath.Join(dir, "r.json")}, {"--result-filename", filepath.Join(links, "linkdir", "r.json")}}, nil,
+			"name the same file"},
+		{"links to different new files", []OutputFile{{"--json-out", filepath.Join(links, "dangling.json")}, {"--result-filename", filepath.Join(links, "linkdir", "r.json")}}, nil, ""},
 		{"same file twice", []OutputFile{{"--result-filename", existing}, {"--json-out", existing}}, nil,
 			"--result-filename and --json-out name the same file"},
 		{"same file, other spelling", []OutputFile{{"--result-filename", existing}, {"--json-out", dir + "/./history.jsonl"}}, nil,
