@@ -77,11 +77,12 @@ func goldenNVML(device *benchtest.Device) gonvml.Interface {
 	}
 	ext := &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
 	return &mock.Interface{
-		InitFunc:                  func() gonvml.Return { return gonvml.SUCCESS },
-		ShutdownFunc:              func() gonvml.Return { return gonvml.SUCCESS },
-		ExtensionsFunc:            func() gonvml.ExtendedInterface { return ext },
-		ErrorStringFunc:           func(gonvml.Return) string { return "mock error" },
-		DeviceGetHandleByUUIDFunc: func(string) (gonvml.Device, gonvml.Return) { return dev, gonvml.SUCCESS },
+		InitFunc:                   func() gonvml.Return { return gonvml.SUCCESS },
+		ShutdownFunc:               func() gonvml.Return { return gonvml.SUCCESS },
+		SystemGetDriverVersionFunc: func() (string, gonvml.Return) { return "580.65.06", gonvml.SUCCESS },
+		ExtensionsFunc:             func() gonvml.ExtendedInterface { return ext },
+		ErrorStringFunc:            func(gonvml.Return) string { return "mock error" },
+		DeviceGetHandleByUUIDFunc:  func(string) (gonvml.Device, gonvml.Return) { return dev, gonvml.SUCCESS },
 	}
 }
 

@@ -75,6 +75,7 @@ func startTelemetry(t telemetryFlags, d runDeps, env *report.Environment, opt *b
 		env.MemoryBusWidthBits = m.MemoryBusWidthBit
 	}
 	env.MaxMemoryClockMHz, env.PowerLimitWatts = m.MaxMemoryClockMHz, m.PowerLimitWatts
+	env.DriverVersion = m.DriverVersion
 	if m.MaxSMClockMHz > 0 {
 		env.MaxSMClockMHz = m.MaxSMClockMHz
 	}

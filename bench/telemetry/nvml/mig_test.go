@@ -45,10 +45,11 @@ func migNVML(missing ...string) (*mock.Interface, *[]string) {
 		return nil
 	}}
 	lib := &mock.Interface{
-		InitFunc:        func() nvml.Return { return nvml.SUCCESS },
-		ShutdownFunc:    func() nvml.Return { return nvml.SUCCESS },
-		ExtensionsFunc:  func() nvml.ExtendedInterface { return ext },
-		ErrorStringFunc: func(r nvml.Return) string { return map[nvml.Return]string{nvml.ERROR_NOT_FOUND: "Not Found"}[r] },
+		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
+		SystemGetDriverVersionFunc: func() (string, nvml.Return) { return "580.65.06", nvml.SUCCESS },
+		ExtensionsFunc:             func() nvml.ExtendedInterface { return ext },
+		ErrorStringFunc:            func(r nvml.Return) string { return map[nvml.Return]string{nvml.ERROR_NOT_FOUND: "Not Found"}[r] },
 		DeviceGetHandleByUUIDFunc: func(uuid string) (nvml.Device, nvml.Return) {
 			looked = append(looked, uuid)
 			switch uuid {

@@ -38,6 +38,7 @@ type Monitor struct {
 	ComputeMajor      int
 	ComputeMinor      int
 	PowerLimitWatts   float64
+	DriverVersion     string // the NVIDIA driver's version, e.g. "580.65.06"
 
 	// Clock stamps every reading (time.Now when nil): tests give a fixed one.
 	Clock func() time.Time
@@ -133,6 +134,11 @@ func New(lib nvml.Interface, uuid string) (*Monitor, error) {
 // it lacks stay zero.
 func (m *Monitor) readFacts(dev nvml.Device) {
 	m.device = dev
+	if m.available("nvmlSystemGetDriverVersion") {
+		if v, ret := m.lib.SystemGetDriverVersion(); m.ok("nvmlSystemGetDriverVersion", ret) {
+			m.DriverVersion = v
+		}
+	}
 	if name, ret := dev.GetName(); ret == nvml.SUCCESS {
 		m.Name = name
 	}

@@ -117,6 +117,7 @@ func newMockNVML(t *testing.T, g *scriptedGPU) *mock.Interface {
 	return &mock.Interface{
 		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
 		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
+		SystemGetDriverVersionFunc: func() (string, nvml.Return) { return "580.65.06", nvml.SUCCESS },
 		ExtensionsFunc:             func() nvml.ExtendedInterface { return ext },
 		ErrorStringFunc:            func(r nvml.Return) string { return "mock error" },
 		DeviceGetHandleByIndexFunc: func(int) (nvml.Device, nvml.Return) { return dev, nvml.SUCCESS },
@@ -142,7 +143,7 @@ func openMock(t *testing.T, g *scriptedGPU) *Monitor {
 func TestMonitorFacts(t *testing.T) {
 	m := openMock(t, &scriptedGPU{smClocks: []uint32{1980}, reasons: []uint64{0}})
 	if m.MaxSMClockMHz != 1980 || m.MaxMemoryClockMHz != 2619 || m.MemoryBusWidthBit != 5120 ||
-		m.ComputeMajor != 9 || m.PowerLimitWatts != 700 || m.UUID != "GPU-aaaa" {
+		m.ComputeMajor != 9 || m.PowerLimitWatts != 700 || m.UUID != "GPU-aaaa" || m.DriverVersion != "580.65.06" {
 		t.Errorf("facts: %+v", m)
 	}
 	if _, err := New(newMockNVML(t, &scriptedGPU{}), "GPU-other"); err == nil {
