@@ -69,8 +69,11 @@ type StepCost struct {
 	// TPSize is the tensor-parallel size the step is costed for (1: one GPU);
 	// FLOPs, Bytes and WeightBytes are then one rank's (rank 0, whose
 	// vocabulary slice is the largest), CommBytes what it sends to the others.
-	TPSize    int      `json:"tp_size,omitempty"`
-	CommBytes float64  `json:"comm_bytes,omitempty"`
+	TPSize    int     `json:"tp_size,omitempty"`
+	CommBytes float64 `json:"comm_bytes,omitempty"`
+	// CommCalls counts the collectives (each pays the link's latency,
+	// which no floor includes).
+	CommCalls int      `json:"comm_calls,omitempty"`
 	Ops       []OpCost `json:"ops"`
 
 	calls []OpCost // every backend call of the step, in order (CallCosts)
@@ -186,6 +189,11 @@ func stepCost(cfg Config, tpSize int, phase string, batch, inputLen, seqLen, sta
 		sc.FLOPs += oc.FLOPs
 		sc.Bytes += oc.Bytes
 		sc.CommBytes += oc.CommBytes
+	}
+	for _, call := range cb.calls {
+		if call.CommBytes > 0 {
+			sc.CommCalls++
+		}
 	}
 	// Largest first; equal costs by name, so that the order (and every
 	// report listing it) does not depend on map iteration.

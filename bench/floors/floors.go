@@ -50,20 +50,21 @@ func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, tp
 		fmt.Fprintf(stdout, "per GPU of %d tensor-parallel GPUs; all-reduce bytes = 2(N-1)/N × activation bytes, 2 per layer, sent at %.0f GB/s per direction (the link)\n",
 			tpSize, g.LinkBytesPerSec/1e9)
 		fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s) + all-reduce bytes / link bytes/s; bytes = every input read once, every output written once (derived, not measured)")
+		fmt.Fprintln(stdout, "collectives = all-reduces per step; each also pays the link's latency (microseconds), which no floor includes")
 	} else {
 		fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s); bytes = every input read once, every output written once (derived, not measured)")
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := "batch\tinput\toutput\tstep\tkv_len\tGFLOP\tGB\tweight_GB\tFLOP/byte\tfloor_ms\tbound\t"
 	if comm {
-		header += "comm_MB\tcomm_ms\t"
+		header += "comm_MB\tcomm_ms\tcollectives\t"
 	}
 	fmt.Fprintln(tw, header)
 	row := func(b, in, out int, step string, kv int, c runner.StepCost, f roofline.Floor) {
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t", b, in, out, step, kv,
 			c.FLOPs/1e9, c.Bytes/1e9, c.WeightBytes/1e9, c.Intensity(), f.Seconds*1e3, f.Bound)
 		if comm {
-			fmt.Fprintf(tw, "%.2f\t%.3f\t", c.CommBytes/1e6, f.CommSeconds*1e3)
+			fmt.Fprintf(tw, "%.2f\t%.3f\t%d\t", c.CommBytes/1e6, f.CommSeconds*1e3, c.CommCalls)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -80,7 +81,7 @@ func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, tp
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%d\titeration\t\t\t\t\t\t%.2f\t\t", s.Batch, s.InputLen, s.OutputLen, s.Floors.IterationSeconds*1e3)
 		if comm {
-			fmt.Fprint(tw, "\t\t")
+			fmt.Fprint(tw, "\t\t\t")
 		}
 		fmt.Fprintln(tw)
 	}

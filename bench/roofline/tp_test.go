@@ -42,6 +42,9 @@ func TestLlama70BTP8FloorsByHand(t *testing.T) {
 	if d.CommBytes != comm {
 		t.Errorf("decode comm bytes %.0f, by hand %.0f", d.CommBytes, comm)
 	}
+	if want := 2*int(layers) + 1; d.CommCalls != want || sf.Prefill.CommCalls != want { // two per layer, the argmax keys'
+		t.Errorf("collectives per step: decode %d, prefill %d, want %d", d.CommCalls, sf.Prefill.CommCalls, want)
+	}
 	f := sf.DecodeFloors[0]
 	wantMemory := d.Bytes / 3.35e12
 	if f.CommSeconds != comm/450e9 || f.Seconds != wantMemory+comm/450e9 || f.Bound != "memory" {
