@@ -78,6 +78,19 @@ struct alignas(8) argmax_pair {
     int index;
 };
 
+// warp_argmax: every lane of a full warp ends with the warp's best
+// (value, index) under better.
+__device__ __forceinline__ void warp_argmax(float& best, int& best_i) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+        if (better(ov, oi, best, best_i)) {
+            best = ov;
+            best_i = oi;
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax2_partial(argmax_pair* __restrict__ partials,
                                                                               const unsigned short* __restrict__ logits,
                                                                               int rows, int vocab, int chunks) {
@@ -100,14 +113,7 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax2_partial(arg
             }
         }
     }
-    for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-        if (better(ov, oi, best, best_i)) {
-            best = ov;
-            best_i = oi;
-        }
-    }
+    warp_argmax(best, best_i);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
         best_vals[warp] = best;
@@ -117,14 +123,7 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax2_partial(arg
     if (warp == 0) {
         best = lane < ARGMAX_THREADS / 32 ? best_vals[lane] : neg_inf_f32();
         best_i = lane < ARGMAX_THREADS / 32 ? best_idxs[lane] : 0x7fffffff;
-        for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-            const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-            if (better(ov, oi, best, best_i)) {
-                best = ov;
-                best_i = oi;
-            }
-        }
+        warp_argmax(best, best_i);
         if (lane == 0) partials[(long long)row * chunks + c] = argmax_pair{best, best_i};
     }
 }
@@ -141,13 +140,6 @@ extern "C" __global__ void argmax2_final(int* __restrict__ out, const argmax_pai
             best_i = p.index;
         }
     }
-    for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-        if (better(ov, oi, best, best_i)) {
-            best = ov;
-            best_i = oi;
-        }
-    }
+    warp_argmax(best, best_i);
     if (lane == 0) out[row] = best_i == 0x7fffffff ? 0 : best_i;
 }
