@@ -108,10 +108,10 @@ func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.Mod
 		t.Fatal(err)
 	}
 	set, err := LoadKernels(ctx, compiled, props.SMCount)
-	set = set.With(emuSelection)
 	if err != nil {
 		t.Fatal(err)
 	}
+	set = set.With(emuSelection)
 	v := NewVerifier(ctx, stream, set, 1)
 	if err := v.Only(only...); err != nil {
 		t.Fatal(err)
