@@ -47,6 +47,33 @@ func (r *failingRank) AbortCollectives() error {
 	return r.cpuRank.AbortCollectives()
 }
 
+// newFailingGroup is a group of size cpu ranks, all here, on in-memory
+// collectives, each set up by configure, begun on one 4-token prompt.
+func newFailingGroup(t *testing.T, cfg Config, size int, configure func(*failingRank)) (*Group, []*failingRank) {
+	t.Helper()
+	comm := newCPUComm(size)
+	ranks := make([]*failingRank, size)
+	here := make([]int, size)
+	for i := range here {
+		here[i] = i
+	}
+	g, err := NewGroup(cfg, size, here, RankBackends{
+		Open: func(rank int) (Backend, error) {
+			ranks[rank] = &failingRank{cpuRank: &cpuRank{CPU: NewCPU(), comm: comm, rank: rank}}
+			configure(ranks[rank])
+			return ranks[rank], nil
+		},
+		Join: func(int, Backend) error { return nil },
+	}, WeightSource{Seed: 7}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Begin(1, 4, 2, []int32{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	return g, ranks
+}
+
 // A rank that fails in the middle of a prefill, while the others wait for
 // it in an all-reduce, ends the call at once: the Group aborts the
 // collectives, reports the failed rank first and the others as its
@@ -58,25 +85,11 @@ func TestGroupRankFailureAbortsTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size = 4
-	comm := newCPUComm(size)
-	ranks := make([]*failingRank, size)
-	g, err := NewGroup(cfg, size, []int{0, 1, 2, 3}, RankBackends{
-		Open: func(rank int) (Backend, error) {
-			ranks[rank] = &failingRank{cpuRank: &cpuRank{CPU: NewCPU(), comm: comm, rank: rank}}
-			if rank == 1 {
-				ranks[rank].failAt = 3 // layer 1's attention all-reduce of the prefill
-			}
-			return ranks[rank], nil
-		},
-		Join: func(int, Backend) error { return nil },
-	}, WeightSource{Seed: 7}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Begin(1, 4, 2, []int32{1, 2, 3, 4}); err != nil {
-		t.Fatal(err)
-	}
+	g, ranks := newFailingGroup(t, cfg, 4, func(r *failingRank) {
+		if r.rank == 1 {
+			r.failAt = 3 // layer 1's attention all-reduce of the prefill
+		}
+	})
 	err = g.Prefill()
 	if err == nil {
 		t.Fatal("prefill with a failing rank succeeded")
@@ -190,26 +203,12 @@ func TestGroupCloseFailureAbortsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const size = 2
-	comm := newCPUComm(size)
-	ranks := make([]*failingRank, size)
 	closeFailed := errors.New("close failed")
-	g, err := NewGroup(cfg, size, []int{0, 1}, RankBackends{
-		Open: func(rank int) (Backend, error) {
-			ranks[rank] = &failingRank{cpuRank: &cpuRank{CPU: NewCPU(), comm: comm, rank: rank}}
-			if rank == 1 {
-				ranks[rank].closeErr = closeFailed
-			}
-			return ranks[rank], nil
-		},
-		Join: func(int, Backend) error { return nil },
-	}, WeightSource{Seed: 7}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Begin(1, 4, 2, []int32{1, 2, 3, 4}); err != nil {
-		t.Fatal(err)
-	}
+	g, ranks := newFailingGroup(t, cfg, 2, func(r *failingRank) {
+		if r.rank == 1 {
+			r.closeErr = closeFailed
+		}
+	})
 	if err := g.Prefill(); err != nil {
 		t.Fatal(err)
 	}

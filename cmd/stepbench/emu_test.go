@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -100,22 +99,7 @@ func correctnessRun(t *testing.T, device, prompts string) []correctnessRecord {
 	out := filepath.Join(t.TempDir(), device+".jsonl")
 	mustRun(t, "run", "--device", device, "--model", "llama-tiny", "--correctness-test", "--prompt-ids", prompts,
 		"--output-len", "8", "--logits-out", out)
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var recs []correctnessRecord
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		var r correctnessRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, r)
-	}
-	return recs
+	return readRecords(t, out)
 }
 
 func TestEmulatedCorrectnessEqualsCPU(t *testing.T) {

@@ -3,32 +3,18 @@ package main
 import (
 	"encoding/json"
 	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"stepbench/bench/benchtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden from the current output")
 
+// checkGolden compares got with testdata/golden/name (rewriting it with -update).
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", "golden", name)
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./cmd/stepbench -update creates it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s differs from its golden file (-update rewrites it):\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	benchtest.CheckGolden(t, name, got, *update)
 }
 
 // roofline --format json: snake_case keys everywhere, null for a shape

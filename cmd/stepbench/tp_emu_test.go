@@ -49,6 +49,9 @@ func readRecords(t *testing.T, path string) []correctnessRecord {
 		}
 		recs = append(recs, r)
 	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return recs
 }
 

@@ -88,17 +88,17 @@ func TestTensorCoreHelpersEmitTensorCoreInstructions(t *testing.T) {
 	}
 }
 
-// runMMACheck runs mma_check on the emulated device and returns D.
-func runMMACheck(t *testing.T, unit string, a, b []uint16, c []float32) []float32 {
+// emulatedKernel compiles unit with the emulated NVRTC and loads its kernel
+// name on a fresh context and stream of the emulated device; done releases
+// them. The caller holds its OS thread locked until done has run.
+func emulatedKernel(t *testing.T, unit, file, name string) (ctx *cuda.Context, stream *cuda.Stream, fn *cuda.Function, done func()) {
 	t.Helper()
 	dir := emutest.Use(t)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	nv, err := cuda.OpenNVRTC(dir + "/libnvrtc.so.13")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cubin, log, err := nv.Compile(unit, "mma_check.cu", kernels.CompileOptions(90))
+	cubin, log, err := nv.Compile(unit, file, kernels.CompileOptions(90))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
@@ -106,25 +106,37 @@ func runMMACheck(t *testing.T, unit string, a, b []uint16, c []float32) []float3
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, err := drv.NewContext(0)
-	if err != nil {
+	if ctx, err = drv.NewContext(0); err != nil {
 		t.Fatal(err)
 	}
-	defer ctx.Close()
-	stream, err := ctx.NewStream()
-	if err != nil {
+	done = func() { ctx.Close() }
+	if stream, err = ctx.NewStream(); err != nil {
+		done()
 		t.Fatal(err)
 	}
-	defer stream.Destroy()
 	mod, err := ctx.LoadModule(cubin)
+	if err == nil {
+		fn, err = mod.Function(name)
+	}
 	if err != nil {
+		done()
 		t.Fatal(err)
 	}
-	defer mod.Unload()
-	fn, err := mod.Function("mma_check")
-	if err != nil {
-		t.Fatal(err)
+	done = func() {
+		mod.Unload()
+		stream.Destroy()
+		ctx.Close()
 	}
+	return ctx, stream, fn, done
+}
+
+// runMMACheck runs mma_check on the emulated device and returns D.
+func runMMACheck(t *testing.T, unit string, a, b []uint16, c []float32) []float32 {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ctx, stream, fn, done := emulatedKernel(t, unit, "mma_check.cu", "mma_check")
+	defer done()
 	upload := func(p unsafe.Pointer, bytes int) cuda.DevPtr {
 		d, err := ctx.Alloc(bytes)
 		if err != nil {
@@ -266,39 +278,11 @@ extern "C" __global__ void ldmatrix_misaligned(unsigned* out) {
 `
 
 func TestEmulatorFaultsOnMisalignedLdmatrix(t *testing.T) {
-	dir := emutest.Use(t)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	nv, err := cuda.OpenNVRTC(dir + "/libnvrtc.so.13")
-	if err != nil {
-		t.Fatal(err)
-	}
 	unit := kernels.TranslationUnit(mustSources(t)[kernels.CommonSource], "ldmatrix_misaligned.cu", ldmatrixMisalignedSrc)
-	cubin, log, err := nv.Compile(unit, "ldmatrix_misaligned.cu", kernels.CompileOptions(90))
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log)
-	}
-	drv, err := cuda.OpenDriver()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := drv.NewContext(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	stream, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod, err := ctx.LoadModule(cubin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fn, err := mod.Function("ldmatrix_misaligned")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, stream, fn, done := emulatedKernel(t, unit, "ldmatrix_misaligned.cu", "ldmatrix_misaligned")
+	defer done()
 	out, err := ctx.Alloc(4 * 32)
 	if err != nil {
 		t.Fatal(err)
