@@ -120,20 +120,31 @@ func TestEmulatedWrongKernelsAreRefusedBeforeTiming(t *testing.T) {
 			if _, err := os.Stat(native); !os.IsNotExist(err) {
 				t.Errorf("%s: %s wrote %s before refusing", bug.name, args[0], native)
 			}
-			// The verify command it names fails the same way.
 			m := reproduce.FindStringSubmatch(stderr)
 			if m == nil {
 				t.Fatalf("%s: no verify command in:\n%s", bug.name, stderr)
 			}
+			if args[0] != "run" {
+				continue
+			}
+			// The verify command it names fails the same way.
 			if code, stdout, _ := process(t, strings.Fields(m[1])[1:]...); code != exitFailure || !strings.Contains(stdout, "FAIL") {
 				t.Errorf("%s: %q: exit %d\n%s", bug.name, m[1], code, stdout)
 			}
 		}
 	}
-	// --no-verify times it, and every output says so.
+	// A tensor-parallel run checks its ranks' kernels (at rank 0's heads)
+	// before the group forms.
 	dir := kernelsWith(t, halfTheKeys...)
+	t.Setenv("STEPBENCH_EMU_DEVICES", "2")
+	code, stdout, stderr := process(t, append([]string{"run", "--device", "cuda", "--tp-size", "2", "--kernels-dir", dir, "--num-iters", "1"}, tinyShape...)...)
+	if code != exitFailure || !strings.Contains(stderr, "failed its check before timing") || strings.Contains(stderr, "tensor-parallel size") ||
+		strings.Contains(stdout, "Prefill.") {
+		t.Errorf("--tp-size 2: exit %d, want 1 before the group formed\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	// --no-verify times it, and every output says so.
 	native := filepath.Join(t.TempDir(), "n.json")
-	stdout, _ := mustProcess(t, append([]string{"run", "--device", "cuda", "--kernels-dir", dir, "--num-iters", "2", "--no-verify", "--json-out", native}, tinyShape...)...)
+	stdout, _ = mustProcess(t, append([]string{"run", "--device", "cuda", "--kernels-dir", dir, "--num-iters", "2", "--no-verify", "--json-out", native}, tinyShape...)...)
 	if !strings.Contains(stdout, "UNVERIFIED") {
 		t.Errorf("run --no-verify: stdout does not say so:\n%s", stdout)
 	}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"stepbench/cuda"
 	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
@@ -261,15 +260,8 @@ func (v *Verifier) gateArgmax(m kernels.ModelShape, batch int) {
 	logits[m.Vocab-1] = 0x4300 // the first row's maximum in its last element
 	want := make([]int32, rows)
 	ref.Argmax(want, logits, rows, m.Vocab)
-	set := v.pinned(kernels.OpArgmax, ver)
-	out, dLogits := v.alloc(4*rows), v.bf16(logits)
-	wsBytes := kernels.ArgmaxWorkspaceBytes(rows, m.Vocab)
-	ws := v.alloc(wsBytes)
-	if v.err == nil {
-		v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
-	}
-	v.launch(func() error { return set.Argmax(v.stream, out, dLogits, ws, wsBytes, rows, m.Vocab) })
-	v.record(versioned("argmax", ver), fmt.Sprintf("%s %s vocab=%d", m.Name, rowsLabel(rows, batch), m.Vocab), 0, true, equalBits(v.getI32(out, rows), want))
+	got := v.runArgmax(v.pinned(kernels.OpArgmax, ver), logits, rows, m.Vocab)
+	v.record(versioned("argmax", ver), fmt.Sprintf("%s %s vocab=%d", m.Name, rowsLabel(rows, batch), m.Vocab), 0, true, equalBits(got, want))
 }
 
 // gateAttention checks the attention version the selection picks at a.
@@ -302,11 +294,7 @@ type sampledAttentionCase struct {
 // (sampleQueryTokens); label names the sample for the table.
 func (v *Verifier) newSampledAttentionCase(a kernels.AttnShape) (*sampledAttentionCase, string) {
 	tokens := sampleQueryTokens(a, gateAttentionFLOPs, v.rng.Uint64())
-	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-	c := &sampledAttentionCase{tokens: tokens, attentionCase: attentionCase{a: a,
-		q:      RandomBF16(v.rng, a.Tokens()*qWidth, 0, 1),
-		kCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1), vCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1),
-		want: make([]uint16, a.Tokens()*qWidth)}}
+	c := &sampledAttentionCase{tokens: tokens, attentionCase: *v.drawAttentionInputs(a)}
 	ref.AttentionTokens(c.want, c.q, c.kCache, c.vCache, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq, tokens)
 	label := FormatShape(a)
 	if tokens != nil {
@@ -375,23 +363,14 @@ func sampleQueryTokens(a kernels.AttnShape, budget float64, seed uint64) []int {
 // and compares the sampled rows with the reference; every row must be
 // written (no poison left anywhere).
 func (v *Verifier) verifySampledAttention(set *Kernels, check string, c *sampledAttentionCase, label string) {
-	a := c.a
-	wsBytes := set.AttentionWorkspaceBytes(a)
-	var ws cuda.DevPtr
-	if wsBytes > 0 {
-		ws = v.alloc(wsBytes)
-	}
-	out := v.poisoned(len(c.want))
-	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
-	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
-	got := v.getBF16(out, len(c.want))
-	want := c.want
+	got, want := v.runAttention(set, &c.attentionCase), c.want
 	if c.tokens != nil {
-		if err := allWritten(got, a.Heads*a.HeadDim); err != nil {
+		width := c.a.Heads * c.a.HeadDim
+		if err := allWritten(got, width); err != nil {
 			v.record(check, label, 0, false, err)
 			return
 		}
-		got, want = pickRows(got, c.tokens, a.Heads*a.HeadDim), pickRows(c.want, c.tokens, a.Heads*a.HeadDim)
+		got, want = pickRows(got, c.tokens, width), pickRows(c.want, c.tokens, width)
 	}
 	rel, err := closeBF16(got, want)
 	v.record(check, label, rel, false, err)

@@ -471,15 +471,22 @@ func (v *Verifier) verifyArgmax(m kernels.ModelShape) {
 		if _, err := set.Selection().ArgmaxVersion(m.Vocab); err != nil {
 			continue // this version does not take the shape
 		}
-		out, dLogits := v.alloc(4*rows), v.bf16(logits)
-		wsBytes := kernels.ArgmaxWorkspaceBytes(rows, m.Vocab)
-		ws := v.alloc(wsBytes)
-		if v.err == nil {
-			v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
-		}
-		v.launch(func() error { return set.Argmax(v.stream, out, dLogits, ws, wsBytes, rows, m.Vocab) })
-		v.record(versioned("argmax", ver), fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(v.getI32(out, rows), want))
+		got := v.runArgmax(set, logits, rows, m.Vocab)
+		v.record(versioned("argmax", ver), fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(got, want))
 	}
+}
+
+// runArgmax launches one argmax version on logits (the output poisoned
+// first) and returns its indices.
+func (v *Verifier) runArgmax(set *Kernels, logits []uint16, rows, vocab int) []int32 {
+	out, dLogits := v.alloc(4*rows), v.bf16(logits)
+	wsBytes := kernels.ArgmaxWorkspaceBytes(rows, vocab)
+	ws := v.alloc(wsBytes)
+	if v.err == nil {
+		v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
+	}
+	v.launch(func() error { return set.Argmax(v.stream, out, dLogits, ws, wsBytes, rows, vocab) })
+	return v.getI32(out, rows)
 }
 
 // versions are the versions of op to check: the one the selection pins, or all.
@@ -611,17 +618,29 @@ type attentionCase struct {
 }
 
 func (v *Verifier) newAttentionCase(a kernels.AttnShape) *attentionCase {
-	tokens := a.Batch * a.SeqLen
-	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-	c := &attentionCase{a: a, q: RandomBF16(v.rng, tokens*qWidth, 0, 1),
-		kCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1), vCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1),
-		want: make([]uint16, tokens*qWidth)}
+	c := v.drawAttentionInputs(a)
 	ref.Attention(c.want, c.q, c.kCache, c.vCache, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
 	return c
 }
 
+// drawAttentionInputs draws a case's q and caches; want is left to fill.
+func (v *Verifier) drawAttentionInputs(a kernels.AttnShape) *attentionCase {
+	tokens := a.Batch * a.SeqLen
+	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	return &attentionCase{a: a, q: RandomBF16(v.rng, tokens*qWidth, 0, 1),
+		kCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1), vCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1),
+		want: make([]uint16, tokens*qWidth)}
+}
+
 // verifyAttentionAt checks one attention version at one case.
 func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCase) {
+	rel, err := closeBF16(v.runAttention(set, c), c.want)
+	v.record(check, FormatShape(c.a), rel, false, err)
+}
+
+// runAttention launches one attention version on c's inputs (output
+// poisoned first) and returns its output.
+func (v *Verifier) runAttention(set *Kernels, c *attentionCase) []uint16 {
 	a := c.a
 	wsBytes := set.AttentionWorkspaceBytes(a)
 	var ws cuda.DevPtr
@@ -631,8 +650,7 @@ func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCas
 	out := v.poisoned(len(c.want))
 	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
 	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
-	rel, err := closeBF16(v.getBF16(out, len(c.want)), c.want)
-	v.record(check, FormatShape(a), rel, false, err)
+	return v.getBF16(out, len(c.want))
 }
 
 // verifyDecodeGraph captures one decode step (rope_kv_write, attention,
