@@ -84,7 +84,7 @@ EMU_DIR      := build/emu
 EMU_CXX      ?= g++
 EMU_CC       ?= gcc
 EMU_CXXFLAGS := -std=c++17 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
-EMU_DRIVER   := $(addprefix cuda/emu/,api.cpp exec.cpp memory.cpp stream.cpp settings.cpp switch.S)
+EMU_DRIVER   := $(addprefix cuda/emu/,api.cpp exec.cpp counters.cpp memory.cpp stream.cpp settings.cpp switch.S)
 EMU_LIBS     := $(EMU_DIR)/libcuda.so.1 $(EMU_DIR)/libnvrtc.so.13 $(EMU_DIR)/libcublas.so.13 $(EMU_DIR)/libnvidia-ml.so.1 \
                 $(EMU_DIR)/libnccl.so.2 $(EMU_DIR)/libsbemu_nvtx.so
 

@@ -380,6 +380,19 @@ DEFINE_PREFILL(128)
 // softmax are reduced across the 4 lanes that hold a row. Tiles past the
 // query tile's last position are never loaded (causal); the heaviest query
 // tiles (the last) are launched first.
+//
+// Double buffering's protocol, which the emulated device's warp-serial
+// schedules check: the end-of-tile barrier comes before the next prefetch
+// refills the buffer; smem_retire then marks the consumed tile dead (NaN on
+// the emulated device), so a row the refill skips (a missing zero-fill) shows.
+//
+// Access counters (EMULATED, stepbench verify --counters at d128, b=1 s=128,
+// pos 0 and 200): K/V tiles arrive as cp.async of 16 sectors per warp request
+// (every byte used); ldmatrix reads of the swizzled tiles 0.015-0.05 bank
+// conflicts per request (from the tile edges); the output store is 8 sectors
+// per request with 50% of each used: a quad of lanes writes 16 bytes of a
+// row (4-byte stores of two bf16), 8 rows per request. Staging the output
+// tile through shared memory for 16-byte row stores would use every byte.
 
 #define FA_BQ 64
 #define FA_BK 64
@@ -578,6 +591,8 @@ __device__ __noinline__ void attn_prefill_tc(unsigned short* __restrict__ out,
             }
         }
         __syncthreads();  // the buffer is refilled by the next iteration's prefetch
+        smem_retire(kt, FA_BK * D * 2);
+        smem_retire(vt, FA_BK * D * 2);
     }
 
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -621,6 +636,13 @@ DEFINE_PREFILL_TC(128)
 // its 8 dims of the output per head); the groups of the block are merged
 // through shared memory and written as one partial per head to the same
 // workspace layout as v1, which attn_decode_combine merges across splits.
+//
+// Access counters (EMULATED, stepbench verify --counters, d128 g4, pos 1000
+// and 4095): K and V loads 14.7-15.1 sectors per warp request with every
+// byte used (the coalesced 16-byte design); the merge's shared-memory stores
+// 3.2 bank conflicts per request (lane groups write their per-head partials
+// at a stride that maps several lanes to one bank), a small share of the
+// kernel's traffic next to the K/V stream.
 
 #define DEC_THREADS 128
 #define DEC_UNROLL 4

@@ -173,6 +173,20 @@ __device__ __forceinline__ void cp_async_commit() {
 #endif
 }
 
+// smem_retire says bytes of shared memory at p are dead until rewritten (a
+// consumed tile of a double buffer, after the barrier that ends its use):
+// nothing on a GPU; on the emulated device the block's first call of a
+// barrier phase fills them with NaN, so that a row the next refill skips
+// (a missing zero-fill) or a read of the old tile shows in the output.
+__device__ __forceinline__ void smem_retire(const void* p, unsigned bytes) {
+#ifdef __SBEMU__
+    sbemu_smem_retire((void*)p, bytes);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 // cp_async_wait waits until at most N committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -3,6 +3,7 @@ package main
 import (
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -67,5 +68,19 @@ func TestDevicesWithMissingCUDALibsDir(t *testing.T) {
 	code, _, stderr := run(t, "devices")
 	if code == 0 || !strings.Contains(stderr, "STEPBENCH_CUDA_LIBS="+missing+": "+missing+" is not a directory") {
 		t.Errorf("exit %d, stderr %q; want an error naming the variable and the folder", code, stderr)
+	}
+}
+
+// build prints ptxas's report per entry point with the real NVRTC, when one
+// is installed (CI installs Debian's 11.8).
+func TestBuildPrintsThePtxasReport(t *testing.T) {
+	t.Setenv("STEPBENCH_CUDA_LIBS", "")
+	code, stdout, stderr := run(t, "build", "--arch", "90")
+	if code != 0 && strings.Contains(stderr, "no NVRTC") {
+		t.Skipf("no NVRTC installed: %s", stderr)
+	}
+	row := regexp.MustCompile(`(?m)^attn_prefill_tc_d128 +sm_90 +[1-9][0-9]* +0 +0$`)
+	if code != 0 || !row.MatchString(stdout) || !strings.Contains(stdout, "registers") {
+		t.Errorf("build: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }

@@ -102,7 +102,7 @@ func (g kernelGate) check(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunSh
 		return v, nil
 	}
 	fmt.Fprintf(stderr, "stepbench: checking %s against their Go twins at the run's shapes (%s) before timing\n", v.Kernels, strings.Join(g.checks, ", "))
-	results, err := be.VerifyRunShapes(cfg.KernelShape(), shapes, g.checks, seed)
+	results, err := be.VerifyRunShapes(cfg.KernelShape(), shapes, g.checks, seed, "")
 	if err != nil {
 		return v, fmt.Errorf("check %s before timing: %w", v.Kernels, err)
 	}

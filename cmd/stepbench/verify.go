@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -35,6 +36,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	long := fs.Bool("long", false, "also check the shapes too slow for every run on the emulated device (attention over 1000-token prompts at batch 3)")
 	var shapes shapeFlags
 	shapes.register(fs, []int{1024}, []int{16})
+	counters := fs.String("counters", "", "emulated device only: count every check's loads and stores (warp requests, 32-byte sectors, shared-memory bank conflicts) into this JSONL file and print them per check beside the cost model's bytes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -60,8 +62,18 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := cuda.OpenDriver(); err != nil {
+	if *counters != "" {
+		// Read by the emulated driver and NVRTC as they start (and ignored by a real one).
+		if err := os.Setenv("STEPBENCH_EMU_COUNTERS", *counters); err != nil {
+			return fmt.Errorf("--counters: %w", err)
+		}
+	}
+	drv, err := cuda.OpenDriver()
+	if err != nil {
 		return fmt.Errorf("no usable GPU: %w", err)
+	}
+	if *counters != "" && drv.Emulated() == "" {
+		return usagef("--counters: the access counters are the emulated device's (STEPBENCH_CUDA_LIBS=$PWD/build/emu); on a GPU Nsight Compute measures them: ncu --metrics %s stepbench verify ...", ncuCounterMetrics)
 	}
 	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
@@ -77,22 +89,26 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
 		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
 	if atRunShapes {
-		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, stdout)
+		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, *counters, stdout)
 	}
-	return runVerify(be, cfg, *seed, gpu.VerifyOptions{Only: *only, Long: *long}, stdout)
+	return runVerify(be, cfg, *seed, gpu.VerifyOptions{Only: *only, Long: *long, Counters: *counters}, stdout)
 }
+
+// ncuCounterMetrics are Nsight Compute's names of what --counters counts.
+const ncuCounterMetrics = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum," +
+	"smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
 
 // verifyAtRunShapes runs the checks a timed run makes before timing
 // (gpu.VerifyRunShapes) at the shapes of --batch-size, --input-len and
 // --output-len: every kernel, or those --check names.
-func verifyAtRunShapes(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunShape, only []string, seed uint64, stdout io.Writer) error {
+func verifyAtRunShapes(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunShape, only []string, seed uint64, counters string, stdout io.Writer) error {
 	checks := only
 	if len(checks) == 0 {
 		checks = gpu.VerifyKernelNames
 	}
 	v := verifyTable{tw: tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)}
 	fmt.Fprintln(v.tw, "check\tshape\tmax rel err\tstatus")
-	results, err := be.VerifyRunShapes(cfg.KernelShape(), shapes, checks, seed)
+	results, err := be.VerifyRunShapes(cfg.KernelShape(), shapes, checks, seed, counters)
 	for _, r := range results {
 		v.row(r.Check, r.Shape, r.RelErr, r.Exact, r.Err)
 	}
@@ -101,6 +117,11 @@ func verifyAtRunShapes(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunShape
 	}
 	if err := v.tw.Flush(); err != nil {
 		return err
+	}
+	if counters != "" {
+		if err := writeCountersTable(stdout, results); err != nil {
+			return err
+		}
 	}
 	if v.failures > 0 {
 		return fmt.Errorf("%d check(s) failed", v.failures)
@@ -141,6 +162,11 @@ func runVerify(be *gpu.Backend, cfg runner.Config, seed uint64, opts gpu.VerifyO
 		v.row(r.Check, r.Shape, r.RelErr, r.Exact, r.Err)
 		lost = lost || errors.Is(r.Err, gpu.ErrContextLost)
 	}
+	defer func() {
+		if opts.Counters != "" {
+			_ = writeCountersTable(stdout, results)
+		}
+	}()
 	if err != nil {
 		v.row("kernel checks", "", 0, false, err)
 	}
@@ -207,4 +233,44 @@ func verifiedVersions(sel kernels.Selection) string {
 		return "all"
 	}
 	return "all but " + sel.String()
+}
+
+// writeCountersTable prints each check's access counters per kernel beside
+// the cost model's bytes of the op at the check's shape.
+func writeCountersTable(w io.Writer, results []gpu.CheckResult) error {
+	fmt.Fprintln(w, "\naccess counters (EMULATED: counted by the emulated device from the addresses its threads touch, no caches, not measured on a GPU;")
+	fmt.Fprintln(w, "Nsight Compute's names: sectors/req = l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_{ld,st,ldgsts}.ratio, used% =")
+	fmt.Fprintln(w, "smsp__sass_average_data_bytes_per_sector_mem_global_op_*.pct, conflicts/req = l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_*.sum per request;")
+	fmt.Fprintln(w, "sector MB = 32 B x every global sector; model MB = the cost model's minimum bytes of the op at the check's shape)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "check\tshape\tkernel\tld sectors/req\tld used%\tst sectors/req\tst used%\tcp.async sectors/req\tsmem ld conflicts/req\tsmem st conflicts/req\tsector MB\tmodel MB")
+	for _, r := range results {
+		for i, k := range r.Counters {
+			model := "" // the op's, on its first kernel's row
+			if i == 0 && r.ModelBytes > 0 {
+				model = fmt.Sprintf("%.4g", r.ModelBytes/1e6)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4g\t%s\n", r.Check, r.Shape, k.Kernel,
+				perReq(k.GlobalLoad.Requests, k.GlobalLoad.SectorsPerRequest()), pct(k.GlobalLoad.Requests, k.GlobalLoad.UsedPercent()),
+				perReq(k.GlobalStore.Requests, k.GlobalStore.SectorsPerRequest()), pct(k.GlobalStore.Requests, k.GlobalStore.UsedPercent()),
+				perReq(k.CpAsync.Requests, k.CpAsync.SectorsPerRequest()),
+				perReq(k.SharedLoad.Requests, k.SharedLoad.ConflictsPerRequest()), perReq(k.SharedStore.Requests, k.SharedStore.ConflictsPerRequest()),
+				k.SectorBytes()/1e6, model)
+		}
+	}
+	return tw.Flush()
+}
+
+func perReq(requests, v float64) string {
+	if requests == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+func pct(requests, v float64) string {
+	if requests == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", v)
 }

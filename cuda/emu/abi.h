@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#define SBEMU_ABI_VERSION 2
+#define SBEMU_ABI_VERSION 3
 #define SBEMU_STACK_BYTES ((size_t)256 * 1024)
 
 typedef struct sbemu_dim3 {
@@ -59,6 +59,15 @@ typedef struct sbemu_api {
     void (*cp_async)(void *dst, const void *src, unsigned int bytes);
     void (*cp_async_commit)(void);
     void (*cp_async_wait)(int pending_groups_allowed);
+    /* smem_retire(): the kernel says bytes of shared memory at p are dead
+     * until rewritten (a consumed tile of a double buffer): the block's
+     * first call per barrier phase fills them with a NaN pattern, so that a
+     * read of the stale tile (a row not refilled, a refill not waited for)
+     * shows in the output. */
+    void (*smem_retire)(void *p, unsigned int bytes);
+    /* access(): one load or store of a kernel built for the access counters
+     * (STEPBENCH_EMU_COUNTERS): its address, size, direction and code site. */
+    void (*access)(const void *addr, unsigned int bytes, int is_write, const void *site);
 } sbemu_api;
 
 typedef void (*sbemu_invoker)(void *fn, void *const *params);

@@ -186,11 +186,19 @@ static inline void sbemu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], cons
 /* ldmatrix .m8n8 .b16: lanes 8j..8j+7 give the row addresses of matrix j;
  * lane l receives, per matrix, row l/4 elements 2(l%4) and 2(l%4)+1 (or,
  * transposed, column l/4 elements of rows 2(l%4) and 2(l%4)+1). */
-static inline void sbemu_ldmatrix(unsigned *r, int count, bool trans, const void *row, const char *file, int line) {
+/* The access counters see ldmatrix as the GPU does it, one 16-byte row per
+ * giving lane (lanes 0..8*count-1), not the emulation's reads of the rows:
+ * those are not instrumented. */
+__attribute__((no_sanitize_thread)) static inline void sbemu_ldmatrix(unsigned *r, int count, bool trans,
+                                                                      const void *row, const char *file, int line) {
     /* Each row is 16 bytes that a quad of lanes loads: the GPU wants it
      * naturally aligned and may fault otherwise; here it always faults. */
     if (sbemu_self()->lane < 8u * (unsigned)count && ((unsigned long)row & 15u) != 0)
         sbemu_api_ptr->trap(716, file, line, trans ? "ldmatrix.trans row address not 16-byte aligned" : "ldmatrix row address not 16-byte aligned");
+#ifdef SBEMU_COUNTERS
+    if (sbemu_self()->lane < 8u * (unsigned)count)
+        sbemu_api_ptr->access(row, 16, 0, (const char *)file + 16 * (unsigned long)line);
+#endif
     const void *mine = row;
     const void *const *rows = (const void *const *)sbemu_api_ptr->warp_exchange(
         0xffffffffu, &mine, sizeof mine, trans ? "ldmatrix.trans" : "ldmatrix", file, line);
@@ -213,6 +221,7 @@ static inline unsigned long __cvta_generic_to_shared(const void *p) { return (un
 #define sbemu_cp_async(dst, src, bytes) sbemu_api_ptr->cp_async((dst), (src), (bytes))
 #define sbemu_cp_async_commit() sbemu_api_ptr->cp_async_commit()
 #define sbemu_cp_async_wait(n) sbemu_api_ptr->cp_async_wait(n)
+#define sbemu_smem_retire(p, bytes) sbemu_api_ptr->smem_retire((p), (bytes))
 
 /* ---- atomics (other blocks run on other host threads) ---- */
 template <typename T> static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
@@ -375,6 +384,76 @@ static inline int2 make_int2(int x, int y) { return int2{x, y}; }
 static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+
+
+/* ---- access counters (STEPBENCH_EMU_COUNTERS) ----
+ * The module is compiled with g++ -fsanitize=thread and linked without its
+ * runtime: every load and store calls one of these hooks, which pass the
+ * address, size and code site (the hook's return address) to the driver.
+ * The hooks themselves are not instrumented. */
+#ifdef SBEMU_COUNTERS
+#define SBEMU_HOOK extern "C" __attribute__((no_sanitize_thread, noinline, used, visibility("hidden")))
+#define SBEMU_ACCESS(addr, n, w) \
+    do { if (sbemu_api_ptr) sbemu_api_ptr->access((addr), (n), (w), __builtin_return_address(0)); } while (0)
+#define SBEMU_SIZED_HOOKS(n)                                                          \
+    SBEMU_HOOK void __tsan_read##n(void *p) { SBEMU_ACCESS(p, n, 0); }              \
+    SBEMU_HOOK void __tsan_write##n(void *p) { SBEMU_ACCESS(p, n, 1); }             \
+    SBEMU_HOOK void __tsan_unaligned_read##n(void *p) { SBEMU_ACCESS(p, n, 0); }    \
+    SBEMU_HOOK void __tsan_unaligned_write##n(void *p) { SBEMU_ACCESS(p, n, 1); }
+SBEMU_SIZED_HOOKS(1)
+SBEMU_SIZED_HOOKS(2)
+SBEMU_SIZED_HOOKS(4)
+SBEMU_SIZED_HOOKS(8)
+SBEMU_SIZED_HOOKS(16)
+SBEMU_HOOK void __tsan_read_range(void *p, unsigned long n) { SBEMU_ACCESS(p, (unsigned)n, 0); }
+SBEMU_HOOK void __tsan_write_range(void *p, unsigned long n) { SBEMU_ACCESS(p, (unsigned)n, 1); }
+SBEMU_HOOK void __tsan_init(void) {}
+SBEMU_HOOK void __tsan_func_entry(void *) {}
+SBEMU_HOOK void __tsan_func_exit(void) {}
+SBEMU_HOOK void __tsan_vptr_update(void **, void *) {}
+SBEMU_HOOK void __tsan_vptr_read(void **) {}
+SBEMU_HOOK void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+SBEMU_HOOK void __tsan_atomic_signal_fence(int) {}
+/* Atomics: done as the uninstrumented build does them, counted as a load
+ * and a store. */
+#define SBEMU_ATOMIC_RMW(bits, T, op, builtin)                                              \
+    SBEMU_HOOK T __tsan_atomic##bits##_##op(volatile T *a, T v, int) {                      \
+        SBEMU_ACCESS((void *)a, bits / 8, 0);                                               \
+        SBEMU_ACCESS((void *)a, bits / 8, 1);                                               \
+        return builtin((T *)a, v, __ATOMIC_SEQ_CST);                                        \
+    }
+#define SBEMU_ATOMICS(bits, T)                                                              \
+    SBEMU_ATOMIC_RMW(bits, T, fetch_add, __atomic_fetch_add)                                                  \
+    SBEMU_ATOMIC_RMW(bits, T, fetch_sub, __atomic_fetch_sub)                                                  \
+    SBEMU_ATOMIC_RMW(bits, T, fetch_and, __atomic_fetch_and)                                                  \
+    SBEMU_ATOMIC_RMW(bits, T, fetch_or, __atomic_fetch_or)                                                   \
+    SBEMU_ATOMIC_RMW(bits, T, fetch_xor, __atomic_fetch_xor)                                                  \
+    SBEMU_ATOMIC_RMW(bits, T, exchange, __atomic_exchange_n)                                                   \
+    SBEMU_HOOK T __tsan_atomic##bits##_load(const volatile T *a, int) {                     \
+        SBEMU_ACCESS((void *)a, bits / 8, 0);                                               \
+        return __atomic_load_n((T *)a, __ATOMIC_SEQ_CST);                                   \
+    }                                                                                       \
+    SBEMU_HOOK void __tsan_atomic##bits##_store(volatile T *a, T v, int) {                  \
+        SBEMU_ACCESS((void *)a, bits / 8, 1);                                               \
+        __atomic_store_n((T *)a, v, __ATOMIC_SEQ_CST);                                      \
+    }                                                                                       \
+    SBEMU_HOOK int __tsan_atomic##bits##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) { \
+        SBEMU_ACCESS((void *)a, bits / 8, 0);                                               \
+        SBEMU_ACCESS((void *)a, bits / 8, 1);                                               \
+        return __atomic_compare_exchange_n((T *)a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+    }                                                                                       \
+    SBEMU_HOOK int __tsan_atomic##bits##_compare_exchange_weak(volatile T *a, T *c, T v, int, int) { \
+        return __tsan_atomic##bits##_compare_exchange_strong(a, c, v, 0, 0);                \
+    }                                                                                       \
+    SBEMU_HOOK T __tsan_atomic##bits##_compare_exchange_val(volatile T *a, T c, T v, int, int) { \
+        __tsan_atomic##bits##_compare_exchange_strong(a, &c, v, 0, 0);                      \
+        return c;                                                                           \
+    }
+SBEMU_ATOMICS(8, unsigned char)
+SBEMU_ATOMICS(16, unsigned short)
+SBEMU_ATOMICS(32, unsigned int)
+SBEMU_ATOMICS(64, unsigned long long)
+#endif
 
 /* ---- registration of the kernels (used by code the compile step appends) ---- */
 namespace sbemu_detail {

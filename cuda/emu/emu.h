@@ -67,7 +67,10 @@ struct Result {
     static Result Fail(int c, std::string d) { return Result{c, std::move(d)}; }
 };
 
-enum class Schedule { Forward, Reverse, Random };
+// Forward, Reverse and Random order a block's threads within each round;
+// WarpSerial and WarpSerialReverse run one warp alone from barrier to
+// barrier (or exit), then the next, in warp order or its reverse.
+enum class Schedule { Forward, Reverse, Random, WarpSerial, WarpSerialReverse };
 
 // Settings come from STEPBENCH_EMU_* variables, read once by cuInit.
 struct Settings {
@@ -80,6 +83,7 @@ struct Settings {
     uint64_t mem_bytes = 0;       // 0: host MemTotal
     bool strict_lazy_loading = true;
     int sms = 132;
+    std::string counters_path;    // STEPBENCH_EMU_COUNTERS: access counters, a JSON line per launch
 };
 // Load reads the environment; an error names the variable.
 Result LoadSettings(Settings *s);
@@ -120,6 +124,8 @@ public:
     bool CheckCanaries(std::string *why);
     void FreeContext(Context *ctx);
     void Name(uintptr_t user, const std::string &name);
+    // LiveRanges are the [start, end) of every live allocation, sorted.
+    std::vector<std::pair<uintptr_t, uintptr_t>> LiveRanges();
     uint64_t UsedBytes();
     std::string Label(const Alloc &a) const;
 
@@ -230,6 +236,45 @@ struct Launch {
     std::vector<unsigned char> args;  // packed values
     std::vector<void *> params;       // pointers into args
 };
+
+// ---- access counters (counters.cpp) ----
+// What one launch's loads and stores did, per space and direction, in the
+// units Nsight Compute reports: warp requests, 32-byte sectors and the bytes
+// used of them (global), wavefronts and their ideal count (shared).
+struct SpaceCounts {
+    uint64_t requests = 0, sectors = 0, bytes = 0;  // bytes: distinct bytes the lanes asked for
+    uint64_t wavefronts = 0, ideal_wavefronts = 0;
+    void Add(const SpaceCounts &o);
+};
+struct LaunchCounts {
+    SpaceCounts global_ld, global_st, ldgsts, shared_ld, shared_st;
+    void Add(const LaunchCounts &o);
+};
+enum class AccessKind : uint8_t { Load, Store, CpAsyncRead, CpAsyncWrite };
+// BlockCounter groups one block's accesses into warp requests: the n-th
+// access of a code site by each lane of a warp is one request (lanes run
+// the same instruction stream), folded into counts once every live lane of
+// the warp has passed it.
+class BlockCounter {
+public:
+    BlockCounter(const std::vector<std::pair<uintptr_t, uintptr_t>> *global, uintptr_t dyn, size_t dyn_bytes,
+                 unsigned nwarps);
+    ~BlockCounter();
+    void AddShared(uintptr_t p, size_t bytes);
+    void Access(unsigned warp, unsigned lane, const void *site, uintptr_t addr, unsigned bytes, AccessKind kind);
+    // Fold the requests every live lane of each warp has passed; live[w] is
+    // warp w's mask of lanes that exist and have not exited.
+    void Flush(const std::vector<unsigned> &live);
+    void FlushAll();
+    LaunchCounts counts;
+
+private:
+    struct Impl;
+    Impl *impl_;
+};
+// WriteCounters appends a launch's counters to the counters file as one
+// JSON line (a mutex keeps lines whole); an error says why it could not.
+Result WriteCounters(const std::string &path, const Launch &l, const LaunchCounts &c, uint64_t ns);
 
 // Runs every block of a launch on the worker pool; the result names the
 // first fault, barrier divergence or deadlock.

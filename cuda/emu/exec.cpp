@@ -53,6 +53,7 @@ struct Fiber {
     const char *wait_file = nullptr;
     int wait_line = 0;
     int held = -1;  // exchange whose slots this lane may still read
+    unsigned commits = 0;  // cp.async groups committed (names the poison of a refill)
     // cp.async copies not yet complete: the open group, then committed ones (oldest first).
     std::vector<AsyncCopy> open_copies;
     std::deque<std::vector<AsyncCopy>> copy_groups;
@@ -78,6 +79,7 @@ struct Block {
     sbemu_dim3 idx{};
     unsigned nthreads = 0, nwarps = 0, live = 0;
     unsigned bar_arrived = 0, bar_first = 0;
+    unsigned long long bar_gen = 0;  // barriers released so far
     const char *bar_file = nullptr;
     int bar_line = 0;
     std::vector<Warp> warps;
@@ -85,6 +87,8 @@ struct Block {
     std::string error;
     unsigned long long gen = 0;
     size_t static_shared = 0;
+    // smem_retire calls done, by barrier phase: the first of a phase poisons.
+    std::vector<std::pair<unsigned long long, const void *>> retired;
 };
 
 struct Worker {
@@ -98,6 +102,7 @@ struct Worker {
     Fiber *current = nullptr;
     unsigned char *dyn = nullptr;  // dynamic shared memory of the running block
     Block block;
+    BlockCounter *counter = nullptr;  // the running block's access counters (STEPBENCH_EMU_COUNTERS)
     unsigned long long gen = 0;
     // Fault details, written by the signal handler.
     int fault_sig = 0, fault_code = 0;
@@ -227,6 +232,7 @@ void ReleaseBarrier(Worker &w) {
         if (w.fibers[t].state == kAtBarrier) w.fibers[t].state = kRunnable;
     }
     b.bar_arrived = 0;
+    b.bar_gen++;
 }
 
 void SyncThreads(const char *file, int line) {
@@ -346,6 +352,7 @@ void SharedAcquire(void *storage, unsigned long long *gen, size_t bytes, const c
     if (*gen == b.gen) return;
     *gen = b.gen;
     memset(storage, D().settings.poison, bytes);
+    if (f.w->counter) f.w->counter->AddShared(reinterpret_cast<uintptr_t>(storage), bytes);
     b.static_shared += bytes;
     Function *fn = b.l->f;
     size_t seen = fn->static_shared.load();
@@ -364,17 +371,55 @@ void Trap(int code, const char *file, int line, const char *what) {
     Fail(Me(), code, std::string(what) + " at " + Site(file, line));
 }
 
+// PoisonStale fills dead shared memory: with the default poison, 16-bit
+// NaN patterns 0xff81.. numbered by serial (a NaN as bf16, and two of them
+// a NaN as fp32), so that a stale read shows and a debugger can tell which
+// refill or retirement it came from; with STEPBENCH_EMU_POISON set, that byte.
+void PoisonStale(void *p, size_t bytes, unsigned long long serial) {
+    const uint8_t byte = D().settings.poison;
+    if (byte != 0xff) {
+        memset(p, byte, bytes);
+        return;
+    }
+    const uint16_t pattern = (uint16_t)(0xff81u + serial % 126u);
+    auto *b = static_cast<unsigned char *>(p);
+    for (size_t i = 0; i + 1 < bytes; i += 2) memcpy(b + i, &pattern, 2);
+    if (bytes % 2) b[bytes - 1] = 0xff;
+}
+
+// CpAsync queues the copy and poisons its destination at once: until the
+// wait that completes it, what the destination holds is undefined on a GPU
+// (old data, new data or a mix), so reading it then shows as NaN here.
 void CpAsync(void *dst, const void *src, unsigned bytes) {
     Fiber &f = Me();
     if (bytes != 4 && bytes != 8 && bytes != 16) Fail(f, kLaunchFailed, "cp.async of " + std::to_string(bytes) + " bytes (4, 8 or 16)");
     if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 || reinterpret_cast<uintptr_t>(src) % bytes != 0) {
         Fail(f, kMisalignedAddress, "cp.async of " + std::to_string(bytes) + " bytes at a misaligned address");
     }
+    PoisonStale(dst, bytes, f.commits);
     f.open_copies.push_back({dst, src, bytes});
+    if (BlockCounter *c = f.w->counter) {
+        const void *site = __builtin_return_address(0);
+        c->Access(f.self->warp, f.self->lane, site, reinterpret_cast<uintptr_t>(src), bytes, AccessKind::CpAsyncRead);
+        c->Access(f.self->warp, f.self->lane, site, reinterpret_cast<uintptr_t>(dst), bytes, AccessKind::CpAsyncWrite);
+    }
+}
+
+// SmemRetire poisons a dead buffer once per barrier phase (every thread of
+// the block may call it after the barrier that ends the buffer's use).
+void SmemRetire(void *p, unsigned bytes) {
+    Block &b = Me().w->block;
+    const std::pair<unsigned long long, const void *> key{b.bar_gen, p};
+    for (const auto &r : b.retired) {
+        if (r == key) return;
+    }
+    b.retired.push_back(key);
+    PoisonStale(p, bytes, b.bar_gen);
 }
 
 void CpAsyncCommit() {
     Fiber &f = Me();
+    f.commits++;
     f.copy_groups.push_back(std::move(f.open_copies));
     f.open_copies.clear();
 }
@@ -414,7 +459,29 @@ extern "C" void FiberMain(void *) {
     for (;;) Yield(f);
 }
 
-const sbemu_api kAPI = {SBEMU_ABI_VERSION, SyncThreads, WarpExchange, SharedAcquire, Trap, CpAsync, CpAsyncCommit, CpAsyncWait};
+// Access is the hook of an instrumented load or store (device.h's __tsan_* definitions).
+void Access(const void *addr, unsigned bytes, int is_write, const void *site) {
+    Fiber &f = Me();
+    if (BlockCounter *c = f.w->counter) {
+        c->Access(f.self->warp, f.self->lane, site, reinterpret_cast<uintptr_t>(addr), bytes,
+                  is_write ? AccessKind::Store : AccessKind::Load);
+    }
+}
+
+// LiveLanes are each warp's lanes that exist and have not exited.
+std::vector<unsigned> LiveLanes(const Block &b) {
+    std::vector<unsigned> out(b.nwarps);
+    for (unsigned i = 0; i < b.nwarps; i++) out[i] = b.warps[i].exists & ~b.warps[i].exited;
+    return out;
+}
+
+// FlushCounters folds the warp requests every live lane has passed.
+void FlushCounters(Worker &w) {
+    if (w.counter) w.counter->Flush(LiveLanes(w.block));
+}
+
+const sbemu_api kAPI = {SBEMU_ABI_VERSION, SyncThreads, WarpExchange, SharedAcquire, Trap, CpAsync, CpAsyncCommit, CpAsyncWait,
+                        SmemRetire, Access};
 
 // ---- the scheduler side ----
 
@@ -464,6 +531,7 @@ void PrepareFiber(Worker &w, unsigned t, const Block &b) {
     f.held = -1;
     f.open_copies.clear();
     f.copy_groups.clear();
+    f.commits = 0;
     // Initial frame for sbemu_swap: r15 r14 r13 r12 rbx rbp, then the return
     // address; after the swap's ret the stack is 16-byte aligned at the call.
     auto *top = reinterpret_cast<uint64_t *>(self);
@@ -518,22 +586,67 @@ std::string DescribeDeadlock(Worker &w) {
     return msg;
 }
 
+// RunFiber runs one fiber until it yields; false when the block failed.
+bool RunFiber(Worker &w, Fiber &f) {
+    w.current = &f;
+    w.in_kernel = 1;
+    sbemu_swap(&w.sched_sp, f.sp);
+    w.in_kernel = 0;
+    return w.block.error_code == 0;
+}
+
+// RunWarpSerial runs each warp alone, in warp order (or reversed), until all
+// of its lanes wait at the block barrier or have exited; its lanes meet at
+// warp collectives as in every schedule. A barrier's release starts the next
+// phase from the first warp again, so no warp of a phase sees another's
+// work of that phase: a missing barrier between a buffer's last reader and
+// its refill shows.
+void RunWarpSerial(Worker &w, bool reverse) {
+    Block &b = w.block;
+    for (;;) {
+        bool ran = false;
+        const unsigned long long phase = b.bar_gen;
+        for (unsigned k = 0; k < b.nwarps && b.bar_gen == phase; k++) {
+            const unsigned wi = reverse ? b.nwarps - 1 - k : k;
+            const unsigned first = wi * 32, last = std::min(b.nthreads, first + 32);
+            for (bool warp_ran = true; warp_ran && b.bar_gen == phase;) {
+                warp_ran = false;
+                for (unsigned t = first; t < last && b.bar_gen == phase; t++) {
+                    Fiber &f = w.fibers[t];
+                    if (f.state != kRunnable) continue;
+                    if (!RunFiber(w, f)) return;
+                    warp_ran = ran = true;
+                }
+            }
+        }
+        FlushCounters(w);
+        if (b.live == 0) return;
+        if (!ran) {
+            b.error_code = kLaunchFailed;
+            b.error = DescribeDeadlock(w);
+            return;
+        }
+    }
+}
+
 void RunFibers(Worker &w, std::vector<unsigned> &order, uint64_t seed) {
     Block &b = w.block;
-    const bool random = D().settings.schedule == Schedule::Random;
+    const Schedule schedule = D().settings.schedule;
+    if (schedule == Schedule::WarpSerial || schedule == Schedule::WarpSerialReverse) {
+        RunWarpSerial(w, schedule == Schedule::WarpSerialReverse);
+        return;
+    }
+    const bool random = schedule == Schedule::Random;
     for (uint64_t round = 0;; round++) {
         if (random && round > 0) Permute(order, seed + round);
         bool ran = false;
         for (unsigned i : order) {
             Fiber &f = w.fibers[i];
             if (f.state != kRunnable) continue;
-            w.current = &f;
-            w.in_kernel = 1;
-            sbemu_swap(&w.sched_sp, f.sp);
-            w.in_kernel = 0;
             ran = true;
-            if (b.error_code != 0) return;
+            if (!RunFiber(w, f)) return;
         }
+        FlushCounters(w);
         if (b.live == 0) return;
         if (!ran) {
             b.error_code = kLaunchFailed;
@@ -618,7 +731,16 @@ Result FaultResult(Worker &w) {
     return Result::Fail(kIllegalAddress, where + "; " + who);
 }
 
-Result RunBlock(Worker &w, const Launch &l, unsigned linear) {
+// LaunchCounting is one launch's access counting: the device allocations
+// as the launch began (what a global address may fall in) and the sum of
+// its blocks' counts.
+struct LaunchCounting {
+    std::vector<std::pair<uintptr_t, uintptr_t>> global;
+    std::mutex mu;
+    LaunchCounts total;
+};
+
+Result RunBlock(Worker &w, const Launch &l, unsigned linear, LaunchCounting *counting) {
     Block &b = w.block;
     const sbemu_dim3 g = l.grid, bd = l.block;
     b.l = &l;
@@ -631,6 +753,7 @@ Result RunBlock(Worker &w, const Launch &l, unsigned linear) {
     b.error.clear();
     b.gen = ++w.gen;
     b.static_shared = 0;
+    b.retired.clear();
     if (b.warps.size() < b.nwarps) b.warps.resize(b.nwarps);
     for (unsigned i = 0; i < b.nwarps; i++) {
         Warp &warp = b.warps[i];
@@ -647,10 +770,22 @@ Result RunBlock(Worker &w, const Launch &l, unsigned linear) {
     const uint64_t seed = Mix(D().settings.seed ^ Mix(linear) ^ (uint64_t)(uintptr_t)&l);
     std::vector<unsigned> order;
     FillOrder(order, b.nthreads, seed);
+    std::unique_ptr<BlockCounter> counter;
+    if (counting != nullptr) {
+        counter.reset(new BlockCounter(&counting->global, reinterpret_cast<uintptr_t>(w.dyn), l.dynamic_shared, b.nwarps));
+    }
+    w.counter = counter.get();
     if (sigsetjmp(w.jmp, 0) != 0) {
+        w.counter = nullptr;
         return FaultResult(w);
     }
     RunFibers(w, order, seed);
+    w.counter = nullptr;
+    if (counter) {
+        counter->FlushAll();
+        std::lock_guard<std::mutex> lock(counting->mu);
+        counting->total.Add(counter->counts);
+    }
     if (b.error_code != 0) {
         return Result::Fail(b.error_code, "block " + Dim(b.idx) + " " + b.error);
     }
@@ -779,15 +914,26 @@ Result Execute(const Launch &l) {
     std::mutex mu;
     Result first;
     std::atomic<bool> failed{false};
+    const std::string &counters = D().settings.counters_path;
+    std::unique_ptr<LaunchCounting> counting;
+    if (!counters.empty()) {
+        counting.reset(new LaunchCounting);
+        counting->global = D().memory.LiveRanges();
+    }
+    const uint64_t start = NowNs();
     g_pool->Run(n, [&](size_t i, Worker &w) {
         if (failed.load()) return;
-        Result r = RunBlock(w, l, order[i]);
+        Result r = RunBlock(w, l, order[i], counting.get());
         if (r.code != kSuccess) {
             std::lock_guard<std::mutex> lock(mu);
             if (!failed.exchange(true)) first = r;
         }
     });
     if (failed.load()) return first;
+    if (counting) {
+        Result r = WriteCounters(counters, l, counting->total, NowNs() - start);
+        if (r.code != kSuccess) return r;
+    }
     std::string why;
     if (!D().memory.CheckCanaries(&why)) return Result::Fail(kIllegalAddress, why);
     return Result::Ok();

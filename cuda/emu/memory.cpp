@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -278,6 +279,17 @@ void Memory::Name(uintptr_t user, const std::string &name) {
     if (it == by_map_.begin()) return;
     --it;
     if (it->second->user == user && !it->second->freed) it->second->name = name;
+}
+
+std::vector<std::pair<uintptr_t, uintptr_t>> Memory::LiveRanges() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<uintptr_t, uintptr_t>> out;
+    for (const auto &kv : by_map_) {
+        const Alloc *a = kv.second;
+        if (!a->freed) out.emplace_back(a->user, a->user + a->size);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 uint64_t Memory::UsedBytes() {

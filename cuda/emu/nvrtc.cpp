@@ -30,9 +30,20 @@ extern char **environ;
 
 #define API extern "C" __attribute__((visibility("default")))
 
+// CountersWanted: STEPBENCH_EMU_COUNTERS names a file, so modules are built
+// with every load and store instrumented (g++ -fsanitize=thread's hooks,
+// which device.h turns into sbemu_api.access calls).
+static bool CountersWanted() {
+    const char *v = getenv("STEPBENCH_EMU_COUNTERS");
+    return v != nullptr && *v != '\0';
+}
+
 namespace {
 
 #include "headers.inc"  // kAbiH, kDeviceH: abi.h and device.h as strings
+extern "C" {
+#include "abi.h"
+}
 
 enum {
     kSuccess = 0,
@@ -253,11 +264,22 @@ int Compile(Program *p, const Options &o) {
         return kBuiltinOperationFailure;
     }
     std::vector<std::string> build = common;
-    build.insert(build.end(), {"-O2", "-g0", "-fPIC", "-shared", "-fno-strict-aliasing", "-fno-exceptions",
+    build.insert(build.end(), {"-O2", "-g0", "-fPIC", "-fno-strict-aliasing", "-fno-exceptions",
                                "-fno-rtti", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-fno-gnu-unique",
-                               "-Wno-unused-function", unit_path, "-o", dir + "/module.so"});
+                               "-Wno-unused-function"});
+    const bool counted = CountersWanted();
+    if (counted) {
+        // Every load and store calls a __tsan_* hook (device.h defines them);
+        // compiled only, and linked without -fsanitize: no sanitizer runtime.
+        build.insert(build.end(), {"-DSBEMU_COUNTERS", "-fsanitize=thread", "-Wno-tsan", "-c", unit_path, "-o", dir + "/module.o"});
+    } else {
+        build.insert(build.end(), {"-shared", unit_path, "-o", dir + "/module.so"});
+    }
     remove(log_path.c_str());
     rc = Run(build, log_path);
+    if (rc == 0 && counted) {
+        rc = Run({Compiler(), "-shared", "-fPIC", dir + "/module.o", "-o", dir + "/module.so"}, log_path);
+    }
     raw_log.clear();
     ReadFile(log_path, &raw_log);
     p->log = header + emu::GccToNvrtcLog(raw_log, dir);
@@ -277,8 +299,17 @@ Program *Prog(void *h) { return static_cast<Program *>(h); }
 
 }  // namespace
 
+
+#define SBEMU_STR2(x) #x
+#define SBEMU_STR(x) SBEMU_STR2(x)
+
+// The description is part of the cubin cache key: it names the module ABI
+// and whether the modules are built for the access counters, so that no
+// stale or differently built module is ever loaded from the cache.
 API const char *sbemu_describe(void) {
-    return "stepbench emulated NVRTC 0.1 (compiles kernels with g++ into modules for the emulated device)";
+    static const std::string plain = "stepbench emulated NVRTC 0.1 (module ABI " SBEMU_STR(SBEMU_ABI_VERSION) "; compiles kernels with g++ into modules for the emulated device)";
+    static const std::string counted = "stepbench emulated NVRTC 0.1 (module ABI " SBEMU_STR(SBEMU_ABI_VERSION) ", loads and stores counted; compiles kernels with g++ into modules for the emulated device)";
+    return CountersWanted() ? counted.c_str() : plain.c_str();
 }
 
 API const char *nvrtcGetErrorString(int result) {

@@ -39,10 +39,15 @@ Result LoadSettings(Settings *s) {
             s->schedule = Schedule::Random;
         } else if (sv.rfind("random:", 0) == 0 && ParseUint(v + 7, &s->seed)) {
             s->schedule = Schedule::Random;
+        } else if (sv == "warp-serial") {
+            s->schedule = Schedule::WarpSerial;
+        } else if (sv == "warp-serial-reverse") {
+            s->schedule = Schedule::WarpSerialReverse;
         } else {
-            return Bad("STEPBENCH_EMU_SCHEDULE", v, "forward, reverse, random or random:SEED");
+            return Bad("STEPBENCH_EMU_SCHEDULE", v, "forward, reverse, random, random:SEED, warp-serial or warp-serial-reverse");
         }
     }
+    if (const char *v = getenv("STEPBENCH_EMU_COUNTERS"); v && *v) s->counters_path = v;
     uint64_t n = 0;
     if (const char *v = getenv("STEPBENCH_EMU_THREADS"); v && *v) {
         if (!ParseUint(v, &n) || n < 1 || n > 64) return Bad("STEPBENCH_EMU_THREADS", v, "1..64");

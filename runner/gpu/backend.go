@@ -388,6 +388,9 @@ func (c *Backend) Close() error {
 type VerifyOptions struct {
 	Only []string // kernels to check (VerifyKernelNames); empty: all
 	Long bool     // also the shapes too slow for every emulated run (Verifier.IncludeLong)
+	// Counters, when set, is the emulated device's STEPBENCH_EMU_COUNTERS
+	// file: each check carries its launches' access counters.
+	Counters string
 }
 
 // VerifyKernels runs every kernel (or those named in opts.Only) against its
@@ -403,6 +406,9 @@ func (c *Backend) VerifyKernels(models []kernels.ModelShape, seed uint64, opts V
 	}
 	if opts.Long {
 		v.IncludeLong()
+	}
+	if opts.Counters != "" {
+		v.CountAccesses(opts.Counters)
 	}
 	results := v.VerifyAll(models)
 	if err := v.Close(); err != nil {

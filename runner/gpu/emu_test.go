@@ -12,6 +12,7 @@ import (
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
 	"stepbench/kernels"
+	"stepbench/runner"
 )
 
 // These tests run on the emulated CUDA device (cuda/emu): they check that
@@ -234,10 +235,11 @@ func TestEmulatorSchedules(t *testing.T) {
 		for _, f := range failures {
 			t.Error(f)
 		}
+		endToEndOnEmulator(t, cache)
 		return
 	}
 	// The children share the package's cubin cache (warm after the tests before).
-	schedules := []string{"reverse", "random:11"}
+	schedules := []string{"reverse", "random:11", "warp-serial", "warp-serial-reverse"}
 	errs := make([]error, len(schedules))
 	outs := make([]string, len(schedules))
 	var wg sync.WaitGroup
@@ -253,6 +255,90 @@ func TestEmulatorSchedules(t *testing.T) {
 		if errs[i] != nil {
 			t.Errorf("schedule %s: %v\n%s", schedule, errs[i], outs[i])
 		}
+	}
+}
+
+// endToEndOnEmulator runs llama-tiny through the cuda backend against the
+// cpu backend under the process's schedule.
+func endToEndOnEmulator(t *testing.T, cache string) {
+	t.Helper()
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := New(Options{CacheDir: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	results, err := runner.CompareWithCPU(be, cfg, 3, [][]int32{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {42}}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if r.MaxLogitsRelErr > 2e-2 || !r.TokensMatch() {
+			t.Errorf("end to end, prompt %d: logits rel err %.3g, tokens %v, cpu %v", i, r.MaxLogitsRelErr, r.Tokens, r.RefTokens)
+		}
+	}
+}
+
+// barrierBugs drop one of attn_prefill_tc's barriers: the one that ends a
+// tile's use before the next prefetch refills its buffer, and the one after
+// cp_async_wait that makes every thread's copies visible. Warps that run in
+// near lockstep (forward, reverse, random) can miss the first; a warp run
+// alone from barrier to barrier cannot.
+var barrierBugs = []seededBug{
+	{name: "no barrier before the refill", file: "attention.cu", kernel: "attention",
+		old: "        __syncthreads();  // the buffer is refilled by the next iteration's prefetch\n", new: ""},
+	{name: "no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
+		old: "            cp_async_wait<0>();\n        }\n        __syncthreads();\n", new: "            cp_async_wait<0>();\n        }\n"},
+}
+
+func TestWarpSerialRevealsDroppedBarriers(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	emutest.Use(t)
+	if os.Getenv(scheduleChild) == "barriers" {
+		for _, b := range barrierBugs {
+			failures := verifyOnEmulator(t, b.seed(t), tinyShapes, testCache(), b.kernel)
+			fmt.Printf("BARRIER-RESULT %s: %d failures\n", b.name, len(failures))
+		}
+		return
+	}
+	// (Under forward order the first passes today: the reason for these schedules.)
+	for _, schedule := range []string{"warp-serial", "warp-serial-reverse"} {
+		out, err := runUnderSchedule(t, "TestWarpSerialRevealsDroppedBarriers", schedule, "barriers")
+		if err != nil {
+			t.Fatalf("schedule %s: %v\n%s", schedule, err, out)
+		}
+		for _, b := range barrierBugs {
+			caught := !strings.Contains(out, "BARRIER-RESULT "+b.name+": 0 failures")
+			if !strings.Contains(out, "BARRIER-RESULT "+b.name+": ") {
+				t.Fatalf("schedule %s: no result for %s in\n%s", schedule, b.name, out)
+			}
+			if !caught {
+				t.Errorf("%s: every attention check passed under %s", b.name, schedule)
+			}
+			t.Logf("%s under %s: caught %v", b.name, schedule, caught)
+		}
+	}
+}
+
+// A tile whose rows past the keys are not zero-filled reads what the buffer
+// held: the previous tile's finite values, harmless-looking unless the
+// buffer is poisoned when its tile is consumed (smem_retire). The failure
+// must show at a prompt whose partial tile is not its first.
+func TestRetiredBufferRevealsMissingZeroFill(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	emutest.Use(t)
+	bug := seededBug{name: "no zero-fill of a partial tile", file: "attention.cu", kernel: "attention",
+		old: "            cp_async16(d, src + row * stride + ch * 8);\n        } else {\n            *d = u32x4{0, 0, 0, 0};\n        }",
+		new: "            cp_async16(d, src + row * stride + ch * 8);\n        }"}
+	failures := verifyOnEmulator(t, bug.seed(t), tinyShapes, testCache(), bug.kernel)
+	joined := strings.Join(failures, "\n")
+	if !strings.Contains(joined, "b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
+		t.Errorf("the prefill whose sixth tile is partial passed:\n%s", joined)
 	}
 }
 

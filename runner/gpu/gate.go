@@ -407,11 +407,14 @@ func (v *Verifier) gateDecodeGraph(m kernels.ModelShape, s RunShape) {
 // VerifyRunShapes checks the named kernels at the shapes a run is about to
 // time (Verifier.VerifyRunShapes) on this backend's device, with decode
 // graphs when the backend captures them.
-func (c *Backend) VerifyRunShapes(m kernels.ModelShape, shapes []RunShape, checks []string, seed uint64) ([]CheckResult, error) {
+func (c *Backend) VerifyRunShapes(m kernels.ModelShape, shapes []RunShape, checks []string, seed uint64, counters string) ([]CheckResult, error) {
 	if err := c.notCapturing("verify run shapes"); err != nil {
 		return nil, err
 	}
 	v := NewVerifier(c.ctx, c.stream, c.set, seed)
+	if counters != "" {
+		v.CountAccesses(counters)
+	}
 	results, err := v.VerifyRunShapes(m, shapes, checks, c.info.GraphsEnabled)
 	if closeErr := v.Close(); closeErr != nil && err == nil {
 		err = fmt.Errorf("verify run shapes: %w", closeErr)

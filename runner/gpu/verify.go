@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"unsafe"
@@ -11,6 +12,7 @@ import (
 	"stepbench/cuda"
 	"stepbench/kernels"
 	"stepbench/kernels/ref"
+	"stepbench/runner"
 )
 
 // CheckResult is one kernel compared with its kernels/ref twin.
@@ -22,6 +24,11 @@ type CheckResult struct {
 	RelErr float64
 	Exact  bool  // the check demands identical bits
 	Err    error // nil when the check passed
+	// Counters are the emulated device's access counters of the check's
+	// launches (CountAccesses), and ModelBytes the cost model's minimum
+	// bytes of the op at the check's shape (0: not costed).
+	Counters   []KernelCounters
+	ModelBytes float64
 }
 
 // MaxRelErrBF16 is the tolerance of bf16 outputs (docs/design.md, Kernels).
@@ -45,6 +52,20 @@ type Verifier struct {
 	only    []string // kernels to check (Only); empty: all
 	long    bool     // also the slow shapes (IncludeLong)
 	dead    error    // a sticky CUDA error: the context is unusable, no more checks run
+	// counters reads the access counters each check's launches appended
+	// (CountAccesses); modelBytes is the current check's cost-model bytes.
+	counters   *counterReader
+	modelBytes float64
+}
+
+// CountAccesses attaches to every check the access counters the emulated
+// device appends to path (its STEPBENCH_EMU_COUNTERS file) for the check's
+// launches.
+func (v *Verifier) CountAccesses(path string) {
+	v.counters = &counterReader{path: path}
+	if fi, err := os.Stat(path); err == nil {
+		v.counters.offset = fi.Size() // only what this verifier's launches add
+	}
 }
 
 // NewVerifier makes a verifier drawing its inputs from seed.
@@ -203,7 +224,16 @@ func (v *Verifier) record(check, shape string, relErr float64, exact bool, cmpEr
 		v.allocs = nil
 		return
 	}
-	v.results = append(v.results, CheckResult{Check: check, Shape: shape, RelErr: relErr, Exact: exact, Err: err})
+	res := CheckResult{Check: check, Shape: shape, RelErr: relErr, Exact: exact, Err: err, ModelBytes: v.modelBytes}
+	v.modelBytes = 0
+	if v.counters != nil {
+		counters, cErr := v.counters.next()
+		res.Counters = counters
+		if cErr != nil && res.Err == nil {
+			res.Err = cErr
+		}
+	}
+	v.results = append(v.results, res)
 	if cuda.IsSticky(err) {
 		v.dead = err
 		v.allocs = nil // frees would fail with the same error
@@ -372,6 +402,9 @@ func (v *Verifier) embedAt(m kernels.ModelShape, tokens, of int) {
 	out := v.poisoned(tokens * m.Hidden)
 	dTable, dIDs := v.bf16(table), v.i32(ids)
 	v.launch(func() error { return v.set.Embed(v.stream, out, dTable, dIDs, tokens, m.Hidden) })
+	v.modelBytes = costBytes("embed", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.Embed(b(1), b(1), b(1), tokens, m.Hidden)
+	})
 	got := v.getBF16(out, tokens*m.Hidden)
 	v.record("embed", fmt.Sprintf("%s %s hidden=%d", m.Name, strings.Replace(rowsLabel(tokens, of), "rows", "tokens", 1), m.Hidden), 0, true, equalBits(got, want))
 }
@@ -402,6 +435,13 @@ func (v *Verifier) addRMSNormAt(m kernels.ModelShape, rows int, withAdd bool, of
 	ref.AddRMSNorm(wantOut, wantRes, refAdd, weight, rows, m.Hidden, eps)
 	out, res, w := v.poisoned(n), v.bf16(residual), v.bf16(weight)
 	v.launch(func() error { return v.set.AddRMSNorm(v.stream, out, res, addPtr, w, rows, m.Hidden, eps) })
+	v.modelBytes = costBytes("add_rmsnorm", func(be runner.Backend, b func(int) runner.Buffer) error {
+		var addBuf runner.Buffer
+		if withAdd {
+			addBuf = b(1)
+		}
+		return be.AddRMSNorm(b(1), b(1), addBuf, b(1), rows, m.Hidden, eps)
+	})
 	gotOut, gotRes := v.getBF16(out, n), v.getBF16(res, n)
 	shape := fmt.Sprintf("%s %s hidden=%d add=%v", m.Name, rowsLabel(rows, of), m.Hidden, withAdd)
 	rel, err := closeBF16(gotOut, wantOut)
@@ -425,6 +465,9 @@ func (v *Verifier) siluMulAt(m kernels.ModelShape, rows, of int) {
 	ref.SiluMul(want, gateUp, rows, m.Inter)
 	out, dGateUp := v.poisoned(rows*m.Inter), v.bf16(gateUp)
 	v.launch(func() error { return v.set.SiluMul(v.stream, out, dGateUp, rows, m.Inter) })
+	v.modelBytes = costBytes("silu_mul", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.SiluMul(b(1), b(1), rows, m.Inter)
+	})
 	rel, err := closeBF16(v.getBF16(out, rows*m.Inter), want)
 	v.record("silu_mul", fmt.Sprintf("%s %s inter=%d", m.Name, rowsLabel(rows, of), m.Inter), rel, false, err)
 }
@@ -442,6 +485,9 @@ func (v *Verifier) gatherLastAt(m kernels.ModelShape, batch, seqLen, width int) 
 	ref.GatherLast(want, in, batch, seqLen, width)
 	out, dIn := v.poisoned(batch*width), v.bf16(in)
 	v.launch(func() error { return v.set.GatherLast(v.stream, out, dIn, batch, seqLen, width) })
+	v.modelBytes = costBytes("gather_last", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.GatherLast(b(1), b(1), batch, seqLen, width)
+	})
 	err := equalBits(v.getBF16(out, batch*width), want)
 	v.record("gather_last", fmt.Sprintf("%s batch=%d seq=%d width=%d", m.Name, batch, seqLen, width), 0, true, err)
 }
@@ -486,6 +532,9 @@ func (v *Verifier) runArgmax(set *Kernels, logits []uint16, rows, vocab int) []i
 		v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
 	}
 	v.launch(func() error { return set.Argmax(v.stream, out, dLogits, ws, wsBytes, rows, vocab) })
+	v.modelBytes = costBytes("argmax", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.Argmax(b(1), b(1), rows, vocab)
+	})
 	return v.getI32(out, rows)
 }
 
@@ -548,6 +597,9 @@ func (v *Verifier) verifyRopeAt(set *Kernels, check string, m kernels.ModelShape
 	ref.RopeKVWrite(wantQ, kCache, vCache, qkv, invFreq, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
 	q, dQKV, dFreq, pos := v.poisoned(tokens*qWidth), v.bf16(qkv), v.f32(invFreq), v.i32([]int32{int32(a.StartPos)})
 	v.launch(func() error { return set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a) })
+	v.modelBytes = costBytes("rope_kv_write", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.RopeKVWrite(b(1), b(1), b(1), b(1), b(1), b(1), a)
+	})
 	rel, err := closeBF16(v.getBF16(q, tokens*qWidth), wantQ)
 	gotK, gotV := v.getBF16(dK, cacheLen), v.getBF16(dV, cacheLen)
 	for b := 0; b < a.Batch; b++ {
@@ -650,6 +702,9 @@ func (v *Verifier) runAttention(set *Kernels, c *attentionCase) []uint16 {
 	out := v.poisoned(len(c.want))
 	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
 	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
+	v.modelBytes = costBytes("attention", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.Attention(b(1), b(1), b(1), b(1), b(1), a)
+	})
 	return v.getBF16(out, len(c.want))
 }
 

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"stepbench/cuda"
+	"stepbench/kernels"
+	"stepbench/runner"
+	"stepbench/runner/gpu"
+)
+
+// buildFlags are the flags of 'stepbench build'.
+type buildFlags struct {
+	kernelsDir, nvrtcPath, counters, model, cacheDir string
+	archs                                            []int
+}
+
+// buildCmd compiles the kernels and prints each entry point's ptxas report
+// (registers, spills, static shared memory) per architecture and, with
+// --counters on the emulated device, its access counters from the kernel
+// checks beside them: a kernel change judged for registers, coalescing and
+// bank conflicts before any GPU.
+func buildCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("build", stderr)
+	var f buildFlags
+	fs.StringVar(&f.kernelsDir, "kernels-dir", "", "compile the *.cu files of this directory instead of the embedded ones")
+	fs.StringVar(&f.nvrtcPath, "nvrtc", "", "path of the libnvrtc.so whose ptxas reports (a real NVRTC; the emulated one reports no registers)")
+	fs.IntSliceVar(&f.archs, "arch", []int{80, 90}, "architectures to compile for (80: sm_80, 90: sm_90)")
+	fs.StringVar(&f.counters, "counters", "", "emulated device only: run the kernel checks with access counters into this JSONL file and print them beside the ptxas report (about a minute)")
+	fs.StringVar(&f.model, "model", "llama-tiny", "with --counters: the preset whose shapes the checks run at")
+	fs.StringVar(&f.cacheDir, "cache-dir", "", "cubin cache (default: <user cache dir>/stepbench/cubin)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := checkKernelsDir(f.kernelsDir); err != nil {
+		return err
+	}
+	for _, a := range f.archs {
+		if a < kernels.MinArch {
+			return usagef("--arch: sm_%d is older than sm_%d, which the kernels need", a, kernels.MinArch)
+		}
+	}
+	cfg, err := runner.Preset(f.model)
+	if err != nil {
+		return usagef("--model: %v", err)
+	}
+	srcs, err := kernels.Sources(f.kernelsDir)
+	if err != nil {
+		return usagef("--kernels-dir: %v", err)
+	}
+	var counted map[string]gpu.KernelCounters
+	if f.counters != "" { // first: the emulated driver reads the variable as it starts
+		if counted, err = countKernels(f, cfg, stderr); err != nil {
+			return err
+		}
+	}
+	nv, err := cuda.OpenNVRTC(f.nvrtcPath)
+	if err != nil {
+		return fmt.Errorf("no NVRTC: %w", err)
+	}
+	return f.writeTable(stdout, nv, srcs, counted)
+}
+
+// countKernels runs the kernel checks at cfg's shapes on the emulated device
+// with access counters on, summed per kernel over every check.
+func countKernels(f buildFlags, cfg runner.Config, stderr io.Writer) (map[string]gpu.KernelCounters, error) {
+	if err := os.Setenv("STEPBENCH_EMU_COUNTERS", f.counters); err != nil {
+		return nil, fmt.Errorf("--counters: %w", err)
+	}
+	drv, err := cuda.OpenDriver()
+	if err != nil || drv.Emulated() == "" {
+		return nil, usagef("--counters needs the emulated device (STEPBENCH_CUDA_LIBS=$PWD/build/emu); on a GPU Nsight Compute measures them (%v)", err)
+	}
+	be, err := gpu.New(gpu.Options{KernelsDir: f.kernelsDir, CacheDir: f.cacheDir, Progress: stderr})
+	if err != nil {
+		return nil, fmt.Errorf("--counters: %w", err)
+	}
+	defer be.Close()
+	fmt.Fprintf(stderr, "stepbench build: counting every kernel's accesses in its checks at %s's shapes\n", cfg.Name)
+	results, err := be.VerifyRunShapes(cfg.KernelShape(), []gpu.RunShape{{Batch: 1, InputLen: 64, OutputLen: 2}}, gpu.VerifyKernelNames, 1, f.counters)
+	if err != nil {
+		return nil, fmt.Errorf("--counters: %w", err)
+	}
+	sum := map[string]gpu.KernelCounters{}
+	for _, r := range results {
+		for _, k := range r.Counters {
+			sum[k.Kernel] = gpu.AddCounters(sum[k.Kernel], k)
+		}
+	}
+	return sum, nil
+}
+
+// writeTable prints one row per entry point and architecture.
+func (f buildFlags) writeTable(w io.Writer, nv *cuda.NVRTC, srcs map[string]string, counted map[string]gpu.KernelCounters) error {
+	major, minor := nv.Version()
+	note := ""
+	if nv.Emulated() != "" {
+		note = "; the emulated NVRTC reports no registers: give --nvrtc PATH of a real one"
+	}
+	fmt.Fprintf(w, "kernels %s, NVRTC %d.%d at %s (ptxas -v%s)\n", kernelsOrigin(f.kernelsDir), major, minor, nv.Path(), note)
+	if counted != nil {
+		fmt.Fprintln(w, "access counters: EMULATED, summed over the kernel checks (verify --counters explains the columns)")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := "kernel\tarch\tregisters\tspill B\tstatic smem B"
+	if counted != nil {
+		header += "\tld sectors/req\tld used%\tst sectors/req\tst used%\tcp.async sectors/req\tsmem ld conflicts/req\tsmem st conflicts/req"
+	}
+	fmt.Fprintln(tw, header)
+	for _, arch := range f.archs {
+		compiled, err := kernels.Compile(nv, srcs, arch, f.cacheDir)
+		if err != nil {
+			return err
+		}
+		var rows []kernels.KernelResources
+		for _, c := range compiled {
+			rows = append(rows, c.Report...)
+		}
+		sort.Slice(rows, func(i, j int) bool { return rows[i].Kernel < rows[j].Kernel })
+		for _, r := range rows {
+			if r.Registers == 0 && nv.Emulated() == "" {
+				continue // a non-inlined device function: ptxas reports it inside its entry
+			}
+			line := fmt.Sprintf("%s\tsm_%d\t%d\t%d\t%d", r.Kernel, arch, r.Registers, r.SpillStoreBytes+r.SpillLoadBytes, r.SharedBytes)
+			if counted != nil {
+				line += counterColumns(counted[r.Kernel])
+			}
+			fmt.Fprintln(tw, line)
+		}
+	}
+	return tw.Flush()
+}
+
+func counterColumns(k gpu.KernelCounters) string {
+	if k.Launches == 0 {
+		return strings.Repeat("\t-", 7)
+	}
+	return "\t" + strings.Join([]string{
+		perReq(k.GlobalLoad.Requests, k.GlobalLoad.SectorsPerRequest()), pct(k.GlobalLoad.Requests, k.GlobalLoad.UsedPercent()),
+		perReq(k.GlobalStore.Requests, k.GlobalStore.SectorsPerRequest()), pct(k.GlobalStore.Requests, k.GlobalStore.UsedPercent()),
+		perReq(k.CpAsync.Requests, k.CpAsync.SectorsPerRequest()),
+		perReq(k.SharedLoad.Requests, k.SharedLoad.ConflictsPerRequest()), perReq(k.SharedStore.Requests, k.SharedStore.ConflictsPerRequest()),
+	}, "\t")
+}
