@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"stepbench/bench/hostload"
 	"stepbench/runner"
 )
 
@@ -76,6 +77,9 @@ type Options struct {
 	// Now is the host clock of timed regions, adaptive sampling and energy
 	// windows (time.Now when nil); tests give a virtual one.
 	Now func() time.Time
+	// HostLoad samples the host's CPU counters around each shape's timed
+	// iterations (hostload.Now when nil; tests give a fixed one).
+	HostLoad func() hostload.Sample
 }
 
 // ErrInterrupted is wrapped by the error of a run stopped by its Context.
@@ -212,8 +216,8 @@ func (h *harness) newStopper() *stopper {
 	return newStopper(h.opt.NumIters, h.opt.Adaptive, h.now)
 }
 
-func (h *harness) runShape(sh Shape) (ShapeResult, error) {
-	shape := ShapeResult{Shape: sh}
+func (h *harness) runShape(sh Shape) (shape ShapeResult, err error) {
+	shape = ShapeResult{Shape: sh}
 	if h.opt.BeforeShape != nil {
 		h.opt.BeforeShape(sh)
 	}
@@ -221,6 +225,16 @@ func (h *harness) runShape(sh Shape) (ShapeResult, error) {
 		return shape, err
 	}
 	stop := h.newStopper()
+	sample := h.opt.HostLoad
+	if sample == nil {
+		sample = hostload.Now
+	}
+	load := sample()
+	defer func() {
+		if f, ok := hostload.OtherFraction(load, sample()); ok {
+			shape.HostOtherCPU = &f
+		}
+	}()
 	for i := 0; !stop.done(i, func() float64 { return maxNoise(shape.Iterations) }); i++ {
 		fmt.Fprintf(h.progress, "  iteration %s\n", stop.iterationLabel(i))
 		fmt.Fprintf(h.stdout, "Benchmark %s: batch_size=%d, input_len=%d, output_len=%d\n",

@@ -73,6 +73,9 @@ type ShapeResult struct {
 	Complete bool
 	// Energy is set when Options.EnergyMeter was.
 	Energy *ShapeEnergy
+	// HostOtherCPU is the share of the host's CPU time other processes took
+	// while the shape was timed (bench/hostload); nil when unknown.
+	HostOtherCPU *float64
 }
 
 // Finish computes the summary and noise of the finished iterations and

@@ -67,6 +67,9 @@ type Row struct {
 	// run a verdict would need (0: no estimate).
 	SamplesNeeded int
 	Notes         []string // why an interval or a verdict is missing
+	// Threshold is the row's own when it differs from the Result's: a
+	// floor widened by host contention (contentionFloor); 0 otherwise.
+	Threshold float64
 }
 
 // Result is the whole comparison of two reports.
@@ -151,7 +154,13 @@ func Reports(oldReport, newReport report.Report, opt Options) (Result, error) {
 		matched[o.Shape] = true
 		res.Warnings = append(res.Warnings, incompleteWarnings(o, n)...)
 		res.Warnings = append(res.Warnings, telemetryWarnings(o, n)...)
-		rows, unjudged := compareShape(o, n, opt)
+		shapeOpt := opt
+		if extra := contentionFloor(o, n); extra > 0 && !opt.ThresholdSet &&
+			(hostBound(oldReport.Environment) || hostBound(newReport.Environment)) {
+			shapeOpt.Threshold += extra
+			res.Warnings = append(res.Warnings, contentionWarning(o, n, shapeOpt.Threshold))
+		}
+		rows, unjudged := compareShape(o, n, shapeOpt)
 		res.Rows, res.Unjudged = append(res.Rows, rows...), append(res.Unjudged, unjudged...)
 	}
 	for _, n := range newReport.Shapes {
@@ -201,7 +210,7 @@ func compareShape(o, n report.ShapeReport, opt Options) ([]Row, []Unjudged) {
 			unjudged = append(unjudged, Unjudged{Shape: o.Shape, Metric: metric, Reason: reason})
 			continue
 		}
-		row := Row{Shape: o.Shape, Metric: metric}
+		row := Row{Shape: o.Shape, Metric: metric, Threshold: opt.Threshold}
 		row.fill(oldValues[metric], newValues[metric], opt)
 		rows = append(rows, row)
 	}

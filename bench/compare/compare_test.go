@@ -385,3 +385,34 @@ func TestUnjudgedMetricsAreListed(t *testing.T) {
 		}
 	}
 }
+
+// Other processes' load inflates a cpu or emulated run's times: a shape
+// timed while others kept 60% of the host busy can be 2.5x slower for that
+// alone, so the floor widens by it; on a GPU it does not.
+func TestContentionWidensTheFloorOfHostBoundRuns(t *testing.T) {
+	old, newer := syntheticReport(1, 2.2, 0.003, 30), syntheticReport(2, 1, 0.003, 30)
+	busy, idle := 0.6, 0.0
+	for _, tc := range []struct {
+		backend  string
+		old, new *float64
+		want     string
+	}{
+		{"cpu", &busy, &idle, stats.VerdictSame}, // old 2.2x slower: within 1/(1-0.6) = 2.5x, SAME (±180%)
+		{"cpu", &idle, &idle, stats.VerdictFaster},
+		{"cpu", nil, nil, stats.VerdictFaster}, // unknown (an older report): the floor alone
+		{"cuda", &busy, &idle, stats.VerdictFaster},
+	} {
+		old.Environment, newer.Environment = report.Environment{Backend: tc.backend}, report.Environment{Backend: tc.backend}
+		old.Shapes[0].HostOtherCPUFraction, newer.Shapes[0].HostOtherCPUFraction = tc.old, tc.new
+		res := mustCompare(t, old, newer, Options{})
+		for _, r := range res.Rows {
+			if r.Verdict != tc.want {
+				t.Errorf("%s, other CPU %v/%v: %s %s (ratio %.3f [%.3f, %.3f], threshold %.3g), want %s", tc.backend, tc.old, tc.new,
+					r.Metric, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh, r.Threshold, tc.want)
+			}
+		}
+		if widened := strings.Contains(strings.Join(res.Warnings, "\n"), "other processes used 60% (OLD)"); widened != (tc.backend == "cpu" && tc.old == &busy) {
+			t.Errorf("%s %v: contention warning %v in %q", tc.backend, tc.old, widened, res.Warnings)
+		}
+	}
+}

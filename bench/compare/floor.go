@@ -51,6 +51,29 @@ func floorOf(oldEnv, newEnv report.Environment, opt Options) (float64, string) {
 	return f, why
 }
 
+// hostBound says whether a run's times are the host CPU's: the cpu backend
+// and the emulated device, whose times other processes' load inflates.
+func hostBound(env report.Environment) bool { return env.Backend == "cpu" || env.Emulated != "" }
+
+// maxOtherCPU caps the share of the host other processes are taken to
+// have used: near 1 the inflation bound 1/(1-c) explodes.
+const maxOtherCPU = 0.9
+
+// contentionFloor is what other processes' CPU use may have added to a
+// host-bound shape's times: a run whose host others kept busy a share c of
+// the time can be slowed by up to 1/(1-c) (a fully parallel process
+// sharing the cores), so a ratio of two runs may be off by the larger of
+// the two bounds minus 1 for that reason alone. 0 when neither run knows.
+func contentionFloor(o, n report.ShapeReport) float64 {
+	worst := 0.0
+	for _, c := range []*float64{o.HostOtherCPUFraction, n.HostOtherCPUFraction} {
+		if c != nil {
+			worst = max(worst, 1/(1-min(*c, maxOtherCPU))-1)
+		}
+	}
+	return worst
+}
+
 // floorHeader says the rule between separate runs and where to go below it.
 func floorHeader(floor float64, source string) string {
 	which := fmt.Sprintf("the run-to-run floor of %s runs; --threshold PCT sets another", source)

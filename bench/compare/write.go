@@ -59,7 +59,7 @@ func WriteMarkdown(w io.Writer, res Result) error {
 		fmt.Fprintf(&b, "| %d | %d | %d | %s | %d/%d | %s | %s | %s / %s | %s | %s | %s |\n",
 			r.Batch, r.InputLen, r.OutputLen, r.Metric, r.Old.N, r.New.N,
 			medianText(r.Old), medianText(r.New), stats.NoiseText(r.Old.RelativeNoise), stats.NoiseText(r.New.RelativeNoise),
-			ratioText(r), pText(r.PValue), verdictText(r, res.Threshold))
+			ratioText(r), pText(r.PValue), verdictText(r, max(r.Threshold, res.Threshold)))
 	}
 	if len(res.Unjudged) > 0 {
 		b.WriteString("\nnot compared (no verdict):\n")
@@ -235,8 +235,10 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		Verdict         string         `json:"verdict"`
 		SamplesNeeded   int            `json:"samples_needed,omitempty"`
 		Notes           []string       `json:"notes,omitempty"`
+		Threshold       float64        `json:"threshold,omitempty"`
 	}{r.Batch, r.InputLen, r.OutputLen, r.Metric, r.Old, r.New, stats.Finite(r.Ratio), stats.Finite(r.RatioLow),
-		stats.Finite(r.RatioHigh), stats.Finite(nonZero(r.RatioConfidence)), stats.Finite(r.PValue), r.Verdict, r.SamplesNeeded, r.Notes})
+		stats.Finite(r.RatioHigh), stats.Finite(nonZero(r.RatioConfidence)), stats.Finite(r.PValue), r.Verdict, r.SamplesNeeded, r.Notes,
+		r.Threshold})
 }
 
 // nonZero is x, or NaN for 0 (a confidence level of no interval).

@@ -141,7 +141,11 @@ type ShapeReport struct {
 	ThrottledSamples          int     `json:"throttled_samples,omitempty"`
 	DiscardedThrottledSamples int     `json:"discarded_throttled_samples,omitempty"`
 	MedianPowerWatts          float64 `json:"median_power_watts,omitempty"`
-	MedianSMClockMHz          float64 `json:"median_sm_clock_mhz,omitempty"`
+	// HostOtherCPUFraction is the share of the host's CPU time other
+	// processes took while the shape was timed (absent: unknown); compare
+	// widens the floor of cpu and emulated runs by what it could inflate.
+	HostOtherCPUFraction *float64 `json:"host_other_cpu_fraction,omitempty"`
+	MedianSMClockMHz     float64  `json:"median_sm_clock_mhz,omitempty"`
 	// Over several GPUs (a tensor-parallel node) the medians above are left
 	// out: MedianPowerWattsSum is the median of the GPUs' summed power and
 	// MedianSMClockMHzMin that of the slowest GPU's SM clock (telemetry.Combine);
@@ -212,6 +216,7 @@ func NewShapeReport(s bench.ShapeResult) ShapeReport {
 		noise := s.Noise
 		r.Noise = &noise
 	}
+	r.HostOtherCPUFraction = s.HostOtherCPU
 	for _, sample := range s.Samples() {
 		r.Samples = append(r.Samples, SampleReport{
 			Phase:         sample.Phase,

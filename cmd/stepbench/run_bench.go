@@ -13,6 +13,7 @@ import (
 	"stepbench/bench"
 	"stepbench/bench/breakdown"
 	"stepbench/bench/compat"
+	"stepbench/bench/hostload"
 	"stepbench/bench/plot"
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
@@ -34,7 +35,8 @@ type runDeps struct {
 	sampleEvery  time.Duration    // the NVML sampler's period (0: the default); < 0: no sampler
 	calibrations string           // the calibration cache ("": the user cache directory)
 	toolVersion  string
-	verification report.Verification // how the timed kernels were checked
+	verification report.Verification    // how the timed kernels were checked
+	hostLoad     func() hostload.Sample // nil: the host's (bench.Options.HostLoad)
 }
 
 // engineDeps are the real dependencies of a run on engine.
@@ -97,7 +99,7 @@ func (f *runFlags) benchOptions(s runSetup, d runDeps, textOut, stderr io.Writer
 		BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
 		WarmupIters: f.warmupIters, Seed: f.seed, VocabSize: s.cfg.VocabSize,
 		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Stdout: textOut, Progress: stderr, Now: d.now,
-		Profiler: d.profiler, Profile: s.window,
+		Profiler: d.profiler, Profile: s.window, HostLoad: d.hostLoad,
 	}
 	f.sampling.options(&opt)
 	return opt

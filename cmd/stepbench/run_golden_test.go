@@ -14,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"stepbench/bench/benchtest"
+	"stepbench/bench/hostload"
 	"stepbench/bench/report"
 	"stepbench/bench/telemetry/nvml"
 )
@@ -116,7 +117,7 @@ func runGolden(t *testing.T, args []string, env report.Environment, withNVML boo
 		device := benchtest.NewDevice(5)
 		// A prefill of 20 µs and decode steps of 2 µs: llama-tiny's floors are
 		// of the order of a microsecond.
-		d := runDeps{target: &benchtest.Arm{Name: "A", Device: device, Slowdown: 0.002}, env: env, now: device.Clock,
+		d := runDeps{target: &benchtest.Arm{Name: "A", Device: device, Slowdown: 0.002}, env: env, now: device.Clock, hostLoad: noHostLoad,
 			sampleEvery: -1, calibrations: t.TempDir(), toolVersion: "test",
 			openNVML: func(string) (*nvml.Monitor, error) { return nil, nvml.ErrNoNVML }}
 		if withNVML {
@@ -172,3 +173,6 @@ func checkGoldenRun(t *testing.T, name string, out goldenRun) {
 	checkGolden(t, name+".jsonl", out.jsonl)
 	checkGolden(t, name+".vllm.json", out.vllm1)
 }
+
+// noHostLoad keeps the host's load out of golden reports: an unknown sample.
+func noHostLoad() hostload.Sample { return hostload.Sample{} }
