@@ -1,25 +1,29 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"stepbench/internal/input"
 	"stepbench/runner"
 )
 
 // readPrompts reads and checks the correctness prompts.
 func readPrompts(path string, cfg runner.Config, outputLens []int) ([][]int32, error) {
-	file, err := os.Open(path)
+	data, err := input.ReadFile(path, runner.MaxPromptFileBytes, "a --prompt-ids file")
 	if err != nil {
 		return nil, usagef("--prompt-ids: %v", err)
 	}
-	defer file.Close()
-	prompts, err := runner.ParsePromptIDs(file, path, cfg.VocabSize)
+	prompts, err := runner.ParsePromptIDs(bytes.NewReader(data), path, cfg.VocabSize)
 	if err != nil {
 		return nil, usagef("--prompt-ids: %v", err)
+	}
+	if outputLens[0] > cfg.MaxPositionEmbeddings {
+		return nil, usagef("--output-len: %d exceeds %s's max_position_embeddings %d", outputLens[0], cfg.Name, cfg.MaxPositionEmbeddings)
 	}
 	for i, p := range prompts {
 		if n := len(p) + outputLens[0]; n > cfg.MaxPositionEmbeddings {
