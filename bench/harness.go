@@ -151,6 +151,14 @@ func (o Options) validate() error {
 			}
 		}
 	}
+	for _, b := range o.BatchSizes {
+		for _, in := range o.InputLens {
+			if b > runner.MaxBatch || b > runner.MaxTokens/in {
+				return fmt.Errorf("bench: batch %d × input length %d beyond the limits (batch %d, %d prompt tokens)",
+					b, in, runner.MaxBatch, runner.MaxTokens)
+			}
+		}
+	}
 	switch {
 	case o.NumIters < 0:
 		return fmt.Errorf("bench: num iterations must be >= 1 (or 0: adaptive), got %d", o.NumIters)
