@@ -19,6 +19,9 @@ import (
 // (STEPBENCH_TEST_MAIN=1): a real process to send a real signal to.
 func TestMain(m *testing.M) {
 	if os.Getenv("STEPBENCH_TEST_MAIN") == "1" {
+		if err := limitFileSize(os.Getenv(fileSizeLimitEnv)); err != nil {
+			panic(err)
+		}
 		os.Exit(mainExit(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// The emulated runs share one user cache directory, so the kernels are

@@ -2,12 +2,11 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
+	"stepbench/bench/report"
 	"stepbench/internal/input"
 	"stepbench/runner"
 )
@@ -53,28 +52,17 @@ type generator interface {
 
 // runCorrectness generates greedily from each prompt on its own (batch 1,
 // so prompts may differ in length) and prints the generated ids.
+// Each prompt's --logits-out record is appended whole or not at all.
 func runCorrectness(e generator, prompts [][]int32, outputLen int, logitsOut string, stdout io.Writer) error {
-	var out *os.File
-	if logitsOut != "" {
-		var err error
-		if out, err = os.OpenFile(logitsOut, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err != nil {
-			return fmt.Errorf("--logits-out: %w", err)
-		}
-		defer out.Close()
-	}
 	for i, p := range prompts {
-		rec, err := generate(e, p, outputLen, out != nil)
+		rec, err := generate(e, p, outputLen, logitsOut != "")
 		if err != nil {
 			return fmt.Errorf("prompt %d: %w", i+1, err)
 		}
 		fmt.Fprintf(stdout, "prompt %d: %s\n", i+1, joinIDs(rec.Generated))
-		if out != nil {
-			line, err := json.Marshal(rec)
-			if err != nil {
-				return fmt.Errorf("--logits-out: prompt %d: %w", i+1, err)
-			}
-			if _, err := out.Write(append(line, '\n')); err != nil {
-				return fmt.Errorf("--logits-out: %w", err)
+		if logitsOut != "" {
+			if err := report.AppendRecord(logitsOut, rec); err != nil {
+				return fmt.Errorf("--logits-out %s: prompt %d: %w", logitsOut, i+1, err)
 			}
 		}
 	}
