@@ -76,6 +76,17 @@ type Options struct {
 	// Now is the host clock of timed regions, adaptive sampling and energy
 	// windows (time.Now when nil); tests give a virtual one.
 	Now func() time.Time
+
+	// StepTimeout > 0 bounds every timed region (warmup ones too) and every
+	// repetition of an energy window, on the wall clock: one that has not
+	// ended by then is reported to OnStepTimeout, from another goroutine,
+	// with an error wrapping ErrStepTimeout that names the region. The
+	// region's goroutine may never return (a kernel that spins), so
+	// OnStepTimeout may end the process; while it runs the harness writes
+	// nothing. If it returns, the region's error, once it ends, is that
+	// timeout.
+	StepTimeout   time.Duration
+	OnStepTimeout func(error)
 }
 
 // ErrInterrupted is wrapped by the error of a run stopped by its Context.
@@ -194,12 +205,15 @@ type harness struct {
 	now              func() time.Time
 	stdout, progress io.Writer
 	start, end       runner.Event
+	watchdog         *watchdog // nil without a step timeout
+	iteration        PromptKey // the iteration running, for the watchdog's message
 }
 
 // newHarness makes a harness on t with its one pair of events: creating
 // events per region would put allocation next to the timed regions.
 func newHarness(t Target, opt Options, stdout, progress io.Writer) (harness, error) {
-	h := harness{target: t, opt: opt, ctx: opt.Context, now: opt.Now, stdout: orDiscard(stdout), progress: orDiscard(progress)}
+	h := harness{target: t, opt: opt, ctx: opt.Context, now: opt.Now, stdout: orDiscard(stdout), progress: orDiscard(progress),
+		watchdog: newWatchdog(opt.StepTimeout, opt.OnStepTimeout)}
 	if h.ctx == nil {
 		h.ctx = context.Background()
 	}

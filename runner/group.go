@@ -318,6 +318,17 @@ func (g *Group) abortCollectives(failed *groupRank) []error {
 	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
+// AbortCollectives aborts every rank's collectives, from any goroutine:
+// for a caller that gives up on a step that never returns (its ranks' peers,
+// in this process or another, fail instead of waiting). The group is not
+// usable after it.
+func (g *Group) AbortCollectives() error {
+	if len(g.ranks) == 0 {
+		return nil
+	}
+	return errors.Join(g.abortCollectives(g.ranks[0])...)
+}
+
 // Do runs f with every rank's engine on the rank's goroutine, all at once.
 func (g *Group) Do(f func(rank int, e *Engine) error) error {
 	return g.each(func(r *groupRank) error { return f(r.rank, r.e) })

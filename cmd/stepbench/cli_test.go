@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,7 @@ import (
 // (STEPBENCH_TEST_MAIN=1): a real process to send a real signal to.
 func TestMain(m *testing.M) {
 	if os.Getenv("STEPBENCH_TEST_MAIN") == "1" {
+		runtime.LockOSThread() // as main: every CUDA call from one OS thread
 		if err := limitFileSize(os.Getenv(fileSizeLimitEnv)); err != nil {
 			panic(err)
 		}

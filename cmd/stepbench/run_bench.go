@@ -45,7 +45,8 @@ func engineDeps(engine *runner.Engine, env report.Environment) runDeps {
 // prints the summary and writes the final report, plots and gobench lines;
 // a SIGINT or SIGTERM stops it at the next timed-region boundary (exit 130).
 func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, stderr io.Writer) error {
-	in := newInterruption()
+	guard := &exitGuard{}
+	in := newGuardedInterruption(stderr, guard)
 	defer in.stop()
 	if d.now == nil {
 		d.now = time.Now
@@ -67,7 +68,10 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 		TPSize: d.tpSize}
 	created := d.now()
 	writer := report.NewResultWriter(f.resultFiles(textOut), f.header(fs, s, d.env, d.toolVersion, created))
-	opt.AfterShape = func(sh bench.ShapeResult) error { return writer.AddShape(sh, build.Shape(sh)) }
+	opt.AfterShape = func(sh bench.ShapeResult) error {
+		return guard.writing(func() error { return writer.AddShape(sh, build.Shape(sh)) })
+	}
+	opt.StepTimeout, opt.OnStepTimeout = f.stepTimeouts(s, d, guard, stderr)
 	shapes, runErr := bench.Run(d.target, opt)
 	tel.finish(&d.env, stderr)
 	errs := []error{runErr}

@@ -86,7 +86,8 @@ func (f *runFlags) check(fs *pflag.FlagSet) error {
 	}, func(*pflag.FlagSet) error {
 		_, err := f.backend.selection()
 		return err
-	}, func(*pflag.FlagSet) error { return f.telemetry.check() }, func(fs *pflag.FlagSet) error { return f.tp.check(fs, f) }}
+	}, func(*pflag.FlagSet) error { return f.telemetry.check() }, func(fs *pflag.FlagSet) error { return f.tp.check(fs, f) },
+		f.checkStepTimeout}
 	for _, check := range checks {
 		if err := check(fs); err != nil {
 			return err
