@@ -130,3 +130,46 @@ func TestCheckFitsRefusesAnOverflowedEstimate(t *testing.T) {
 		t.Error("CheckFits let a negative estimate through")
 	}
 }
+
+// FuzzParseConfig feeds config.json bytes through the parser and every
+// check a run makes before it allocates: whatever parses is a config within
+// every limit, whose tensor list, memory estimate (non-negative, saturating
+// rather than wrapping), RoPE table and per-step costs are computed without
+// a panic.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(llama31ConfigJSON))
+	f.Add([]byte(`{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100}`))
+	f.Add([]byte(`{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1000000000000000, "num_attention_heads": 4, "vocab_size": 100}`))
+	f.Add([]byte(`{"model_type": "llama", "hidden_size": 1048576, "intermediate_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1, "head_dim": 2, "vocab_size": 2047}`))
+	f.Add([]byte(`{"architectures": ["LlamaForCausalLM"], "rope_parameters": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192, "rope_theta": 1e300}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := parseHFConfig("fuzz/config.json", data)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz/config.json") {
+				t.Fatalf("the error does not name the file: %v", err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("a parsed config does not validate: %v", err)
+		}
+		if n := len(ExpectedTensors(c)); n < 3 {
+			t.Fatalf("%d tensors", n)
+		}
+		for _, shape := range [][3]int{{1, 1, 2}, {MaxBatch, MaxTokens, c.MaxPositionEmbeddings}} {
+			est := EstimateMemory(c, shape[0], shape[1], shape[2])
+			if est.WeightBytes < 0 || est.KVCacheBytes < 0 || est.ActivationBytes < 0 {
+				t.Fatalf("estimate %+v", est)
+			}
+		}
+		if inv := c.RopeInvFreq(); len(inv) != c.HeadDim/2 {
+			t.Fatalf("%d inverse frequencies for head_dim %d", len(inv), c.HeadDim)
+		}
+		if c.NumHiddenLayers*c.HiddenSize <= 1<<16 { // the cost model runs the forward pass: keep fuzzing fast
+			if _, err := DecodeCost(c, 1, 1); err != nil {
+				t.Fatalf("decode cost: %v", err)
+			}
+		}
+	})
+}
