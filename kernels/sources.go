@@ -43,6 +43,7 @@ func Sources(dir string) (map[string]string, error) {
 			text, err = fs.ReadFile(fsys, name)
 		} else { // a user's file: a FIFO must not hang the run, nor a huge file fill memory
 			text, err = input.ReadFile(filepath.Join(dir, name), maxSourceBytes, "a kernel source")
+			err = input.Bad(err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read kernel source %s: %w", filepath.Join(where, name), err)
