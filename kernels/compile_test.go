@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -221,5 +222,31 @@ func TestRebuildDiscardsAnEntryThatDoesNotLoad(t *testing.T) {
 	}
 	if fixed, _ := Compile(&c, srcs, 90, cache); string(fixed[0].Cubin) != "cubin of "+bad.Name {
 		t.Errorf("after Rebuild the cache serves %q", fixed[0].Cubin)
+	}
+}
+
+func TestChangedSourcesNamesWhatDiffers(t *testing.T) {
+	embedded, err := Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, text := range embedded {
+		if name == "tp.cu" {
+			continue // missing from dir
+		}
+		if name == "attention.cu" {
+			text += "\n// edited\n"
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mine.cu"), []byte("// new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ChangedSources(dir)
+	if want := []string{"attention.cu", "mine.cu", "tp.cu"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ChangedSources = %v, %v; want %v", got, err, want)
 	}
 }

@@ -16,6 +16,9 @@ func WriteRunText(w io.Writer, r Report) error {
 	if env.Emulated != "" {
 		b.printf(w, "%s\n", EmulatedNote)
 	}
+	if r.Verified != nil && !*r.Verified {
+		b.printf(w, "%s\n", UnverifiedNote)
+	}
 	if env.Roof != nil {
 		b.printf(w, "summary (floors and attainment derived by the cost model under the %s)\n", env.Roof.Label())
 	} else {

@@ -27,6 +27,13 @@ import (
 // stepbench), killed after timeout: a hang is a failure, not a stuck test.
 func runProcess(t *testing.T, timeout time.Duration, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	code, stdout, stderr, _ = runProcessPID(t, timeout, env, args...)
+	return code, stdout, stderr
+}
+
+// runProcessPID is runProcess that also returns the child's pid.
+func runProcessPID(t *testing.T, timeout time.Duration, env []string, args ...string) (code int, stdout, stderr string, pid int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
@@ -45,7 +52,7 @@ func runProcess(t *testing.T, timeout time.Duration, env []string, args ...strin
 	default:
 		t.Fatalf("%v: %v", args, err)
 	}
-	return code, out.String(), errb.String()
+	return code, out.String(), errb.String(), cmd.Process.Pid
 }
 
 // wantOneLine checks a refusal: exit code, one line on stderr holding every

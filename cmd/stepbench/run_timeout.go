@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"stepbench/bench"
+	"stepbench/bench/report"
 )
 
 // The auto --step-timeout: a minute, plus the largest prefill's FLOPs at a
@@ -68,10 +72,7 @@ func autoStepTimeout(s runSetup, shapes shapeFlags, backend string, emulated boo
 // waiting, and the shared segments go) and end the process with exit 1,
 // the finished shapes' results already written.
 func (f *runFlags) stepTimeouts(s runSetup, d runDeps, guard *exitGuard, stderr io.Writer) (time.Duration, func(error)) {
-	timeout := autoStepTimeout(s, f.shapes, d.env.Backend, d.env.Emulated != "")
-	if f.stepTimeout != stepTimeoutAuto {
-		timeout, _ = time.ParseDuration(f.stepTimeout) // checked: "0" is 0
-	}
+	timeout := f.resolvedStepTimeout(s, d.env)
 	if timeout <= 0 {
 		return 0, nil
 	}
@@ -83,6 +84,32 @@ func (f *runFlags) stepTimeouts(s runSetup, d runDeps, guard *exitGuard, stderr 
 			}
 		})
 	}
+}
+
+// deadline bounds work outside the timed regions that runs kernels (the
+// kernel check before timing) by the run's step timeout: past it, one line
+// names the work and the process exits 1 (nothing is written yet). stop
+// ends the wait.
+func (f *runFlags) deadline(s runSetup, env report.Environment, what string, stderr io.Writer) (stop func()) {
+	timeout := f.resolvedStepTimeout(s, env)
+	if timeout <= 0 {
+		return func() {}
+	}
+	timer := time.AfterFunc(timeout, func() {
+		fmt.Fprintf(stderr, "stepbench run: %v: %s did not finish within %s (a kernel that never returns?; %s)\n",
+			bench.ErrStepTimeout, what, timeout, stepTimeoutFlagNameQuote)
+		os.Exit(exitFailure)
+	})
+	return func() { timer.Stop() }
+}
+
+// resolvedStepTimeout is --step-timeout on the run's backend (0: none).
+func (f *runFlags) resolvedStepTimeout(s runSetup, env report.Environment) time.Duration {
+	if f.stepTimeout != stepTimeoutAuto {
+		d, _ := time.ParseDuration(f.stepTimeout) // checked: "0" is 0
+		return d
+	}
+	return autoStepTimeout(s, f.shapes, env.Backend, env.Emulated != "")
 }
 
 // collectivesAborter is a tensor-parallel group.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,19 +48,28 @@ func spinningRun(kernelsDir string, extra ...string) []string {
 // A kernel that never returns ends the run at --step-timeout with exit 1
 // and one line naming the region, on one emulated GPU and on a
 // tensor-parallel group of two (whose collectives are aborted: no shared
-// segment is left). Before, the run waited forever.
+// segment is left), and in the check of changed kernels before timing.
+// Before, the run waited forever.
 func TestEmulatedStepTimeout(t *testing.T) {
 	onEmulator(t)
 	kernels := spinningKernels(t)
 	env := []string{"XDG_CACHE_HOME=" + emuCacheHome, "STEPBENCH_EMU_DEVICES=2"}
-	for _, extra := range [][]string{{"--step-timeout", "2s"}, {"--step-timeout", "2s", "--tp-size", "2"}} {
-		before := shmSegments(t)
-		code, _, stderr := runProcess(t, 120*time.Second, env, spinningRun(kernels, extra...)...)
-		want := "step timeout: the prefill of batch_size=1 input_len=4 output_len=2, iteration 1 did not finish within 2s"
+	const region = "step timeout: the prefill of batch_size=1 input_len=4 output_len=2, iteration 1 did not finish within 2s"
+	for _, tc := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"--step-timeout", "2s", "--no-verify"}, region},
+		{[]string{"--step-timeout", "2s", "--no-verify", "--tp-size", "2"}, region},
+		// The kernels --kernels-dir changed are checked before timing: that check spins too.
+		{[]string{"--step-timeout", "2s"}, "step timeout: the kernel check before timing did not finish within 2s"},
+	} {
+		extra, want := tc.extra, tc.want
+		code, _, stderr, pid := runProcessPID(t, 120*time.Second, env, spinningRun(kernels, extra...)...)
 		if code != exitFailure || !strings.Contains(stderr, want) || strings.Count(stderr, "step timeout") != 1 {
 			t.Errorf("%v: exit %d, stderr:\n%s\nwant exit 1 and once %q", extra, code, stderr, want)
 		}
-		if left := newSegments(before, shmSegments(t)); len(left) > 0 {
+		if left := shmSegmentsOf(pid); len(left) > 0 {
 			t.Errorf("%v: shared segments left: %v", extra, left)
 		}
 	}
@@ -70,7 +80,7 @@ func TestEmulatedStepTimeout(t *testing.T) {
 // Before, the first Ctrl-C printed nothing.
 func TestEmulatedInterruptStuckStep(t *testing.T) {
 	emutest.Use(t)
-	cmd := exec.Command(os.Args[0], spinningRun(spinningKernels(t), "--step-timeout", "0")...)
+	cmd := exec.Command(os.Args[0], spinningRun(spinningKernels(t), "--step-timeout", "0", "--no-verify")...)
 	cmd.Env = append(os.Environ(), "STEPBENCH_TEST_MAIN=1", "XDG_CACHE_HOME="+emuCacheHome)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -124,23 +134,10 @@ func TestEmulatedInterruptStuckStep(t *testing.T) {
 	}
 }
 
-// shmSegments lists the emulated NCCL's shared-memory segments.
-func shmSegments(t *testing.T) []string {
-	t.Helper()
-	names, _ := filepath.Glob("/dev/shm/sbemu-nccl-*")
+// shmSegmentsOf lists the emulated NCCL's shared-memory segments whose
+// unique id the process pid made (its pid is in the name): the tests of
+// other packages, running at the same time, have segments of their own.
+func shmSegmentsOf(pid int) []string {
+	names, _ := filepath.Glob(fmt.Sprintf("/dev/shm/sbemu-nccl-%d-*", pid))
 	return names
-}
-
-func newSegments(before, after []string) []string {
-	var out []string
-	for _, a := range after {
-		found := false
-		for _, b := range before {
-			found = found || a == b
-		}
-		if !found {
-			out = append(out, a)
-		}
-	}
-	return out
 }

@@ -83,7 +83,6 @@ func TestEmulatedTwoNodesKilled(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 6))
 	t.Logf("seed %d", seed)
-	before := shmSegments(t)
 	var duration time.Duration
 	for range 2 { // the first compiles the kernels into the cache; the second is the run's time
 		clean := startTwoNodes(t)
@@ -129,11 +128,11 @@ func TestEmulatedTwoNodesKilled(t *testing.T) {
 			}
 		}
 		phases[killPhase(out)]++
+		if left := append(shmSegmentsOf(n.cmds[0].Process.Pid), shmSegmentsOf(n.cmds[1].Process.Pid)...); len(left) > 0 {
+			t.Errorf("kill %d of node %d (%s): segments left: %v\nnode 0:\n%s\nnode 1:\n%s", kills, victim, killPhase(out), left, n.outs[0], n.outs[1])
+		}
 		t.Logf("kill %d: node %d at %.2f s; node %d exited %.2f s later (%s)", kills, victim, killed.Sub(n.started).Seconds(), survivor,
 			time.Since(killed).Seconds(), killPhase(out))
-	}
-	if left := newSegments(before, shmSegments(t)); len(left) > 0 {
-		t.Errorf("segments left in /dev/shm: %v", left)
 	}
 	t.Logf("%d kills (a run without one: %.1f s); the survivor exited at most %.1f s after the kill; it was in: %v",
 		killCount, duration.Seconds(), worst.Seconds(), phases)
