@@ -59,6 +59,8 @@ FUZZTIME ?= 10s
 fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzSafetensorsHeader -fuzztime $(FUZZTIME)
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptIDs -fuzztime $(FUZZTIME)
+	$(GO) test ./runner -run '^$$' -fuzz FuzzParseConfig -fuzztime $(FUZZTIME)
+	$(GO) test ./runner -run '^$$' -fuzz FuzzSafetensorsIndex -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/report -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/kernelbench -run '^$$' -fuzz FuzzParseShape -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/stats -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)

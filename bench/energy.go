@@ -138,14 +138,21 @@ func (h *harness) energyWindow(sh Shape, minSeconds float64, tokensPerRep int, b
 		if err := h.target.Begin(sh.Batch, sh.InputLen, sh.OutputLen, prompts); err != nil {
 			return EnergyWindow{}, fmt.Errorf("begin: %w", err)
 		}
-		if err := body(); err != nil {
+		rep := reps
+		err = h.watchdog.guarded(func() string { return fmt.Sprintf("energy-window repetition %d of %s", rep+1, sh) }, func() error {
+			if err := body(); err != nil {
+				return err
+			}
+			// Keep the queue short so the host clock tracks the device.
+			if err := h.target.Sync(); err != nil {
+				return fmt.Errorf("sync: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
 			return EnergyWindow{}, err
 		}
 		reps++
-		// Keep the queue short so the host clock tracks the device.
-		if err := h.target.Sync(); err != nil {
-			return EnergyWindow{}, fmt.Errorf("sync: %w", err)
-		}
 	}
 	seconds := h.now().Sub(t0).Seconds()
 	end, err := h.opt.EnergyMeter.EnergyMillijoules()

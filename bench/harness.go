@@ -80,6 +80,17 @@ type Options struct {
 	// HostLoad samples the host's CPU counters around each shape's timed
 	// iterations (hostload.Now when nil; tests give a fixed one).
 	HostLoad func() hostload.Sample
+
+	// StepTimeout > 0 bounds every timed region (warmup ones too) and every
+	// repetition of an energy window, on the wall clock: one that has not
+	// ended by then is reported to OnStepTimeout, from another goroutine,
+	// with an error wrapping ErrStepTimeout that names the region. The
+	// region's goroutine may never return (a kernel that spins), so
+	// OnStepTimeout may end the process; while it runs the harness writes
+	// nothing. If it returns, the region's error, once it ends, is that
+	// timeout.
+	StepTimeout   time.Duration
+	OnStepTimeout func(error)
 }
 
 // ErrInterrupted is wrapped by the error of a run stopped by its Context.
@@ -155,6 +166,14 @@ func (o Options) validate() error {
 			}
 		}
 	}
+	for _, b := range o.BatchSizes {
+		for _, in := range o.InputLens {
+			if b > runner.MaxBatch || b > runner.MaxTokens/in {
+				return fmt.Errorf("bench: batch %d × input length %d beyond the limits (batch %d, %d prompt tokens)",
+					b, in, runner.MaxBatch, runner.MaxTokens)
+			}
+		}
+	}
 	switch {
 	case o.NumIters < 0:
 		return fmt.Errorf("bench: num iterations must be >= 1 (or 0: adaptive), got %d", o.NumIters)
@@ -190,12 +209,15 @@ type harness struct {
 	now              func() time.Time
 	stdout, progress io.Writer
 	start, end       runner.Event
+	watchdog         *watchdog // nil without a step timeout
+	iteration        PromptKey // the iteration running, for the watchdog's message
 }
 
 // newHarness makes a harness on t with its one pair of events: creating
 // events per region would put allocation next to the timed regions.
 func newHarness(t Target, opt Options, stdout, progress io.Writer) (harness, error) {
-	h := harness{target: t, opt: opt, ctx: opt.Context, now: opt.Now, stdout: orDiscard(stdout), progress: orDiscard(progress)}
+	h := harness{target: t, opt: opt, ctx: opt.Context, now: opt.Now, stdout: orDiscard(stdout), progress: orDiscard(progress),
+		watchdog: newWatchdog(opt.StepTimeout, opt.OnStepTimeout)}
 	if h.ctx == nil {
 		h.ctx = context.Background()
 	}

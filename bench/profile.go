@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -61,7 +62,10 @@ func (w ProfileWindow) Validate(outputLens []int) error {
 	if w.Phase == ProfileBoth && w.StartStep != 0 {
 		return fmt.Errorf("a profile window of both phases starts at the prefill, so its decode steps start at 0, not %d", w.StartStep)
 	}
-	last := w.StartStep + w.Steps - 1
+	last := math.MaxInt // where start + steps - 1 would overflow
+	if w.Steps <= math.MaxInt-w.StartStep {
+		last = w.StartStep + w.Steps - 1
+	}
 	for _, out := range outputLens {
 		switch {
 		case out < 2:

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -167,6 +168,8 @@ func TestProfileWindowRefused(t *testing.T) {
 		// Output lengths 3 and 1 have decode steps 0..1 and none.
 		{ProfileWindow{Phase: ProfileDecode, StartStep: 1, Steps: 2}, "ends at decode step 2, but output length 3 has decode steps 0..1"},
 		{ProfileWindow{Phase: ProfileDecode, StartStep: 0, Steps: 1}, "output length 1 has no decode step"},
+		// start + steps - 1 overflowed to a negative last step, which passed.
+		{ProfileWindow{Phase: ProfileDecode, StartStep: math.MaxInt, Steps: math.MaxInt}, "ends at decode step 9223372036854775807"},
 	} {
 		opt := testOptions()
 		opt.Profiler, opt.Profile = &fakeProfiler{target: &fakeTarget{}}, &tc.w

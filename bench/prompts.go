@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"math/rand/v2"
+
+	"stepbench/runner"
 )
 
 // PromptKey names the prompts of one iteration of one shape.
@@ -44,6 +46,9 @@ func PromptIDs(seed uint64, vocabSize int, key PromptKey) ([]int32, error) {
 	}
 	if key.Batch < 1 || key.InputLen < 1 {
 		return nil, fmt.Errorf("prompt ids: batch %d and input length %d must be >= 1", key.Batch, key.InputLen)
+	}
+	if key.Batch > runner.MaxTokens/key.InputLen {
+		return nil, fmt.Errorf("prompt ids: batch %d × input length %d exceeds %d tokens", key.Batch, key.InputLen, runner.MaxTokens)
 	}
 	rng := rand.New(rand.NewPCG(seed, key.stream()))
 	ids := make([]int32, key.Batch*key.InputLen)

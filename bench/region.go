@@ -14,6 +14,7 @@ import (
 // prefill, outputLen−1 timed decode steps, and its stdout lines.
 func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
 	it := IterationResult{Iter: key.Iter, PromptStream: key.stream()}
+	h.iteration = key
 	prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
 	if err != nil {
 		return it, err
@@ -90,11 +91,38 @@ func (h *harness) profiledRegion(window *profileWindow, name string, step func()
 // timeRegion is the design's timed region (docs/design.md, Timing): synchronise; host clock; record
 // start; enqueue the step; record end; synchronise; host clock. The host time
 // is what one_batch reports, the event time is the device's view of it. A
-// cancelled Context stops the run here, at a region boundary.
+// cancelled Context stops the run here, at a region boundary. The watchdog
+// times it all, both synchronisations included.
 func (h *harness) timeRegion(step func() error, sample Sample) (Sample, error) {
 	if err := h.ctx.Err(); err != nil {
 		return sample, fmt.Errorf("%w: %v", ErrInterrupted, err)
 	}
+	key := h.iteration
+	what := func() string { return regionName(key, sample) }
+	var out Sample
+	err := h.watchdog.guarded(what, func() error {
+		var err error
+		out, err = h.region(step, sample)
+		return err
+	})
+	return out, err
+}
+
+// regionName is a region for people: "decode step 3 of batch_size=1
+// input_len=64 output_len=16, iteration 2".
+func regionName(key PromptKey, s Sample) string {
+	step := "the prefill"
+	if s.Phase == PhaseDecode {
+		step = fmt.Sprintf("decode step %d", s.Step)
+	}
+	iter := fmt.Sprintf("iteration %d", key.Iter+1)
+	if key.Warmup {
+		iter = fmt.Sprintf("warmup %d", key.Iter+1)
+	}
+	return fmt.Sprintf("%s of %s, %s", step, key.Shape, iter)
+}
+
+func (h *harness) region(step func() error, sample Sample) (Sample, error) {
 	if err := h.target.Sync(); err != nil {
 		return sample, fmt.Errorf("sync before region: %w", err)
 	}

@@ -1,14 +1,18 @@
 package kernels
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"stepbench/internal/input"
 )
 
 // Compiled is one source compiled for one architecture.
@@ -17,6 +21,12 @@ type Compiled struct {
 	Cubin  []byte
 	Log    string            // NVRTC's log, ptxas resource lines included
 	Report []KernelResources // parsed from Log
+	// FromCache says the cubin came from the cache; CacheKey is its entry.
+	FromCache bool
+	CacheKey  string
+	// Rebuilt, when set, says why the cache entry was discarded and the
+	// source compiled again (a corrupted entry), for the user to see.
+	Rebuilt string
 }
 
 // KernelResources is ptxas's resource report for one function. Spills mean
@@ -79,7 +89,7 @@ func nvrtcID(n Compiler) compilerID {
 // cacheKey identifies a cubin: same text, options, compiler and arch, same bits.
 func cacheKey(unit string, opts []string, compiler compilerID, arch int) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "stepbench-cubin-v1\x00%d.%d\x00sm_%d\x00%s\x00", compiler.major, compiler.minor, arch, strings.Join(opts, "\x00"))
+	fmt.Fprintf(h, "stepbench-cubin-v2\x00%d.%d\x00sm_%d\x00%s\x00", compiler.major, compiler.minor, arch, strings.Join(opts, "\x00"))
 	if compiler.emulated != "" {
 		fmt.Fprintf(h, "emulated\x00%s\x00", compiler.emulated)
 	}
@@ -99,22 +109,18 @@ func DefaultCacheDir() (string, error) {
 // Compile compiles every source but common.cu for arch (e.g. 80, 90) with
 // NVRTC into one cubin per source, in file-name order. Cubins are cached in
 // cacheDir (DefaultCacheDir when ""), keyed by sha256 of the source, options,
-// NVRTC version (and emulator description) and arch. A failed compile
+// NVRTC version (and emulator description) and arch, each entry with its
+// checksum (see cacheEntry): an entry that fails it is discarded and the
+// source compiled again (Compiled.Rebuilt says so). A failed compile
 // returns NVRTC's log (file:line).
 func Compile(n Compiler, srcs map[string]string, arch int, cacheDir string) ([]Compiled, error) {
-	common, ok := srcs[CommonSource]
-	if !ok {
+	if _, ok := srcs[CommonSource]; !ok {
 		return nil, fmt.Errorf("compile kernels: %s is missing", CommonSource)
 	}
-	if cacheDir == "" {
-		dir, err := DefaultCacheDir()
-		if err != nil {
-			return nil, err
-		}
-		cacheDir = dir
+	cacheDir, err := cacheDirOrDefault(cacheDir)
+	if err != nil {
+		return nil, err
 	}
-	compiler := nvrtcID(n)
-	opts := CompileOptions(arch)
 	var names []string
 	for name := range srcs {
 		if name != CommonSource {
@@ -122,52 +128,161 @@ func Compile(n Compiler, srcs map[string]string, arch int, cacheDir string) ([]C
 		}
 	}
 	slices.Sort(names)
-
 	out := make([]Compiled, 0, len(names))
 	for _, name := range names {
-		unit := TranslationUnit(common, name, srcs[name])
-		key := cacheKey(unit, opts, compiler, arch)
-		cubin, log, hit := readCache(cacheDir, key)
-		if !hit {
-			var err error
-			cubin, log, err = n.Compile(unit, name, opts)
-			if err != nil {
-				return nil, fmt.Errorf("compile %s for sm_%d: %w\n%s", name, arch, err, strings.TrimSpace(log))
-			}
-			// The cache only saves time: a read-only cache directory must not stop a run.
-			_ = writeCache(cacheDir, key, cubin, log)
-		}
-		report, err := ParsePtxasReport(log)
+		c, err := compileCached(n, srcs, name, arch, cacheDir, false)
 		if err != nil {
-			return nil, fmt.Errorf("compile %s for sm_%d: %w", name, arch, err)
+			return nil, err
 		}
-		out = append(out, Compiled{Name: name, Cubin: cubin, Log: log, Report: report})
+		out = append(out, c)
 	}
 	return out, nil
 }
 
-func readCache(dir, key string) (cubin []byte, log string, ok bool) {
-	cubin, err := os.ReadFile(filepath.Join(dir, key+".cubin"))
-	if err != nil || len(cubin) == 0 {
-		return nil, "", false
-	}
-	logBytes, err := os.ReadFile(filepath.Join(dir, key+".log"))
+// Rebuild discards the cache entry of a cubin that was served from the
+// cache but does not load (why says how it failed) and compiles its source
+// again, once. The backend calls it; Compile's checksum catches the rest.
+func Rebuild(n Compiler, srcs map[string]string, c Compiled, arch int, cacheDir string, why string) (Compiled, error) {
+	cacheDir, err := cacheDirOrDefault(cacheDir)
 	if err != nil {
-		return nil, "", false
+		return Compiled{}, err
 	}
-	return cubin, string(logBytes), true
+	path := entryPath(cacheDir, c.CacheKey)
+	os.Remove(path)
+	again, err := compileCached(n, srcs, c.Name, arch, cacheDir, true)
+	if err != nil {
+		return Compiled{}, err
+	}
+	again.Rebuilt = fmt.Sprintf("the cached cubin %s of %s did not load (%s): discarded and compiled again", path, c.Name, why)
+	return again, nil
 }
 
-// writeCache stores the log first and the cubin last, each by rename, so a
-// reader never sees a cubin without its log or a half-written file.
+func cacheDirOrDefault(dir string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	return DefaultCacheDir()
+}
+
+// compileCached compiles one source, from the cache unless fresh.
+func compileCached(n Compiler, srcs map[string]string, name string, arch int, cacheDir string, fresh bool) (Compiled, error) {
+	opts := CompileOptions(arch)
+	unit := TranslationUnit(srcs[CommonSource], name, srcs[name])
+	key := cacheKey(unit, opts, nvrtcID(n), arch)
+	c := Compiled{Name: name, CacheKey: key}
+	var why error
+	if !fresh {
+		c.Cubin, c.Log, why = readCache(cacheDir, key)
+		c.FromCache = why == nil
+	}
+	if !c.FromCache {
+		if why != nil && !errors.Is(why, os.ErrNotExist) {
+			os.Remove(entryPath(cacheDir, key))
+			c.Rebuilt = fmt.Sprintf("the cache entry %s of %s was discarded (%v) and the source compiled again", entryPath(cacheDir, key), name, why)
+		}
+		var err error
+		c.Cubin, c.Log, err = n.Compile(unit, name, opts)
+		if err != nil {
+			return Compiled{}, fmt.Errorf("compile %s for sm_%d: %w\n%s", name, arch, err, strings.TrimSpace(c.Log))
+		}
+		// The cache only saves time: a read-only cache directory must not stop a run.
+		_ = writeCache(cacheDir, key, c.Cubin, c.Log)
+	}
+	report, err := ParsePtxasReport(c.Log)
+	if err != nil {
+		return Compiled{}, fmt.Errorf("compile %s for sm_%d: %w", name, arch, err)
+	}
+	c.Report = report
+	return c, nil
+}
+
+// A cache entry is one file, KEY.entry, replaced atomically: a first line
+// naming the format, a second line with the lengths of the log and the
+// cubin and the sha256 of the key, the log and the cubin, then the log and
+// the cubin. The checksum catches a truncated, garbled or swapped entry
+// before its bytes reach cuModuleLoadData (a truncated cubin made the
+// driver read past its end, a SIGSEGV; random bytes in its code ran).
+const (
+	entryMagic = "stepbench-cubin-entry/v2"
+	// maxEntryBytes bounds an entry read back (our cubins are under 4 MB).
+	maxEntryBytes = 256 << 20
+)
+
+type entryHeader struct {
+	Key        string `json:"key"`
+	LogBytes   int    `json:"log_bytes"`
+	CubinBytes int    `json:"cubin_bytes"`
+	SHA256     string `json:"sha256"`
+}
+
+func entryPath(dir, key string) string { return filepath.Join(dir, key+".entry") }
+
+// entrySum is the checksum of an entry.
+func entrySum(key, log string, cubin []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", entryMagic, key, len(log))
+	h.Write([]byte(log))
+	h.Write(cubin)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// encodeEntry is the bytes of the entry of key.
+func encodeEntry(key string, cubin []byte, log string) []byte {
+	header, _ := json.Marshal(entryHeader{Key: key, LogBytes: len(log), CubinBytes: len(cubin), SHA256: entrySum(key, log, cubin)})
+	out := append([]byte(entryMagic+"\n"), header...)
+	out = append(out, '\n')
+	out = append(out, log...)
+	return append(out, cubin...)
+}
+
+// decodeEntry checks an entry of key and returns its cubin and log.
+func decodeEntry(key string, data []byte) ([]byte, string, error) {
+	magic, rest, ok := bytes.Cut(data, []byte("\n"))
+	if !ok || string(magic) != entryMagic {
+		return nil, "", errors.New("not a cache entry of this stepbench")
+	}
+	line, body, ok := bytes.Cut(rest, []byte("\n"))
+	var h entryHeader
+	if !ok || json.Unmarshal(line, &h) != nil {
+		return nil, "", errors.New("its header does not parse")
+	}
+	switch {
+	case h.Key != key:
+		return nil, "", fmt.Errorf("it is the entry of another key, %.16s", h.Key)
+	case h.LogBytes < 0 || h.CubinBytes <= 0 || int64(h.LogBytes)+int64(h.CubinBytes) != int64(len(body)):
+		return nil, "", fmt.Errorf("it holds %d bytes, its header says %d + %d (truncated?)", len(body), h.LogBytes, h.CubinBytes)
+	}
+	log, cubin := string(body[:h.LogBytes]), body[h.LogBytes:]
+	if entrySum(key, log, cubin) != h.SHA256 {
+		return nil, "", errors.New("its checksum does not match (corrupted)")
+	}
+	return cubin, log, nil
+}
+
+// readCache returns the cached cubin and log of key: an error wrapping
+// os.ErrNotExist when there is none, another when the entry is corrupt.
+func readCache(dir, key string) ([]byte, string, error) {
+	data, err := input.ReadFile(entryPath(dir, key), maxEntryBytes, "a cubin cache entry")
+	if err != nil {
+		return nil, "", err
+	}
+	return decodeEntry(key, data)
+}
+
+// writeCache stores one entry atomically (a temporary file and a rename),
+// so a reader never sees half of it; concurrent writers of one key (two
+// processes compiling at once) each rename a whole file.
 func writeCache(dir, key string, cubin []byte, log string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create cubin cache %s: %w", dir, err)
 	}
-	if err := writeAtomic(filepath.Join(dir, key+".log"), []byte(log)); err != nil {
-		return err
-	}
-	return writeAtomic(filepath.Join(dir, key+".cubin"), cubin)
+	return writeAtomic(entryPath(dir, key), encodeEntry(key, cubin, log))
+}
+
+// StoreCache writes c into the cache under c.CacheKey with a valid
+// checksum, whatever its cubin: for tests of a cubin that does not load.
+func StoreCache(cacheDir string, c Compiled) error {
+	return writeCache(cacheDir, c.CacheKey, c.Cubin, c.Log)
 }
 
 func writeAtomic(path string, data []byte) error {

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,6 +111,117 @@ func TestCompileCachesEveryCubin(t *testing.T) {
 		if again[i].Name != first[i].Name || string(again[i].Cubin) != "cubin of "+first[i].Name || len(again[i].Report) != 1 {
 			t.Errorf("cached %s: %q, report %v", again[i].Name, again[i].Cubin, again[i].Report)
 		}
+	}
+}
+
+// Every corruption of a cache entry is caught by its checksum before the
+// cubin reaches the driver: the entry is discarded, the source compiled
+// again once, Rebuilt says so, and the next compile is served from the
+// repaired entry. Before, a truncated cubin made cuModuleLoadData read past
+// its end (SIGSEGV), and random bytes in its code were run.
+func TestCorruptCacheEntriesAreRebuilt(t *testing.T) {
+	srcs, err := Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const victim = "norm.cu"
+	for _, tc := range []struct {
+		name    string
+		corrupt func(entry, other []byte) []byte
+		want    string
+	}{
+		{"truncated", func(e, _ []byte) []byte { return e[:len(e)-7] }, "truncated"},
+		{"100 bytes", func(e, _ []byte) []byte { return e[:100] }, ""},
+		{"garbled header of the cubin", func(e, _ []byte) []byte {
+			e = bytes.Clone(e)
+			copy(e[len(e)-len("cubin of norm.cu"):], "\x7fELF garbage")
+			return e
+		}, "checksum"},
+		{"another kernel's entry", func(_, other []byte) []byte { return other }, "another key"},
+		{"random bytes in the code", func(e, _ []byte) []byte {
+			e = bytes.Clone(e)
+			e[len(e)-3] ^= 0x5a
+			return e
+		}, "checksum"},
+		{"empty", func([]byte, []byte) []byte { return nil }, "not a cache entry"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c fakeCompiler
+			cache := t.TempDir()
+			first, err := Compile(&c, srcs, 90, cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var victimKey, otherKey string
+			for _, comp := range first {
+				if comp.Name == victim {
+					victimKey = comp.CacheKey
+				} else if otherKey == "" {
+					otherKey = comp.CacheKey
+				}
+			}
+			entry, _ := os.ReadFile(entryPath(cache, victimKey))
+			other, _ := os.ReadFile(entryPath(cache, otherKey))
+			if err := os.WriteFile(entryPath(cache, victimKey), tc.corrupt(entry, other), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			compiles := c.compiles
+			again, err := Compile(&c, srcs, 90, cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.compiles != compiles+1 {
+				t.Errorf("%d compiles, want the corrupted source's alone", c.compiles-compiles)
+			}
+			for _, comp := range again {
+				switch {
+				case comp.Name == victim && (comp.FromCache || !strings.Contains(comp.Rebuilt, "discarded") ||
+					!strings.Contains(comp.Rebuilt, tc.want) || string(comp.Cubin) != "cubin of norm.cu"):
+					t.Errorf("%s: from cache %v, cubin %q, rebuilt %q (want it to say %q)", comp.Name, comp.FromCache, comp.Cubin, comp.Rebuilt, tc.want)
+				case comp.Name != victim && (!comp.FromCache || comp.Rebuilt != ""):
+					t.Errorf("%s: from cache %v, rebuilt %q", comp.Name, comp.FromCache, comp.Rebuilt)
+				}
+			}
+			if _, err := Compile(&c, srcs, 90, cache); err != nil || c.compiles != compiles+1 {
+				t.Errorf("the repaired entry is not served from the cache (%d compiles, %v)", c.compiles-compiles, err)
+			}
+		})
+	}
+}
+
+// Rebuild discards an entry whose cubin passed its checksum but did not
+// load, and compiles the source again.
+func TestRebuildDiscardsAnEntryThatDoesNotLoad(t *testing.T) {
+	srcs, err := Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c fakeCompiler
+	cache := t.TempDir()
+	first, err := Compile(&c, srcs, 90, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := first[0]
+	bad.Cubin = []byte("a cubin the driver refuses")
+	if err := StoreCache(cache, bad); err != nil {
+		t.Fatal(err)
+	}
+	served, err := Compile(&c, srcs, 90, cache)
+	if err != nil || string(served[0].Cubin) != "a cubin the driver refuses" || !served[0].FromCache {
+		t.Fatalf("the stored entry is not served: %q, %v", served[0].Cubin, err)
+	}
+	compiles := c.compiles
+	again, err := Rebuild(&c, srcs, served[0], 90, cache, "CUDA_ERROR_INVALID_IMAGE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.compiles != compiles+1 || again.FromCache || string(again.Cubin) != "cubin of "+bad.Name ||
+		!strings.Contains(again.Rebuilt, "CUDA_ERROR_INVALID_IMAGE") || !strings.Contains(again.Rebuilt, bad.Name) {
+		t.Errorf("Rebuild: %d compiles, %+v", c.compiles-compiles, again)
+	}
+	if fixed, _ := Compile(&c, srcs, 90, cache); string(fixed[0].Cubin) != "cubin of "+bad.Name {
+		t.Errorf("after Rebuild the cache serves %q", fixed[0].Cubin)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"stepbench/internal/input"
 )
 
 //go:embed *.cu
@@ -15,6 +17,9 @@ var embeddedSources embed.FS
 // CommonSource is the helper file prepended to every other source; it is not
 // compiled on its own.
 const CommonSource = "common.cu"
+
+// maxSourceBytes bounds a --kernels-dir source (ours are 2-40 KB).
+const maxSourceBytes = 16 << 20
 
 // Sources returns the embedded sources, or the *.cu files of dir when dir != ""
 // (--kernels-dir), keyed by file name.
@@ -34,7 +39,13 @@ func Sources(dir string) (map[string]string, error) {
 	}
 	srcs := make(map[string]string, len(names))
 	for _, name := range names {
-		text, err := fs.ReadFile(fsys, name)
+		var text []byte
+		if dir == "" {
+			text, err = fs.ReadFile(fsys, name)
+		} else { // a user's file: a FIFO must not hang the run, nor a huge file fill memory
+			text, err = input.ReadFile(filepath.Join(dir, name), maxSourceBytes, "a kernel source")
+			err = input.Bad(err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read kernel source %s: %w", filepath.Join(where, name), err)
 		}

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"stepbench/internal/input"
 	"stepbench/kernels"
 )
 
@@ -136,24 +138,54 @@ func Preset(name string) (Config, error) {
 	return c, nil
 }
 
+// Limits of a model's shape, far beyond the largest Llama (3.1 405B: 126
+// layers, hidden 16384, 128 heads, head_dim 128, vocabulary 128256, 131072
+// positions) and small enough that every count a run derives from them (the
+// memory estimate, tensor lists, the cost model) is an int64 without
+// overflow; Validate refuses a config beyond any of them, naming the field
+// and its limit.
+const (
+	MaxHiddenSize       = 1 << 20
+	MaxIntermediateSize = 1 << 22
+	MaxLayers           = 1 << 12
+	MaxHeads            = 1 << 12 // num_attention_heads and num_key_value_heads
+	MaxHeadDim          = 1 << 12
+	MaxVocabSize        = 1 << 24
+	MaxPositions        = 1 << 24 // max_position_embeddings and rope_scaling's original one
+	// MaxMatrixElements bounds every weight matrix: the GPU indexes one
+	// with int32.
+	MaxMatrixElements = 1<<31 - 1
+)
+
+// Limits of a run's shapes: a batch of at most MaxBatch sequences whose
+// prefill brings at most MaxTokens prompt tokens (batch × input length: the
+// token ids and their rows are indexed with int32 on the GPU).
+const (
+	MaxBatch  = 1 << 16
+	MaxTokens = 1<<31 - 1
+)
+
 // Validate reports the first field that makes c unusable by the forward pass.
 func (c Config) Validate() error {
-	positive := []struct {
-		field string
-		value int
+	bounded := []struct {
+		field        string
+		value, limit int
 	}{
-		{"hidden_size", c.HiddenSize},
-		{"intermediate_size", c.IntermediateSize},
-		{"num_hidden_layers", c.NumHiddenLayers},
-		{"num_attention_heads", c.NumAttentionHeads},
-		{"num_key_value_heads", c.NumKeyValueHeads},
-		{"head_dim", c.HeadDim},
-		{"vocab_size", c.VocabSize},
-		{"max_position_embeddings", c.MaxPositionEmbeddings},
+		{"hidden_size", c.HiddenSize, MaxHiddenSize},
+		{"intermediate_size", c.IntermediateSize, MaxIntermediateSize},
+		{"num_hidden_layers", c.NumHiddenLayers, MaxLayers},
+		{"num_attention_heads", c.NumAttentionHeads, MaxHeads},
+		{"num_key_value_heads", c.NumKeyValueHeads, MaxHeads},
+		{"head_dim", c.HeadDim, MaxHeadDim},
+		{"vocab_size", c.VocabSize, MaxVocabSize},
+		{"max_position_embeddings", c.MaxPositionEmbeddings, MaxPositions},
 	}
-	for _, p := range positive {
-		if p.value <= 0 {
-			return fmt.Errorf("model %s: %s must be positive, got %d", c.Name, p.field, p.value)
+	for _, b := range bounded {
+		if b.value <= 0 {
+			return fmt.Errorf("model %s: %s must be positive, got %d", c.Name, b.field, b.value)
+		}
+		if b.value > b.limit {
+			return fmt.Errorf("model %s: %s %d exceeds the limit %d", c.Name, b.field, b.value, b.limit)
 		}
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
@@ -163,39 +195,49 @@ func (c Config) Validate() error {
 	if c.HeadDim%2 != 0 { // rotate-half RoPE pairs element i with i+head_dim/2
 		return fmt.Errorf("model %s: head_dim must be even for RoPE, got %d", c.Name, c.HeadDim)
 	}
-	// Products that size buffers must fit an int32 element index on the GPU.
-	const maxElems = 1<<31 - 1
-	qkvRows := (c.NumAttentionHeads + 2*c.NumKeyValueHeads) // times HeadDim below
-	if c.VocabSize > maxElems/c.HiddenSize ||
-		c.IntermediateSize > maxElems/c.HiddenSize ||
-		qkvRows > maxElems/c.HeadDim ||
-		qkvRows*c.HeadDim > maxElems/c.HiddenSize {
-		return fmt.Errorf("model %s: a weight matrix exceeds 2^31-1 elements", c.Name)
+	// Every factor is bounded above, so these products do not overflow.
+	qkvRows := (c.NumAttentionHeads + 2*c.NumKeyValueHeads) * c.HeadDim
+	for _, m := range []struct {
+		name       string
+		rows, cols int
+	}{
+		{"the embedding (vocab_size × hidden_size)", c.VocabSize, c.HiddenSize},
+		{"gate_proj (intermediate_size × hidden_size)", c.IntermediateSize, c.HiddenSize},
+		{"the fused q/k/v ((num_attention_heads + 2 num_key_value_heads) head_dim × hidden_size)", qkvRows, c.HiddenSize},
+	} {
+		if m.rows*m.cols > MaxMatrixElements {
+			return fmt.Errorf("model %s: %s has %d × %d elements, beyond the limit 2^31-1", c.Name, m.name, m.rows, m.cols)
+		}
 	}
-	if !(c.RMSNormEps > 0) {
+	return c.validateFloats()
+}
+
+// validateFloats checks the norm's epsilon and RoPE's parameters.
+func (c Config) validateFloats() error {
+	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
 		return fmt.Errorf("model %s: rms_norm_eps must be positive, got %g", c.Name, c.RMSNormEps)
 	}
-	if !(c.RopeTheta > 0) {
+	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 		return fmt.Errorf("model %s: rope_theta must be positive, got %g", c.Name, c.RopeTheta)
 	}
 	if s := c.RopeScaling; s != nil {
 		if s.Type != RopeTypeLlama3 {
 			return fmt.Errorf("model %s: rope_scaling type %q unsupported (only %q)", c.Name, s.Type, RopeTypeLlama3)
 		}
-		if !(s.Factor > 0) {
+		if !(s.Factor > 0) || math.IsInf(s.Factor, 0) {
 			return fmt.Errorf("model %s: rope_scaling.factor must be positive, got %g", c.Name, s.Factor)
 		}
 		if !(s.LowFreqFactor > 0) {
 			return fmt.Errorf("model %s: rope_scaling.low_freq_factor must be positive, got %g", c.Name, s.LowFreqFactor)
 		}
 		// llama3 smoothing divides by (high - low).
-		if !(s.HighFreqFactor > s.LowFreqFactor) {
+		if !(s.HighFreqFactor > s.LowFreqFactor) || math.IsInf(s.HighFreqFactor, 0) {
 			return fmt.Errorf("model %s: rope_scaling.high_freq_factor %g must exceed low_freq_factor %g",
 				c.Name, s.HighFreqFactor, s.LowFreqFactor)
 		}
-		if s.OriginalMaxPositionEmbeddings <= 0 {
-			return fmt.Errorf("model %s: rope_scaling.original_max_position_embeddings must be positive, got %d",
-				c.Name, s.OriginalMaxPositionEmbeddings)
+		if s.OriginalMaxPositionEmbeddings <= 0 || s.OriginalMaxPositionEmbeddings > MaxPositions {
+			return fmt.Errorf("model %s: rope_scaling.original_max_position_embeddings must be 1..%d, got %d",
+				c.Name, MaxPositions, s.OriginalMaxPositionEmbeddings)
 		}
 	}
 	return nil
@@ -271,14 +313,23 @@ func (f hfFields) nested(key string) (hfFields, error) {
 	return hfFields{path: f.path, prefix: f.prefix + key + ".", raw: raw}, nil
 }
 
+// MaxConfigBytes bounds a config.json (an HF config is a few KB).
+const MaxConfigBytes = 4 << 20
+
 // LoadConfigFile reads an HF config.json of a LlamaForCausalLM model. The
-// config's Name is the base name of the directory holding the file.
+// config's Name is the base name of the directory holding the file. A file
+// that is not a regular file, is larger than MaxConfigBytes or does not
+// describe a usable model is bad input (input.IsBad).
 func LoadConfigFile(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, MaxConfigBytes, "a model's config.json")
 	if err != nil {
-		return Config{}, fmt.Errorf("load config: %w", err)
+		if errors.Is(err, os.ErrNotExist) {
+			return Config{}, fmt.Errorf("load config: %w", err)
+		}
+		return Config{}, input.Bad(fmt.Errorf("load config: %w", err))
 	}
-	return parseHFConfig(path, data)
+	c, err := parseHFConfig(path, data)
+	return c, input.Bad(err)
 }
 
 func parseHFConfig(path string, data []byte) (Config, error) {

@@ -100,7 +100,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"zero max positions", func(c *Config) { c.MaxPositionEmbeddings = 0 }, "max_position_embeddings"},
 		{"zero eps", func(c *Config) { c.RMSNormEps = 0 }, "rms_norm_eps"},
 		{"negative theta", func(c *Config) { c.RopeTheta = -1 }, "rope_theta"},
-		{"huge vocab", func(c *Config) { c.VocabSize = 1 << 40 }, "2^31-1"},
+		{"huge embedding", func(c *Config) { c.VocabSize = 1 << 24 }, "the embedding (vocab_size × hidden_size) has 16777216 × 128 elements, beyond the limit 2^31-1"},
 		{"scaling type", func(c *Config) { c.RopeScaling.Type = "yarn" }, "yarn"},
 		{"scaling factor", func(c *Config) { c.RopeScaling.Factor = 0 }, "factor"},
 		{"high below low", func(c *Config) { c.RopeScaling.HighFreqFactor = 0.5 }, "high_freq_factor"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -152,6 +153,18 @@ func startRank(rank int) *groupRank {
 	return r
 }
 
+// recovered is f(r), a panic turned into the rank's error: on a rank's
+// goroutine a panic would end the process with Go's exit code 2, which the
+// CLI gives to bad usage, and without the other ranks' shutdown.
+func recovered(f func(r *groupRank) error, r *groupRank) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("rank %d: internal error (a bug): panic: %v\n%s", r.rank, v, debug.Stack())
+		}
+	}()
+	return f(r)
+}
+
 // each runs f for every rank on the rank's goroutine, all at once, and
 // returns when all are done (see run). A dead group returns its failure at
 // once.
@@ -173,7 +186,7 @@ func (g *Group) run(ranks []*groupRank, f func(r *groupRank) error, supervise bo
 	var aborting atomic.Bool
 	for _, r := range ranks {
 		r.work <- func() {
-			err := f(r)
+			err := recovered(f, r)
 			g.results <- rankResult{r: r, err: err, afterAbort: aborting.Load()}
 		}
 	}
@@ -303,6 +316,17 @@ func (g *Group) abortCollectives(failed *groupRank) []error {
 	}
 	rest.Wait()
 	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+}
+
+// AbortCollectives aborts every rank's collectives, from any goroutine:
+// for a caller that gives up on a step that never returns (its ranks' peers,
+// in this process or another, fail instead of waiting). The group is not
+// usable after it.
+func (g *Group) AbortCollectives() error {
+	if len(g.ranks) == 0 {
+		return nil
+	}
+	return errors.Join(g.abortCollectives(g.ranks[0])...)
 }
 
 // Do runs f with every rank's engine on the rank's goroutine, all at once.

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -15,24 +16,61 @@ type MemoryEstimate struct {
 	ActivationBytes int64 `json:"activation_bytes"`
 }
 
-// Total is the sum of the parts.
-func (m MemoryEstimate) Total() int64 { return m.WeightBytes + m.KVCacheBytes + m.ActivationBytes }
+// Total is the sum of the parts (math.MaxInt64 when it overflows).
+func (m MemoryEstimate) Total() int64 {
+	return satAdd(m.WeightBytes, m.KVCacheBytes, m.ActivationBytes)
+}
+
+// Overflows says the estimate does not fit an int64: some count it
+// multiplies is beyond any machine, so the run cannot fit anywhere.
+func (m MemoryEstimate) Overflows() bool { return m.Total() == math.MaxInt64 }
+
+// satMul is the product of counts, math.MaxInt64 when it overflows or when a
+// factor is negative (a count that overflowed before it came here): the
+// estimate's arithmetic saturates so that no input makes it wrap around
+// to a small or negative need.
+func satMul(factors ...int64) int64 {
+	p := int64(1)
+	for _, f := range factors {
+		if f < 0 {
+			return math.MaxInt64
+		}
+		if f != 0 && p > math.MaxInt64/f {
+			p = math.MaxInt64
+			continue // a later 0 still makes the product 0
+		}
+		p *= f
+	}
+	for _, f := range factors {
+		if f == 0 {
+			return 0
+		}
+	}
+	return p
+}
+
+// satAdd is the sum of counts, saturating like satMul.
+func satAdd(terms ...int64) int64 {
+	s := int64(0)
+	for _, t := range terms {
+		if t < 0 || s > math.MaxInt64-t {
+			return math.MaxInt64
+		}
+		s += t
+	}
+	return s
+}
 
 // ParamCount is the number of parameters the model stores (the embedding
-// table once when tied).
+// table once when tied); math.MaxInt64 when that overflows.
 func (c Config) ParamCount() int64 {
-	h, inter, D := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.HeadDim)
-	qDim, kvDim := int64(c.NumAttentionHeads)*D, int64(c.NumKeyValueHeads)*D
-	perLayer := 2*h + (qDim+2*kvDim)*h + h*qDim + 3*inter*h
-	n := int64(c.NumHiddenLayers)*perLayer + h + int64(c.VocabSize)*h
-	if !c.TieWordEmbeddings {
-		n += int64(c.VocabSize) * h
-	}
-	return n
+	return c.rankParamCount(c.FullLayout())
 }
 
 // EstimateMemory is the memory for batch sequences of up to maxSeq
 // positions whose prefill brings tokens rows, matching Engine's allocations.
+// Its arithmetic saturates: what overflows is math.MaxInt64 (Overflows),
+// which no memory check lets through.
 func EstimateMemory(c Config, batch, tokens, maxSeq int) MemoryEstimate {
 	return EstimateMemoryRank(c, c.FullLayout(), batch, tokens, maxSeq)
 }
@@ -41,10 +79,10 @@ func EstimateMemory(c Config, batch, tokens, maxSeq int) MemoryEstimate {
 // its slices of the layers and of lm_head, the whole embedding and norms.
 func (c Config) rankParamCount(l TPLayout) int64 {
 	h, D := int64(c.HiddenSize), int64(c.HeadDim)
-	perLayer := 2*h + int64(l.QKVDim(c.HeadDim))*h + h*int64(l.Heads)*D + 3*int64(l.Inter)*h
-	n := int64(c.NumHiddenLayers)*perLayer + h + int64(c.VocabSize)*h
+	perLayer := satAdd(2*h, satMul(int64(l.QKVDim(c.HeadDim)), h), satMul(h, int64(l.Heads), D), satMul(3, int64(l.Inter), h))
+	n := satAdd(satMul(int64(c.NumHiddenLayers), perLayer), h, satMul(int64(c.VocabSize), h))
 	if !c.TieWordEmbeddings || l.Vocab != c.VocabSize {
-		n += int64(l.Vocab) * h
+		n = satAdd(n, satMul(int64(l.Vocab), h))
 	}
 	return n
 }
@@ -55,15 +93,15 @@ func (c Config) rankParamCount(l TPLayout) int64 {
 func EstimateMemoryRank(c Config, l TPLayout, batch, tokens, maxSeq int) MemoryEstimate {
 	h, D := int64(c.HiddenSize), int64(c.HeadDim)
 	T, B := int64(tokens), int64(batch)
-	perToken := 4*h + int64(l.QKVDim(c.HeadDim)) + 2*int64(l.Heads)*D + 3*int64(l.Inter)
-	i32 := 1 + T + B
+	perToken := satAdd(4*h, int64(l.QKVDim(c.HeadDim)), satMul(2, int64(l.Heads), D), satMul(3, int64(l.Inter)))
+	i32 := satAdd(1, T, B)
 	if l.Size > 1 {
-		i32 += 2 * B // the argmax keys
+		i32 = satAdd(i32, satMul(2, B)) // the argmax keys
 	}
 	return MemoryEstimate{
-		WeightBytes:     2*c.rankParamCount(l) + 4*D/2,
-		KVCacheBytes:    2 * 2 * int64(c.NumHiddenLayers) * B * int64(maxSeq) * int64(l.KVHeads) * D,
-		ActivationBytes: 2*(T*perToken+B*(3*h+int64(l.Vocab))) + 4*i32,
+		WeightBytes:     satAdd(satMul(2, c.rankParamCount(l)), satMul(4, D/2)),
+		KVCacheBytes:    satMul(2, 2, int64(c.NumHiddenLayers), B, int64(maxSeq), int64(l.KVHeads), D),
+		ActivationBytes: satAdd(satMul(2, satAdd(satMul(T, perToken), satMul(B, satAdd(3*h, int64(l.Vocab))))), satMul(4, i32)),
 	}
 }
 
@@ -99,11 +137,16 @@ func HostMemory(meminfo []byte) (availableBytes, totalBytes uint64, err error) {
 // freeBytes of totalBytes on device (named in the error, with every part of
 // the estimate and what to change).
 func CheckFits(est MemoryEstimate, freeBytes, totalBytes uint64, headroomBytes int64, device string) error {
-	need := est.Total() + headroomBytes
-	if need <= 0 || uint64(need) <= freeBytes {
+	need := satAdd(est.Total(), headroomBytes)
+	if need < math.MaxInt64 && uint64(need) <= freeBytes {
 		return nil
 	}
 	gb := func(b int64) float64 { return float64(b) / 1e9 }
+	if need == math.MaxInt64 {
+		return fmt.Errorf("the run's memory estimate overflows 2^63 bytes (weights %.3g GB + KV cache %.3g GB + activations %.3g GB) "+
+			"and cannot fit %s: use a smaller batch size, shorter lengths or a smaller model",
+			gb(est.WeightBytes), gb(est.KVCacheBytes), gb(est.ActivationBytes), device)
+	}
 	return fmt.Errorf("the run needs %.2f GB on %s (weights %.2f GB + KV cache %.2f GB + activations %.2f GB + %.2f GB headroom) but only %.2f GB of %.2f GB are free: use a smaller batch size, shorter lengths or a smaller model",
 		gb(need), device, gb(est.WeightBytes), gb(est.KVCacheBytes), gb(est.ActivationBytes), gb(headroomBytes),
 		float64(freeBytes)/1e9, float64(totalBytes)/1e9)

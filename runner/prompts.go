@@ -8,6 +8,9 @@ import (
 	"strings"
 )
 
+// MaxPromptFileBytes bounds a --prompt-ids file.
+const MaxPromptFileBytes = 64 << 20
+
 // ParsePromptIDs reads prompts for the correctness mode: one prompt per
 // line, its token ids separated by spaces or tabs. Blank lines and lines
 // starting with '#' are skipped. Every id must lie in [0, vocab). name is

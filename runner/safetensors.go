@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"syscall"
 	"unsafe"
 
+	"stepbench/internal/input"
 	"stepbench/kernels/ref"
 )
 
@@ -28,6 +29,9 @@ const (
 	// maxSafetensorsHeaderBytes bounds the JSON header, as the reference
 	// implementation does, so a corrupt length cannot make us parse gigabytes.
 	maxSafetensorsHeaderBytes = 100 << 20
+	// maxSafetensorsIndexBytes bounds model.safetensors.index.json (Llama
+	// 3.1 405B's is 90 KB).
+	maxSafetensorsIndexBytes = 64 << 20
 )
 
 // safetensorsDTypeBytes is the element size of every dtype the format
@@ -90,21 +94,24 @@ func ExpectedTensors(cfg Config) []TensorSpec {
 type safetensorsTensor struct {
 	DType      string
 	Shape      []int
-	Begin, End int // byte offsets into the file's data section
+	Begin, End int64 // byte offsets into the file's data section
 }
 
-// safetensorsFile is one validated, memory-mapped file.
+// safetensorsFile is one validated file, open for reading. Tensors are read
+// with pread into memory of our own, never through a mapping: a file that
+// shrinks under the loader is then an error naming it, not a SIGBUS.
 type safetensorsFile struct {
-	path     string
-	mapping  []byte // the whole file, read-only
-	data     []byte // mapping after the header
-	tensors  map[string]safetensorsTensor
-	metadata map[string]string
+	path      string
+	r         io.ReaderAt // the file (an *os.File, or bytes in tests)
+	closer    io.Closer   // nil for bytes
+	dataStart int64       // the first byte after the header
+	dataLen   int64
+	tensors   map[string]safetensorsTensor
+	metadata  map[string]string
 }
 
-// SafetensorsModel is a model's weights in one or more memory-mapped
-// safetensors files. Slices returned by BF16 may point into the mappings:
-// they are read-only and invalid after Close.
+// SafetensorsModel is a model's weights in one or more safetensors files,
+// kept open until Close.
 type SafetensorsModel struct {
 	dir    string
 	source string // the file that names the tensors: model.safetensors or the index
@@ -114,8 +121,14 @@ type SafetensorsModel struct {
 
 // OpenSafetensors opens dir/model.safetensors or, when that is absent, the
 // shards listed by dir/model.safetensors.index.json. Every file is validated
-// completely before anything is returned.
+// completely before anything is returned; every error is bad input
+// (input.IsBad).
 func OpenSafetensors(dir string) (*SafetensorsModel, error) {
+	m, err := openSafetensors(dir)
+	return m, input.Bad(err)
+}
+
+func openSafetensors(dir string) (*SafetensorsModel, error) {
 	single := filepath.Join(dir, safetensorsSingleFile)
 	if _, err := os.Stat(single); err == nil {
 		f, err := openSafetensorsFile(single)
@@ -169,10 +182,16 @@ func OpenSafetensors(dir string) (*SafetensorsModel, error) {
 // readSafetensorsIndex returns the index's weight_map (tensor name → shard
 // file name). A missing index file yields an error wrapping os.ErrNotExist.
 func readSafetensorsIndex(path string) (map[string]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, maxSafetensorsIndexBytes, "a safetensors index")
 	if err != nil {
 		return nil, fmt.Errorf("read safetensors index: %w", err)
 	}
+	return parseSafetensorsIndex(path, data)
+}
+
+// parseSafetensorsIndex decodes and checks an index's weight_map; it never
+// panics, whatever the bytes (see FuzzSafetensorsIndex).
+func parseSafetensorsIndex(path string, data []byte) (map[string]string, error) {
 	var index struct {
 		WeightMap map[string]string `json:"weight_map"`
 	}
@@ -200,69 +219,69 @@ func sortedUniqueValues(m map[string]string) []string {
 	return slices.Compact(values)
 }
 
-// openSafetensorsFile maps path read-only and validates its header.
+// openSafetensorsFile opens path (a regular file: a FIFO is refused, not
+// waited on) and validates its header.
 func openSafetensorsFile(path string) (*safetensorsFile, error) {
-	osFile, err := os.Open(path)
+	osFile, err := input.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open safetensors: %w", err)
 	}
-	defer osFile.Close() // the mapping outlives the descriptor
 	info, err := osFile.Stat()
 	if err != nil {
+		osFile.Close()
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
-	size := info.Size()
-	if size < 8 { // also refuses empty files, which mmap cannot map
-		return nil, fmt.Errorf("safetensors %s: file is %d bytes, shorter than the 8-byte header length", path, size)
-	}
-	if size > math.MaxInt {
-		return nil, fmt.Errorf("safetensors %s: file of %d bytes cannot be mapped", path, size)
-	}
-	mapping, err := syscall.Mmap(int(osFile.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	f, err := parseSafetensors(path, osFile, info.Size())
 	if err != nil {
-		return nil, fmt.Errorf("safetensors %s: mmap: %w", path, err)
-	}
-	f, err := parseSafetensors(path, mapping)
-	if err != nil {
-		_ = syscall.Munmap(mapping)
+		osFile.Close()
 		return nil, err
 	}
+	f.closer = osFile
 	return f, nil
 }
 
-// parseSafetensors validates a whole file held in contents. It never panics,
-// whatever the bytes (see FuzzSafetensorsHeader).
-func parseSafetensors(path string, contents []byte) (*safetensorsFile, error) {
-	if len(contents) < 8 {
-		return nil, fmt.Errorf("safetensors %s: file is %d bytes, shorter than the 8-byte header length", path, len(contents))
+// parseSafetensors validates the header of a file of size bytes read
+// through r. It never panics, whatever the bytes (see
+// FuzzSafetensorsHeader), and reads at most the header.
+func parseSafetensors(path string, r io.ReaderAt, size int64) (*safetensorsFile, error) {
+	if size < 8 {
+		return nil, fmt.Errorf("safetensors %s: file is %d bytes, shorter than the 8-byte header length", path, size)
 	}
-	headerLen := binary.LittleEndian.Uint64(contents[:8])
-	if headerLen > uint64(len(contents)-8) {
+	var lenBytes [8]byte
+	if _, err := r.ReadAt(lenBytes[:], 0); err != nil {
+		return nil, fmt.Errorf("safetensors %s: read the header length: %w", path, err)
+	}
+	headerLen := binary.LittleEndian.Uint64(lenBytes[:])
+	if headerLen > uint64(size-8) {
 		return nil, fmt.Errorf("safetensors %s: header length %d exceeds the %d bytes after it (truncated or not safetensors)",
-			path, headerLen, len(contents)-8)
+			path, headerLen, size-8)
 	}
 	if headerLen > maxSafetensorsHeaderBytes {
 		return nil, fmt.Errorf("safetensors %s: header length %d exceeds the %d-byte limit", path, headerLen, maxSafetensorsHeaderBytes)
 	}
-	dataStart := 8 + int(headerLen)
-	var header map[string]json.RawMessage
-	if err := json.Unmarshal(contents[8:dataStart], &header); err != nil {
+	header := make([]byte, headerLen)
+	if _, err := r.ReadAt(header, 8); err != nil {
+		return nil, fmt.Errorf("safetensors %s: read the %d-byte header: %w", path, headerLen, err)
+	}
+	var entries map[string]json.RawMessage
+	if err := json.Unmarshal(header, &entries); err != nil {
 		return nil, fmt.Errorf("safetensors %s: header JSON: %w", path, err)
 	}
 	f := &safetensorsFile{
-		path:    path,
-		mapping: contents,
-		data:    contents[dataStart:],
-		tensors: make(map[string]safetensorsTensor, len(header)),
+		path:      path,
+		r:         r,
+		dataStart: 8 + int64(headerLen),
+		dataLen:   size - 8 - int64(headerLen),
+		tensors:   make(map[string]safetensorsTensor, len(entries)),
 	}
-	for name, raw := range header {
+	for name, raw := range entries {
 		if name == safetensorsMetadata {
 			if err := json.Unmarshal(raw, &f.metadata); err != nil {
 				return nil, fmt.Errorf("safetensors %s: %s must map strings to strings: %w", path, safetensorsMetadata, err)
 			}
 			continue
 		}
-		t, err := parseSafetensorsEntry(raw, len(f.data))
+		t, err := parseSafetensorsEntry(raw, f.dataLen)
 		if err != nil {
 			return nil, fmt.Errorf("safetensors %s: tensor %q: %w", path, name, err)
 		}
@@ -276,7 +295,7 @@ func parseSafetensors(path string, contents []byte) (*safetensorsFile, error) {
 
 // parseSafetensorsEntry validates one tensor's header entry against a data
 // section of dataLen bytes.
-func parseSafetensorsEntry(raw json.RawMessage, dataLen int) (safetensorsTensor, error) {
+func parseSafetensorsEntry(raw json.RawMessage, dataLen int64) (safetensorsTensor, error) {
 	var entry struct {
 		DType       *string  `json:"dtype"`
 		Shape       []int64  `json:"shape"`
@@ -324,14 +343,14 @@ func parseSafetensorsEntry(raw json.RawMessage, dataLen int) (safetensorsTensor,
 		return safetensorsTensor{}, fmt.Errorf("shape %v × %d bytes (%s) = %d bytes, but data_offsets [%d, %d] hold %d",
 			entry.Shape, elemBytes, dtype, bytesWanted, begin, end, end-begin)
 	}
-	return safetensorsTensor{DType: dtype, Shape: shape, Begin: int(begin), End: int(end)}, nil
+	return safetensorsTensor{DType: dtype, Shape: shape, Begin: int64(begin), End: int64(end)}, nil
 }
 
 // checkNoOverlap refuses two tensors sharing a byte of data.
 func checkNoOverlap(f *safetensorsFile) error {
 	type span struct {
 		name       string
-		begin, end int
+		begin, end int64
 	}
 	spans := make([]span, 0, len(f.tensors))
 	for name, t := range f.tensors {
@@ -377,8 +396,13 @@ func (m *SafetensorsModel) Metadata() map[string]string {
 }
 
 // Check verifies every tensor of ExpectedTensors(cfg) is present with exactly
-// the expected shape. Extra tensors (e.g. rotary inv_freq) are ignored.
+// the expected shape. Extra tensors (e.g. rotary inv_freq) are ignored. Its
+// errors are bad input (input.IsBad).
 func (m *SafetensorsModel) Check(cfg Config) error {
+	return input.Bad(m.check(cfg))
+}
+
+func (m *SafetensorsModel) check(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("check weights in %s: %w", m.dir, err)
 	}
@@ -406,34 +430,48 @@ func (m *SafetensorsModel) Check(cfg Config) error {
 	return errors.Join(errs...)
 }
 
-// BF16 returns the tensor as bf16 bit patterns: F32 is rounded to nearest
-// even (ref.F32ToBF16), F16 is widened exactly then rounded. For BF16 data
-// the result may be a view into the read-only mapping: never write to it,
-// and do not use it after Close.
+// BF16 returns the tensor as bf16 bit patterns, in memory of its own: F32
+// is rounded to nearest even (ref.F32ToBF16), F16 is widened exactly then
+// rounded. A file that no longer holds the tensor (truncated after it was
+// opened) is an error naming the file.
 func (m *SafetensorsModel) BF16(name string) ([]uint16, error) {
 	f, ok := m.byName[name]
 	if !ok {
 		return nil, fmt.Errorf("tensor %q: not in %s", name, m.source)
 	}
 	t := f.tensors[name]
-	raw := f.data[t.Begin:t.End]
 	switch t.DType {
 	case "BF16":
-		if view, ok := bf16View(raw); ok {
-			return view, nil
+		out := make([]uint16, (t.End-t.Begin)/2)
+		if len(out) == 0 {
+			return out, nil
 		}
-		out := make([]uint16, len(raw)/2)
-		for i := range out {
-			out[i] = binary.LittleEndian.Uint16(raw[2*i:])
+		// Read the little-endian bytes straight into out (swapped below on a
+		// big-endian host): one copy, from the page cache.
+		if err := f.read(name, t, unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 2*len(out))); err != nil {
+			return nil, err
+		}
+		if !hostIsLittleEndian() {
+			for i, v := range out {
+				out[i] = v<<8 | v>>8
+			}
 		}
 		return out, nil
 	case "F16":
+		raw := make([]byte, t.End-t.Begin)
+		if err := f.read(name, t, raw); err != nil {
+			return nil, err
+		}
 		out := make([]uint16, len(raw)/2)
 		for i := range out {
 			out[i] = ref.F32ToBF16(f16ToF32(binary.LittleEndian.Uint16(raw[2*i:])))
 		}
 		return out, nil
 	case "F32":
+		raw := make([]byte, t.End-t.Begin)
+		if err := f.read(name, t, raw); err != nil {
+			return nil, err
+		}
 		out := make([]uint16, len(raw)/4)
 		for i := range out {
 			out[i] = ref.F32ToBF16(math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))
@@ -444,20 +482,27 @@ func (m *SafetensorsModel) BF16(name string) ([]uint16, error) {
 	return nil, fmt.Errorf("safetensors %s: tensor %q: unsupported dtype %s", f.path, name, t.DType)
 }
 
+// read reads tensor t's bytes into dst.
+func (f *safetensorsFile) read(name string, t safetensorsTensor, dst []byte) error {
+	if f.r == nil {
+		return fmt.Errorf("safetensors %s: closed", f.path)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	n, err := f.r.ReadAt(dst, f.dataStart+t.Begin)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("safetensors %s: tensor %q: the file ends %d bytes into the tensor's %d (it was truncated after it was opened?)",
+			f.path, name, n, len(dst))
+	}
+	return fmt.Errorf("safetensors %s: tensor %q: %w", f.path, name, err)
+}
+
 // hostIsLittleEndian decides whether file bytes can be read in place as uint16.
 func hostIsLittleEndian() bool { return binary.NativeEndian.Uint16([]byte{1, 0}) == 1 }
-
-// bf16View reinterprets little-endian bytes as []uint16 without a copy, when
-// the host byte order and the alignment allow it.
-func bf16View(raw []byte) ([]uint16, bool) {
-	if len(raw) == 0 {
-		return []uint16{}, true
-	}
-	if !hostIsLittleEndian() || uintptr(unsafe.Pointer(&raw[0]))%2 != 0 {
-		return nil, false
-	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), len(raw)/2), true
-}
 
 // f16ToF32 widens an IEEE-754 binary16 bit pattern to float32 exactly.
 func f16ToF32(h uint16) float32 {
@@ -480,16 +525,16 @@ func f16ToF32(h uint16) float32 {
 	return v
 }
 
-// Close unmaps every file; slices returned by BF16 become invalid.
+// Close closes every file.
 func (m *SafetensorsModel) Close() error {
 	var errs []error
 	for _, f := range m.files {
-		if f.mapping != nil {
-			if err := syscall.Munmap(f.mapping); err != nil {
-				errs = append(errs, fmt.Errorf("unmap %s: %w", f.path, err))
+		if f.closer != nil {
+			if err := f.closer.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close %s: %w", f.path, err))
 			}
-			f.mapping, f.data = nil, nil
 		}
+		f.r, f.closer = nil, nil
 	}
 	m.files = nil
 	m.byName = map[string]*safetensorsFile{}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -571,7 +572,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 	modelDir := f.TempDir()
 	f.Fuzz(func(t *testing.T, contents []byte) {
 		// In memory: the parser alone, with every accepted tensor converted.
-		if parsed, err := parseSafetensors("fuzz", contents); err == nil {
+		if parsed, err := parseSafetensors("fuzz", bytes.NewReader(contents), int64(len(contents))); err == nil {
 			m := &SafetensorsModel{source: "fuzz", files: []*safetensorsFile{parsed}, byName: map[string]*safetensorsFile{}}
 			for name := range parsed.tensors {
 				m.byName[name] = parsed
@@ -583,7 +584,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 			}
 			_ = m.Check(stSmallConfig)
 		}
-		// Through the file system and mmap, as users reach it. Fuzz calls
+		// Through the file system, as users reach it. Fuzz calls
 		// within one process are sequential, so one directory serves them all.
 		if err := os.WriteFile(filepath.Join(modelDir, "model.safetensors"), contents, 0o644); err != nil {
 			t.Fatal(err)
@@ -600,8 +601,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 }
 
 func TestSafetensorsBF16Unaligned(t *testing.T) {
-	// A gap of one byte puts the tensor at an odd address: BF16 must copy
-	// rather than reinterpret the mapping.
+	// A gap of one byte puts the tensor at an odd offset.
 	header := `{"w": {"dtype": "BF16", "shape": [2], "data_offsets": [1, 5]}}`
 	for len(header)%8 != 0 {
 		header += " "

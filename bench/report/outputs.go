@@ -1,18 +1,25 @@
 package report
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"stepbench/bench/internal/files"
+	"stepbench/internal/input"
 )
 
 // CheckOutputs checks, before anything is loaded or measured, that the
 // run's files can be written: no two of them (and none of them and an
-// input) name the same file, and each one's directory exists and takes a
-// new file, or the existing file is a regular file open for writing. It
+// input) name the same file, each one's directory exists and takes a new
+// file (where the file is replaced through a temporary file beside it), an
+// existing file is a regular file open for writing, and an existing file
+// records are appended to holds whole records (CheckJSONL): appending to a
+// torn or foreign file would bury the new records in an unreadable one. It
 // changes nothing: an existing file is opened without truncation and a
 // probe file is removed. The error names the flag and the file once.
 func CheckOutputs(outputs, inputs []OutputFile) error {
@@ -20,11 +27,84 @@ func CheckOutputs(outputs, inputs []OutputFile) error {
 		return err
 	}
 	for _, o := range outputs {
-		if err := checkWritable(o.Path); err != nil {
+		if err := checkWritable(o.Path, o.Appended); err != nil {
 			return fmt.Errorf("%s %s: %w", o.Label, o.Path, err)
+		}
+		if o.Appended {
+			if err := CheckJSONL(o.Path); err != nil {
+				return fmt.Errorf("%s %s: %w", o.Label, o.Path, err)
+			}
 		}
 	}
 	return nil
+}
+
+// MaxJSONLLineBytes bounds one record of an appended file read back
+// (a --logits-out record of a long generation is tens of MB).
+const MaxJSONLLineBytes = 1 << 30
+
+// CheckJSONL checks that the file at path, when it exists, holds whole JSON
+// records, one per line: every line parses and the file ends in a newline.
+// The error names the first bad line.
+func CheckJSONL(path string) error {
+	f, err := input.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return files.Bare(err)
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	for line := 1; ; line++ {
+		text, err := readLine(r, MaxJSONLLineBytes)
+		if err == io.EOF {
+			return nil
+		}
+		if errors.Is(err, errLineTooLong) {
+			return fmt.Errorf("line %d is longer than %s: not a file of JSON records", line, input.Bytes(MaxJSONLLineBytes))
+		}
+		if err != nil && err != errNoNewline {
+			return fmt.Errorf("read line %d: %w", line, files.Bare(err))
+		}
+		if err == errNoNewline {
+			return fmt.Errorf("line %d does not end in a newline (a record cut short by a crash or a full disk?): "+
+				"appending would join the next record to it; move the file away or repair it", line)
+		}
+		if !json.Valid(text) {
+			return fmt.Errorf("line %d is not a JSON record (%.40q): appending would bury new records in a file that does not parse; "+
+				"move it away or repair it", line, text)
+		}
+	}
+}
+
+var (
+	errNoNewline   = errors.New("no newline at the end")
+	errLineTooLong = errors.New("line too long")
+)
+
+// readLine reads one line without its newline: errNoNewline for a last
+// line without one, io.EOF at the end.
+func readLine(r *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > limit {
+			return nil, errLineTooLong
+		}
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && len(line) == 0:
+			return nil, io.EOF
+		case err == io.EOF:
+			return line, errNoNewline
+		}
+		return nil, err
+	}
 }
 
 func checkDistinct(outputs, inputs []OutputFile) error {
@@ -89,7 +169,11 @@ func resolvePath(p string) string {
 	return abs
 }
 
-func checkWritable(path string) error {
+// checkWritable checks path can be written: appended to when appended,
+// else replaced through a temporary file in its directory, which must then
+// take new files even when path exists (/proc/version exists, is regular
+// and opens for writing, yet no file can be created beside it).
+func checkWritable(path string, appended bool) error {
 	dir := filepath.Dir(path)
 	if info, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -102,13 +186,15 @@ func checkWritable(path string) error {
 	info, err := os.Stat(path)
 	switch {
 	case err == nil && !info.Mode().IsRegular():
-		return errors.New("not a regular file")
+		return fmt.Errorf("%s, not a regular file", input.Kind(info.Mode()))
 	case err == nil:
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
 			return fmt.Errorf("cannot write it: %w", files.Bare(err))
 		}
-		return f.Close()
+		if err := f.Close(); err != nil || appended {
+			return err
+		}
 	case !errors.Is(err, os.ErrNotExist):
 		return files.Bare(err)
 	}
@@ -118,4 +204,14 @@ func checkWritable(path string) error {
 	}
 	probe.Close()
 	return os.Remove(probe.Name())
+}
+
+// AppendRecord appends v as one JSON line to path, whole or not at all,
+// and synced (as the one_batch JSONL).
+func AppendRecord(path string, v any) error {
+	line, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	return files.Append(path, append(line, '\n'))
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -12,6 +13,9 @@ import (
 // flag that named it.
 type OutputFile struct {
 	Label, Path string
+	// Appended: records are appended to it, one JSON value per line (the
+	// one_batch JSONL, --logits-out), rather than the file replaced.
+	Appended bool
 }
 
 // ResultFiles are a run's result files; an empty Path leaves one out.
@@ -49,22 +53,23 @@ func NewResultWriter(files ResultFiles, header Report) *ResultWriter {
 }
 
 // AddShape writes one finished shape; sr is its report form (with
-// telemetry and floors when the caller has them).
+// telemetry and floors when the caller has them). Every output is tried:
+// one that fails (a full disk) does not keep the shape from the others.
 func (w *ResultWriter) AddShape(s bench.ShapeResult, sr ShapeReport) error {
 	f := w.files
+	var errs []error
 	if s.Complete && f.OneBatchJSONL.Path != "" {
 		if err := compat.AppendOneBatchJSONL(f.OneBatchJSONL.Path, []compat.OneBatchRecord{compat.NewOneBatchRecord(f.RunName, s)}); err != nil {
-			return fmt.Errorf("%s %s: %w", f.OneBatchJSONL.Label, f.OneBatchJSONL.Path, err)
+			errs = append(errs, fmt.Errorf("%s %s: %w", f.OneBatchJSONL.Label, f.OneBatchJSONL.Path, err))
+		} else {
+			w.note(f.OneBatchJSONL.Path)
 		}
-		w.note(f.OneBatchJSONL.Path)
 	}
 	if s.Complete && f.VLLMJSON.Path != "" {
-		if err := w.writeVLLM(s); err != nil {
-			return err
-		}
+		errs = append(errs, w.writeVLLM(s))
 	}
 	w.report.Shapes = append(w.report.Shapes, sr)
-	return w.writeNative()
+	return errors.Join(append(errs, w.writeNative())...)
 }
 
 func (w *ResultWriter) writeVLLM(s bench.ShapeResult) error {

@@ -39,9 +39,9 @@ func TestInterruptedRunKeepsFinishedShapes(t *testing.T) {
 	// Per shape: 1 warmup + 3 timed Begins; Begin 12 is the third shape's third timed iteration.
 	target := &beginCounter{Arm: benchtest.Arm{Name: "A", Device: device, Slowdown: 1}, cancelAt: 12, cancel: cancel}
 	files := ResultFiles{
-		OneBatchJSONL: OutputFile{"--result-filename", filepath.Join(dir, "r.jsonl")},
-		VLLMJSON:      OutputFile{"--output-json", filepath.Join(dir, "v.json")},
-		Native:        OutputFile{"--json-out", filepath.Join(dir, "n.json")},
+		OneBatchJSONL: OutputFile{Label: "--result-filename", Path: filepath.Join(dir, "r.jsonl")},
+		VLLMJSON:      OutputFile{Label: "--output-json", Path: filepath.Join(dir, "v.json")},
+		Native:        OutputFile{Label: "--json-out", Path: filepath.Join(dir, "n.json")},
 		SeveralShapes: true, RunName: "t",
 	}
 	var vllmLines bytes.Buffer
@@ -109,23 +109,23 @@ func TestCheckOutputs(t *testing.T) {
 		outputs, inputs []OutputFile
 		want            string
 	}{
-		{"fine", []OutputFile{{"--json-out", filepath.Join(dir, "n.json")}, {"--result-filename", existing}}, nil, ""},
-		{"a dangling link to the other", []OutputFile{{"--json-out", newFile}, {"--result-filename", filepath.Join(links, "dangling.json")}}, nil,
+		{"fine", []OutputFile{{Label: "--json-out", Path: filepath.Join(dir, "n.json")}, {Label: "--result-filename", Path: existing}}, nil, ""},
+		{"a dangling link to the other", []OutputFile{{Label: "--json-out", Path: newFile}, {Label: "--result-filename", Path: filepath.Join(links, "dangling.json")}}, nil,
 			"--json-out and --result-filename name the same file"},
-		{"a chain of links to the other", []OutputFile{{"--json-out", filepath.Join(links, "chain.json")}, {"--result-filename", newFile}}, nil,
+		{"a chain of links to the other", []OutputFile{{Label: "--json-out", Path: filepath.Join(links, "chain.json")}, {Label: "--result-filename", Path: newFile}}, nil,
 			"name the same file"},
-		{"a new file through a linked directory", []OutputFile{{"--json-out", filepath.Join(dir, "r.json")}, {"--result-filename", filepath.Join(links, "linkdir", "r.json")}}, nil,
+		{"a new file through a linked directory", []OutputFile{{Label: "--json-out", Path: filepath.Join(dir, "r.json")}, {Label: "--result-filename", Path: filepath.Join(links, "linkdir", "r.json")}}, nil,
 			"name the same file"},
-		{"links to different new files", []OutputFile{{"--json-out", filepath.Join(links, "dangling.json")}, {"--result-filename", filepath.Join(links, "linkdir", "r.json")}}, nil, ""},
-		{"same file twice", []OutputFile{{"--result-filename", existing}, {"--json-out", existing}}, nil,
+		{"links to different new files", []OutputFile{{Label: "--json-out", Path: filepath.Join(links, "dangling.json")}, {Label: "--result-filename", Path: filepath.Join(links, "linkdir", "r.json")}}, nil, ""},
+		{"same file twice", []OutputFile{{Label: "--result-filename", Path: existing}, {Label: "--json-out", Path: existing}}, nil,
 			"--result-filename and --json-out name the same file"},
-		{"same file, other spelling", []OutputFile{{"--result-filename", existing}, {"--json-out", dir + "/./history.jsonl"}}, nil,
+		{"same file, other spelling", []OutputFile{{Label: "--result-filename", Path: existing}, {Label: "--json-out", Path: dir + "/./history.jsonl"}}, nil,
 			"name the same file"},
-		{"output is an input", []OutputFile{{"--logits-out", existing}}, []OutputFile{{"--prompt-ids", existing}},
+		{"output is an input", []OutputFile{{Label: "--logits-out", Path: existing}}, []OutputFile{{Label: "--prompt-ids", Path: existing}},
 			"--logits-out and --prompt-ids name the same file"},
-		{"missing directory", []OutputFile{{"--json-out", filepath.Join(dir, "nope", "n.json")}}, nil,
+		{"missing directory", []OutputFile{{Label: "--json-out", Path: filepath.Join(dir, "nope", "n.json")}}, nil,
 			"--json-out " + filepath.Join(dir, "nope", "n.json") + ": directory " + filepath.Join(dir, "nope") + " does not exist"},
-		{"a directory", []OutputFile{{"--json-out", dir}}, nil, "not a regular file"},
+		{"a directory", []OutputFile{{Label: "--json-out", Path: dir}}, nil, "not a regular file"},
 	}
 	for _, tc := range tests {
 		err := CheckOutputs(tc.outputs, tc.inputs)

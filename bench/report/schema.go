@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	"stepbench/bench"
@@ -14,6 +13,7 @@ import (
 	"stepbench/bench/roofline"
 	"stepbench/bench/stats"
 	"stepbench/bench/telemetry"
+	"stepbench/internal/input"
 )
 
 // Schema is the schema string of the native report this package
@@ -252,15 +252,20 @@ func Write(path string, r Report) error {
 	return files.WriteAtomic(path, append(data, '\n'))
 }
 
-// Read reads and validates a native report.
+// MaxReportBytes bounds a native report read back (every sample of a long
+// sweep is a few MB).
+const MaxReportBytes = 1 << 30
+
+// Read reads and validates a native report. A file that cannot be read or
+// is no valid report is bad input (input.IsBad).
 func Read(path string) (Report, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, MaxReportBytes, "a native report")
 	if err != nil {
-		return Report{}, fmt.Errorf("read report: %w", err)
+		return Report{}, input.Bad(fmt.Errorf("read report: %w", err))
 	}
 	r, err := Parse(data)
 	if err != nil {
-		return Report{}, fmt.Errorf("read report %s: %w", path, err)
+		return Report{}, input.Bad(fmt.Errorf("read report %s: %w", path, err))
 	}
 	return r, nil
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"stepbench/bench/stats"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -103,6 +105,17 @@ func FuzzParseReport(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// What compare and the text tables make of a report read back
+		// must not panic on what parses.
+		for _, s := range r.Shapes {
+			its := s.IterationResults()
+			for _, series := range bench.IterationSeries(its) {
+				_ = stats.Summarize(series.Values)
+				_ = stats.MedianNoise(series.Values)
+			}
+			_ = bench.ShapeNoise(its)
+		}
+		_ = WriteRunText(io.Discard, r)
 		// Whatever parses must survive its own round trip.
 		again, err := json.Marshal(r)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"stepbench/bench/internal/files"
 	"stepbench/bench/stats"
+	"stepbench/internal/input"
 )
 
 // DenseBF16FLOPsPerClockPerSM is the tensor cores' dense bf16 rate (fp32
@@ -116,6 +117,9 @@ func CalibrationPath(cacheDir, uuid string) (string, error) {
 	return filepath.Join(cacheDir, uuidFileName.ReplaceAllString(uuid, "_")+".json"), nil
 }
 
+// maxCalibrationBytes bounds a cached calibration (a few hundred bytes).
+const maxCalibrationBytes = 1 << 20
+
 // LoadCalibration reads a cached calibration; os.ErrNotExist (wrapped) when
 // none was made. cacheDir "" is the user cache directory.
 func LoadCalibration(cacheDir, uuid string) (Calibration, error) {
@@ -123,7 +127,7 @@ func LoadCalibration(cacheDir, uuid string) (Calibration, error) {
 	if err != nil {
 		return Calibration{}, err
 	}
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, maxCalibrationBytes, "a calibration")
 	if err != nil {
 		return Calibration{}, fmt.Errorf("load calibration: %w", err)
 	}

@@ -21,6 +21,9 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("STEPBENCH_TEST_MAIN") == "1" {
 		runtime.LockOSThread() // as main does: every CUDA call on one thread
+		if err := limitFileSize(os.Getenv(fileSizeLimitEnv)); err != nil {
+			panic(err)
+		}
 		os.Exit(mainExit(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// The emulated runs share one user cache directory, so the kernels are

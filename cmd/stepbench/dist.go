@@ -102,18 +102,37 @@ func serveID(addr string, job distJob, id []byte, timeout time.Duration) error {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return fmt.Errorf("--dist-init-addr %s: after %s, nodes %v never connected", addr, timeout, missingNodes(job.nnodes, served))
+				missing := missingNodes(job.nnodes, served)
+				return fmt.Errorf("--dist-init-addr %s: after %s, nodes %v (ranks %v) never connected", addr, timeout, missing, job.ranksOf(missing...))
 			}
 			return fmt.Errorf("--dist-init-addr %s: %w", addr, err)
 		}
 		node, err := answer(conn, job, id, deadline, served)
 		conn.Close()
+		if errors.Is(err, errNoHello) {
+			continue // a node that died while it connected, or no node: wait for the missing ones
+		}
 		if err != nil {
 			return err
 		}
 		served = append(served, node)
 	}
 	return nil
+}
+
+// errNoHello is answer's error for a connection that closed before its hello.
+var errNoHello = errors.New("sent no hello")
+
+// ranksOf are the communicator ranks of nodes.
+func (j distJob) ranksOf(nodes ...int) []int {
+	var ranks []int
+	per := j.tpSize / max(j.nnodes, 1)
+	for _, n := range nodes {
+		for i := range per {
+			ranks = append(ranks, n*per+i)
+		}
+	}
+	return ranks
 }
 
 // answer reads one node's hello and sends it the id, or the reason it may not join.
@@ -123,7 +142,7 @@ func answer(conn net.Conn, job distJob, id []byte, deadline time.Time, served []
 	}
 	line, err := bufio.NewReader(io.LimitReader(conn, maxHelloBytes)).ReadString('\n')
 	if err != nil {
-		return 0, fmt.Errorf("--dist-init-addr: a connection from %s sent no hello: %w", conn.RemoteAddr(), err)
+		return 0, fmt.Errorf("--dist-init-addr: a connection from %s %w: %w", conn.RemoteAddr(), errNoHello, err)
 	}
 	peer, helloErr := parseHello(line)
 	var why string
@@ -170,7 +189,7 @@ func fetchID(addr string, job distJob, idBytes int, timeout time.Duration) ([]by
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("--dist-init-addr %s: node 0 not reachable after %s: %w", addr, timeout, err)
+			return nil, fmt.Errorf("--dist-init-addr %s: node 0 (ranks %v) not reachable after %s: %w", addr, job.ranksOf(0), timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -184,7 +203,7 @@ func fetchID(addr string, job distJob, idBytes int, timeout time.Duration) ([]by
 	r := bufio.NewReader(conn)
 	status, err := r.ReadString('\n')
 	if err != nil {
-		return nil, fmt.Errorf("--dist-init-addr %s: no answer from node 0: %w", addr, err)
+		return nil, fmt.Errorf("--dist-init-addr %s: no answer from node 0 (ranks %v): %w", addr, job.ranksOf(0), err)
 	}
 	if why, ok := strings.CutPrefix(status, "error "); ok {
 		return nil, fmt.Errorf("--dist-init-addr %s: node 0 refused: %s", addr, strings.TrimSpace(why))
@@ -194,7 +213,7 @@ func fetchID(addr string, job distJob, idBytes int, timeout time.Duration) ([]by
 	}
 	id := make([]byte, idBytes)
 	if _, err := io.ReadFull(r, id); err != nil {
-		return nil, fmt.Errorf("--dist-init-addr %s: reading the NCCL id: %w", addr, err)
+		return nil, fmt.Errorf("--dist-init-addr %s: reading the NCCL id from node 0 (ranks %v): %w", addr, job.ranksOf(0), err)
 	}
 	return id, nil
 }

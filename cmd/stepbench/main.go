@@ -9,9 +9,12 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 
 	"github.com/spf13/pflag"
+
+	"stepbench/internal/input"
 )
 
 // A subcommand parses its own flags and runs.
@@ -80,20 +83,48 @@ func mainExit(args []string, stdout, stderr io.Writer) int {
 	if wantsHelp(args[1:]) {
 		flagOut = stdout // the command's --help text
 	}
-	err := cmd.run(args[1:], stdout, flagOut)
+	err := runRecovered(cmd.run, args[1:], stdout, flagOut)
 	if err == nil || errors.Is(err, pflag.ErrHelp) {
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "stepbench %s: %v\n", args[0], err)
+	return exitCode(err)
+}
+
+// exitCode is the README's exit code of a command's error: bad usage and
+// bad input (input.IsBad: a malformed model file or report) 2, an
+// exitError its own, anything else, a panic included, 1.
+func exitCode(err error) int {
 	var ue usageError
 	var ee exitError
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), input.IsBad(err):
 		return exitUsage
 	}
 	return exitFailure
+}
+
+// panicError is a panic of a command, a bug: exit 1 with its stack (Go's
+// own exit code for a panic, 2, would read as bad usage).
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p panicError) Error() string {
+	return fmt.Sprintf("internal error (a bug; please report it with this message): panic: %v\n%s", p.value, p.stack)
+}
+
+// runRecovered runs a command and turns its panic into a panicError.
+func runRecovered(run func([]string, io.Writer, io.Writer) error, args []string, stdout, stderr io.Writer) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = panicError{v, debug.Stack()}
+		}
+	}()
+	return run(args, stdout, stderr)
 }
 
 // wantsHelp says whether the arguments ask for help (before any "--").

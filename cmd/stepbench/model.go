@@ -76,19 +76,30 @@ func (s *shapeFlags) register(fs *pflag.FlagSet, defaultInput, defaultOutput []i
 	fs.IntSliceVar(&s.output, "output-len", defaultOutput, "tokens generated per sequence, including the prefill's (list, as --batch-size)")
 }
 
-// validate checks every list is non-empty and positive and that every
-// input+output fits the model's positions.
+// validate checks every list is non-empty and positive, each value within
+// its limit (runner.MaxBatch, the model's positions), every input+output
+// within the model's positions and every batch × input within
+// runner.MaxTokens, each before it is added or multiplied.
 func (s *shapeFlags) validate(cfg runner.Config) error {
 	for _, l := range []struct {
-		flag string
-		vals []int
-	}{{"--batch-size", s.batch}, {"--input-len", s.input}, {"--output-len", s.output}} {
+		flag  string
+		vals  []int
+		limit int
+		what  string
+	}{
+		{"--batch-size", s.batch, runner.MaxBatch, "the limit"},
+		{"--input-len", s.input, cfg.MaxPositionEmbeddings, cfg.Name + "'s max_position_embeddings"},
+		{"--output-len", s.output, cfg.MaxPositionEmbeddings, cfg.Name + "'s max_position_embeddings"},
+	} {
 		if len(l.vals) == 0 {
 			return usagef("%s: empty list", l.flag)
 		}
 		for _, v := range l.vals {
 			if v < 1 {
 				return usagef("%s: %d must be at least 1", l.flag, v)
+			}
+			if v > l.limit {
+				return usagef("%s: %d exceeds %s %d", l.flag, v, l.what, l.limit)
 			}
 		}
 	}
@@ -97,6 +108,12 @@ func (s *shapeFlags) validate(cfg runner.Config) error {
 			if in+out > cfg.MaxPositionEmbeddings {
 				return usagef("--input-len %d + --output-len %d = %d exceeds %s's max_position_embeddings %d",
 					in, out, in+out, cfg.Name, cfg.MaxPositionEmbeddings)
+			}
+		}
+		for _, b := range s.batch {
+			if b > runner.MaxTokens/in {
+				return usagef("--batch-size %d × --input-len %d = %d prompt tokens in one prefill exceeds the limit %d",
+					b, in, int64(b)*int64(in), runner.MaxTokens)
 			}
 		}
 	}

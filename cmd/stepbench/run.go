@@ -35,6 +35,7 @@ type runFlags struct {
 	correctness   bool
 	promptIDs     string
 	logitsOut     string
+	stepTimeout   string // --step-timeout: "auto", a duration, or 0 (none)
 	breakdown     bool   // per-op breakdown pass per shape
 	format        string // "text" or "gobench"
 	backend       backendFlags
@@ -63,6 +64,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logitsOut, "logits-out", "", "with --correctness-test: append one JSON object per prompt {prompt, generated, logits}")
 	f.backend.register(fs)
 	f.telemetry.register(fs)
+	fs.StringVar(&f.stepTimeout, "step-timeout", "auto", "a timed region (or energy-window repetition, or the kernel check before timing) not done after this long ends the run with exit 1, naming it (a kernel that never returns): a duration such as 90s, 0 for none, or auto: 60s plus the largest prefill's FLOPs at 10^12 FLOP/s (10^9 on the cpu backend and the emulated device)")
 	fs.BoolVar(&f.breakdown, "breakdown", false, "after timing, one eager pass per shape with an event at every op boundary: a per-op table per phase")
 	fs.StringVar(&f.format, "format", "text", "stdout: text (one_batch lines and tables) or gobench (Go benchmark lines for benchstat; the text goes to stderr)")
 	f.profile.register(fs)
@@ -111,7 +113,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if g, ok := be.(*gpu.Backend); ok && !f.correctness {
 		// Checked before the weights load: a wrong kernel costs no load.
 		shapes := runShapes(f.shapes.batch, f.shapes.input, f.shapes.output)
-		if verification, err = setup.gate.check(g, setup.cfg, shapes, f.seed, stderr); err != nil {
+		stop := f.deadline(setup, env, "the kernel check before timing", stderr)
+		verification, err = setup.gate.check(g, setup.cfg, shapes, f.seed, stderr)
+		stop()
+		if err != nil {
 			return err
 		}
 	}

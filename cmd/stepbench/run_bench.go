@@ -48,7 +48,8 @@ func engineDeps(engine *runner.Engine, env report.Environment) runDeps {
 // prints the summary and writes the final report, plots and gobench lines;
 // a SIGINT or SIGTERM stops it at the next timed-region boundary (exit 130).
 func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, stderr io.Writer) error {
-	in := newInterruption()
+	guard := &exitGuard{}
+	in := newGuardedInterruption(stderr, guard)
 	defer in.stop()
 	if d.now == nil {
 		d.now = time.Now
@@ -70,7 +71,10 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 		TPSize: d.tpSize}
 	created := d.now()
 	writer := report.NewResultWriter(f.resultFiles(textOut), f.header(fs, s, d.env, d.toolVersion, created, d.verification))
-	opt.AfterShape = func(sh bench.ShapeResult) error { return writer.AddShape(sh, build.Shape(sh)) }
+	opt.AfterShape = func(sh bench.ShapeResult) error {
+		return guard.writing(func() error { return writer.AddShape(sh, build.Shape(sh)) })
+	}
+	opt.StepTimeout, opt.OnStepTimeout = f.stepTimeouts(s, d, guard, stderr)
 	shapes, runErr := bench.Run(d.target, opt)
 	tel.finish(&d.env, stderr)
 	errs := []error{runErr}
@@ -88,9 +92,34 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	}
 	if sig := in.signal(); sig != nil && errors.Is(runErr, bench.ErrInterrupted) {
 		errs[0] = fmt.Errorf("%v: stopped at a timed-region boundary after %d finished shapes; their results are written", sig, completeShapes(shapes))
-		return exitError{exitInterrupted, errors.Join(errs...)}
+		return exitError{exitInterrupted, joinDistinct(errs...)}
 	}
-	return errors.Join(errs...)
+	return joinDistinct(errs...)
+}
+
+// joinDistinct joins errors, each message once: a file that could not be
+// written after a shape usually fails again at the final rewrite, with the
+// same words. Joined errors (errors.Join) are taken apart first.
+func joinDistinct(errs ...error) error {
+	var out []error
+	seen := map[string]bool{}
+	var add func(err error)
+	add = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				add(e)
+			}
+			return
+		}
+		if err != nil && !seen[err.Error()] {
+			seen[err.Error()] = true
+			out = append(out, err)
+		}
+	}
+	for _, err := range errs {
+		add(err)
+	}
+	return errors.Join(out...)
 }
 
 // benchOptions are the harness's options from the flags.
@@ -195,27 +224,27 @@ func orString(s, fallback string) string {
 // front): --output-json's per-shape names, --plot's two plots included.
 func (f *runFlags) outputFiles() []report.OutputFile {
 	var out []report.OutputFile
-	add := func(label, path string) {
+	add := func(label, path string, appended bool) {
 		if path != "" {
-			out = append(out, report.OutputFile{Label: label, Path: path})
+			out = append(out, report.OutputFile{Label: label, Path: path, Appended: appended})
 		}
 	}
-	add("--result-filename", f.resultFile)
+	add("--result-filename", f.resultFile, true)
 	if f.outputJSON != "" {
 		for _, b := range f.shapes.batch {
 			for _, in := range f.shapes.input {
 				for _, o := range f.shapes.output {
-					add("--output-json", compat.VLLMPath(f.outputJSON, f.severalShapes(), b, in, o))
+					add("--output-json", compat.VLLMPath(f.outputJSON, f.severalShapes(), b, in, o), false)
 				}
 			}
 		}
 	}
-	add("--json-out", f.jsonOut)
+	add("--json-out", f.jsonOut, false)
 	if roofline, sweep, err := plot.Paths(f.telemetry.plot); f.telemetry.plot != "" && err == nil {
-		add("--plot", roofline)
-		add("--plot", sweep)
+		add("--plot", roofline, false)
+		add("--plot", sweep, false)
 	}
-	add("--logits-out", f.logitsOut)
+	add("--logits-out", f.logitsOut, true)
 	return out
 }
 

@@ -28,9 +28,23 @@ func (s *samplingFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&s.minIters, "min-iters", d.MinIters, "adaptive: never fewer timed iterations per shape")
 }
 
+// maxIters bounds every iteration count of a flag.
+const maxIters = 1 << 24
+
+// maxSeconds bounds every length of time given in seconds (about 31 years).
+const maxSeconds = 1e9
+
 func (s *samplingFlags) check(fs *pflag.FlagSet) error {
 	if fs.Changed("num-iters") && s.numIters < 1 {
 		return usagef("--num-iters: %d must be at least 1", s.numIters)
+	}
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{{"--num-iters", s.numIters}, {"--min-iters", s.minIters}} {
+		if n.value > maxIters {
+			return usagef("%s: %d exceeds the limit %d", n.flag, n.value, maxIters)
+		}
 	}
 	if s.numIters > 0 {
 		for _, name := range []string{"target-noise", "max-seconds", "min-iters"} {
@@ -43,8 +57,8 @@ func (s *samplingFlags) check(fs *pflag.FlagSet) error {
 	switch {
 	case !(s.targetNoisePct > 0) || s.targetNoisePct >= 100:
 		return usagef("--target-noise: %g%% is not in (0, 100)", s.targetNoisePct)
-	case !(s.maxSeconds > 0):
-		return usagef("--max-seconds: %g must be positive", s.maxSeconds)
+	case !(s.maxSeconds > 0) || s.maxSeconds > maxSeconds:
+		return usagef("--max-seconds: %g must be positive and at most %g", s.maxSeconds, maxSeconds)
 	case s.minIters < 1:
 		return usagef("--min-iters: %d must be at least 1", s.minIters)
 	}
@@ -72,7 +86,8 @@ func (f *runFlags) check(fs *pflag.FlagSet) error {
 	}, func(*pflag.FlagSet) error {
 		_, err := f.backend.selection()
 		return err
-	}, func(*pflag.FlagSet) error { return f.telemetry.check() }, func(fs *pflag.FlagSet) error { return f.tp.check(fs, f) }}
+	}, func(*pflag.FlagSet) error { return f.telemetry.check() }, func(fs *pflag.FlagSet) error { return f.tp.check(fs, f) },
+		f.checkStepTimeout}
 	for _, check := range checks {
 		if err := check(fs); err != nil {
 			return err
@@ -89,8 +104,8 @@ func (f *runFlags) checkChoices(fs *pflag.FlagSet) error {
 		return usagef("--format: %q is not text or gobench", f.format)
 	case !slices.Contains([]string{"auto", "cuda", "cpu"}, f.device):
 		return usagef("--device: %q is not auto, cuda or cpu", f.device)
-	case f.warmupIters < 0:
-		return usagef("--num-iters-warmup: %d must not be negative", f.warmupIters)
+	case f.warmupIters < 0 || f.warmupIters > maxIters:
+		return usagef("--num-iters-warmup: %d must be 0..%d", f.warmupIters, maxIters)
 	case f.logDecodeStep < 0:
 		return usagef("--log-decode-step: %d must not be negative", f.logDecodeStep)
 	}

@@ -1,25 +1,28 @@
 package main
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
+	"stepbench/bench/report"
+	"stepbench/internal/input"
 	"stepbench/runner"
 )
 
 // readPrompts reads and checks the correctness prompts.
 func readPrompts(path string, cfg runner.Config, outputLens []int) ([][]int32, error) {
-	file, err := os.Open(path)
+	data, err := input.ReadFile(path, runner.MaxPromptFileBytes, "a --prompt-ids file")
 	if err != nil {
 		return nil, usagef("--prompt-ids: %v", err)
 	}
-	defer file.Close()
-	prompts, err := runner.ParsePromptIDs(file, path, cfg.VocabSize)
+	prompts, err := runner.ParsePromptIDs(bytes.NewReader(data), path, cfg.VocabSize)
 	if err != nil {
 		return nil, usagef("--prompt-ids: %v", err)
+	}
+	if outputLens[0] > cfg.MaxPositionEmbeddings {
+		return nil, usagef("--output-len: %d exceeds %s's max_position_embeddings %d", outputLens[0], cfg.Name, cfg.MaxPositionEmbeddings)
 	}
 	for i, p := range prompts {
 		if n := len(p) + outputLens[0]; n > cfg.MaxPositionEmbeddings {
@@ -49,28 +52,17 @@ type generator interface {
 
 // runCorrectness generates greedily from each prompt on its own (batch 1,
 // so prompts may differ in length) and prints the generated ids.
+// Each prompt's --logits-out record is appended whole or not at all.
 func runCorrectness(e generator, prompts [][]int32, outputLen int, logitsOut string, stdout io.Writer) error {
-	var out *os.File
-	if logitsOut != "" {
-		var err error
-		if out, err = os.OpenFile(logitsOut, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err != nil {
-			return fmt.Errorf("--logits-out: %w", err)
-		}
-		defer out.Close()
-	}
 	for i, p := range prompts {
-		rec, err := generate(e, p, outputLen, out != nil)
+		rec, err := generate(e, p, outputLen, logitsOut != "")
 		if err != nil {
 			return fmt.Errorf("prompt %d: %w", i+1, err)
 		}
 		fmt.Fprintf(stdout, "prompt %d: %s\n", i+1, joinIDs(rec.Generated))
-		if out != nil {
-			line, err := json.Marshal(rec)
-			if err != nil {
-				return fmt.Errorf("--logits-out: prompt %d: %w", i+1, err)
-			}
-			if _, err := out.Write(append(line, '\n')); err != nil {
-				return fmt.Errorf("--logits-out: %w", err)
+		if logitsOut != "" {
+			if err := report.AppendRecord(logitsOut, rec); err != nil {
+				return fmt.Errorf("--logits-out %s: prompt %d: %w", logitsOut, i+1, err)
 			}
 		}
 	}

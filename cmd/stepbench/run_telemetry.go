@@ -36,8 +36,8 @@ func (t *telemetryFlags) check() error {
 			return usagef("--plot: %v", err)
 		}
 	}
-	if t.energyWindowSeconds < 0 {
-		return usagef("--energy-window-seconds: %v must not be negative", t.energyWindowSeconds)
+	if !(t.energyWindowSeconds >= 0) || t.energyWindowSeconds > maxSeconds {
+		return usagef("--energy-window-seconds: %v must be 0..%g", t.energyWindowSeconds, maxSeconds)
 	}
 	return nil
 }

@@ -106,12 +106,31 @@ func TestDistIDExchange(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) || serveErr == nil || !strings.Contains(serveErr.Error(), want) {
 		t.Errorf("other work: node 2 %v, node 0 %v; want both to say %q", err, serveErr, want)
 	}
-	if err := serveID(addr, job, id, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "nodes [1 2] never connected") {
+	if err := serveID(addr, job, id, 50*time.Millisecond); err == nil || !strings.Contains(err.Error(), "nodes [1 2] (ranks [2 3 4 5]) never connected") {
 		t.Errorf("no node came: %v", err)
 	}
 	if _, err := fetchID(addr, distJob{nnodes: 2, nodeRank: 1, tpSize: 2}, 128, 50*time.Millisecond); err == nil ||
-		!strings.Contains(err.Error(), "node 0 not reachable") {
+		!strings.Contains(err.Error(), "node 0 (ranks [0]) not reachable") {
 		t.Errorf("no node 0: %v", err)
+	}
+	// A node that dies while it connects (no hello) does not end node 0's
+	// wait for it: the error then names the node and its ranks.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		serveErr = serveID(addr, job, id, 2*time.Second)
+	}()
+	for {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	if serveErr == nil || !strings.Contains(serveErr.Error(), "nodes [1 2] (ranks [2 3 4 5]) never connected") {
+		t.Errorf("a connection without a hello: %v", serveErr)
 	}
 }
 

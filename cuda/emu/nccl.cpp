@@ -19,11 +19,25 @@
 // comes later fails at once (ncclRemoteError, as real NCCL reports a peer
 // that went away). The timeout stays as the last resort.
 //
+// A peer process that dies (kill -9) is noticed too: the mutex is robust
+// (a lock its dead owner held is recovered, EOWNERDEAD, and the
+// communicator failed), every rank records its process (pid and start
+// time) when it joins, and a waiter checks at every poll, as does
+// ncclCommGetAsyncError, that the other ranks' processes live; a dead one
+// fails the communicator naming its ranks. The segment's name is removed
+// when the last rank leaves, when the communicator fails (no one may join
+// it then), and, for segments of runs that all died, by the next
+// ncclGetUniqueId of any process (SweepStale).
+//
 // STEPBENCH_EMU_NCCL_FAIL=RANK:N injects a fault, for tests: the N-th
 // collective (1-based) that rank RANK of a communicator runs fails on its
 // stream before it meets the others, as a rank whose kernel faulted would.
+// STEPBENCH_EMU_NCCL_DIE=RANK:N kills rank RANK's process (SIGKILL) in its
+// N-th collective while it holds the segment's lock.
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -64,7 +78,7 @@ enum { kInt8 = 0, kUint8 = 1, kInt32 = 2, kUint32 = 3, kInt64 = 4, kUint64 = 5, 
 enum { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 
 constexpr int kIdBytes = 128;
-constexpr char kMagic[] = "SBEMU-NCCL-2";  // 2: Shared gained failed_code
+constexpr char kMagic[] = "SBEMU-NCCL-3";  // 2: Shared gained failed_code; 3: magic, processes
 constexpr double kPollSeconds = 0.1;  // how often a waiter looks at the segment besides being woken
 constexpr size_t kSlotBytes = 4 << 20;  // staging per rank per chunk
 constexpr int kMaxRanks = 64;
@@ -73,8 +87,16 @@ struct UniqueId {
     char bytes[kIdBytes];
 };
 
+// Process is a rank's process: a pid and its start time (a reused pid
+// has another).
+struct Process {
+    int pid;
+    unsigned long long start;
+};
+
 // Shared is the communicator's segment header; the slots follow it.
 struct Shared {
+    char magic[16];  // kMagic once set up
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int nranks;
@@ -85,7 +107,9 @@ struct Shared {
     unsigned long long arrived_mask;
     int failed;
     char error[256];
-    int failed_code;  // kSystemError for a timeout, kRemoteError for an abort
+    int failed_code;  // kSystemError for a timeout, kRemoteError for an abort or a dead peer
+    Process procs[kMaxRanks];  // pid 0: not joined yet
+    int owner;                 // the pid holding mu (who died, on EOWNERDEAD)
 };
 
 struct Comm {
@@ -98,6 +122,7 @@ struct Comm {
     // aborted: ncclCommAbort ran; the Comm is then never freed (see there).
     std::atomic<bool> aborted{false};
     long fail_at = 0;             // STEPBENCH_EMU_NCCL_FAIL: this rank's collective to fail, 0 none
+    long die_at = 0;              // STEPBENCH_EMU_NCCL_DIE: this rank's collective to die in, 0 none
     std::atomic<long> runs{0};    // collectives this rank ran on its stream
 };
 
@@ -150,12 +175,92 @@ void FailLocked(Shared *sh, int code, const std::string &why) {
     pthread_cond_broadcast(&sh->cv);
 }
 
+// ProcessStart is pid's start time (clock ticks after boot, field 22 of
+// /proc/PID/stat), 0 when the process is gone or a zombie (dead, not yet
+// reaped).
+unsigned long long ProcessStart(int pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == nullptr) return 0;
+    char buf[1024];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');  // the command may hold spaces and parentheses
+    if (p == nullptr) return 0;
+    char state = 0;
+    unsigned long long start = 0;
+    // After ") ": state (field 3), then fields 4..21, then starttime (22).
+    if (sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &state, &start) != 2) return 0;
+    if (state == 'Z' || state == 'X') return 0;
+    return start;
+}
+
+bool Alive(const Process &p) { return p.pid > 0 && ProcessStart(p.pid) == p.start; }
+
+// Dead is the failure of pid's ranks (sh->mu held): "the process of rank
+// 1 (pid 4242) died holding the communicator's lock".
+std::string Dead(const Shared *sh, int pid, const char *how) {
+    std::string ranks;
+    for (int q = 0; q < sh->nranks; q++) {
+        if (sh->procs[q].pid == pid) ranks += (ranks.empty() ? "" : ",") + std::to_string(q);
+    }
+    char why[256];
+    snprintf(why, sizeof why, "the process of rank %s (pid %d) died %s", ranks.empty() ? "?" : ranks.c_str(), pid, how);
+    return why;
+}
+
+// FailDeadPeersLocked fails the communicator when a process of one of its
+// ranks (other than this process) is gone, naming its ranks (sh->mu held),
+// and removes the segment's name: no one is to join it any more.
+void FailDeadPeersLocked(Comm *c) {
+    Shared *sh = c->sh;
+    if (sh->failed) return;
+    const int self = getpid();
+    for (int r = 0; r < sh->nranks; r++) {
+        const Process p = sh->procs[r];
+        if (p.pid == 0 || p.pid == self || Alive(p)) continue;
+        FailLocked(sh, kRemoteError, Dead(sh, p.pid, "without leaving the communicator"));
+        shm_unlink(c->name.c_str());
+        return;
+    }
+}
+
+// Recover takes over the lock of a process that died holding it (mu held:
+// EOWNERDEAD) and fails the communicator, naming that process's ranks:
+// what the lock guarded may be half changed.
+void Recover(Comm *c) {
+    Shared *sh = c->sh;
+    pthread_mutex_consistent(&sh->mu);
+    FailLocked(sh, kRemoteError, Dead(sh, sh->owner, "holding the communicator's lock"));
+    shm_unlink(c->name.c_str());
+}
+
+// Lock locks the segment's robust mutex, recovering it from a dead owner.
+void Lock(Comm *c) {
+    Shared *sh = c->sh;
+    if (pthread_mutex_lock(&sh->mu) == EOWNERDEAD) Recover(c);
+    sh->owner = getpid();
+}
+
+// WaitSlice waits on the condition variable for up to kPollSeconds (mu
+// held), recovering the mutex as Lock does, then looks for dead peers.
+void WaitSlice(Comm *c) {
+    Shared *sh = c->sh;
+    struct timespec slice;
+    Deadline(&slice, kPollSeconds);
+    if (pthread_cond_timedwait(&sh->cv, &sh->mu, &slice) == EOWNERDEAD) Recover(c);
+    sh->owner = getpid();
+    FailDeadPeersLocked(c);
+}
+
 // Barrier waits until every rank arrives; false (with why) on timeout or a
 // failed (aborted) communicator. Besides being woken, a waiter looks at the
 // segment every kPollSeconds.
 bool Barrier(Comm *c, const char *what, std::string *why) {
     Shared *sh = c->sh;
-    pthread_mutex_lock(&sh->mu);
+    Lock(c);
     if (sh->failed) {
         *why = std::string("the communicator failed: ") + sh->error;
         pthread_mutex_unlock(&sh->mu);
@@ -175,9 +280,7 @@ bool Barrier(Comm *c, const char *what, std::string *why) {
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     while (sh->generation == gen && !sh->failed) {
-        struct timespec slice;
-        Deadline(&slice, kPollSeconds);
-        pthread_cond_timedwait(&sh->cv, &sh->mu, &slice);
+        WaitSlice(c);
         clock_gettime(CLOCK_MONOTONIC, &now);
         const double waited = (double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9;
         if (sh->generation == gen && !sh->failed && waited >= timeout) {
@@ -200,7 +303,7 @@ int CheckLive(Comm *c, const char *call) {
         return SetError(c, kInvalidUsage, "%s: rank %d: this communicator was aborted (ncclCommAbort)", call, c->rank);
     }
     Shared *sh = c->sh;
-    pthread_mutex_lock(&sh->mu);
+    Lock(c);
     const int failed = sh->failed, code = sh->failed_code;
     const std::string why = sh->error;
     pthread_mutex_unlock(&sh->mu);
@@ -208,11 +311,12 @@ int CheckLive(Comm *c, const char *call) {
     return kSuccess;
 }
 
-// FailAt parses STEPBENCH_EMU_NCCL_FAIL=RANK:N: the collective of rank to
-// fail (0: none); false for a malformed value or a rank not in 0..nranks-1.
-bool FailAt(int rank, int nranks, long *at) {
+// FailAt parses STEPBENCH_EMU_NCCL_FAIL=RANK:N (or another variable of the
+// form): the collective of rank to fail (0: none); false for a malformed
+// value or a rank not in 0..nranks-1.
+bool FailAt(int rank, int nranks, long *at, const char *var = "STEPBENCH_EMU_NCCL_FAIL") {
     *at = 0;
-    const char *v = getenv("STEPBENCH_EMU_NCCL_FAIL");
+    const char *v = getenv(var);
     if (v == nullptr || *v == 0) return true;
     int r = -1;
     long n = 0;
@@ -315,7 +419,12 @@ int Run(void *arg, char *err, size_t len) {
     const size_t total = x.count * es;
     const size_t per_chunk = kSlotBytes / es * es;
     std::string why;
-    if (const long n = ++c->runs; n == c->fail_at) {
+    const long n = ++c->runs;
+    if (n == c->die_at) {  // STEPBENCH_EMU_NCCL_DIE: a process killed inside the library, holding its lock
+        Lock(c);
+        raise(SIGKILL);
+    }
+    if (n == c->fail_at) {
         snprintf(err, len, "NCCL (emulated) %s on rank %d: the injected fault STEPBENCH_EMU_NCCL_FAIL=%d:%ld (this rank's collective %ld)",
                  KindName(x.kind), c->rank, c->rank, n, n);
         return 999;
@@ -364,6 +473,51 @@ int CheckBuffers(Comm *c, const char *call, const void *send, size_t send_bytes,
     return kSuccess;
 }
 
+// SweepStale removes the names of segments whose processes all died (a
+// run killed on every node, which no survivor could clean up): the
+// creator's pid is in the name, the ranks' processes in the header.
+void SweepStale() {
+    DIR *d = opendir("/dev/shm");
+    if (d == nullptr) return;
+    const std::string prefix = "sbemu-nccl-";
+    while (struct dirent *e = readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.compare(0, prefix.size(), prefix) != 0) continue;
+        const int creator = atoi(name.c_str() + prefix.size());
+        if (creator <= 0 || ProcessStart(creator) != 0) continue;  // its creator lives: in use
+        const std::string shm = "/" + name;
+        const int fd = shm_open(shm.c_str(), O_RDONLY, 0);
+        if (fd < 0) continue;
+        struct stat st;
+        bool live = false;
+        if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(Shared)) {
+            void *m = mmap(nullptr, sizeof(Shared), PROT_READ, MAP_SHARED, fd, 0);
+            if (m != MAP_FAILED) {
+                const Shared *sh = static_cast<const Shared *>(m);
+                if (strncmp(sh->magic, kMagic, sizeof sh->magic) == 0) {
+                    for (int r = 0; r < kMaxRanks && !live; r++) live = Alive(sh->procs[r]);
+                }
+                munmap(m, sizeof(Shared));
+            }
+        }
+        close(fd);
+        if (!live) shm_unlink(shm.c_str());
+    }
+    closedir(d);
+}
+
+// Leave drops this rank from the segment (mu not held) and removes the
+// segment's name when it was the last rank, or when the communicator
+// failed (no one is to join it).
+void Leave(Comm *c) {
+    Shared *sh = c->sh;
+    Lock(c);
+    const bool last = --sh->joined == 0;
+    const bool failed = sh->failed;
+    pthread_mutex_unlock(&sh->mu);
+    if (last || failed) shm_unlink(c->name.c_str());
+}
+
 }  // namespace
 
 API const char *sbemu_describe(void) {
@@ -393,6 +547,7 @@ API const char *ncclGetLastError(Comm *comm) { return comm ? comm->last_error : 
 
 API int ncclGetUniqueId(UniqueId *id) {
     if (id == nullptr) return SetError(nullptr, kInvalidArgument, "ncclGetUniqueId: null id");
+    SweepStale();
     memset(id, 0, sizeof *id);
     std::random_device rd;
     const unsigned long long a = ((unsigned long long)rd() << 32) ^ rd(), b = ((unsigned long long)rd() << 32) ^ rd();
@@ -414,6 +569,11 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
                         "ncclCommInitRank: STEPBENCH_EMU_NCCL_FAIL=%s: want RANK:N (rank RANK of 0..%d's N-th collective fails, 1 <= N <= 1e9)",
                         getenv("STEPBENCH_EMU_NCCL_FAIL"), nranks - 1);
     }
+    long die_at = 0;
+    if (!FailAt(rank, nranks, &die_at, "STEPBENCH_EMU_NCCL_DIE")) {
+        return SetError(nullptr, kInvalidArgument, "ncclCommInitRank: STEPBENCH_EMU_NCCL_DIE=%s: want RANK:N (rank RANK of 0..%d dies in its N-th collective)",
+                        getenv("STEPBENCH_EMU_NCCL_DIE"), nranks - 1);
+    }
     int device = 0;
     if (sbemu_current_context() != 0 || cuCtxGetDevice(&device) != 0) {
         return SetError(nullptr, kUnhandledCudaError, "ncclCommInitRank: no current CUDA context on this thread");
@@ -424,6 +584,7 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
     c->nranks = nranks;
     c->device = device;
     c->fail_at = fail_at;
+    c->die_at = die_at;
     c->map_len = sizeof(Shared) + 64 + (size_t)nranks * kSlotBytes;
     const int fd = shm_open(c->name.c_str(), O_RDWR | O_CREAT, 0600);
     if (fd < 0 || ftruncate(fd, (off_t)c->map_len) != 0) {
@@ -448,11 +609,13 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
         pthread_mutexattr_t ma;
         pthread_mutexattr_init(&ma);
         pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);  // a dead owner's lock is recovered, not held forever
         pthread_mutex_init(&sh->mu, &ma);
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
         pthread_cond_init(&sh->cv, &ca);
+        snprintf(sh->magic, sizeof sh->magic, "%s", kMagic);
         __atomic_store_n(&sh->nranks, nranks, __ATOMIC_RELEASE);
     } else {
         for (int spins = 0; __atomic_load_n(&sh->nranks, __ATOMIC_ACQUIRE) == 0; spins++) {
@@ -470,13 +633,15 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
         delete c;
         return SetError(nullptr, kInvalidUsage, "ncclCommInitRank: rank %d says %d ranks, another says %d", rank, nranks, other);
     }
-    pthread_mutex_lock(&sh->mu);
+    Lock(c);
     sh->joined++;
+    sh->procs[rank] = Process{(int)getpid(), ProcessStart(getpid())};
     pthread_mutex_unlock(&sh->mu);
     std::string why;
     if (!Barrier(c, "ncclCommInitRank", &why)) {
         const int rc = SetError(c, kSystemError, "ncclCommInitRank: %s", why.c_str());
         snprintf(tl_error, sizeof tl_error, "%s", c->last_error);
+        Leave(c);
         munmap(m, c->map_len);
         delete c;
         return rc;
@@ -488,12 +653,8 @@ API int ncclCommInitRank(Comm **out, int nranks, UniqueId id, int rank) {
 API int ncclCommDestroy(Comm *c) {
     if (c == nullptr) return SetError(nullptr, kInvalidArgument, "ncclCommDestroy: null comm");
     if (c->aborted.load()) return SetError(c, kInvalidUsage, "ncclCommDestroy: rank %d: the communicator was aborted (ncclCommAbort freed it)", c->rank);
-    Shared *sh = c->sh;
-    pthread_mutex_lock(&sh->mu);
-    const bool last = --sh->joined == 0;
-    pthread_mutex_unlock(&sh->mu);
-    if (last) shm_unlink(c->name.c_str());
-    munmap(sh, c->map_len);
+    Leave(c);
+    munmap(c->sh, c->map_len);
     delete c;
     return kSuccess;
 }
@@ -510,11 +671,10 @@ API int ncclCommAbort(Comm *c) {
     Shared *sh = c->sh;
     char why[128];
     snprintf(why, sizeof why, "rank %d aborted the communicator (ncclCommAbort)", c->rank);
-    pthread_mutex_lock(&sh->mu);
+    Lock(c);
     FailLocked(sh, kRemoteError, why);
-    const bool last = --sh->joined == 0;
     pthread_mutex_unlock(&sh->mu);
-    if (last) shm_unlink(c->name.c_str());
+    Leave(c);
     return kSuccess;
 }
 
@@ -538,9 +698,12 @@ API int ncclCommCuDevice(const Comm *c, int *device) {
 
 API int ncclCommGetAsyncError(Comm *c, int *async) {
     if (c == nullptr || async == nullptr) return kInvalidArgument;
-    pthread_mutex_lock(&c->sh->mu);
+    Lock(c);
+    FailDeadPeersLocked(c);  // the Go side polls this while it waits: a dead peer shows here too
     *async = c->sh->failed ? (c->sh->failed_code ? c->sh->failed_code : kSystemError) : kSuccess;
+    const std::string why = c->sh->error;
     pthread_mutex_unlock(&c->sh->mu);
+    if (*async != kSuccess) SetError(c, *async, "rank %d: the communicator failed: %s", c->rank, why.c_str());  // for ncclGetLastError
     return kSuccess;
 }
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -128,11 +130,54 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
+	reportRebuilt(progress, compiled)
 	fmt.Fprintf(progress, "stepbench: kernels for sm_%d ready in %.1f s (NVRTC %d.%d)\n", arch, time.Since(start).Seconds(), c.info.NVRTCMajor, c.info.NVRTCMinor)
-	if err := c.start(opts, compiled); err != nil {
+	load := func() (*Kernels, error) { return c.loadKernels(opts, srcs, compiled, arch, progress) }
+	if err := c.start(opts, load); err != nil {
 		return nil, errors.Join(fmt.Errorf("cuda backend: %w", err), c.Close())
 	}
 	return c, nil
+}
+
+// reportRebuilt says on progress which cache entries were rebuilt.
+func reportRebuilt(progress io.Writer, compiled []kernels.Compiled) {
+	for _, k := range compiled {
+		if k.Rebuilt != "" {
+			fmt.Fprintf(progress, "stepbench: kernel cache: %s\n", k.Rebuilt)
+		}
+	}
+}
+
+// loadKernels loads the compiled modules; where a module from the cubin
+// cache fails to load (or lacks its kernels), its entry is discarded, its
+// source compiled again and the load tried once more.
+func (c *Backend) loadKernels(opts Options, srcs map[string]string, compiled []kernels.Compiled, arch int, progress io.Writer) (*Kernels, error) {
+	set, err := LoadKernels(c.ctx, compiled, c.info.Device.SMCount)
+	if err == nil {
+		return set, nil
+	}
+	failed := failedSources(err)
+	rebuilt := false
+	for i, k := range compiled {
+		if !k.FromCache || !slices.Contains(failed, k.Name) {
+			continue
+		}
+		again, rerr := kernels.Rebuild(c.nvrtc, srcs, k, arch, opts.CacheDir, firstLine(sourceFailure(err, k.Name)))
+		if rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		compiled[i], rebuilt = again, true
+		reportRebuilt(progress, compiled[i:i+1])
+	}
+	if !rebuilt {
+		return nil, err
+	}
+	return LoadKernels(c.ctx, compiled, c.info.Device.SMCount)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // openLibraries opens the driver, NVRTC and cuBLAS and records what they are.
@@ -175,7 +220,7 @@ func (c *Backend) openLibraries(opts Options) error {
 
 // start makes the context, the stream, the loaded kernels, the cuBLAS
 // handle with its workspace and the staging buffer; Close undoes any part.
-func (c *Backend) start(opts Options, compiled []kernels.Compiled) error {
+func (c *Backend) start(opts Options, load func() (*Kernels, error)) error {
 	var err error
 	if c.ctx, err = c.drv.NewContext(opts.Ordinal); err != nil {
 		return err
@@ -183,7 +228,7 @@ func (c *Backend) start(opts Options, compiled []kernels.Compiled) error {
 	if c.stream, err = c.ctx.NewStream(); err != nil {
 		return err
 	}
-	if c.set, err = LoadKernels(c.ctx, compiled, c.info.Device.SMCount); err != nil {
+	if c.set, err = load(); err != nil {
 		return err
 	}
 	c.set = c.set.With(opts.Kernels)

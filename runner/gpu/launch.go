@@ -45,15 +45,19 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 	}
 	k := &Kernels{smCount: smCount, fn: map[string]*cuda.Function{}}
 	byFile := map[string]*cuda.Module{}
+	var errs []error
 	for _, c := range compiled {
 		m, err := ctx.LoadModule(c.Cubin)
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("load kernels from %s: %w", c.Name, err), k.Close())
+			errs = append(errs, sourceError{c.Name, fmt.Errorf("load kernels from %s: %w", c.Name, err)})
+			continue
 		}
 		k.modules = append(k.modules, m)
 		byFile[c.Name] = m
 	}
-	var errs []error
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, k.Close())
+	}
 	for name, file := range kernels.EntryPointSources() {
 		m, ok := byFile[file]
 		if !ok {
@@ -62,7 +66,7 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		}
 		f, err := m.Function(name)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("load kernel %s from %s: %w", name, file, err))
+			errs = append(errs, sourceError{file, fmt.Errorf("load kernel %s from %s: %w", name, file, err)})
 			continue
 		}
 		k.fn[name] = f
@@ -87,6 +91,50 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		return nil, errors.Join(err, k.Close())
 	}
 	return k, nil
+}
+
+// sourceError is a failure to load the module of one source (or a kernel
+// from it): the backend rebuilds that source's cached cubin.
+type sourceError struct {
+	source string
+	err    error
+}
+
+func (e sourceError) Error() string { return e.err.Error() }
+func (e sourceError) Unwrap() error { return e.err }
+
+// failedSources are the sources whose modules err says failed to load.
+func failedSources(err error) []string {
+	var out []string
+	walkSourceErrors(err, func(e sourceError) {
+		if !slices.Contains(out, e.source) {
+			out = append(out, e.source)
+		}
+	})
+	return out
+}
+
+// sourceFailure is the first failure of source in err.
+func sourceFailure(err error, source string) string {
+	msg := ""
+	walkSourceErrors(err, func(e sourceError) {
+		if e.source == source && msg == "" {
+			msg = e.err.Error()
+		}
+	})
+	return msg
+}
+
+func walkSourceErrors(err error, f func(sourceError)) {
+	if se, ok := err.(sourceError); ok {
+		f(se)
+		return
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			walkSourceErrors(e, f)
+		}
+	}
 }
 
 // Close unloads the modules.

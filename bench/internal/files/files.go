@@ -1,8 +1,8 @@
 // Package files writes stepbench's result files so that nothing already
-// written is lost: a whole file replaced atomically (temporary file, sync,
-// rename), lines appended and synced, and errors that name the reason
-// without repeating the path (the caller names the file once, with the flag
-// that chose it).
+// written is lost and no record is ever torn: a whole file replaced
+// atomically (temporary file, sync, rename), records appended and synced or
+// not at all, and errors that name the reason without repeating the path
+// (the caller names the file once, with the flag that chose it).
 package files
 
 import (
@@ -10,22 +10,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
-// WriteAtomic writes data to path through a temporary file in the same
-// directory and a rename, so that a reader (or a crash) never sees half a
-// file and an existing file is replaced only by a complete one. Its errors
-// do not repeat the path: the caller names the file once.
-func WriteAtomic(path string, data []byte) error {
+// TempPath is the temporary file WriteAtomic writes path through: one name
+// per path, so that a temporary file left by a killed process is reused
+// (and renamed away) by the next write instead of piling up.
+func TempPath(path string) string {
 	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp*")
+	return filepath.Join(dir, "."+base+".tmp")
+}
+
+// WriteAtomic writes data to path through TempPath(path) and a rename, so
+// that a reader (or a crash) never sees half a file and an existing file is
+// replaced only by a complete one. Its errors do not repeat the path: the
+// caller names the file once.
+func WriteAtomic(path string, data []byte) error {
+	tmpName := TempPath(path)
+	// O_NOFOLLOW: a link planted at the temporary name is not written through.
+	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fmt.Errorf("create a temporary file beside it: %w", Bare(err))
 	}
-	tmpName := tmp.Name()
 	_, writeErr := tmp.Write(data)
 	syncErr := tmp.Sync()
 	closeErr := tmp.Close()
@@ -54,17 +60,37 @@ func Bare(err error) error {
 	return err
 }
 
-// Append appends data to path in one write, creating the file when missing
-// and never truncating it, and syncs it to disk before returning, so that
-// what was reported written survives a crash.
+// Append appends data (whole records) to path, creating the file when
+// missing and never truncating what it held, and syncs it to disk before
+// returning, so that what was reported written survives a crash. It is all
+// or nothing: when the write or the sync fails (a full disk, a file size
+// limit) the file is truncated back to its size before and synced, so that
+// no part of data stays behind to tear the next record.
 func Append(path string, data []byte) error {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("open: %w", Bare(err))
 	}
-	_, writeErr := f.Write(data)
-	syncErr := f.Sync()
-	if err := errors.Join(writeErr, syncErr, f.Close()); err != nil {
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("append: %w", Bare(err))
+	}
+	before := info.Size()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		undo := errors.Join(f.Truncate(before), f.Sync())
+		f.Close()
+		if undo != nil {
+			return fmt.Errorf("append: %w; truncating back to the %d bytes before also failed (%v): the file may end in a partial record",
+				Bare(err), before, Bare(undo))
+		}
+		return fmt.Errorf("append: %w (nothing of the record was kept: the file is back to its %d bytes)", Bare(err), before)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("append: %w", Bare(err))
 	}
 	return nil
