@@ -43,14 +43,14 @@ func TestF32ToE4M3Rounding(t *testing.T) {
 		in   float32
 		want uint8
 	}{
-		{0.5 / 512, 0x00},      // halfway to the least subnormal: to even (0)
-		{1.5 / 512, 0x02},      // halfway 1 and 2 subnormal steps: to even (2)
-		{7.5 / 512, 0x08},      // rounds up into the least normal
-		{1.0625, 0x38},         // halfway 1 and 1.125: to even mantissa (1)
-		{1.1875, 0x3a},         // halfway 1.125 and 1.25: to 1.25
-		{447, 0x7e},            // nearest is 448
-		{464, 0x7e},            // beyond 448: saturates
-		{1e30, 0x7e},           // far beyond
+		{0.5 / 512, 0x00}, // halfway to the least subnormal: to even (0)
+		{1.5 / 512, 0x02}, // halfway 1 and 2 subnormal steps: to even (2)
+		{7.5 / 512, 0x08}, // rounds up into the least normal
+		{1.0625, 0x38},    // halfway 1 and 1.125: to even mantissa (1)
+		{1.1875, 0x3a},    // halfway 1.125 and 1.25: to 1.25
+		{447, 0x7e},       // nearest is 448
+		{464, 0x7e},       // beyond 448: saturates
+		{1e30, 0x7e},      // far beyond
 		{float32(math.Inf(1)), 0x7e},
 		{float32(math.Inf(-1)), 0xfe},
 		{-1.0625, 0xb8},
