@@ -49,12 +49,14 @@ func E4M3ToF32(b uint8) float32 {
 // magnitude beyond 448 (infinity included) becomes ±448, NaN becomes
 // E4M3NaN. This is PTX's cvt.rn.satfinite.e4m3x2.f32 (sm_89+) and what
 // torch's clamp-then-cast gives for every finite input.
-func F32ToE4M3(f float32) uint8 {
-	if f != f {
+func F32ToE4M3(f float32) uint8 { return F64ToE4M3(float64(f)) }
+
+// F64ToE4M3 is F32ToE4M3 of a float64, rounded once (no float32 step).
+func F64ToE4M3(a float64) uint8 {
+	if a != a {
 		return E4M3NaN
 	}
 	var sign uint8
-	a := float64(f)
 	if math.Signbit(a) {
 		sign, a = 0x80, -a
 	}
