@@ -294,3 +294,43 @@ func readFP8Part(r FP8TensorReader, p part, static bool) (fp8Part, error) {
 	}
 	return rp, nil
 }
+
+// FP8Weight is one FP8 projection as a backend holds it.
+type FP8Weight struct {
+	Bytes      []uint8
+	Scales     []float32
+	InputScale float32 // 0: dynamic
+}
+
+// FP8Weights downloads every FP8 projection of the engine's model, keyed
+// "L.NAME" (layer and projection: "0.qkv_proj"), so that tests can compare
+// what two backends loaded bit for bit.
+func (e *Engine) FP8Weights() (map[string]FP8Weight, error) {
+	out := map[string]FP8Weight{}
+	if e.fp8 == nil {
+		return out, nil
+	}
+	for l, lw := range e.w.layers {
+		for name, w := range map[string]linearWeight{"qkv_proj": lw.qkv, "o_proj": lw.o, "gate_up_proj": lw.gateUp, "down_proj": lw.down} {
+			if !w.fp8() {
+				continue
+			}
+			fw := FP8Weight{Bytes: make([]uint8, w.w.Len()), Scales: make([]float32, w.scale.Len())}
+			if err := e.fp8.DownloadFP8(w.w, fw.Bytes); err != nil {
+				return nil, err
+			}
+			if err := e.fp8.DownloadF32(w.scale, fw.Scales); err != nil {
+				return nil, err
+			}
+			if w.inputScale != nil {
+				in := make([]float32, 1)
+				if err := e.fp8.DownloadF32(w.inputScale, in); err != nil {
+					return nil, err
+				}
+				fw.InputScale = in[0]
+			}
+			out[fmt.Sprintf("%d.%s", l, name)] = fw
+		}
+	}
+	return out, nil
+}

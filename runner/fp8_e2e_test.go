@@ -14,27 +14,9 @@ import (
 	"stepbench/runner/quanttest"
 )
 
-// The bounds of an FP8 model's logits against the float64 evaluation of the
-// same quantized model (docs/fp8.md, "How FP8 is checked"):
-//
-//   - maxRelErrFP8BF16: the evaluation stores activations in bf16 where the
-//     backends do and quantizes them from there, its arithmetic inside each
-//     op float64. The backends differ from it only by float32 arithmetic
-//     inside ops (sums, exp), which moves a stored bf16 value by one step
-//     where it lands near a rounding boundary (about 2^-16 of elements) and,
-//     rarer still, an activation by one E4M3 step. Measured here: at most
-//     1.9e-5 on the cpu backend, the emulated device's in cuda's tests.
-//     1e-3 is fifty times that and thirty times below what a wrong scale of
-//     one part of one fused matrix costs (TestFP8BoundCatchesAScaleBug).
-//   - maxRelErrFP8Float64: the evaluation in float64 throughout. Its
-//     activations differ from the backends' by bf16 roundings, and each one
-//     that crosses an E4M3 rounding boundary moves by a whole E4M3 step
-//     (6-12%): 3.8-5.1% on llama-tiny here, as far from the float64
-//     evaluation of the unquantized model (6.9%). It bounds the noise FP8
-//     adds; it cannot tell a subtle bug from that noise.
 const (
-	maxRelErrFP8BF16    = 1e-3
-	maxRelErrFP8Float64 = 8e-2
+	maxRelErrFP8BF16    = quanttest.MaxRelErrBF16Activations
+	maxRelErrFP8Float64 = quanttest.MaxRelErrFloat64
 )
 
 // fp8Prompt is the prompt of the end-to-end checks (16 tokens, 8 generated).

@@ -56,6 +56,8 @@ type Verifier struct {
 	// (CountAccesses); modelBytes is the current check's cost-model bytes.
 	counters   *counterReader
 	modelBytes float64
+	// fp8 runs the FP8 GEMM checks (cuBLASLt); nil on a GPU without FP8.
+	fp8 *fp8State
 }
 
 // CountAccesses attaches to every check the access counters the emulated

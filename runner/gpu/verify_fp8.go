@@ -25,6 +25,77 @@ func (v *Verifier) verifyFP8(m kernels.ModelShape) {
 	for _, rows := range []int{1, 5, 128} {
 		v.fp8ScaleOutAt(m, rows, m.Hidden)
 	}
+	qkv := (m.Heads + 2*m.KVHeads) * m.HeadDim
+	if v.fp8 == nil || FP8Widths(m) != nil {
+		return // no FP8 GEMM on this GPU (compute capability below 8.9), or not of these widths
+	}
+	for _, c := range []struct {
+		rows, n, k       int
+		xPerRow, wPerRow bool
+	}{
+		{1, qkv, m.Hidden, false, false}, {5, qkv, m.Hidden, false, false}, {33, qkv, m.Hidden, false, false},
+		{5, m.Hidden, m.Inter, false, false}, {5, qkv, m.Hidden, true, true}, {3, m.Hidden, m.Inter, true, false},
+		{3, 2 * m.Inter, m.Hidden, false, true},
+	} {
+		v.fp8LinearAt(m, c.rows, c.n, c.k, c.xPerRow, c.wPerRow)
+	}
+}
+
+// FP8Widths says which of a model's projections cuBLASLt's FP8 GEMM
+// cannot take (its rules: in and out features multiples of 16), nil when
+// it takes them all.
+func FP8Widths(m kernels.ModelShape) error {
+	qkv := (m.Heads + 2*m.KVHeads) * m.HeadDim
+	for _, p := range []struct {
+		name string
+		n, k int
+	}{{"qkv_proj", qkv, m.Hidden}, {"o_proj", m.Hidden, m.Heads * m.HeadDim}, {"gate_up_proj", 2 * m.Inter, m.Hidden}, {"down_proj", m.Hidden, m.Inter}} {
+		if p.n%16 != 0 || p.k%16 != 0 {
+			return fmt.Errorf("model %s: %s is %d × %d: cuBLASLt's FP8 GEMM needs in and out features that are multiples of 16", m.Name, p.name, p.n, p.k)
+		}
+	}
+	return nil
+}
+
+// fp8LinearAt checks the FP8 GEMM (cuBLASLt, and fp8_scale_out for vector
+// scales) against ref.LinearFP8 within the bf16 tolerance: its fp32 sums
+// run in another order.
+func (v *Verifier) fp8LinearAt(model kernels.ModelShape, m, n, k int, xPerRow, wPerRow bool) {
+	xq, wq := make([]uint8, m*k), make([]uint8, n*k)
+	xs, ws := []float32{0.02}, []float32{3e-3}
+	if xPerRow {
+		xs = make([]float32, m)
+		ref.QuantizeFP8Token(xq, xs, v.fp8Input(m, k), m, k)
+	} else {
+		xs[0] = ref.QuantizeFP8Tensor(xq, v.fp8Input(m, k))
+	}
+	wBF16 := RandomBF16(v.rng, n*k, 0, 0.02)
+	if wPerRow {
+		ws = make([]float32, n)
+		ref.QuantizeFP8Token(wq, ws, wBF16, n, k)
+	} else {
+		ws[0] = ref.QuantizeFP8Tensor(wq, wBF16)
+	}
+	xStride, wStride := 0, 0
+	if xPerRow {
+		xStride = 1
+	}
+	if wPerRow {
+		wStride = 1
+	}
+	want := make([]uint16, m*n)
+	ref.LinearFP8(want, xq, xs, xStride, wq, ws, wStride, m, n, k)
+	out, dX, dW, dXs, dWs := v.poisoned(m*n), v.alloc(m*k), v.alloc(n*k), v.f32(xs), v.f32(ws)
+	v.upload(dX, unsafe.Pointer(&xq[0]), m*k)
+	v.upload(dW, unsafe.Pointer(&wq[0]), n*k)
+	v.launch(func() error { return v.fp8.linear(v.stream, v.set, out, dX, dXs, dW, dWs, m, n, k, xPerRow, wPerRow) })
+	v.modelBytes = costBytes("linear", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.(runner.FP8Backend).LinearFP8(b(1), b(1), b(1), b(1), b(1), m, n, k, xPerRow, wPerRow)
+	})
+	rel, err := closeBF16(v.getBF16(out, m*n), want)
+	shape := fmt.Sprintf("%s m=%d n=%d k=%d x scales per %s, w scales per %s", model.Name, m, n, k,
+		perWhat(xStride, "token"), perWhat(wStride, "channel"))
+	v.record("linear_fp8 (cuBLASLt)", shape, rel, false, err)
 }
 
 // fp8Input draws bf16 activations of rows × cols: N(0, 1) with a few
