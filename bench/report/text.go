@@ -19,6 +19,9 @@ func WriteRunText(w io.Writer, r Report) error {
 	if r.Verified != nil && !*r.Verified {
 		b.printf(w, "%s\n", UnverifiedNote)
 	}
+	if q := r.Config.Model.Quantization; q != nil {
+		b.printf(w, "weights: %s\n", q)
+	}
 	if env.Roof != nil {
 		b.printf(w, "summary (floors and attainment derived by the cost model under the %s)\n", env.Roof.Label())
 	} else {

@@ -74,7 +74,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer be.Close()
-	roof, _, err := report.ChooseRoof(env, *gpuName, "")
+	roof, _, err := report.ChooseRoof(env, *gpuName, "", false)
 	if err != nil {
 		return usagef("--gpu: %v", err)
 	}
