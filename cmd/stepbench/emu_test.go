@@ -161,7 +161,8 @@ func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
 	// Emulated rates are thousands of times below a GPU's: printed in the
 	// unit that fits (GFLOP/s, GB/s), never as 0.0 TFLOP/s.
 	stdout, _ = mustRun(t, "calibrate", "--copy-mib", "4", "--gemm-size", "128", "--repeats", "3", "--force")
-	rates := regexp.MustCompile(`copy: [1-9][0-9.]* [kMG]?B/s .*\n.*GEMM 128³: +[1-9][0-9.]* [kMG]?FLOP/s .*\n +ridge: [0-9.e+-]+ FLOP/byte`)
+	rates := regexp.MustCompile(`copy: [1-9][0-9.]* [kMG]?B/s .*\n.*GEMM 128³: +[1-9][0-9.]* [kMG]?FLOP/s .*\n +ridge: [0-9.e+-]+ FLOP/byte\n` +
+		` +cuBLASLt FP8 GEMM 128³: [1-9][0-9.]* [kMG]?FLOP/s \(E4M3`)
 	if !strings.Contains(stdout, "not GPU times") || !rates.MatchString(stdout) || strings.Contains(stdout, " 0.0 ") {
 		t.Errorf("calibrate output (said emulated, rates in units that fit):\n%s", stdout)
 	}
