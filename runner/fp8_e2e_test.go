@@ -117,28 +117,47 @@ func TestFP8LogitsMatchFloat64(t *testing.T) {
 
 // The bound is far below what a bug costs: the evaluation with one part of
 // one fused matrix off by its scale (k_proj of layer 0 at 4×, as a loader
-// that skipped requantizing it to the largest part's scale would compute)
-// is thirty times the bound away from the engine.
+// that skipped requantizing it to the largest part's scale would compute),
+// or with two rows' per-channel scales swapped (layer 0's down_proj, as a
+// loader that sliced the scales wrong), is far beyond the bound from the
+// engine.
 func TestFP8BoundCatchesAScaleBug(t *testing.T) {
-	cfg, st, m := loadFixture(t, quanttest.AutoFP8Static)
-	e, err := runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Reader: st}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	qkv := &m.Layers[0].QKV
-	qRows, kRows := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
-	for i := qRows * qkv.Cols; i < (qRows+kRows)*qkv.Cols; i++ {
-		qkv.W[i] *= 4
-	}
-	m.BF16Activations = true
-	worst, _, err := quanttest.Compare(e, m, fp8Prompt, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("a k_proj scale off by 4x in layer 0: %.3g", worst)
-	if worst < 30*maxRelErrFP8BF16 {
-		t.Errorf("a wrong scale moves the logits by only %.3g: the bound %g would not catch it", worst, maxRelErrFP8BF16)
+	for _, bug := range []struct {
+		name   string
+		format quanttest.Format
+		edit   func(cfg runner.Config, m *quanttest.Model64)
+	}{
+		{"a k_proj scale off by 4x in layer 0", quanttest.AutoFP8Static, func(cfg runner.Config, m *quanttest.Model64) {
+			qkv := &m.Layers[0].QKV
+			qRows, kRows := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
+			for i := qRows * qkv.Cols; i < (qRows+kRows)*qkv.Cols; i++ {
+				qkv.W[i] *= 4
+			}
+		}},
+		{"two per-channel scales swapped in layer 0's down_proj", quanttest.CompressedTensorsChannel, func(cfg runner.Config, m *quanttest.Model64) {
+			d := &m.Layers[0].Down
+			for c := 0; c < d.Cols; c++ { // rows 0 and 2 hold weights scaled 1/2 and 2
+				d.W[c] *= 4
+				d.W[2*d.Cols+c] /= 4
+			}
+		}},
+	} {
+		cfg, st, m := loadFixture(t, bug.format)
+		e, err := runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Reader: st}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bug.edit(cfg, m)
+		m.BF16Activations = true
+		worst, _, err := quanttest.Compare(e, m, fp8Prompt, 4)
+		e.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %.3g", bug.name, worst)
+		if worst < 10*maxRelErrFP8BF16 {
+			t.Errorf("%s moves the logits by only %.3g: the bound %g would not catch it", bug.name, worst, maxRelErrFP8BF16)
+		}
 	}
 }
 

@@ -320,16 +320,19 @@ func plainDummyTensors(cfg runner.Config, seed uint64) map[string][]uint16 {
 }
 
 // dummyTensors are plainDummyTensors with each projection scaled by
-// partFactor.
+// partFactor and its rows by 1/2, 1 or 2 in turn, so that per-channel
+// scales differ from row to row as a trained model's do.
 func dummyTensors(cfg runner.Config, seed uint64) map[string][]uint16 {
 	out := plainDummyTensors(cfg, seed)
-	for name, w := range out {
-		if !isProjection(name) {
+	for _, spec := range runner.ExpectedTensors(cfg) {
+		if !isProjection(spec.Name) {
 			continue
 		}
-		f := partFactor[shortName(strings.TrimSuffix(name, ".weight"))]
+		w, cols := out[spec.Name], spec.Shape[1]
+		f := partFactor[shortName(strings.TrimSuffix(spec.Name, ".weight"))]
 		for i, v := range w {
-			w[i] = ref.F32ToBF16(ref.BF16ToF32(v) * f)
+			rowFactor := float32(math.Ldexp(1, (i/cols)%3-1))
+			w[i] = ref.F32ToBF16(ref.BF16ToF32(v) * f * rowFactor)
 		}
 	}
 	return out
