@@ -66,7 +66,7 @@ fuzz:
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)
 	$(GO) test ./cuda -run '^$$' -fuzz FuzzCudaDirVersion -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzJoinListValues -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzParseHello -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/dist -run '^$$' -fuzz FuzzParseHello -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParseSelection -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):

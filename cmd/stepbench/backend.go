@@ -54,6 +54,13 @@ func (b *backendFlags) selection() (kernels.Selection, error) {
 	return sel, nil
 }
 
+// options are the cuda backend's options from the flags, with the kernel
+// versions sel.
+func (b *backendFlags) options(sel kernels.Selection) gpu.Options {
+	return gpu.Options{KernelsDir: b.kernelsDir, NVRTCPath: b.nvrtcPath, CublasPath: b.cublasPath,
+		DisableGraphs: b.disableCUDAGraph, Kernels: sel}
+}
+
 // registerLibraryFlags adds --nvrtc and --cublas (explicit library paths).
 func registerLibraryFlags(fs *pflag.FlagSet, nvrtcPath, cublasPath *string) {
 	fs.StringVar(nvrtcPath, "nvrtc", "", "path of libnvrtc.so to use (default: $STEPBENCH_NVRTC, then the folder $STEPBENCH_CUDA_LIBS, else the newest the driver supports of the loader path, CUDA_HOME, /usr/local/cuda*, Python wheels)")
@@ -100,10 +107,9 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 		if err != nil {
 			return nil, report.Environment{}, usagef("--kernel: %v", err)
 		}
-		be, err := gpu.New(gpu.Options{
-			KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
-			DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr,
-		})
+		opts := flags.options(sel)
+		opts.Progress = stderr
+		be, err := gpu.New(opts)
 		if err != nil {
 			return nil, report.Environment{}, fmt.Errorf("--device cuda: %w", err)
 		}

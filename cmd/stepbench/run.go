@@ -220,19 +220,11 @@ func (f *runFlags) memoryEstimate(fs *pflag.FlagSet, cfg runner.Config, prompts 
 }
 
 func (f *runFlags) loadEngine(s runSetup, be runner.Backend, stderr io.Writer) (*runner.Engine, error) {
-	var src runner.WeightSource
-	src.Seed = f.seed
-	if s.loadFormat == "safetensors" {
-		st, err := runner.OpenSafetensors(f.model.modelPath)
-		if err != nil {
-			return nil, err
-		}
-		defer st.Close()
-		if err := st.Check(s.cfg); err != nil {
-			return nil, err
-		}
-		src.Reader = st
+	src, closeSrc, err := f.weightSource(s)
+	if err != nil {
+		return nil, err
 	}
+	defer closeSrc()
 	loadStart := time.Now()
 	engine, err := runner.NewEngine(s.cfg, be, src, loadProgress(stderr, s.loadFormat))
 	if err != nil {
