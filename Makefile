@@ -9,8 +9,8 @@ LDFLAGS  := -X main.version=$(VERSION)
 # declare nothing deprecated. A CGO_CFLAGS from the environment is kept.
 CGO_CFLAGS ?= -O2 -g
 export CGO_CFLAGS += -Wno-deprecated-declarations
-# The README's main command: on a machine without a GPU, --device auto runs
-# the cpu backend on llama-tiny.
+# The README's main command: on a machine without a GPU (and on the
+# emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
 .PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen

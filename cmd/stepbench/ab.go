@@ -9,6 +9,7 @@ import (
 
 	"stepbench/bench"
 	"stepbench/bench/compare"
+	"stepbench/bench/report"
 	"stepbench/kernels"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
@@ -71,9 +72,13 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	tiny := f.model.fitEmulated(fs)
 	writer, cfg, err := f.check(fs)
 	if err != nil {
 		return err
+	}
+	if tiny {
+		fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
 	}
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
@@ -134,7 +139,7 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 	}
 	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
 	est := runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
-	fmt.Fprintf(stderr, "stepbench ab: two copies of %.2f GB of weights\n", 2*float64(est.WeightBytes)/1e9)
+	fmt.Fprintf(stderr, "stepbench ab: two copies of %s of weights (%s)\n", report.Bytes(est.WeightBytes), report.Bytes(2*est.WeightBytes))
 	engines := make([]*runner.Engine, 2)
 	sels := []kernels.Selection{f.selA, f.selB}
 	for i, dir := range []string{f.kernelsA, f.kernelsB} {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,7 @@ import (
 // (STEPBENCH_TEST_MAIN=1): a real process to send a real signal to.
 func TestMain(m *testing.M) {
 	if os.Getenv("STEPBENCH_TEST_MAIN") == "1" {
+		runtime.LockOSThread() // as main does: every CUDA call from one OS thread
 		os.Exit(mainExit(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// The emulated runs share one user cache directory, so the kernels are
@@ -173,7 +175,7 @@ func TestCPUWithoutModelSaysWhichModel(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--device", "cpu"}, "--device cpu runs llama-3-8b, the --model default: 16.06 GB of bf16 weights"},
+		{[]string{"--device", "cpu"}, "--device cpu runs llama-3-8b, the --model default: 16.1 GB of bf16 weights"},
 		{[]string{"--device", "cpu", "--model", "llama-tiny"}, ""},
 	} {
 		var stderr strings.Builder

@@ -54,6 +54,9 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if model.fitEmulated(fs) {
+		fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+	}
 	cfg, err := model.resolve()
 	if err != nil {
 		return err

@@ -54,6 +54,21 @@ func (m *modelFlags) resolve() (runner.Config, error) {
 	return cfg, nil
 }
 
+// emulatedNote is what a command says when the emulated device makes it
+// run llama-tiny.
+const emulatedNote = "the emulated CUDA device (STEPBENCH_CUDA_LIBS) runs the GPU path on the CPU: model llama-tiny unless --model names another"
+
+// fitEmulated makes llama-tiny the model on the emulated device when none
+// was named (an 8B model there takes minutes per step); say so
+// (emulatedNote) when it did and the command goes on.
+func (m *modelFlags) fitEmulated(fs *pflag.FlagSet) bool {
+	if !fs.Changed("model") && m.modelPath == "" && emulatedDriver() {
+		m.model = "llama-tiny"
+		return true
+	}
+	return false
+}
+
 func joinNames(names []string) string {
 	s := ""
 	for i, n := range names {
@@ -71,13 +86,13 @@ type shapeFlags struct {
 }
 
 func (s *shapeFlags) register(fs *pflag.FlagSet, defaultInput, defaultOutput []int) {
-	fs.IntSliceVar(&s.batch, "batch-size", []int{1}, "batch sizes: 1,2,4 or 1 2 4")
-	fs.IntSliceVar(&s.input, "input-len", defaultInput, "prompt lengths in tokens (list, as --batch-size)")
-	fs.IntSliceVar(&s.output, "output-len", defaultOutput, "tokens generated per sequence, including the prefill's (list, as --batch-size)")
+	intListVar(fs, &s.batch, "batch-size", []int{1}, "batch sizes: 1,2,4 or 1 2 4")
+	intListVar(fs, &s.input, "input-len", defaultInput, "prompt lengths in tokens (list, as --batch-size)")
+	intListVar(fs, &s.output, "output-len", defaultOutput, "tokens generated per sequence, including the prefill's (list, as --batch-size)")
 }
 
 // validate checks every list is non-empty and positive and that every
-// input+output fits the model's positions.
+// shape's positions, input + output − 1, fit the model's.
 func (s *shapeFlags) validate(cfg runner.Config) error {
 	for _, l := range []struct {
 		flag string
@@ -94,9 +109,9 @@ func (s *shapeFlags) validate(cfg runner.Config) error {
 	}
 	for _, in := range s.input {
 		for _, out := range s.output {
-			if in+out > cfg.MaxPositionEmbeddings {
-				return usagef("--input-len %d + --output-len %d = %d exceeds %s's max_position_embeddings %d",
-					in, out, in+out, cfg.Name, cfg.MaxPositionEmbeddings)
+			if n := runner.Positions(in, out); n > cfg.MaxPositionEmbeddings {
+				return usagef("--input-len %d + --output-len %d − 1 = %d positions (the prefill's, then one per decode step) exceeds %s's max_position_embeddings %d",
+					in, out, n, cfg.Name, cfg.MaxPositionEmbeddings)
 			}
 		}
 	}

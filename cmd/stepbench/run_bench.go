@@ -70,6 +70,9 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	opt.AfterShape = func(sh bench.ShapeResult) error { return writer.AddShape(sh, build.Shape(sh)) }
 	shapes, runErr := bench.Run(d.target, opt)
 	tel.finish(&d.env, stderr)
+	if note := f.sampling.maxSecondsNote(shapes); note != "" {
+		fmt.Fprintf(stderr, "stepbench: %s\n", note)
+	}
 	errs := []error{runErr}
 	if len(shapes) > 0 {
 		final := f.header(fs, s, d.env, d.toolVersion, created)
@@ -95,8 +98,11 @@ func (f *runFlags) benchOptions(s runSetup, d runDeps, textOut, stderr io.Writer
 	opt := bench.Options{
 		BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
 		WarmupIters: f.warmupIters, Seed: f.seed, VocabSize: s.cfg.VocabSize,
-		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Stdout: textOut, Progress: stderr, Now: d.now,
+		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Progress: stderr, Status: statusOf(stderr).Status, Now: d.now,
 		Profiler: d.profiler, Profile: s.window,
+	}
+	if f.output.verbose {
+		opt.Stdout = textOut // one_batch's lines of every iteration
 	}
 	f.sampling.options(&opt)
 	return opt
@@ -137,7 +143,7 @@ func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment,
 // writes --format gobench.
 func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, stdout, textOut, stderr io.Writer) []error {
 	env := final.Environment
-	errs := []error{report.WriteRunText(textOut, final)}
+	errs := []error{report.WriteRunText(textOut, final, report.TextOptions{Wide: f.output.wide, SummaryOnly: f.output.quiet})}
 	if f.telemetry.plot != "" {
 		title := fmt.Sprintf("%s on %s", final.Config.Model.Name, orString(env.GPUName, env.Backend))
 		written, err := plot.Run(f.telemetry.plot, env.Roof, final.Shapes, title)

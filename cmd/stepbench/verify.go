@@ -52,7 +52,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if _, err := cuda.OpenDriver(); err != nil {
-		return fmt.Errorf("no usable GPU: %w", err)
+		return fmt.Errorf("no usable GPU: %w", withEmulatorHint(err))
 	}
 	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
