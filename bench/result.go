@@ -33,6 +33,9 @@ type Sample struct {
 	// Warmup marks samples of warmup iterations; they reach BetweenRegions
 	// but are never kept in results.
 	Warmup bool `json:"warmup,omitempty"`
+	// StartUnixNanos is the host clock at the region's start (its t0), for
+	// a timeline of the run.
+	StartUnixNanos int64 `json:"start_unix_nanos,omitempty"`
 }
 
 // IterationResult is one timed iteration of a shape: a prefill and

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,5 +107,41 @@ func TestOutputLevels(t *testing.T) {
 	}
 	if code, _, stderr := run(t, append(base, "-v", "-q")...); code != exitUsage || !strings.Contains(stderr, "-v and -q") {
 		t.Errorf("-v -q: exit %d, %s", code, stderr)
+	}
+}
+
+// --plot x.sweep.png names the sweep as written (it wrote x.sweep.sweep.png)
+// and the roofline x.png; --plot-timeline writes the timeline; both
+// outputs are checked before the run like every other.
+func TestPlotFiles(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := runBinary(t, nil, "run", "--device", "cpu", "--model", "llama-tiny", "--batch-size", "1,2", "--input-len", "8",
+		"--output-len", "3", "--num-iters", "2", "--plot", filepath.Join(dir, "x.sweep.png"), "--plot-timeline", filepath.Join(dir, "t.svg"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, name := range []string{"x.png", "x.sweep.png", "t.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.sweep.sweep.png")); err == nil {
+		t.Error("x.sweep.sweep.png written")
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "t.svg"))
+	if !strings.Contains(string(svg), "step latency (ms)") || !strings.Contains(string(svg), "no telemetry") {
+		t.Errorf("the cpu run's timeline lacks its latency panel or its note")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plot-timeline", filepath.Join(dir, "t.pdf")}, "--plot-timeline: plot"},
+		{[]string{"--plot-timeline", filepath.Join(dir, "t.svg"), "--json-out", filepath.Join(dir, "t.svg")}, "t.svg"},
+	} {
+		code, _, stderr := run(t, append([]string{"run", "--device", "cpu", "--model", "llama-tiny", "--num-iters", "1"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q", tc.args, code, stderr)
+		}
 	}
 }

@@ -144,12 +144,21 @@ func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment,
 func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, stdout, textOut, stderr io.Writer) []error {
 	env := final.Environment
 	errs := []error{report.WriteRunText(textOut, final, report.TextOptions{Wide: f.output.wide, SummaryOnly: f.output.quiet})}
+	title := fmt.Sprintf("%s on %s", final.Config.Model.Name, orString(env.GPUName, env.Backend))
+	if env.Emulated != "" {
+		title += " (emulated: CPU times)"
+	}
 	if f.telemetry.plot != "" {
-		title := fmt.Sprintf("%s on %s", final.Config.Model.Name, orString(env.GPUName, env.Backend))
 		written, err := plot.Run(f.telemetry.plot, env.Roof, final.Shapes, title)
 		errs = append(errs, err)
 		for _, p := range written {
 			fmt.Fprintf(stderr, "stepbench: wrote %s\n", p)
+		}
+	}
+	if f.telemetry.plotTimeline != "" {
+		err := plot.WriteTimelinePlot(f.telemetry.plotTimeline, final.Shapes, title+": timeline")
+		if errs = append(errs, err); err == nil {
+			fmt.Fprintf(stderr, "stepbench: wrote %s\n", f.telemetry.plotTimeline)
 		}
 	}
 	if f.format == "gobench" {
@@ -212,6 +221,7 @@ func (f *runFlags) outputFiles() []report.OutputFile {
 		add("--plot", roofline)
 		add("--plot", sweep)
 	}
+	add("--plot-timeline", f.telemetry.plotTimeline)
 	add("--logits-out", f.logitsOut)
 	return out
 }
