@@ -7,8 +7,6 @@ import (
 	"slices"
 
 	"stepbench/bench/stats"
-	"stepbench/kernels/ref"
-	"stepbench/runner"
 )
 
 // ABTarget is a candidate (A) and a baseline (B) built on the same weights,
@@ -115,49 +113,6 @@ func runPair(armA, armB *harness, key PromptKey, label string) (itA, itB Iterati
 		return it2, it1, nil
 	}
 	return it1, it2, nil
-}
-
-// ArmsAgree checks, before an A/B run is timed, that both arms compute the
-// same model: a prefill of batch seeded prompts of inputLen tokens on each,
-// and the relative error ||a−b||/||b|| of their logits must not exceed
-// maxRelativeError (the design's bf16 bound is 1e-2). It is the engine's
-// answer that is compared, so any kernel difference that matters shows.
-func ArmsAgree(a, b *runner.Engine, batch, inputLen int, seed uint64, maxRelativeError float64) error {
-	if a == nil || b == nil {
-		return errors.New("arms agree: nil engine")
-	}
-	cfg := a.Config()
-	prompts, err := PromptIDs(seed, cfg.VocabSize, PromptKey{Shape: Shape{Batch: batch, InputLen: inputLen, OutputLen: 1}})
-	if err != nil {
-		return fmt.Errorf("arms agree: %w", err)
-	}
-	logits := make([][][]float32, 2)
-	for i, e := range []*runner.Engine{a, b} {
-		if err := e.Begin(batch, inputLen, 1, prompts); err != nil {
-			return fmt.Errorf("arms agree: arm %c: %w", "AB"[i], err)
-		}
-		if err := e.Prefill(); err != nil {
-			return fmt.Errorf("arms agree: arm %c: %w", "AB"[i], err)
-		}
-		if logits[i], err = e.Logits(); err != nil {
-			return fmt.Errorf("arms agree: arm %c: %w", "AB"[i], err)
-		}
-	}
-	return logitsAgree(logits[0], logits[1], maxRelativeError)
-}
-
-// logitsAgree is ArmsAgree's arithmetic on the two arms' logits: A is
-// compared with B as with a reference (ref.RelErr).
-func logitsAgree(a, b [][]float32, maxRelativeError float64) error {
-	rel, err := ref.RelErrRows(a, b)
-	if err != nil {
-		return fmt.Errorf("arms agree: arm A's logits against arm B's: %w", err)
-	}
-	if rel > maxRelativeError {
-		return fmt.Errorf("arms agree: the arms' logits differ by %.3g (relative), more than %.3g: A computes a different model",
-			rel, maxRelativeError)
-	}
-	return nil
 }
 
 // pairedNoise is the largest noise of the median pair ratio over the

@@ -122,25 +122,54 @@ func TestRunABRejectsMissingArm(t *testing.T) {
 	}
 }
 
-func TestArmsAgreeOnTheSameModel(t *testing.T) {
+func TestCheckGenerationComparesEveryStep(t *testing.T) {
 	cfg, err := runner.Preset("llama-tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
-	engines := make([]*runner.Engine, 2)
-	for i := range engines {
-		if engines[i], err = runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Seed: uint64(1 + i)}, nil); err != nil {
+	engine := func(seed uint64) *runner.Engine {
+		e, err := runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Seed: seed}, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
+		return e
 	}
-	same, err := runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Seed: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
+	sh := bench.Shape{Batch: 2, InputLen: 8, OutputLen: 5}
+	same := bench.CheckGeneration(engine(1), engine(1), sh, 5, cfg.VocabSize, 1e-2)
+	if same.Err != nil || same.Steps != sh.OutputLen || same.WorstRelErr != 0 {
+		t.Errorf("identical engines: %+v", same)
 	}
-	if err := bench.ArmsAgree(engines[0], same, 1, 8, 5, 1e-2); err != nil {
-		t.Errorf("identical engines disagree: %v", err)
+	other := bench.CheckGeneration(engine(1), engine(2), sh, 5, cfg.VocabSize, 1e-2)
+	if !errors.Is(other.Err, bench.ErrArmsDiffer) || other.Steps != 1 || other.WorstStep != "prefill" {
+		t.Errorf("engines with different weights: %+v", other)
 	}
-	if err := bench.ArmsAgree(engines[0], engines[1], 1, 8, 5, 1e-2); err == nil {
-		t.Error("engines with different weights agree")
+	// An arm that agrees at the prefill and goes wrong at decode step 2.
+	late := bench.CheckGeneration(&wrongFromStep{GenerationArm: engine(1), step: 2}, engine(1), sh, 5, cfg.VocabSize, 1e-2)
+	if !errors.Is(late.Err, bench.ErrArmsDiffer) || late.Steps != 4 || late.WorstStep != "decode step 2" {
+		t.Errorf("an arm wrong from decode step 2: %+v", late)
 	}
+}
+
+// wrongFromStep scales its logits from decode step `step` on, as a decode
+// kernel that is right at the prefill and wrong later would.
+type wrongFromStep struct {
+	bench.GenerationArm
+	step, decoded int
+}
+
+func (w *wrongFromStep) Decode() error {
+	w.decoded++
+	return w.GenerationArm.Decode()
+}
+
+func (w *wrongFromStep) Logits() ([][]float32, error) {
+	l, err := w.GenerationArm.Logits()
+	if w.decoded > w.step {
+		for _, row := range l {
+			for i := range row {
+				row[i] *= 1.5
+			}
+		}
+	}
+	return l, err
 }

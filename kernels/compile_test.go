@@ -3,6 +3,7 @@ package kernels
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -109,5 +110,31 @@ func TestCompileCachesEveryCubin(t *testing.T) {
 		if again[i].Name != first[i].Name || string(again[i].Cubin) != "cubin of "+first[i].Name || len(again[i].Report) != 1 {
 			t.Errorf("cached %s: %q, report %v", again[i].Name, again[i].Cubin, again[i].Report)
 		}
+	}
+}
+
+func TestChangedSourcesNamesWhatDiffers(t *testing.T) {
+	embedded, err := Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, text := range embedded {
+		if name == "tp.cu" {
+			continue // missing from dir
+		}
+		if name == "attention.cu" {
+			text += "\n// edited\n"
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mine.cu"), []byte("// new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ChangedSources(dir)
+	if want := []string{"attention.cu", "mine.cu", "tp.cu"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ChangedSources = %v, %v; want %v", got, err, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 )
 
 //go:embed *.cu
@@ -43,4 +44,31 @@ func Sources(dir string) (map[string]string, error) {
 		return nil, fmt.Errorf("kernel sources in %s: %s is missing", where, CommonSource)
 	}
 	return srcs, nil
+}
+
+// ChangedSources names the files of dir's sources that differ from the
+// embedded ones, sorted: a different text, a file only in dir, or an
+// embedded file dir lacks. None means dir holds the embedded kernels.
+func ChangedSources(dir string) ([]string, error) {
+	embedded, err := Sources("")
+	if err != nil {
+		return nil, err
+	}
+	theirs, err := Sources(dir)
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	for name, text := range theirs {
+		if mine, ok := embedded[name]; !ok || mine != text {
+			changed = append(changed, name)
+		}
+	}
+	for name := range embedded {
+		if _, ok := theirs[name]; !ok {
+			changed = append(changed, name)
+		}
+	}
+	sort.Strings(changed)
+	return changed, nil
 }

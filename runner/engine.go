@@ -480,6 +480,28 @@ func (e *Engine) NextTokens() ([]int32, error) {
 	return out, nil
 }
 
+// ForceNextTokens replaces each sequence's greedy token with ids (one per
+// sequence) as the input of the next decode step: teacher forcing, so that
+// two engines compared step by step read the same tokens even where a near
+// tie would make their argmaxes part.
+func (e *Engine) ForceNextTokens(ids []int32) error {
+	if !e.prefilled {
+		return errors.New("force next tokens: prefill first")
+	}
+	if len(ids) != e.batch {
+		return fmt.Errorf("force next tokens: %d ids for batch %d", len(ids), e.batch)
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= e.cfg.VocabSize {
+			return fmt.Errorf("force next tokens: id %d of sequence %d outside the vocabulary [0, %d)", id, i, e.cfg.VocabSize)
+		}
+	}
+	if err := e.be.UploadI32(e.next, ids); err != nil {
+		return fmt.Errorf("force next tokens: upload: %w", err)
+	}
+	return nil
+}
+
 // Logits waits for the backend and returns the last step's logits,
 // [batch][vocab] as float32 (widened from the bf16 the model produces); a
 // tensor-parallel rank's are its vocabulary slice (Layout().Vocab wide).

@@ -134,8 +134,8 @@ fi
 # Budgets in seconds (sum 345). The benchmark steps come before the sanitizers,
 # so that a slow sanitizer can only cost itself and the steps after it.
 run devices 15 "$STEPBENCH" devices
-run verify 35 "$STEPBENCH" verify
-run sweep 40 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
+run verify 30 "$STEPBENCH" verify
+run sweep 35 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl"
 run roofline 10 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 # Where the time goes, per op (an eager pass with an event at every op boundary).
@@ -146,6 +146,14 @@ run breakdown 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 
 # both arms hold the 8B weights (2 x 16 GB).
 run ab-attention 45 "$STEPBENCH" ab --model llama-3-8b --kernel attn_prefill=2,attn_decode=2 \
   --baseline-kernel attn_prefill=1,attn_decode=1 --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
+# Run-to-run drift: the same embedded kernels in two separate processes, compared with no floor
+# (--threshold 0); the ratio intervals say how far apart two runs of nothing changed lie on this
+# GPU, the evidence behind compare's default GPU floor (3%).
+run aa-first 14 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
+  --num-iters 10 --json-out "$OUT/aa-first.json"
+run aa-second 14 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
+  --num-iters 10 --json-out "$OUT/aa-second.json"
+run aa-compare 2 "$STEPBENCH" compare "$OUT/aa-first.json" "$OUT/aa-second.json" --threshold 0
 # Real NCCL on one GPU: a tensor-parallel group of one rank, its decode step captured with the
 # all-reduces inside (the emulated NCCL is all the tests have).
 run tp1 15 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
@@ -155,7 +163,7 @@ run tp1 15 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch
 nsys="$(command -v nsys || true)"
 [[ -z "$nsys" && -x /usr/local/cuda/bin/nsys ]] && nsys=/usr/local/cuda/bin/nsys
 if [[ -n "$nsys" ]]; then
-  run nsys 25 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
+  run nsys 20 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
       --force-overwrite=true -o "$2/nsys-decode" "$3" run --device cuda --model llama-3-8b --batch-size 1 \
       --input-len 1024 --output-len 8 --num-iters 1 --no-telemetry --profile --profile-phase decode \
       --profile-start-step 2 --profile-steps 3 &&
@@ -168,8 +176,8 @@ if [[ -n "$sanitizer" ]]; then
   # Kernels run 10-100x slower under the sanitizers: smaller models keep them in budget and
   # still cover both attention paths (3B: head_dim 128, GQA 3:1; 1B: head_dim 64, GQA 4:1);
   # the plain verify above covers the 8B shapes.
-  run memcheck 40 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
-  run racecheck 30 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
+  run memcheck 30 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
+  run racecheck 25 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
 else
   echo "compute-sanitizer not found on PATH or in /usr/local/cuda/bin: memcheck and racecheck skipped" >"$OUT/sanitizer.log"
 fi
@@ -212,6 +220,11 @@ if grep -q '^| ' "$OUT/ab-attention.log" 2>/dev/null; then
   echo
   echo "attention versions (stepbench ab: new = attn_prefill=2,attn_decode=2, old = version 1):"
   grep '^| ' "$OUT/ab-attention.log" | cut -d'|' -f2-5,10,12
+fi
+if grep -q '^| ' "$OUT/aa-compare.log" 2>/dev/null; then
+  echo
+  echo "A/A: the same kernels in two processes (run-to-run drift; compare --threshold 0):"
+  grep '^| ' "$OUT/aa-compare.log" | cut -d'|' -f2-5,10,12
 fi
 if [[ -s "$OUT/roofline.log" ]]; then
   echo

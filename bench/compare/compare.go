@@ -20,18 +20,35 @@ type Options struct {
 	// Confidence of the median and ratio intervals (default 0.95).
 	Confidence float64
 	// Threshold (a fraction: 0.02 is 2%), when > 0, is the least change
-	// FASTER or SLOWER may claim and the band of SAME (default ±1%).
-	Threshold float64
+	// FASTER or SLOWER may claim and the band of SAME (default ±1%). Between
+	// separate runs (Reports) it is the run-to-run floor (RunToRunFloor)
+	// unless ThresholdSet says the user gave one.
+	Threshold    float64
+	ThresholdSet bool
+}
+
+// Validate refuses options no verdict can be made with: alpha outside
+// (0, 0.5], a confidence outside (0.5, 1), a threshold outside [0, 1),
+// NaN anywhere. Zero alpha and confidence mean their defaults.
+func (o Options) Validate() error {
+	switch {
+	case o.Alpha != 0 && !(o.Alpha > 0 && o.Alpha <= 0.5):
+		return fmt.Errorf("alpha %g is not in (0, 0.5]", o.Alpha)
+	case o.Confidence != 0 && !(o.Confidence > 0.5 && o.Confidence < 1):
+		return fmt.Errorf("confidence %g is not in (0.5, 1)", o.Confidence)
+	case !(o.Threshold >= 0 && o.Threshold < 1):
+		return fmt.Errorf("threshold %g is not in [0, 1)", o.Threshold)
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {
-	if o.Alpha <= 0 || o.Alpha >= 1 {
+	if o.Alpha == 0 {
 		o.Alpha = 0.05
 	}
-	if o.Confidence <= 0 || o.Confidence >= 1 {
+	if o.Confidence == 0 {
 		o.Confidence = 0.95
 	}
-	o.Threshold = math.Max(o.Threshold, 0)
 	return o
 }
 
@@ -58,10 +75,26 @@ type Result struct {
 	// Paired is true for an A/B run: the ratio is the median of the per
 	// iteration pairs' ratios (see Paired), not of all pairs.
 	Paired bool
+	// Emulated is true when either run was made on the emulated device:
+	// its times are the CPU's, not a GPU's.
+	Emulated bool
+	// Header lines come before everything else: what was emulated or
+	// unverified, the rule between separate runs, what ab checked.
+	Header []string
 	Rows   []Row
+	// Unjudged are the metrics of shapes in both runs that cannot be
+	// compared, each with the reason.
+	Unjudged []Unjudged
 	// Warnings say why the two runs may not be comparable (different GPU,
 	// driver, clocks, model or flags; shapes in only one run).
 	Warnings []string
+}
+
+// Unjudged is one metric of one shape that no verdict was given for.
+type Unjudged struct {
+	bench.Shape
+	Metric string `json:"metric"`
+	Reason string `json:"reason"`
 }
 
 // Regressions counts the SLOWER rows.
@@ -78,12 +111,31 @@ func (r Result) Regressions() int {
 // ErrNoCommonShape is Compare's error when no shape is in both runs.
 var ErrNoCommonShape = errors.New("no shape is in both runs")
 
+// ErrIncomparable is Reports' error for two reports no verdict can
+// join: an emulated run against a GPU run, a shape listed twice, options
+// out of range. The CLI takes it as bad input (exit 2).
+var ErrIncomparable = errors.New("the reports cannot be compared")
+
 // Reports compares every shape present in both reports, metric by metric,
 // on per-iteration values (see the bench.Metric* constants): decode steps at
 // different KV lengths are never pooled. stats.Decide is the verdict rule.
 func Reports(oldReport, newReport report.Report, opt Options) (Result, error) {
+	if err := opt.Validate(); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrIncomparable, err)
+	}
 	opt = opt.withDefaults()
-	res := Result{Alpha: opt.Alpha, Confidence: opt.Confidence, Threshold: opt.Threshold}
+	if err := comparable(oldReport, newReport); err != nil {
+		return Result{}, err
+	}
+	floor, source := floorOf(oldReport.Environment, newReport.Environment, opt)
+	opt.Threshold = floor
+	res := Result{Alpha: opt.Alpha, Confidence: opt.Confidence, Threshold: floor,
+		Emulated: oldReport.Environment.Emulated != "" || newReport.Environment.Emulated != ""}
+	if res.Emulated {
+		res.Header = append(res.Header, report.EmulatedNote)
+	}
+	res.Header = append(res.Header, verificationHeader(oldReport, newReport)...)
+	res.Header = append(res.Header, floorHeader(floor, source))
 	res.Warnings = environmentWarnings(oldReport, newReport)
 	newShapes := map[bench.Shape]report.ShapeReport{}
 	for _, s := range newReport.Shapes {
@@ -98,7 +150,9 @@ func Reports(oldReport, newReport report.Report, opt Options) (Result, error) {
 		}
 		matched[o.Shape] = true
 		res.Warnings = append(res.Warnings, incompleteWarnings(o, n)...)
-		res.Rows = append(res.Rows, compareShape(o, n, opt)...)
+		res.Warnings = append(res.Warnings, telemetryWarnings(o, n)...)
+		rows, unjudged := compareShape(o, n, opt)
+		res.Rows, res.Unjudged = append(res.Rows, rows...), append(res.Unjudged, unjudged...)
 	}
 	for _, n := range newReport.Shapes {
 		if !matched[n.Shape] {
@@ -132,19 +186,78 @@ func orDash(s string) string {
 	return s
 }
 
-func compareShape(o, n report.ShapeReport, opt Options) []Row {
-	oldSeries, newSeries := bench.IterationSeries(o.IterationResults()), bench.IterationSeries(n.IterationResults())
+// compareShape gives a row to every metric both runs measured with usable
+// times, and lists the others with the reason.
+func compareShape(o, n report.ShapeReport, opt Options) ([]Row, []Unjudged) {
+	oldValues, newValues := metricValues(o), metricValues(n)
 	var rows []Row
-	for _, os := range oldSeries {
-		i := slices.IndexFunc(newSeries, func(s bench.MetricSeries) bool { return s.Metric == os.Metric })
-		if i < 0 {
-			continue // measured in one run only (e.g. device timers in one)
+	var unjudged []Unjudged
+	for _, metric := range expectedMetrics(o.Shape) {
+		reason := unusable("OLD", oldValues[metric])
+		if reason == "" {
+			reason = unusable("NEW", newValues[metric])
 		}
-		row := Row{Shape: o.Shape, Metric: os.Metric}
-		row.fill(os.Values, newSeries[i].Values, opt)
+		if reason != "" {
+			unjudged = append(unjudged, Unjudged{Shape: o.Shape, Metric: metric, Reason: reason})
+			continue
+		}
+		row := Row{Shape: o.Shape, Metric: metric}
+		row.fill(oldValues[metric], newValues[metric], opt)
 		rows = append(rows, row)
 	}
-	return rows
+	return rows, unjudged
+}
+
+// expectedMetrics are the metrics every run of the shape measures: prefill,
+// and decode when the shape has decode steps, host and device time.
+func expectedMetrics(sh bench.Shape) []string {
+	metrics := []string{bench.MetricPrefillHost, bench.MetricPrefillDevice}
+	if sh.OutputLen > 1 {
+		metrics = append(metrics, bench.MetricDecodeHost, bench.MetricDecodeDevice)
+	}
+	return metrics
+}
+
+// metricValues are a shape's per-iteration values by metric, all of them
+// (IterationSeries would drop an all-zero series).
+func metricValues(s report.ShapeReport) map[string][]float64 {
+	return iterationValues(s.IterationResults())
+}
+
+// iterationValues are the per-iteration values of iterations by metric.
+func iterationValues(iterations []bench.IterationResult) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, it := range iterations {
+		out[bench.MetricPrefillHost] = append(out[bench.MetricPrefillHost], it.Prefill.HostSeconds)
+		out[bench.MetricPrefillDevice] = append(out[bench.MetricPrefillDevice], it.Prefill.DeviceSeconds)
+		if len(it.Decode) == 0 {
+			continue
+		}
+		host, device := make([]float64, len(it.Decode)), make([]float64, len(it.Decode))
+		for i, d := range it.Decode {
+			host[i], device[i] = d.HostSeconds, d.DeviceSeconds
+		}
+		out[bench.MetricDecodeHost] = append(out[bench.MetricDecodeHost], stats.Median(host))
+		out[bench.MetricDecodeDevice] = append(out[bench.MetricDecodeDevice], stats.Median(device))
+	}
+	return out
+}
+
+// unusable says why a run's values cannot be compared, or "".
+func unusable(run string, values []float64) string {
+	if len(values) == 0 {
+		return fmt.Sprintf("%s has no samples of it", run)
+	}
+	bad := 0
+	for _, x := range values {
+		if !(x > 0) || math.IsInf(x, 0) {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Sprintf("%s has %d of %d iterations with a time that is zero, negative or not finite", run, bad, len(values))
+	}
+	return ""
 }
 
 // fill computes the statistics and the verdict of a row.

@@ -5,6 +5,8 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -42,6 +44,10 @@ func prefillReport(seed uint64, scale, noise float64, iters int) report.Report {
 	return report.Report{Schema: report.Schema, Shapes: []report.ShapeReport{syntheticShape(seed, 1e-3, scale, noise, iters, 0)}}
 }
 
+// noFloor compares by the statistics alone (--threshold 0): synthetic
+// reports have no drift between runs.
+var noFloor = Options{ThresholdSet: true}
+
 func mustCompare(t *testing.T, o, n report.Report, opt Options) Result {
 	t.Helper()
 	res, err := Reports(o, n, opt)
@@ -67,7 +73,7 @@ func TestCompareVerdicts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := mustCompare(t, tc.old, tc.new, Options{})
+			res := mustCompare(t, tc.old, tc.new, noFloor)
 			if want := len(bench.IterationSeries(tc.old.Shapes[0].IterationResults())); len(res.Rows) != want || want < 2 {
 				t.Fatalf("got %d rows, want %d", len(res.Rows), want)
 			}
@@ -97,7 +103,7 @@ func TestCompareTenPercentSlowdownIsNeverSame(t *testing.T) {
 			slower.Shapes[0].Samples[i].HostSeconds *= 1.10
 			slower.Shapes[0].Samples[i].DeviceSeconds *= 1.10
 		}
-		for _, r := range mustCompare(t, old, slower, Options{}).Rows {
+		for _, r := range mustCompare(t, old, slower, noFloor).Rows {
 			want := []string{stats.VerdictSlower, stats.VerdictInconclusive}
 			if iters >= 4 {
 				want = want[:1] // ×1.10 separates the samples completely: p is its minimum
@@ -114,7 +120,7 @@ func TestCompareTenPercentSlowdownIsNeverSame(t *testing.T) {
 // found although the steps' times differ by 40% from the first position to
 // the last (pooled, that spread would hide it).
 func TestCompareDecodeIsNotPooledAcrossPositions(t *testing.T) {
-	res := mustCompare(t, syntheticReport(1, 1, 0.002, 12), syntheticReport(2, 1.03, 0.002, 12), Options{})
+	res := mustCompare(t, syntheticReport(1, 1, 0.002, 12), syntheticReport(2, 1.03, 0.002, 12), noFloor)
 	for _, r := range res.Rows {
 		if strings.HasPrefix(r.Metric, "decode") && r.Verdict != stats.VerdictSlower {
 			t.Errorf("%s: %s (ratio %.4f [%.4f, %.4f]), want SLOWER", r.Metric, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh)
@@ -132,7 +138,7 @@ func TestCompareThreshold(t *testing.T) {
 		want      string
 	}{{0, stats.VerdictSlower}, {0.01, stats.VerdictSlower}, {0.05, stats.VerdictSame}, {0.02, stats.VerdictInconclusive}}
 	for _, tc := range tests {
-		for _, r := range mustCompare(t, old, slower, Options{Threshold: tc.threshold}).Rows {
+		for _, r := range mustCompare(t, old, slower, Options{Threshold: tc.threshold, ThresholdSet: true}).Rows {
 			if r.Metric == bench.MetricPrefillDevice && r.Verdict != tc.want {
 				t.Errorf("threshold %g: %s (ratio %.4f [%.4f, %.4f]), want %s", tc.threshold, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh, tc.want)
 			}
@@ -199,15 +205,28 @@ func TestCompareWarnsOnEnvironmentAndShapes(t *testing.T) {
 	}
 }
 
-// goldenComparison has a verdict of every kind and rows without intervals.
+// goldenComparison has a verdict of every kind, rows without intervals, a
+// metric that cannot be compared and an emulated, unverified run, under a
+// 1% floor given as --threshold.
 func goldenComparison(t *testing.T) Result {
 	old := syntheticReport(1, 1, 0.005, 20)
-	old.Shapes = append(old.Shapes, syntheticShape(5, 2e-3, 1, 0.05, 3, 0))
+	old.Shapes = append(old.Shapes, syntheticShape(5, 2e-3, 1, 0.05, 3, 0), syntheticShape(7, 1e-3, 1, 0.01, 8, 3))
+	old.Shapes[2].InputLen = 128
 	newer := syntheticReport(2, 1.02, 0.005, 20)
-	newer.Shapes = append(newer.Shapes, syntheticShape(6, 2e-3, 1.2, 0.05, 3, 0))
+	newer.Shapes = append(newer.Shapes, syntheticShape(6, 2e-3, 1.2, 0.05, 3, 0), syntheticShape(8, 1e-3, 1, 0.01, 8, 3))
+	newer.Shapes[2].InputLen = 128
+	for i := range newer.Shapes[2].Samples {
+		newer.Shapes[2].Samples[i].DeviceSeconds = 0 // a run whose device timer gave nothing
+	}
 	newer.Shapes[0].Samples = slices.DeleteFunc(newer.Shapes[0].Samples, func(s report.SampleReport) bool { return s.Iter >= 12 })
-	res := mustCompare(t, old, newer, Options{})
-	res.Rows[0] = mustCompare(t, old, old, Options{}).Rows[0] // a SAME row
+	unverified := false
+	newer.Verified, newer.Verification = &unverified, &report.Verification{Status: report.VerificationSkipped, Kernels: "kernels from fast/ (attention.cu changed)"}
+	for _, r := range []*report.Report{&old, &newer} {
+		r.Environment = report.Environment{Backend: "cuda", Emulated: "stepbench emulated GPU"}
+	}
+	floor := Options{Threshold: 0.01, ThresholdSet: true}
+	res := mustCompare(t, old, newer, floor)
+	res.Rows[0] = mustCompare(t, old, old, floor).Rows[0] // a SAME row
 	return res
 }
 
@@ -262,6 +281,107 @@ func TestMethodTextNamesTheTest(t *testing.T) {
 		}
 		if text := md.String(); !strings.Contains(text, tt.want) || strings.Contains(text, tt.never) {
 			t.Errorf("paired=%v: method text %q, want %q and no %q", tt.paired, text, tt.want, tt.never)
+		}
+	}
+}
+
+// Between separate runs the default floor is the backends': an A/A pair
+// of reports 8% apart with tight intervals is a verdict without a floor,
+// none on the emulated device or the cpu backend, SLOWER on a GPU's 3%.
+func TestRunToRunFloorPerBackend(t *testing.T) {
+	old, newer := syntheticReport(1, 1, 0.003, 30), syntheticReport(2, 1.08, 0.003, 30)
+	tests := []struct {
+		env  report.Environment
+		want string
+	}{
+		{report.Environment{Backend: "cuda"}, stats.VerdictSlower},
+		{report.Environment{Backend: "cuda", Emulated: "stepbench emulated GPU"}, stats.VerdictSame},
+		{report.Environment{Backend: "cpu"}, stats.VerdictSame},
+		{report.Environment{}, stats.VerdictSlower}, // an old report: a GPU's floor
+	}
+	for _, tc := range tests {
+		old.Environment, newer.Environment = tc.env, tc.env
+		res := mustCompare(t, old, newer, Options{})
+		wantFloor, _ := RunToRunFloor(tc.env)
+		if res.Threshold != wantFloor || !strings.Contains(strings.Join(res.Header, "\n"), "stepbench ab") {
+			t.Errorf("%+v: threshold %g, header %q", tc.env, res.Threshold, res.Header)
+		}
+		for _, r := range res.Rows {
+			if r.Verdict != tc.want {
+				t.Errorf("%+v %s: %s (ratio %.4f [%.4f, %.4f]), want %s", tc.env, r.Metric, r.Verdict, r.Ratio, r.RatioLow, r.RatioHigh, tc.want)
+			}
+		}
+	}
+	// --threshold replaces the floor.
+	old.Environment, newer.Environment = report.Environment{Backend: "cpu"}, report.Environment{Backend: "cpu"}
+	for _, r := range mustCompare(t, old, newer, Options{Threshold: 0.05, ThresholdSet: true}).Rows {
+		if r.Verdict != stats.VerdictSlower {
+			t.Errorf("--threshold 5 on the cpu backend: %s %s", r.Metric, r.Verdict)
+		}
+	}
+}
+
+func TestReportsRefuseWhatTheyCannotJudge(t *testing.T) {
+	gpu := syntheticReport(1, 1, 0.005, 10)
+	gpu.Environment = report.Environment{Backend: "cuda", GPUName: "NVIDIA H200"}
+	emu := syntheticReport(2, 1, 0.005, 10)
+	emu.Environment = report.Environment{Backend: "cuda", Emulated: "stepbench emulated GPU"}
+	twice := syntheticReport(3, 1, 0.005, 10)
+	twice.Shapes = append(twice.Shapes, twice.Shapes[0])
+	for _, tc := range []struct {
+		name     string
+		old, new report.Report
+		opt      Options
+		want     string
+	}{
+		{"emulated against a GPU", gpu, emu, Options{}, "NEW was made on the emulated CUDA device"},
+		{"a GPU against emulated", emu, gpu, Options{}, "OLD was made on the emulated CUDA device"},
+		{"a shape twice", twice, gpu, Options{}, "OLD lists shape batch_size=1 input_len=64 output_len=11 twice"},
+		{"alpha NaN", gpu, gpu, Options{Alpha: math.NaN()}, "alpha NaN"},
+		{"alpha above 0.5", gpu, gpu, Options{Alpha: 0.6}, "alpha 0.6"},
+		{"threshold NaN", gpu, gpu, Options{Threshold: math.NaN(), ThresholdSet: true}, "threshold NaN"},
+		{"threshold 1", gpu, gpu, Options{Threshold: 1, ThresholdSet: true}, "threshold 1"},
+		{"confidence 0.5", gpu, gpu, Options{Confidence: 0.5}, "confidence 0.5"},
+	} {
+		_, err := Reports(tc.old, tc.new, tc.opt)
+		if !errors.Is(err, ErrIncomparable) || !strings.Contains(fmt.Sprint(err), tc.want) {
+			t.Errorf("%s: %v, want ErrIncomparable saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A metric one run lacks or measured as zeros is listed with its reason,
+// never dropped in silence.
+func TestUnjudgedMetricsAreListed(t *testing.T) {
+	old := syntheticReport(1, 1, 0.005, 10)
+	tests := []struct {
+		name   string
+		mutate func(*report.ShapeReport)
+		want   map[string]string
+	}{
+		{"no samples at all", func(s *report.ShapeReport) { s.Samples = nil }, map[string]string{
+			bench.MetricPrefillHost: "NEW has no samples of it", bench.MetricDecodeDevice: "NEW has no samples of it"}},
+		{"no decode phase", func(s *report.ShapeReport) {
+			s.Samples = slices.DeleteFunc(s.Samples, func(x report.SampleReport) bool { return x.Phase == bench.PhaseDecode })
+		}, map[string]string{bench.MetricDecodeHost: "NEW has no samples of it"}},
+		{"zero host times", func(s *report.ShapeReport) {
+			for i := range s.Samples {
+				s.Samples[i].HostSeconds = 0
+			}
+		}, map[string]string{bench.MetricPrefillHost: "NEW has 10 of 10 iterations with a time that is zero"}},
+	}
+	for _, tc := range tests {
+		newer := syntheticReport(2, 1, 0.005, 10)
+		tc.mutate(&newer.Shapes[0])
+		res := mustCompare(t, old, newer, noFloor)
+		if len(res.Rows)+len(res.Unjudged) != 4 {
+			t.Errorf("%s: %d rows and %d unjudged, want 4 in all", tc.name, len(res.Rows), len(res.Unjudged))
+		}
+		for metric, want := range tc.want {
+			i := slices.IndexFunc(res.Unjudged, func(u Unjudged) bool { return u.Metric == metric })
+			if i < 0 || !strings.Contains(res.Unjudged[i].Reason, want) {
+				t.Errorf("%s: %s not listed with %q: %+v", tc.name, metric, want, res.Unjudged)
+			}
 		}
 	}
 }

@@ -19,6 +19,9 @@ import (
 // of the ratios against 1. Pairing cancels what both arms share (drift,
 // prompts); the verdict rule is Compare's.
 func Paired(baseline, candidate []bench.ShapeResult, opt Options) (Result, error) {
+	if err := opt.Validate(); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrIncomparable, err)
+	}
 	opt = opt.withDefaults()
 	res := Result{Alpha: opt.Alpha, Confidence: opt.Confidence, Threshold: opt.Threshold, Paired: true}
 	if len(baseline) != len(candidate) || len(baseline) == 0 {
@@ -30,14 +33,18 @@ func Paired(baseline, candidate []bench.ShapeResult, opt Options) (Result, error
 			res.Warnings = append(res.Warnings, fmt.Sprintf("shape %s stopped early (%s): its finished pairs are compared",
 				b.Shape, orDash(b.StopReason)))
 		}
-		bSeries, aSeries := bench.IterationSeries(b.Iterations), bench.IterationSeries(a.Iterations)
-		for _, bs := range bSeries {
-			j := slices.IndexFunc(aSeries, func(s bench.MetricSeries) bool { return s.Metric == bs.Metric })
-			if j < 0 {
+		bValues, aValues := iterationValues(b.Iterations), iterationValues(a.Iterations)
+		for _, metric := range expectedMetrics(b.Shape) {
+			reason := unusable("B", bValues[metric])
+			if reason == "" {
+				reason = unusable("A", aValues[metric])
+			}
+			if reason != "" {
+				res.Unjudged = append(res.Unjudged, Unjudged{Shape: b.Shape, Metric: metric, Reason: reason})
 				continue
 			}
-			row := Row{Shape: b.Shape, Metric: bs.Metric}
-			row.fillPaired(bs.Values, aSeries[j].Values, opt)
+			row := Row{Shape: b.Shape, Metric: metric}
+			row.fillPaired(bValues[metric], aValues[metric], opt)
 			res.Rows = append(res.Rows, row)
 		}
 	}
@@ -53,7 +60,7 @@ func (r *Row) fillPaired(baselineValues, candidateValues []float64, opt Options)
 	r.Ratio, r.RatioLow, r.RatioHigh, r.PValue = nan, nan, nan, 1
 	if slices.ContainsFunc(ratios, math.IsNaN) || len(ratios) == 0 {
 		r.Verdict = stats.VerdictInconclusive
-		r.Notes = []string{"no ratio: a time is zero or negative"}
+		r.Notes = []string{"no ratio: no pairs"}
 		return
 	}
 	ci := stats.NewMedianCI(benchmath.NewSample(slices.Clone(ratios), &thresholds), opt.Confidence)

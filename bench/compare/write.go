@@ -39,6 +39,12 @@ func (r Result) Notes() []Note {
 // ms), warnings first, then each note once and the method.
 func WriteMarkdown(w io.Writer, res Result) error {
 	var b strings.Builder
+	for _, line := range res.Header {
+		fmt.Fprintf(&b, "> %s\n", line)
+	}
+	if len(res.Header) > 0 {
+		b.WriteString("\n")
+	}
 	for _, warning := range res.Warnings {
 		fmt.Fprintf(&b, "> warning: %s\n", warning)
 	}
@@ -53,7 +59,13 @@ func WriteMarkdown(w io.Writer, res Result) error {
 		fmt.Fprintf(&b, "| %d | %d | %d | %s | %d/%d | %s | %s | %s / %s | %s | %s | %s |\n",
 			r.Batch, r.InputLen, r.OutputLen, r.Metric, r.Old.N, r.New.N,
 			medianText(r.Old), medianText(r.New), stats.NoiseText(r.Old.RelativeNoise), stats.NoiseText(r.New.RelativeNoise),
-			ratioText(r), pText(r.PValue), verdictText(r))
+			ratioText(r), pText(r.PValue), verdictText(r, res.Threshold))
+	}
+	if len(res.Unjudged) > 0 {
+		b.WriteString("\nnot compared (no verdict):\n")
+		for _, u := range res.Unjudged {
+			fmt.Fprintf(&b, "- %s %s: %s\n", u.Label(), u.Metric, u.Reason)
+		}
 	}
 	if notes := res.Notes(); len(notes) > 0 {
 		b.WriteString("\nnotes:\n")
@@ -71,7 +83,7 @@ func WriteMarkdown(w io.Writer, res Result) error {
 // methodText states the method and the verdict rule in force.
 func methodText(res Result) string {
 	change := "the interval excludes 1"
-	if res.Threshold > 0 {
+	if res.Threshold > 0 && res.Paired {
 		change = fmt.Sprintf("the interval lies beyond 1±%g%%", 100*res.Threshold)
 	}
 	estimate := fmt.Sprintf("new/old is the median of new/old over all pairs of iterations (Hodges-Lehmann) "+
@@ -80,6 +92,9 @@ func methodText(res Result) string {
 		estimate = fmt.Sprintf("iterations are paired (A and B back to back on the same prompts, alternating which goes first); "+
 			"new/old is the median of the pairs' ratios A/B with its order-statistic %g%% interval (golang.org/x/perf/benchmath), "+
 			"p the exact two-sided sign test of those ratios against 1", 100*res.Confidence)
+	}
+	if res.Threshold > 0 && !res.Paired {
+		change = fmt.Sprintf("the interval lies beyond 1±%g%% (the run-to-run floor)", 100*res.Threshold)
 	}
 	return fmt.Sprintf("method: one value per iteration and metric (prefill: its time; decode: the iteration's median decode step, "+
 		"so KV lengths are never pooled). %s, "+
@@ -123,9 +138,14 @@ func pText(p float64) string {
 	return fmt.Sprintf("%.2g", p)
 }
 
-func verdictText(r Row) string {
-	if r.Verdict == stats.VerdictInconclusive && r.SamplesNeeded > 0 {
+// verdictText is the row's verdict, SAME with its band when a threshold or
+// a run-to-run floor set it (a coarser claim than the default ±1%).
+func verdictText(r Row, threshold float64) string {
+	switch {
+	case r.Verdict == stats.VerdictInconclusive && r.SamplesNeeded > 0:
 		return fmt.Sprintf("%s (~%d iters/run)", r.Verdict, r.SamplesNeeded)
+	case r.Verdict == stats.VerdictSame && threshold > 0:
+		return fmt.Sprintf("%s (±%g%%)", r.Verdict, 100*threshold)
 	}
 	return r.Verdict
 }
@@ -138,7 +158,7 @@ func WriteCSV(w io.Writer, res Result) error {
 	header := []string{"batch_size", "input_len", "output_len", "metric",
 		"old_n", "old_median_seconds", "old_ci_low_seconds", "old_ci_high_seconds", "old_relative_noise",
 		"new_n", "new_median_seconds", "new_ci_low_seconds", "new_ci_high_seconds", "new_relative_noise",
-		"ratio", "ratio_ci_low", "ratio_ci_high", "ratio_confidence", "p_value", "verdict", "samples_needed"}
+		"ratio", "ratio_ci_low", "ratio_ci_high", "ratio_confidence", "p_value", "verdict", "samples_needed", "emulated"}
 	if err := cw.Write(header); err != nil {
 		return fmt.Errorf("write comparison csv: %w", err)
 	}
@@ -152,7 +172,7 @@ func WriteCSV(w io.Writer, res Result) error {
 		record := []string{fmt.Sprint(r.Batch), fmt.Sprint(r.InputLen), fmt.Sprint(r.OutputLen), r.Metric,
 			fmt.Sprint(r.Old.N), g(r.Old.MedianSeconds), g(r.Old.LowSeconds), g(r.Old.HighSeconds), g(r.Old.RelativeNoise),
 			fmt.Sprint(r.New.N), g(r.New.MedianSeconds), g(r.New.LowSeconds), g(r.New.HighSeconds), g(r.New.RelativeNoise),
-			g(r.Ratio), g(r.RatioLow), g(r.RatioHigh), g(r.RatioConfidence), g(r.PValue), r.Verdict, fmt.Sprint(r.SamplesNeeded)}
+			g(r.Ratio), g(r.RatioLow), g(r.RatioHigh), g(r.RatioConfidence), g(r.PValue), r.Verdict, fmt.Sprint(r.SamplesNeeded), fmt.Sprint(res.Emulated)}
 		if err := cw.Write(record); err != nil {
 			return fmt.Errorf("write comparison csv: %w", err)
 		}
@@ -168,15 +188,25 @@ func WriteCSV(w io.Writer, res Result) error {
 // does not exist (an interval with too few iterations) is null.
 func WriteJSON(w io.Writer, res Result) error {
 	doc := struct {
-		Alpha      float64  `json:"alpha"`
-		Confidence float64  `json:"confidence"`
-		Threshold  float64  `json:"threshold"`
-		Rows       []Row    `json:"rows"`
-		Warnings   []string `json:"warnings"`
-		Notes      []Note   `json:"notes"`
-	}{res.Alpha, res.Confidence, res.Threshold, res.Rows, res.Warnings, res.Notes()}
+		Alpha      float64    `json:"alpha"`
+		Confidence float64    `json:"confidence"`
+		Threshold  float64    `json:"threshold"`
+		Paired     bool       `json:"paired"`
+		Emulated   bool       `json:"emulated"`
+		Header     []string   `json:"header"`
+		Rows       []Row      `json:"rows"`
+		Unjudged   []Unjudged `json:"not_compared"`
+		Warnings   []string   `json:"warnings"`
+		Notes      []Note     `json:"notes"`
+	}{res.Alpha, res.Confidence, res.Threshold, res.Paired, res.Emulated, res.Header, res.Rows, res.Unjudged, res.Warnings, res.Notes()}
 	if doc.Rows == nil {
 		doc.Rows = []Row{}
+	}
+	if doc.Unjudged == nil {
+		doc.Unjudged = []Unjudged{}
+	}
+	if doc.Header == nil {
+		doc.Header = []string{}
 	}
 	data, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

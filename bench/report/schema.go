@@ -23,12 +23,17 @@ const Schema = "stepbench/v1"
 // Report is stepbench's native result document: everything needed to
 // compare two runs later without rerunning them.
 type Report struct {
-	Schema      string        `json:"schema"` // Schema
-	ToolVersion string        `json:"tool_version,omitempty"`
-	CreatedAt   string        `json:"created_at,omitempty"` // RFC 3339
-	Environment Environment   `json:"environment"`
-	Config      RunConfig     `json:"config"`
-	Shapes      []ShapeReport `json:"shapes"`
+	Schema      string      `json:"schema"` // Schema
+	ToolVersion string      `json:"tool_version,omitempty"`
+	CreatedAt   string      `json:"created_at,omitempty"` // RFC 3339
+	Environment Environment `json:"environment"`
+	Config      RunConfig   `json:"config"`
+	// Verified is false when the run timed kernels it did not check first
+	// (--no-verify); Verification says what was checked. Both are absent
+	// from reports older than the check.
+	Verified     *bool         `json:"verified,omitempty"`
+	Verification *Verification `json:"verification,omitempty"`
+	Shapes       []ShapeReport `json:"shapes"`
 }
 
 // Environment is the machine a report was measured on. Every field is

@@ -24,6 +24,9 @@ func WriteRunText(w io.Writer, r Report, o TextOptions) error {
 	if env.Emulated != "" {
 		b.printf(w, "%s", Wrap(EmulatedNote, SummaryColumns))
 	}
+	if r.Verified != nil && !*r.Verified {
+		b.printf(w, "%s\n", UnverifiedNote)
+	}
 	if env.Roof != nil {
 		b.printf(w, "%s", Wrap("summary (attainment derived by the cost model under the "+env.Roof.Label()+")", SummaryColumns))
 	} else {

@@ -42,6 +42,9 @@ type abFlags struct {
 	versionsOfA, versionsOfB string
 	warmup                   int
 	seed                     uint64
+	noVerify                 bool
+	emulated                 bool          // the arms run on the emulated device
+	gates                    [2]kernelGate // A's and B's
 }
 
 func (f *abFlags) register(fs *pflag.FlagSet) {
@@ -56,7 +59,8 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 	f.sampling.register(fs)
 	fs.IntVar(&f.warmup, "num-iters-warmup", 1, "untimed warmup iterations per shape and arm")
 	fs.Uint64Var(&f.seed, "seed", 42, "seed of the dummy weights and the prompts (both arms share them)")
-	f.verdict.register(fs)
+	registerNoVerify(fs, &f.noVerify)
+	f.verdict.register(fs, "least change in percent that FASTER/SLOWER may claim (the interval must lie beyond it), and the band of SAME (default ±1%); in [0, 100)")
 }
 
 // abCmd runs an interleaved A/B comparison of two kernel sets on the same
@@ -83,16 +87,50 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
 	}
-	engines, closeAll, err := f.loadArms(cfg, stderr)
+	engines, header, closeAll, err := f.loadArms(cfg, stderr)
 	defer closeAll()
 	if err != nil {
 		return err
 	}
-	if err := bench.ArmsAgree(engines[0], engines[1], 1, min(64, f.shapes.input[0]), f.seed, 1e-2); err != nil {
+	checked, err := f.checkGenerations(engines, cfg, stderr)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stderr, "stepbench ab: both arms compute the same logits; timing pairs A B, B A, …")
-	return f.runArms(bench.ABTarget{A: engines[0], B: engines[1]}, cfg, writer, stdout, stderr)
+	header = append(header, checked...)
+	fmt.Fprintln(stderr, "stepbench ab: timing pairs A B, B A, …")
+	return f.runArms(bench.ABTarget{A: engines[0], B: engines[1]}, cfg, header, writer, stdout, stderr)
+}
+
+// abMaxLogitsRelErr bounds the arms' logits at every step of the
+// generation check: the end-to-end bound (verify's against the cpu backend),
+// since two kernel sets' roundings differ many bf16 steps deep; a kernel
+// that drops a key or a tile is far beyond it.
+const abMaxLogitsRelErr = endToEndMaxRelErr
+
+// checkGenerations compares the arms over the whole generation of every
+// shape before any is timed (bench.CheckGeneration), and returns the line
+// the report's header shows.
+func (f *abFlags) checkGenerations(engines []*runner.Engine, cfg runner.Config, stderr io.Writer) ([]string, error) {
+	if f.noVerify {
+		return []string{"UNVERIFIED: --no-verify: the arms' logits were not compared before timing; A may compute another model"}, nil
+	}
+	var worst bench.GenerationCheck
+	steps := 0
+	for _, sh := range runShapes(f.shapes.batch, f.shapes.input, f.shapes.output) {
+		shape := bench.Shape{Batch: sh.Batch, InputLen: sh.InputLen, OutputLen: sh.OutputLen}
+		c := bench.CheckGeneration(engines[0], engines[1], shape, f.seed, cfg.VocabSize, abMaxLogitsRelErr)
+		if c.Err != nil {
+			return nil, fmt.Errorf("%w (nothing was timed; --no-verify times it anyway)", c.Err)
+		}
+		steps += c.Steps
+		if c.WorstRelErr >= worst.WorstRelErr {
+			worst = c
+		}
+	}
+	line := fmt.Sprintf("checked before timing: A's logits against B's at the prefill and every decode step of every shape (%d steps, both fed B's tokens), "+
+		"worst relative error %.2e at %s of %s (bound %g)", steps, worst.WorstRelErr, worst.WorstStep, worst.Shape.Label(), abMaxLogitsRelErr)
+	fmt.Fprintln(stderr, "stepbench ab: "+line)
+	return []string{line}, nil
 }
 
 func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) error, runner.Config, error) {
@@ -115,7 +153,13 @@ func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) erro
 	if f.warmup < 0 {
 		return nil, cfg, usagef("--num-iters-warmup: %d must not be negative", f.warmup)
 	}
-	writer, err := f.verdict.check()
+	if f.gates[0], err = planGate("--kernels-dir", f.kernelsA, "--kernel", f.selA, f.noVerify); err != nil {
+		return nil, cfg, err
+	}
+	if f.gates[1], err = planGate("--baseline-kernels-dir", f.kernelsB, "--baseline-kernel", f.selB, f.noVerify); err != nil {
+		return nil, cfg, err
+	}
+	writer, err := f.verdict.check(fs)
 	if err != nil {
 		return nil, cfg, err
 	}
@@ -128,9 +172,11 @@ func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) erro
 	return writer, cfg, f.shapes.validate(cfg)
 }
 
-// loadArms loads the two arms. Both hold the weights and their own run
-// buffers: each arm checks they fit twice before loading anything.
-func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engine, func(), error) {
+// loadArms loads the two arms, each checked (its kernelGate) before its
+// weights load. Both hold the weights and their own run buffers: each arm
+// checks they fit twice before loading anything. It returns the lines the
+// comparison's header shows about the arms.
+func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engine, []string, func(), error) {
 	var closers []func() error
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -141,34 +187,59 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 	est := runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
 	fmt.Fprintf(stderr, "stepbench ab: two copies of %s of weights (%s)\n", report.Bytes(est.WeightBytes), report.Bytes(2*est.WeightBytes))
 	engines := make([]*runner.Engine, 2)
+	var header []string
 	sels := []kernels.Selection{f.selA, f.selB}
 	for i, dir := range []string{f.kernelsA, f.kernelsB} {
 		be, err := openCUDAWithKernels(dir, sels[i], f.backend, stderr)
 		if err != nil {
-			return nil, closeAll, fmt.Errorf("arm %c (kernels %q, versions %s): %w", "AB"[i], dir, sels[i], err)
+			return nil, header, closeAll, fmt.Errorf("arm %c (kernels %q, versions %s): %w", "AB"[i], dir, sels[i], err)
 		}
 		fmt.Fprintf(stderr, "stepbench ab: arm %c: kernels %s, versions %s\n", "AB"[i], kernelsOrigin(dir), []string{f.versionsOfA, f.versionsOfB}[i])
 		closers = append(closers, be.Close)
+		if i == 0 && be.Info().Emulated != "" {
+			f.emulated = true
+			header = append(header, report.EmulatedNote)
+		}
+		v, err := f.gates[i].check(be, cfg, runShapes(f.shapes.batch, f.shapes.input, f.shapes.output), f.seed, stderr)
+		if err != nil {
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
+		}
+		header = append(header, armVerificationLine("AB"[i], v))
 		// Arm A still needs room for B's weights; both arms' run buffers
 		// are allocated later, at Begin.
 		need := runner.MemoryEstimate{WeightBytes: int64(2-i) * est.WeightBytes,
 			KVCacheBytes: 2 * est.KVCacheBytes, ActivationBytes: 2 * est.ActivationBytes}
 		if err := be.CheckMemory(need); err != nil {
-			return nil, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
 		e, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: f.seed}, loadProgress(stderr, "dummy"))
 		if err != nil {
-			return nil, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
 		closers = append(closers, e.Close)
 		engines[i] = e
 	}
-	return engines, closeAll, nil
+	return engines, header, closeAll, nil
+}
+
+// armVerificationLine says what the arm's kernels are and how they were checked.
+func armVerificationLine(arm byte, v report.Verification) string {
+	switch v.Status {
+	case report.VerificationSkipped:
+		return fmt.Sprintf("UNVERIFIED: arm %c: %s, not checked before timing (--no-verify)", arm, v.Kernels)
+	case report.VerificationPassed:
+		return fmt.Sprintf("arm %c: %s, checked against the Go twins at the run's shapes before timing: %d checks passed, worst relative error %.2e",
+			arm, v.Kernels, v.Checks, v.WorstRelErr)
+	}
+	if v.Kernels == "" {
+		return fmt.Sprintf("arm %c: the embedded kernels at their default versions", arm)
+	}
+	return fmt.Sprintf("arm %c: %s: the embedded kernels, nothing to check", arm, v.Kernels)
 }
 
 // runArms times the pairs and prints the paired comparison (B = old, A =
 // new), also after an interruption (exit 130) for the pairs that finished.
-func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io.Writer, compare.Result) error, stdout, stderr io.Writer) error {
+func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, header []string, writer func(io.Writer, compare.Result) error, stdout, stderr io.Writer) error {
 	in := newInterruption()
 	defer in.stop()
 	opt := bench.Options{BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
@@ -178,6 +249,7 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, writer func(io
 	errs := []error{runErr}
 	if len(candidate) > 0 {
 		res, err := compare.Paired(baseline, candidate, f.verdict.options())
+		res.Header, res.Emulated = header, f.emulated
 		if err == nil {
 			err = f.verdict.outcome(stdout, writer, res)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/bench/telemetry/nvml"
 	"stepbench/cuda"
@@ -54,9 +55,10 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	emulated := drv.Emulated() != ""
 	if !force {
 		if c, err := roofline.LoadCalibration(cacheDir, props.UUID); err == nil {
-			printCalibration(stdout, c, "cached; --force to measure again")
+			printCalibration(stdout, c, "cached; --force to measure again", emulated)
 			return nil
 		}
 	}
@@ -90,7 +92,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	printCalibration(stdout, c, "saved to "+path)
+	printCalibration(stdout, c, "saved to "+path, emulated)
 	return nil
 }
 
@@ -108,10 +110,16 @@ func fitEmulated(fs *pflag.FlagSet, opt *gpu.CalibrateOptions, emu gpu.Calibrate
 	opt.Warmup = emu.Warmup
 }
 
-func printCalibration(w io.Writer, c roofline.Calibration, note string) {
+// printCalibration prints a calibration's figures at the precision their
+// size needs (report.SI), under the emulated note when the emulated device
+// measured them.
+func printCalibration(w io.Writer, c roofline.Calibration, note string, emulated bool) {
+	if emulated {
+		fmt.Fprintln(w, report.EmulatedNote)
+	}
 	fmt.Fprintf(w, "%s %s (%s, %s)\n", c.GPUName, c.GPUUUID, c.MeasuredAt, note)
-	fmt.Fprintf(w, "  device-to-device copy: %.3f TB/s (read+write, median of %d, %d MiB)\n",
-		c.CopyBytesPerSec/1e12, len(c.CopySeconds), c.CopyBytes>>20)
-	fmt.Fprintf(w, "  cuBLAS bf16 GEMM %d³:   %.1f TFLOP/s (median of %d)\n", c.GEMMSize, c.GEMMFLOPsPerSec/1e12, len(c.GEMMSeconds))
-	fmt.Fprintf(w, "  ridge: %.0f FLOP/byte\n", c.GEMMFLOPsPerSec/c.CopyBytesPerSec)
+	fmt.Fprintf(w, "  device-to-device copy: %s (read+write, median of %d, %d MiB)\n",
+		report.SI(c.CopyBytesPerSec, "B/s"), len(c.CopySeconds), c.CopyBytes>>20)
+	fmt.Fprintf(w, "  cuBLAS bf16 GEMM %d³:   %s (median of %d)\n", c.GEMMSize, report.SI(c.GEMMFLOPsPerSec, "FLOP/s"), len(c.GEMMSeconds))
+	fmt.Fprintf(w, "  ridge: %.3g FLOP/byte\n", c.GEMMFLOPsPerSec/c.CopyBytesPerSec)
 }

@@ -20,7 +20,7 @@ import (
 // (STEPBENCH_TEST_MAIN=1): a real process to send a real signal to.
 func TestMain(m *testing.M) {
 	if os.Getenv("STEPBENCH_TEST_MAIN") == "1" {
-		runtime.LockOSThread() // as main does: every CUDA call from one OS thread
+		runtime.LockOSThread() // as main does: every CUDA call on one thread
 		os.Exit(mainExit(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// The emulated runs share one user cache directory, so the kernels are
@@ -196,7 +196,7 @@ func TestCPUWithoutModelSaysWhichModel(t *testing.T) {
 
 func TestCompareExitCodes(t *testing.T) {
 	dir := t.TempDir()
-	report := func(name string, scale float64, batch int) string {
+	makeReport := func(name string, scale float64, batch int) string {
 		r := report.Report{Schema: report.Schema}
 		s := report.ShapeReport{Shape: bench.Shape{Batch: batch, InputLen: 8, OutputLen: 1}, Complete: true}
 		for i := 0; i < 8; i++ {
@@ -210,21 +210,52 @@ func TestCompareExitCodes(t *testing.T) {
 		}
 		return path
 	}
-	old, slower, other := report("old.json", 1, 1), report("slower.json", 1.2, 1), report("other.json", 1, 4)
+	old, slower, other := makeReport("old.json", 1, 1), makeReport("slower.json", 1.2, 1), makeReport("other.json", 1, 4)
+	edit := func(name, from string, change func(*report.Report)) string {
+		r, err := report.Read(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(&r)
+		path := filepath.Join(dir, name)
+		if err := report.Write(path, r); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	twice := edit("twice.json", old, func(r *report.Report) { r.Shapes = append(r.Shapes, r.Shapes[0]) })
+	zeros := edit("zeros.json", slower, func(r *report.Report) {
+		for i := range r.Shapes[0].Samples {
+			r.Shapes[0].Samples[i].DeviceSeconds = 0
+		}
+	})
+	gpu := edit("gpu.json", old, func(r *report.Report) { r.Environment = report.Environment{Backend: "cuda", GPUName: "NVIDIA H200"} })
+	emulated := edit("emu.json", old, func(r *report.Report) {
+		r.Environment = report.Environment{Backend: "cuda", Emulated: "stepbench emulated GPU"}
+	})
 	tests := []struct {
-		args []string
-		code int
-		want string
+		args       []string
+		code       int
+		want, says string
 	}{
-		{[]string{old, slower}, exitOK, "SLOWER"},
-		{[]string{old, slower, "--fail-on-regression"}, exitRegression, "SLOWER"},
-		{[]string{old, old, "--fail-on-regression"}, exitOK, "SAME"},
-		{[]string{old, other}, exitFailure, ""},
-		{[]string{old, slower, "--threshold", "-1"}, exitUsage, ""},
+		{[]string{old, slower}, exitOK, "SLOWER", ""},
+		{[]string{old, slower, "--fail-on-regression"}, exitRegression, "SLOWER", "2 of 2 rows are SLOWER"},
+		{[]string{old, old, "--fail-on-regression"}, exitOK, "SAME (±3%)", ""},
+		{[]string{old, other}, exitFailure, "", "no shape is in both runs"},
+		{[]string{old, slower, "--threshold", "-1"}, exitUsage, "", "--threshold"},
+		{[]string{old, slower, "--threshold", "NaN"}, exitUsage, "", "--threshold: NaN"},
+		{[]string{old, slower, "--alpha", "NaN"}, exitUsage, "", "--alpha: NaN"},
+		{[]string{old, slower, "--alpha", "0.7"}, exitUsage, "", "(0, 0.5]"},
+		{[]string{old, slower, "--confidence", "0.4"}, exitUsage, "", "--confidence: 0.4"},
+		{[]string{twice, old}, exitUsage, "", "OLD lists shape batch_size=1 input_len=8 output_len=1 twice"},
+		{[]string{gpu, emulated}, exitUsage, "", "NEW was made on the emulated CUDA device"},
+		// A metric with no usable times: listed, and with --fail-on-regression exit 1.
+		{[]string{old, zeros}, exitOK, "not compared (no verdict):\n- b1 i8 o1 prefill_device: NEW has 8 of 8 iterations", ""},
+		{[]string{old, zeros, "--fail-on-regression"}, exitFailure, "prefill_device: NEW has", "1 metric(s) could not be compared"},
 	}
 	for _, tc := range tests {
 		code, stdout, stderr := run(t, append([]string{"compare"}, tc.args...)...)
-		if code != tc.code || !strings.Contains(stdout, tc.want) {
+		if code != tc.code || !strings.Contains(stdout, tc.want) || !strings.Contains(stderr, tc.says) {
 			t.Errorf("compare %v: exit %d (want %d), stdout %q, stderr %q", tc.args[2:], code, tc.code, stdout, stderr)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -15,39 +16,55 @@ import (
 type verdictFlags struct {
 	format           string
 	alpha            float64
+	confidence       float64
 	thresholdPct     float64
 	failOnRegression bool
+	thresholdSet     bool
 }
 
-func (v *verdictFlags) register(fs *pflag.FlagSet) {
+func (v *verdictFlags) register(fs *pflag.FlagSet, thresholdHelp string) {
 	fs.StringVar(&v.format, "format", "markdown", "output: markdown, csv or json")
-	fs.Float64Var(&v.alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test (ab: the sign test); the intervals are at 1-alpha")
-	fs.Float64Var(&v.thresholdPct, "threshold", 0, "least change in percent that FASTER/SLOWER may claim (the interval must lie beyond it), and the band of SAME (default ±1%)")
-	fs.BoolVar(&v.failOnRegression, "fail-on-regression", false, "exit 3 when any metric of any shape is SLOWER")
+	fs.Float64Var(&v.alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test (ab: the sign test), in (0, 0.5]")
+	fs.Float64Var(&v.confidence, "confidence", 0, "confidence level of the medians' and the ratio's intervals, in (0.5, 1) (default 1 - alpha)")
+	fs.Float64Var(&v.thresholdPct, "threshold", 0, thresholdHelp)
+	fs.BoolVar(&v.failOnRegression, "fail-on-regression", false, "exit 3 when any metric of any shape is SLOWER, 1 when any cannot be compared")
 }
 
-func (v *verdictFlags) check() (func(io.Writer, compare.Result) error, error) {
-	if v.alpha <= 0 || v.alpha >= 1 {
-		return nil, usagef("--alpha: %g is not in (0, 1)", v.alpha)
-	}
-	if v.thresholdPct < 0 || v.thresholdPct >= 100 {
+func (v *verdictFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) error, error) {
+	switch {
+	case !(v.alpha > 0 && v.alpha <= 0.5):
+		return nil, usagef("--alpha: %g is not in (0, 0.5]", v.alpha)
+	case fs.Changed("confidence") && !(v.confidence > 0.5 && v.confidence < 1):
+		return nil, usagef("--confidence: %g is not in (0.5, 1)", v.confidence)
+	case !(v.thresholdPct >= 0 && v.thresholdPct < 100):
 		return nil, usagef("--threshold: %g%% is not in [0, 100)", v.thresholdPct)
+	}
+	v.thresholdSet = fs.Changed("threshold")
+	if !fs.Changed("confidence") {
+		v.confidence = 1 - v.alpha
 	}
 	return compareWriter(v.format)
 }
 
 func (v *verdictFlags) options() compare.Options {
-	return compare.Options{Alpha: v.alpha, Confidence: 1 - v.alpha, Threshold: v.thresholdPct / 100}
+	return compare.Options{Alpha: v.alpha, Confidence: v.confidence, Threshold: v.thresholdPct / 100, ThresholdSet: v.thresholdSet}
 }
 
-// outcome writes the comparison and turns a regression into exit code 3
-// when --fail-on-regression asked for it.
+// outcome writes the comparison; with --fail-on-regression a metric that
+// could not be compared is exit 1 and a SLOWER one exit 3.
 func (v *verdictFlags) outcome(w io.Writer, writer func(io.Writer, compare.Result) error, res compare.Result) error {
 	if err := writer(w, res); err != nil {
 		return err
 	}
-	if n := res.Regressions(); n > 0 && v.failOnRegression {
-		return exitError{exitRegression, fmt.Errorf("%d of %d rows are %s (--fail-on-regression)", n, len(res.Rows), stats.VerdictSlower)}
+	if !v.failOnRegression {
+		return nil
+	}
+	slower := res.Regressions()
+	if n := len(res.Unjudged); n > 0 {
+		return fmt.Errorf("%d metric(s) could not be compared (listed above) and %d of %d rows are %s (--fail-on-regression)", n, slower, len(res.Rows), stats.VerdictSlower)
+	}
+	if slower > 0 {
+		return exitError{exitRegression, fmt.Errorf("%d of %d rows are %s (--fail-on-regression)", slower, len(res.Rows), stats.VerdictSlower)}
 	}
 	return nil
 }
@@ -58,12 +75,12 @@ func (v *verdictFlags) outcome(w io.Writer, writer func(io.Writer, compare.Resul
 func compareCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("compare", stderr)
 	var v verdictFlags
-	v.register(fs)
+	v.register(fs, "the run-to-run floor in percent: a verdict needs the ratio's interval beyond 1±PCT% (default per backend: 3 on a GPU, 30 on the emulated device and the cpu backend), and the band of SAME; in [0, 100)")
 	positional, err := parsePositional(fs, args, 2, "OLD.json NEW.json")
 	if err != nil {
 		return err
 	}
-	writer, err := v.check()
+	writer, err := v.check(fs)
 	if err != nil {
 		return err
 	}
@@ -76,6 +93,9 @@ func compareCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	res, err := compare.Reports(oldReport, newReport, v.options())
+	if errors.Is(err, compare.ErrIncomparable) {
+		return usageError{err}
+	}
 	if err != nil {
 		return err
 	}

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
 
 	"stepbench/cuda/emutest"
-	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
 
@@ -155,25 +155,27 @@ func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
 	}
 	stdout, _ = mustRun(t, "kernel", "attention", "--model", "llama-tiny", "--input-len", "32", "--min-samples", "3",
 		"--max-samples", "5", "--timeout", "10s")
-	if !strings.Contains(stdout, "attention") {
-		t.Errorf("kernel output:\n%s", stdout)
+	if !strings.Contains(stdout, "attention") || !strings.Contains(stdout, "not GPU times") {
+		t.Errorf("kernel output (the op, said emulated):\n%s", stdout)
 	}
-	mustRun(t, "calibrate", "--copy-mib", "4", "--gemm-size", "128", "--repeats", "3")
+	// Emulated rates are thousands of times below a GPU's: printed in the
+	// unit that fits (GFLOP/s, GB/s), never as 0.0 TFLOP/s.
+	stdout, _ = mustRun(t, "calibrate", "--copy-mib", "4", "--gemm-size", "128", "--repeats", "3", "--force")
+	rates := regexp.MustCompile(`copy: [1-9][0-9.]* [kMG]?B/s .*\n.*GEMM 128³: +[1-9][0-9.]* [kMG]?FLOP/s .*\n +ridge: [0-9.e+-]+ FLOP/byte`)
+	if !strings.Contains(stdout, "not GPU times") || !rates.MatchString(stdout) || strings.Contains(stdout, " 0.0 ") {
+		t.Errorf("calibrate output (said emulated, rates in units that fit):\n%s", stdout)
+	}
+	stdout, _ = mustRun(t, "verify", "--model", "llama-tiny", "--check", "add_i32")
+	if !strings.Contains(stdout, "not GPU times") {
+		t.Errorf("verify output does not say it ran on the emulated device:\n%s", stdout)
+	}
 	// A/B of the embedded kernels against an identical copy on disk.
-	dir := t.TempDir()
-	srcs, err := kernels.Sources("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, text := range srcs {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := kernelsWith(t)
 	stdout, _ = mustRun(t, "ab", "--model", "llama-tiny", "--batch-size", "1", "--input-len", "16", "--output-len", "4",
 		"--num-iters", "4", "--kernels-dir", dir)
-	if !strings.Contains(stdout, "prefill") {
-		t.Errorf("ab output:\n%s", stdout)
+	if !strings.Contains(stdout, "prefill") || !strings.Contains(stdout, "not GPU times") ||
+		!strings.Contains(stdout, "(the embedded sources): the embedded kernels, nothing to check") {
+		t.Errorf("ab output (said emulated, the identical directory named):\n%s", stdout)
 	}
 	// A/B of two versions of one op, the embedded sources in both arms.
 	stdout, stderr := mustRun(t, "ab", "--model", "llama-tiny", "--batch-size", "1", "--input-len", "16", "--output-len", "3",
@@ -190,27 +192,23 @@ func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
 // run must stop with the CUDA error named and keep batch 1's results.
 func TestEmulatedFaultKeepsFinishedShapes(t *testing.T) {
 	onEmulator(t)
-	srcs, err := kernels.Sources("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const old = "for (int i = threadIdx.x; i < vecs; i += blockDim.x) out[dst + i] = table[src + i];"
-	if !strings.Contains(srcs["copy.cu"], old) {
-		t.Fatal("copy.cu changed: update the seeded fault")
-	}
-	srcs["copy.cu"] = strings.Replace(srcs["copy.cu"], old,
-		"for (int i = threadIdx.x; i < vecs + (tokens > 16 ? 1 : 0); i += blockDim.x) out[dst + i] = table[src + i];", 1)
-	dir := t.TempDir()
-	for name, text := range srcs {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := kernelsWith(t, kernelEdit{"copy.cu", "for (int i = threadIdx.x; i < vecs; i += blockDim.x) out[dst + i] = table[src + i];",
+		"for (int i = threadIdx.x; i < vecs + (tokens > 16 ? 1 : 0); i += blockDim.x) out[dst + i] = table[src + i];"})
 	out := t.TempDir()
 	jsonl, native := filepath.Join(out, "r.jsonl"), filepath.Join(out, "n.json")
-	code, stdout, stderr := run(t, "run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "1,2",
+	args := []string{"run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "1,2",
 		"--input-len", "16", "--output-len", "4", "--num-iters", "1", "--kernels-dir", dir,
-		"--result-filename", jsonl, "--json-out", native)
+		"--result-filename", jsonl, "--json-out", native}
+	// Checked first, the kernel faults before anything is timed or written.
+	code, stdout, stderr := run(t, args...)
+	if code != exitFailure || !strings.Contains(stderr, "embed failed its check before timing") || strings.Contains(stdout, "Prefill.") {
+		t.Fatalf("the checked run: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(jsonl); !os.IsNotExist(err) {
+		t.Errorf("the refused run wrote %s (%v)", jsonl, err)
+	}
+	// Unchecked (--no-verify), it faults in batch 2's first step.
+	code, stdout, stderr = run(t, append(args, "--no-verify")...)
 	if code == 0 {
 		t.Fatalf("the faulting run exited 0\n%s\n%s", stdout, stderr)
 	}

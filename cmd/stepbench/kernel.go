@@ -32,23 +32,21 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	timeout := fs.Duration("timeout", 15*time.Second, "stop sampling a shape after this long")
 	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if it does not say)")
 	format := fs.String("format", "table", "output: table or gobench")
+	noVerify := fs.Bool("no-verify", false, noVerifyHelp)
 	gpuName := fs.String("gpu", report.RoofAuto, "the roof of the attainment column: auto (a cached calibration of this GPU, else its clocks, else the datasheet preset matching its name), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
 	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(kernelbench.Ops())+")")
 	if err != nil {
 		return err
 	}
 	op := positional[0]
-	if !slices.Contains(kernelbench.Ops(), op) {
-		return usagef("unknown op %q (ops: %s)", op, joinNames(kernelbench.Ops()))
-	}
-	if err := checkKernelsDir(backend.kernelsDir); err != nil {
+	if err := checkKernelOp(op, backend.kernelsDir); err != nil {
 		return err
 	}
 	if *format != "table" && *format != "gobench" {
 		return usagef("--format: %q is not table or gobench", *format)
 	}
-	if *batch < 1 || *inputLen < 1 || *l2Bytes < 0 {
-		return usagef("--batch-size and --input-len must be >= 1, --l2-flush-bytes >= 0")
+	if *l2Bytes < 0 {
+		return usagef("--l2-flush-bytes: %d must not be negative", *l2Bytes)
 	}
 	shapes, err := kernelShapes(*shapeText, *batch, *inputLen)
 	if err != nil {
@@ -61,6 +59,10 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	gate, err := backend.gate(*noVerify)
+	if err != nil {
+		return err
+	}
 	// Kernel timings on the cpu reference would mean nothing: a GPU or nothing.
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
@@ -70,7 +72,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	for _, s := range shapes {
 		maxSeq, maxBatch = max(maxSeq, s.StartPos+s.SeqLen), max(maxBatch, s.Batch)
 	}
-	be, env, err := openBackend("cuda", backend, cfg.KernelShape(), runner.EstimateMemory(cfg, maxBatch, maxBatch*maxSeq, maxSeq), stderr)
+	be, env, v, err := openCheckedBackend(backend, gate, cfg, shapes, runner.EstimateMemory(cfg, maxBatch, maxBatch*maxSeq, maxSeq), stderr)
 	if err != nil {
 		return err
 	}
@@ -89,9 +91,10 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		return errors.Join(errs...)
 	}
 	if *format == "gobench" {
-		errs = append(errs, report.WriteKernelGoBench(stdout, report.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion}, results))
+		errs = append(errs, report.WriteKernelGoBench(stdout, report.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion,
+			"emulated": yesIf(env.Emulated != ""), "verified": noIf(!v.Verified())}, results))
 	} else {
-		errs = append(errs, report.WriteKernelTable(stdout, results, roof))
+		errs = append(errs, writeKernelNotes(stdout, env, v), report.WriteKernelTable(stdout, results, roof))
 	}
 	return errors.Join(errs...)
 }
@@ -108,6 +111,9 @@ func deviceL2Bytes(be runner.Backend) int {
 // kernelShapes are --shape's one shape, or the model's prefill and decode
 // shapes at --batch-size and --input-len.
 func kernelShapes(shapeText string, batch, inputLen int) ([]kernelbench.Shape, error) {
+	if batch < 1 || inputLen < 1 {
+		return nil, usagef("--batch-size and --input-len must be >= 1")
+	}
 	if shapeText == "" {
 		return []kernelbench.Shape{{Batch: batch, SeqLen: inputLen}, {Batch: batch, SeqLen: 1, StartPos: inputLen}}, nil
 	}
@@ -158,4 +164,55 @@ func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) (
 		return nil, usagef("want %s, got %d argument(s)", names, len(got))
 	}
 	return fs.Args(), nil
+}
+
+// gateShapes are the run shapes whose checks cover the op's shapes: a
+// prefill of seq tokens (and the decode step after it), or a decode step at
+// pos (after a prefill of pos tokens).
+func gateShapes(shapes []kernelbench.Shape) []gpu.RunShape {
+	var out []gpu.RunShape
+	for _, s := range shapes {
+		if s.SeqLen > 1 {
+			out = append(out, gpu.RunShape{Batch: s.Batch, InputLen: s.StartPos + s.SeqLen, OutputLen: 2})
+		} else {
+			out = append(out, gpu.RunShape{Batch: s.Batch, InputLen: max(s.StartPos, 1), OutputLen: 2})
+		}
+	}
+	return out
+}
+
+// writeKernelNotes heads the kernel table with what ran it: the emulated
+// device, unverified kernels.
+func writeKernelNotes(w io.Writer, env report.Environment, v report.Verification) error {
+	var err error
+	if env.Emulated != "" {
+		_, err = fmt.Fprintln(w, report.EmulatedNote)
+	}
+	if !v.Verified() && err == nil {
+		_, err = fmt.Fprintln(w, report.UnverifiedNote)
+	}
+	return err
+}
+
+// openCheckedBackend opens the cuda backend and checks its non-default
+// kernels at the op's shapes before anything is timed (kernelGate).
+func openCheckedBackend(flags backendFlags, gate kernelGate, cfg runner.Config, shapes []kernelbench.Shape, est runner.MemoryEstimate,
+	stderr io.Writer) (runner.Backend, report.Environment, report.Verification, error) {
+	be, env, err := openBackend("cuda", flags, cfg.KernelShape(), est, stderr)
+	if err != nil {
+		return nil, env, report.Verification{}, err
+	}
+	v, err := gate.check(be.(*gpu.Backend), cfg, gateShapes(shapes), 42, stderr)
+	if err != nil {
+		return nil, env, v, errors.Join(err, be.Close())
+	}
+	return be, env, v, nil
+}
+
+// checkKernelOp refuses an op kernelbench does not time and a bad --kernels-dir.
+func checkKernelOp(op, kernelsDir string) error {
+	if !slices.Contains(kernelbench.Ops(), op) {
+		return usagef("unknown op %q (ops: %s)", op, joinNames(kernelbench.Ops()))
+	}
+	return checkKernelsDir(kernelsDir)
 }

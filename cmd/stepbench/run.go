@@ -14,6 +14,7 @@ import (
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/runner"
+	"stepbench/runner/gpu"
 )
 
 // runFlags are the flags of 'stepbench run'.
@@ -41,6 +42,7 @@ type runFlags struct {
 	profile       profileFlags
 	tp            tpFlags
 	output        outputFlags
+	noVerify      bool
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet) {
@@ -67,6 +69,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.profile.register(fs)
 	f.tp.register(fs)
 	f.output.register(fs)
+	registerNoVerify(fs, &f.noVerify)
 }
 
 // runSetup is what runCmd resolved before loading weights.
@@ -77,6 +80,7 @@ type runSetup struct {
 	est                runner.MemoryEstimate
 	prompts            [][]int32            // --correctness-test
 	window             *bench.ProfileWindow // --profile
+	gate               kernelGate           // what to check before timing
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -108,6 +112,14 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--device cpu: %w", err)
 		}
 	}
+	verification := report.Verification{Status: report.VerificationReference}
+	if g, ok := be.(*gpu.Backend); ok && !f.correctness {
+		// Checked before the weights load: a wrong kernel costs no load.
+		shapes := runShapes(f.shapes.batch, f.shapes.input, f.shapes.output)
+		if verification, err = setup.gate.check(g, setup.cfg, shapes, f.seed, stderr); err != nil {
+			return err
+		}
+	}
 	engine, err := f.loadEngine(setup, be, stderr)
 	if err != nil {
 		return err
@@ -117,6 +129,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return runCorrectness(engine, setup.prompts, f.shapes.output[0], f.logitsOut, stdout)
 	}
 	deps := engineDeps(engine, env)
+	deps.verification = verification
 	deps.profiler = attachProfiler(engine, be, setup.window, stderr)
 	return f.benchmark(fs, setup, deps, stdout, stderr)
 }
@@ -167,6 +180,11 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 	}
 	if err := report.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
 		return s, usageError{err}
+	}
+	if s.device == "cuda" {
+		if s.gate, err = f.backend.gate(f.noVerify); err != nil {
+			return s, err
+		}
 	}
 	s.est = f.memoryEstimate(fs, s.cfg, s.prompts)
 	if f.device != "auto" && (s.device == "cpu" || s.emulated) && !fs.Changed("model") && f.model.modelPath == "" {
@@ -290,4 +308,31 @@ func (s *shapeFlags) maxima() (batch, tokens, seq int) {
 func hostEnvironment(backend string) report.Environment {
 	host, _ := os.Hostname()
 	return report.Environment{Backend: backend, Hostname: host, GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+}
+
+// checkRankKernels is a tensor-parallel run's kernelGate: the kernels every
+// rank runs are checked at rank 0's shapes on this node's first GPU, on a
+// backend of its own opened and closed before the group forms (a rank that
+// failed while the others join the communicator could not be aborted).
+func (f *runFlags) checkRankKernels(s runSetup, stderr io.Writer) (report.Verification, error) {
+	if f.correctness {
+		return report.Verification{}, nil // nothing is timed
+	}
+	if len(s.gate.checks) == 0 || s.gate.noVerify {
+		return s.gate.check(nil, s.cfg, nil, f.seed, stderr) // says so without a device
+	}
+	sel, err := f.backend.selection()
+	if err != nil {
+		return report.Verification{}, err
+	}
+	be, err := gpu.New(gpu.Options{KernelsDir: f.backend.kernelsDir, NVRTCPath: f.backend.nvrtcPath, CublasPath: f.backend.cublasPath,
+		DisableGraphs: f.backend.disableCUDAGraph, Kernels: sel, Progress: stderr})
+	if err != nil {
+		return report.Verification{}, fmt.Errorf("--device cuda: %w", err)
+	}
+	rank := s.cfg
+	m := f.tp.rankShape(s.cfg)
+	rank.NumAttentionHeads, rank.NumKeyValueHeads, rank.IntermediateSize, rank.VocabSize = m.Heads, m.KVHeads, m.Inter, m.Vocab
+	v, err := s.gate.check(be, rank, runShapes(f.shapes.batch, f.shapes.input, f.shapes.output), f.seed, stderr)
+	return v, errors.Join(err, be.Close())
 }

@@ -34,6 +34,7 @@ type runDeps struct {
 	sampleEvery  time.Duration    // the NVML sampler's period (0: the default); < 0: no sampler
 	calibrations string           // the calibration cache ("": the user cache directory)
 	toolVersion  string
+	verification report.Verification // how the timed kernels were checked
 }
 
 // engineDeps are the real dependencies of a run on engine.
@@ -66,7 +67,7 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	build := report.Builder{Model: s.cfg, Roof: roof, Telemetry: tel.Recorder(), DiscardThrottled: f.telemetry.discardThrottled,
 		TPSize: d.tpSize}
 	created := d.now()
-	writer := report.NewResultWriter(f.resultFiles(textOut), f.header(fs, s, d.env, d.toolVersion, created))
+	writer := report.NewResultWriter(f.resultFiles(textOut), f.header(fs, s, d.env, d.toolVersion, created, d.verification))
 	opt.AfterShape = func(sh bench.ShapeResult) error { return writer.AddShape(sh, build.Shape(sh)) }
 	shapes, runErr := bench.Run(d.target, opt)
 	tel.finish(&d.env, stderr)
@@ -75,7 +76,7 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	}
 	errs := []error{runErr}
 	if len(shapes) > 0 {
-		final := f.header(fs, s, d.env, d.toolVersion, created)
+		final := f.header(fs, s, d.env, d.toolVersion, created, d.verification)
 		final.Shapes = build.Shapes(shapes)
 		errs = append(errs, writer.Rewrite(final, final.Shapes))
 		errs = append(errs, f.writeText(final, shapes, stdout, textOut, stderr)...)
@@ -126,7 +127,7 @@ func (f *runFlags) severalShapes() bool {
 
 // header is the native report without its shapes: tool, time, machine and
 // the configuration, every flag included.
-func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment, toolVersion string, created time.Time) report.Report {
+func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment, toolVersion string, created time.Time, v report.Verification) report.Report {
 	flags := map[string]string{}
 	fs.VisitAll(func(fl *pflag.Flag) { flags[fl.Name] = fl.Value.String() })
 	cfg := report.RunConfig{Model: s.cfg, ModelPath: f.model.modelPath, LoadFormat: s.loadFormat, RunName: f.runName,
@@ -136,7 +137,12 @@ func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment,
 		f.sampling.options(&opt)
 		cfg.Adaptive = &opt.Adaptive
 	}
-	return report.Report{ToolVersion: toolVersion, CreatedAt: created.UTC().Format(time.RFC3339), Environment: env, Config: cfg}
+	if v.Status == "" {
+		v.Status = report.VerificationEmbedded // a run without a gate: the embedded defaults
+	}
+	verified := v.Verified()
+	return report.Report{ToolVersion: toolVersion, CreatedAt: created.UTC().Format(time.RFC3339), Environment: env, Config: cfg,
+		Verified: &verified, Verification: &v}
 }
 
 // writeText prints the summary and telemetry tables, draws --plot and
@@ -163,7 +169,8 @@ func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, st
 	}
 	if f.format == "gobench" {
 		errs = append(errs, report.WriteGoBench(stdout, final.Config.Model.Name, report.GoBenchConfig{"backend": env.Backend,
-			"gpu": env.GPUName, "driver": env.DriverVersion, "goos": runtime.GOOS, "goarch": runtime.GOARCH}, shapes))
+			"gpu": env.GPUName, "driver": env.DriverVersion, "goos": runtime.GOOS, "goarch": runtime.GOARCH,
+			"emulated": yesIf(env.Emulated != ""), "verified": noIf(final.Verified != nil && !*final.Verified)}, shapes))
 	}
 	return errs
 }
@@ -231,4 +238,20 @@ func (f *runFlags) inputFiles() []report.OutputFile {
 		return nil
 	}
 	return []report.OutputFile{{Label: "--prompt-ids", Path: f.promptIDs}}
+}
+
+// yesIf is "yes" when b, else "" (a gobench configuration line left out).
+func yesIf(b bool) string {
+	if b {
+		return "yes"
+	}
+	return ""
+}
+
+// noIf is "no" when b, else "".
+func noIf(b bool) string {
+	if b {
+		return "no"
+	}
+	return ""
 }

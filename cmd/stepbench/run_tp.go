@@ -114,6 +114,10 @@ func (t *tpFlags) rankEstimate(cfg runner.Config, batch, tokens, maxSeq int) run
 
 // runGroup is runCmd for a tensor-parallel run.
 func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Writer) error {
+	verification, err := f.checkRankKernels(s, stderr)
+	if err != nil {
+		return err
+	}
 	group, env, err := f.openGroup(s, stderr)
 	if err != nil {
 		return err
@@ -126,7 +130,7 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 		f.telemetry.energyWindowSeconds = 0
 		fmt.Fprintf(stderr, "stepbench: --nnodes %d: no energy windows (they repeat steps for a time, a different count on each node)\n", f.tp.nnodes)
 	}
-	deps := runDeps{target: group, env: env, openNVML: nvml.Open, toolVersion: versionString(), tpSize: f.tp.size}
+	deps := runDeps{target: group, env: env, openNVML: nvml.Open, toolVersion: versionString(), tpSize: f.tp.size, verification: verification}
 	deps.profiler = attachGroupProfiler(group, s.window, stderr)
 	return f.benchmark(fs, s, deps, stdout, stderr)
 }

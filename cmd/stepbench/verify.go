@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"stepbench/bench/report"
 	"stepbench/cuda"
 	"stepbench/kernels"
 	"stepbench/runner"
@@ -32,12 +33,20 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "seed of the random inputs and dummy weights")
 	only := fs.StringSlice("check", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(gpu.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
 	long := fs.Bool("long", false, "also check the shapes too slow for every run on the emulated device (attention over 1000-token prompts at batch 3)")
+	var shapes shapeFlags
+	shapes.register(fs, []int{1024}, []int{16})
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	atRunShapes := fs.Changed("batch-size") || fs.Changed("input-len") || fs.Changed("output-len")
 	cfg, err := runner.Preset(*model)
 	if err != nil {
 		return usagef("--model: %v", err)
+	}
+	if atRunShapes {
+		if err := shapes.validate(cfg); err != nil {
+			return err
+		}
 	}
 	for _, k := range *only {
 		if !slices.Contains(gpu.VerifyKernelNames, k) {
@@ -61,10 +70,43 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer be.Close()
 	info := be.Info()
+	if info.Emulated != "" {
+		fmt.Fprintln(stdout, report.EmulatedNote)
+	}
 	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, versions %s, decode %s\n\n",
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
 		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
+	if atRunShapes {
+		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, stdout)
+	}
 	return runVerify(be, cfg, *seed, gpu.VerifyOptions{Only: *only, Long: *long}, stdout)
+}
+
+// verifyAtRunShapes runs the checks a timed run makes before timing
+// (gpu.VerifyRunShapes) at the shapes of --batch-size, --input-len and
+// --output-len: every kernel, or those --check names.
+func verifyAtRunShapes(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunShape, only []string, seed uint64, stdout io.Writer) error {
+	checks := only
+	if len(checks) == 0 {
+		checks = gpu.VerifyKernelNames
+	}
+	v := verifyTable{tw: tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)}
+	fmt.Fprintln(v.tw, "check\tshape\tmax rel err\tstatus")
+	results, err := be.VerifyRunShapes(cfg.KernelShape(), shapes, checks, seed)
+	for _, r := range results {
+		v.row(r.Check, r.Shape, r.RelErr, r.Exact, r.Err)
+	}
+	if err != nil {
+		v.row("kernel checks", "", 0, false, err)
+	}
+	if err := v.tw.Flush(); err != nil {
+		return err
+	}
+	if v.failures > 0 {
+		return fmt.Errorf("%d check(s) failed", v.failures)
+	}
+	fmt.Fprintf(stdout, "\nall %d checks passed at the run shapes (kernels %s; end to end not run)\n", len(results), strings.Join(checks, ", "))
+	return nil
 }
 
 // verifyTable is verify's table of checks, counting the failures.

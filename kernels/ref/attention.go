@@ -20,57 +20,70 @@ import "math"
 // Preconditions: heads a positive multiple of kvHeads, startPos >= 0,
 // startPos+seqLen <= maxSeq, and every slice as long as its shape.
 func Attention(out, q, kCache, vCache []uint16, batch, seqLen, startPos, heads, kvHeads, headDim, maxSeq int) {
-	const op = "Attention"
+	AttentionTokens(out, q, kCache, vCache, batch, seqLen, startPos, heads, kvHeads, headDim, maxSeq, nil)
+}
+
+// AttentionTokens is Attention for the listed tokens only (t = b*seqLen+s,
+// every head of each); nil lists every token. Rows of out not listed are
+// left as they were. It lets a check run a kernel at a large shape and
+// compare a sample of its rows without computing all of them in Go.
+func AttentionTokens(out, q, kCache, vCache []uint16, batch, seqLen, startPos, heads, kvHeads, headDim, maxSeq int, tokens []int) {
+	const op = "AttentionTokens"
 	needShape(op, batch >= 0 && seqLen >= 0 && startPos >= 0 && kvHeads >= 1 && heads >= kvHeads &&
 		heads%kvHeads == 0 && headDim >= 1 && startPos+seqLen <= maxSeq,
 		"bad shape batch %d seqLen %d startPos %d heads %d kvHeads %d headDim %d maxSeq %d",
 		batch, seqLen, startPos, heads, kvHeads, headDim, maxSeq)
-	tokens := batch * seqLen
 	qWidth, kvWidth := heads*headDim, kvHeads*headDim
-	needLen(op, "q", len(q), tokens*qWidth)
-	needLen(op, "out", len(out), tokens*qWidth)
+	needLen(op, "q", len(q), batch*seqLen*qWidth)
+	needLen(op, "out", len(out), batch*seqLen*qWidth)
 	needLen(op, "kCache", len(kCache), batch*maxSeq*kvWidth)
 	needLen(op, "vCache", len(vCache), batch*maxSeq*kvWidth)
-
+	for _, t := range tokens {
+		needShape(op, t >= 0 && t < batch*seqLen, "token %d outside [0, %d)", t, batch*seqLen)
+	}
+	if tokens == nil {
+		tokens = make([]int, batch*seqLen)
+		for t := range tokens {
+			tokens[t] = t
+		}
+	}
 	scale := float32(1 / math.Sqrt(float64(headDim)))
 	groupSize := heads / kvHeads
 	query := make([]float32, headDim)
 	scores := make([]float32, startPos+seqLen)
 	acc := make([]float32, headDim)
-	for b := 0; b < batch; b++ {
-		for s := 0; s < seqLen; s++ {
-			t := b*seqLen + s
-			keys := startPos + s + 1 // positions 0..p
-			for h := 0; h < heads; h++ {
-				ToF32(query, q[t*qWidth+h*headDim:t*qWidth+(h+1)*headDim])
-				kvOffset := (h / groupSize) * headDim
+	for _, t := range tokens {
+		b, s := t/seqLen, t%seqLen
+		keys := startPos + s + 1 // positions 0..p
+		for h := 0; h < heads; h++ {
+			ToF32(query, q[t*qWidth+h*headDim:t*qWidth+(h+1)*headDim])
+			kvOffset := (h / groupSize) * headDim
 
-				maxScore := float32(math.Inf(-1))
-				for j := 0; j < keys; j++ {
-					k := kCache[(b*maxSeq+j)*kvWidth+kvOffset:][:headDim]
-					var dot float32
-					for d, qd := range query {
-						dot += qd * BF16ToF32(k[d])
-					}
-					scores[j] = dot * scale
-					maxScore = max(maxScore, scores[j])
+			maxScore := float32(math.Inf(-1))
+			for j := 0; j < keys; j++ {
+				k := kCache[(b*maxSeq+j)*kvWidth+kvOffset:][:headDim]
+				var dot float32
+				for d, qd := range query {
+					dot += qd * BF16ToF32(k[d])
 				}
-				var sum float32
-				for j := 0; j < keys; j++ {
-					scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
-					sum += scores[j]
-				}
-
-				clear(acc)
-				for j := 0; j < keys; j++ {
-					prob := scores[j] / sum
-					v := vCache[(b*maxSeq+j)*kvWidth+kvOffset:][:headDim]
-					for d := range acc {
-						acc[d] += prob * BF16ToF32(v[d])
-					}
-				}
-				ToBF16(out[t*qWidth+h*headDim:t*qWidth+(h+1)*headDim], acc)
+				scores[j] = dot * scale
+				maxScore = max(maxScore, scores[j])
 			}
+			var sum float32
+			for j := 0; j < keys; j++ {
+				scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
+				sum += scores[j]
+			}
+
+			clear(acc)
+			for j := 0; j < keys; j++ {
+				prob := scores[j] / sum
+				v := vCache[(b*maxSeq+j)*kvWidth+kvOffset:][:headDim]
+				for d := range acc {
+					acc[d] += prob * BF16ToF32(v[d])
+				}
+			}
+			ToBF16(out[t*qWidth+h*headDim:t*qWidth+(h+1)*headDim], acc)
 		}
 	}
 }

@@ -154,3 +154,30 @@ func TestAttentionDecodeMatchesPrefill(t *testing.T) {
 		}
 	}
 }
+
+// AttentionTokens computes exactly Attention's rows for the tokens listed
+// and leaves every other row as it was.
+func TestAttentionTokensIsAttentionOnItsRows(t *testing.T) {
+	r := newRand(11)
+	const batch, seqLen, startPos, heads, kvHeads, d, maxSeq = 2, 9, 3, 4, 2, 16, 16
+	q := randomBF16(r, batch*seqLen*heads*d, 1)
+	k, v := randomBF16(r, batch*maxSeq*kvHeads*d, 1), randomBF16(r, batch*maxSeq*kvHeads*d, 1)
+	full := make([]uint16, len(q))
+	Attention(full, q, k, v, batch, seqLen, startPos, heads, kvHeads, d, maxSeq)
+	const untouched = 0x1234
+	some := make([]uint16, len(q))
+	for i := range some {
+		some[i] = untouched
+	}
+	tokens := []int{0, 8, 9, 17}
+	AttentionTokens(some, q, k, v, batch, seqLen, startPos, heads, kvHeads, d, maxSeq, tokens)
+	width := heads * d
+	for tok := 0; tok < batch*seqLen; tok++ {
+		listed := slices.Contains(tokens, tok)
+		for i := tok * width; i < (tok+1)*width; i++ {
+			if listed && some[i] != full[i] || !listed && some[i] != untouched {
+				t.Fatalf("token %d (listed %v) element %d: %#x, Attention %#x", tok, listed, i-tok*width, some[i], full[i])
+			}
+		}
+	}
+}

@@ -356,78 +356,94 @@ func equalBits[T comparable](got, want []T) error {
 	return nil
 }
 
-func (v *Verifier) verifyEmbed(m kernels.ModelShape) {
-	const tokens = 37
+func (v *Verifier) verifyEmbed(m kernels.ModelShape) { v.embedAt(m, 37, 37) }
+
+// embedAt checks embed over tokens ids (of the run's `of`, when capped).
+func (v *Verifier) embedAt(m kernels.ModelShape, tokens, of int) {
 	vocab := min(m.Vocab, 8192) // the row width is what matters; a full table is a gigabyte of draws
 	table := RandomBF16(v.rng, vocab*m.Hidden, 0, 1)
 	ids := make([]int32, tokens)
 	for i := range ids {
 		ids[i] = int32(v.rng.IntN(vocab))
 	}
-	ids[0], ids[1] = 0, int32(vocab-1) // both ends of the table
+	ids[0], ids[tokens-1] = 0, int32(vocab-1) // both ends of the table
 	want := make([]uint16, tokens*m.Hidden)
 	ref.Embed(want, table, ids, m.Hidden)
 	out := v.poisoned(tokens * m.Hidden)
 	dTable, dIDs := v.bf16(table), v.i32(ids)
 	v.launch(func() error { return v.set.Embed(v.stream, out, dTable, dIDs, tokens, m.Hidden) })
 	got := v.getBF16(out, tokens*m.Hidden)
-	v.record("embed", fmt.Sprintf("%s tokens=%d hidden=%d", m.Name, tokens, m.Hidden), 0, true, equalBits(got, want))
+	v.record("embed", fmt.Sprintf("%s %s hidden=%d", m.Name, strings.Replace(rowsLabel(tokens, of), "rows", "tokens", 1), m.Hidden), 0, true, equalBits(got, want))
 }
 
 func (v *Verifier) verifyAddRMSNorm(m kernels.ModelShape) {
 	for _, rows := range []int{1, 5, 128} {
 		for _, withAdd := range []bool{true, false} {
-			n := rows * m.Hidden
-			residual := RandomBF16(v.rng, n, 0, 2)
-			add := RandomBF16(v.rng, n, 0.5, 1)
-			weight := RandomBF16(v.rng, m.Hidden, 1, 0.1)
-			const eps = 1e-5
-			wantOut := make([]uint16, n)
-			wantRes := append([]uint16(nil), residual...)
-			var refAdd []uint16
-			addPtr := cuda.DevPtr(0)
-			if withAdd {
-				refAdd = add
-				addPtr = v.bf16(add)
-			}
-			ref.AddRMSNorm(wantOut, wantRes, refAdd, weight, rows, m.Hidden, eps)
-			out, res, w := v.poisoned(n), v.bf16(residual), v.bf16(weight)
-			v.launch(func() error { return v.set.AddRMSNorm(v.stream, out, res, addPtr, w, rows, m.Hidden, eps) })
-			gotOut, gotRes := v.getBF16(out, n), v.getBF16(res, n)
-			shape := fmt.Sprintf("%s rows=%d hidden=%d add=%v", m.Name, rows, m.Hidden, withAdd)
-			rel, err := closeBF16(gotOut, wantOut)
-			// The residual sum is one bf16 rounding of exact inputs: bit-identical.
-			if resErr := equalBits(gotRes, wantRes); resErr != nil {
-				err = errors.Join(err, fmt.Errorf("residual: %w", resErr))
-			}
-			v.record("add_rmsnorm", shape, rel, false, err)
+			v.addRMSNormAt(m, rows, withAdd, rows)
 		}
 	}
 }
 
+// addRMSNormAt checks add_rmsnorm over rows rows (of the run's `of`).
+func (v *Verifier) addRMSNormAt(m kernels.ModelShape, rows int, withAdd bool, of int) {
+	n := rows * m.Hidden
+	residual := RandomBF16(v.rng, n, 0, 2)
+	add := RandomBF16(v.rng, n, 0.5, 1)
+	weight := RandomBF16(v.rng, m.Hidden, 1, 0.1)
+	const eps = 1e-5
+	wantOut := make([]uint16, n)
+	wantRes := append([]uint16(nil), residual...)
+	var refAdd []uint16
+	addPtr := cuda.DevPtr(0)
+	if withAdd {
+		refAdd = add
+		addPtr = v.bf16(add)
+	}
+	ref.AddRMSNorm(wantOut, wantRes, refAdd, weight, rows, m.Hidden, eps)
+	out, res, w := v.poisoned(n), v.bf16(residual), v.bf16(weight)
+	v.launch(func() error { return v.set.AddRMSNorm(v.stream, out, res, addPtr, w, rows, m.Hidden, eps) })
+	gotOut, gotRes := v.getBF16(out, n), v.getBF16(res, n)
+	shape := fmt.Sprintf("%s %s hidden=%d add=%v", m.Name, rowsLabel(rows, of), m.Hidden, withAdd)
+	rel, err := closeBF16(gotOut, wantOut)
+	// The residual sum is one bf16 rounding of exact inputs: bit-identical.
+	if resErr := equalBits(gotRes, wantRes); resErr != nil {
+		err = errors.Join(err, fmt.Errorf("residual: %w", resErr))
+	}
+	v.record("add_rmsnorm", shape, rel, false, err)
+}
+
 func (v *Verifier) verifySiluMul(m kernels.ModelShape) {
 	for _, rows := range []int{1, 64} {
-		gateUp := RandomBF16(v.rng, rows*2*m.Inter, 0, 2)
-		want := make([]uint16, rows*m.Inter)
-		ref.SiluMul(want, gateUp, rows, m.Inter)
-		out, dGateUp := v.poisoned(rows*m.Inter), v.bf16(gateUp)
-		v.launch(func() error { return v.set.SiluMul(v.stream, out, dGateUp, rows, m.Inter) })
-		rel, err := closeBF16(v.getBF16(out, rows*m.Inter), want)
-		v.record("silu_mul", fmt.Sprintf("%s rows=%d inter=%d", m.Name, rows, m.Inter), rel, false, err)
+		v.siluMulAt(m, rows, rows)
 	}
 }
 
+// siluMulAt checks silu_mul over rows rows (of the run's `of`).
+func (v *Verifier) siluMulAt(m kernels.ModelShape, rows, of int) {
+	gateUp := RandomBF16(v.rng, rows*2*m.Inter, 0, 2)
+	want := make([]uint16, rows*m.Inter)
+	ref.SiluMul(want, gateUp, rows, m.Inter)
+	out, dGateUp := v.poisoned(rows*m.Inter), v.bf16(gateUp)
+	v.launch(func() error { return v.set.SiluMul(v.stream, out, dGateUp, rows, m.Inter) })
+	rel, err := closeBF16(v.getBF16(out, rows*m.Inter), want)
+	v.record("silu_mul", fmt.Sprintf("%s %s inter=%d", m.Name, rowsLabel(rows, of), m.Inter), rel, false, err)
+}
+
 func (v *Verifier) verifyGatherLast(m kernels.ModelShape) {
-	const batch, seqLen = 3, 19
 	for _, width := range []int{m.Hidden, m.Vocab} {
-		in := RandomBF16(v.rng, batch*seqLen*width, 0, 1)
-		want := make([]uint16, batch*width)
-		ref.GatherLast(want, in, batch, seqLen, width)
-		out, dIn := v.poisoned(batch*width), v.bf16(in)
-		v.launch(func() error { return v.set.GatherLast(v.stream, out, dIn, batch, seqLen, width) })
-		err := equalBits(v.getBF16(out, batch*width), want)
-		v.record("gather_last", fmt.Sprintf("%s batch=%d seq=%d width=%d", m.Name, batch, seqLen, width), 0, true, err)
+		v.gatherLastAt(m, 3, 19, width)
 	}
+}
+
+// gatherLastAt checks gather_last of batch sequences of seqLen rows.
+func (v *Verifier) gatherLastAt(m kernels.ModelShape, batch, seqLen, width int) {
+	in := RandomBF16(v.rng, batch*seqLen*width, 0, 1)
+	want := make([]uint16, batch*width)
+	ref.GatherLast(want, in, batch, seqLen, width)
+	out, dIn := v.poisoned(batch*width), v.bf16(in)
+	v.launch(func() error { return v.set.GatherLast(v.stream, out, dIn, batch, seqLen, width) })
+	err := equalBits(v.getBF16(out, batch*width), want)
+	v.record("gather_last", fmt.Sprintf("%s batch=%d seq=%d width=%d", m.Name, batch, seqLen, width), 0, true, err)
 }
 
 func (v *Verifier) verifyArgmax(m kernels.ModelShape) {
@@ -455,15 +471,22 @@ func (v *Verifier) verifyArgmax(m kernels.ModelShape) {
 		if _, err := set.Selection().ArgmaxVersion(m.Vocab); err != nil {
 			continue // this version does not take the shape
 		}
-		out, dLogits := v.alloc(4*rows), v.bf16(logits)
-		wsBytes := kernels.ArgmaxWorkspaceBytes(rows, m.Vocab)
-		ws := v.alloc(wsBytes)
-		if v.err == nil {
-			v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
-		}
-		v.launch(func() error { return set.Argmax(v.stream, out, dLogits, ws, wsBytes, rows, m.Vocab) })
-		v.record(versioned("argmax", ver), fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(v.getI32(out, rows), want))
+		got := v.runArgmax(set, logits, rows, m.Vocab)
+		v.record(versioned("argmax", ver), fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(got, want))
 	}
+}
+
+// runArgmax launches one argmax version on logits (the output poisoned
+// first) and returns its indices.
+func (v *Verifier) runArgmax(set *Kernels, logits []uint16, rows, vocab int) []int32 {
+	out, dLogits := v.alloc(4*rows), v.bf16(logits)
+	wsBytes := kernels.ArgmaxWorkspaceBytes(rows, vocab)
+	ws := v.alloc(wsBytes)
+	if v.err == nil {
+		v.fail(v.stream.Memset32(out, 0xFFFFFFFF, rows))
+	}
+	v.launch(func() error { return set.Argmax(v.stream, out, dLogits, ws, wsBytes, rows, vocab) })
+	return v.getI32(out, rows)
 }
 
 // versions are the versions of op to check: the one the selection pins, or all.
@@ -595,17 +618,29 @@ type attentionCase struct {
 }
 
 func (v *Verifier) newAttentionCase(a kernels.AttnShape) *attentionCase {
-	tokens := a.Batch * a.SeqLen
-	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-	c := &attentionCase{a: a, q: RandomBF16(v.rng, tokens*qWidth, 0, 1),
-		kCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1), vCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1),
-		want: make([]uint16, tokens*qWidth)}
+	c := v.drawAttentionInputs(a)
 	ref.Attention(c.want, c.q, c.kCache, c.vCache, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
 	return c
 }
 
+// drawAttentionInputs draws a case's q and caches; want is left to fill.
+func (v *Verifier) drawAttentionInputs(a kernels.AttnShape) *attentionCase {
+	tokens := a.Batch * a.SeqLen
+	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	return &attentionCase{a: a, q: RandomBF16(v.rng, tokens*qWidth, 0, 1),
+		kCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1), vCache: RandomBF16(v.rng, a.Batch*a.MaxSeq*kvWidth, 0, 1),
+		want: make([]uint16, tokens*qWidth)}
+}
+
 // verifyAttentionAt checks one attention version at one case.
 func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCase) {
+	rel, err := closeBF16(v.runAttention(set, c), c.want)
+	v.record(check, FormatShape(c.a), rel, false, err)
+}
+
+// runAttention launches one attention version on c's inputs (output
+// poisoned first) and returns its output.
+func (v *Verifier) runAttention(set *Kernels, c *attentionCase) []uint16 {
 	a := c.a
 	wsBytes := set.AttentionWorkspaceBytes(a)
 	var ws cuda.DevPtr
@@ -615,8 +650,7 @@ func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCas
 	out := v.poisoned(len(c.want))
 	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
 	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
-	rel, err := closeBF16(v.getBF16(out, len(c.want)), c.want)
-	v.record(check, FormatShape(a), rel, false, err)
+	return v.getBF16(out, len(c.want))
 }
 
 // verifyDecodeGraph captures one decode step (rope_kv_write, attention,
@@ -625,14 +659,21 @@ func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCas
 // match the reference at its own position.
 func (v *Verifier) verifyDecodeGraph(m kernels.ModelShape) {
 	const batch, start, replays = 2, 60, 70 // replays cross a 64-key chunk boundary
-	a := kernels.AttnShape{Batch: batch, SeqLen: 1, StartPos: start, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: start + replays + 1}
+	v.decodeGraphAt(m, batch, start, replays, start+replays+1, nil)
+}
+
+// decodeGraphAt captures a decode step of batch sequences at position start
+// (caches of maxSeq positions) and replays it replays times, comparing the
+// replays at the positions compareAt lists (nil: every replay).
+func (v *Verifier) decodeGraphAt(m kernels.ModelShape, batch, start, replays, maxSeq int, compareAt []int) {
+	a := kernels.AttnShape{Batch: batch, SeqLen: 1, StartPos: start, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: maxSeq}
 	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	cacheLen := batch * a.MaxSeq * kvWidth
 	kCache, vCache := RandomBF16(v.rng, cacheLen, 0, 1), RandomBF16(v.rng, cacheLen, 0, 1)
 	qkv := RandomBF16(v.rng, batch*(qWidth+2*kvWidth), 0, 1)
 	invFreq := ref.RopeInvFreq(a.HeadDim, m.RopeTheta, nil)
 	dK, dV, dQKV, dFreq := v.bf16(kCache), v.bf16(vCache), v.bf16(qkv), v.f32(invFreq)
-	pos := v.i32([]int32{start})
+	pos := v.i32([]int32{int32(start)})
 	q, out := v.alloc(2*batch*qWidth), v.alloc(2*batch*qWidth)
 	wsBytes := v.set.AttentionWorkspaceBytes(a)
 	ws := v.alloc(wsBytes)
@@ -668,6 +709,9 @@ func (v *Verifier) verifyDecodeGraph(m kernels.ModelShape) {
 		}
 		v.launch(func() error { return exec.Launch(v.stream) })
 		ref.RopeKVWrite(wantQ, kCache, vCache, qkv, invFreq, batch, 1, p, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
+		if compareAt != nil && !slices.Contains(compareAt, p) {
+			continue
+		}
 		ref.Attention(want, wantQ, kCache, vCache, batch, 1, p, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
 		rel, err := closeBF16(v.getBF16(out, batch*qWidth), want)
 		worst = max(worst, rel)
