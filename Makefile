@@ -26,8 +26,12 @@ vet:
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
 # every kernel.
+# The docs' examples (./docs) run after the rest, not beside it: they load
+# the emulated device for two minutes, and the tests that compare timings
+# of separate processes should not share the two cores with them.
 test: vet nocgo emu
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vx stepbench/docs)
+	$(GO) test -count=1 ./docs
 
 # Hardware stays at the edges: only these packages may need cgo (the CUDA
 # bindings, the CUDA backend, the NVML telemetry, the CLI that wires them).

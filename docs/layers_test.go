@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // helperPackages are packages outside the design's layers: test helpers
@@ -94,6 +95,63 @@ func TestDesignLayersAreTheImports(t *testing.T) {
 			}
 			if l, ok := layers[dep]; listed && ok && l >= layer {
 				t.Errorf("%s (layer %d) imports %s (layer %d): design.md says imports point to lower layers", pkg, layer, dep, l)
+			}
+		}
+	}
+}
+
+// anchor is GitHub's anchor of a heading: lower case, punctuation but - and
+// _ dropped, spaces as -.
+func anchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Every relative link of the README and of docs/*.md names a file that
+// exists and, after #, a heading of it: moving a section breaks no link.
+func TestLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading := regexp.MustCompile(`(?m)^#+ (.+)$`)
+	anchors := func(path string) map[string]bool {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		out := map[string]bool{}
+		for _, m := range heading.FindAllStringSubmatch(string(data), -1) {
+			out[anchor(m[1])] = true
+		}
+		return out
+	}
+	for _, page := range pages(t) {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := page
+			if file != "" {
+				path = filepath.Join(filepath.Dir(page), file)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s: link %s: %v", page, target, err)
+				continue
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !anchors(path)[frag] {
+				t.Errorf("%s: link %s: %s has no heading #%s", page, target, path, frag)
 			}
 		}
 	}

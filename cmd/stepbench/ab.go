@@ -70,6 +70,8 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 // codes as compare's, and 130 when interrupted (the finished pairs are
 // compared and printed).
 func abCmd(args []string, stdout, stderr io.Writer) error {
+	stderr = newProgressLine(stderr, false) // one status line on a terminal, nothing per pair elsewhere
+	defer statusOf(stderr).Status("")
 	fs := newFlagSet("ab", stderr)
 	var f abFlags
 	f.register(fs)
@@ -243,7 +245,7 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, header []strin
 	in := newInterruption()
 	defer in.stop()
 	opt := bench.Options{BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
-		WarmupIters: f.warmup, Seed: f.seed, VocabSize: cfg.VocabSize, Progress: stderr, Context: in.ctx}
+		WarmupIters: f.warmup, Seed: f.seed, VocabSize: cfg.VocabSize, Progress: stderr, Status: statusOf(stderr).Status, Context: in.ctx}
 	f.sampling.options(&opt)
 	baseline, candidate, runErr := bench.RunAB(pair, opt)
 	errs := []error{runErr}

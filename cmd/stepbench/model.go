@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -67,6 +68,15 @@ func (m *modelFlags) fitEmulated(fs *pflag.FlagSet) bool {
 		return true
 	}
 	return false
+}
+
+// resolveFitted is resolve after fitEmulated, saying on stderr when the
+// emulated device made it llama-tiny.
+func (m *modelFlags) resolveFitted(fs *pflag.FlagSet, stderr io.Writer) (runner.Config, error) {
+	if m.fitEmulated(fs) {
+		fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+	}
+	return m.resolve()
 }
 
 func joinNames(names []string) string {
