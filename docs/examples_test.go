@@ -86,7 +86,8 @@ func TestExamplesAreTagged(t *testing.T) {
 // tree first on PATH; the blocks of a page run in order in one directory
 // (an example may read what an earlier one wrote), each as a bash script
 // that stops at its first failing command. Blocks tagged needs=WHAT are
-// skipped (a GPU, torch, make), and listed.
+// skipped (a GPU, torch, make), and listed. STEPBENCH_DOCS_PAGE=NAME.md runs
+// one page's.
 func TestExamplesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every example of the docs")
@@ -99,6 +100,9 @@ func TestExamplesRun(t *testing.T) {
 	}
 	cache := t.TempDir()
 	for _, page := range pages(t) {
+		if only := os.Getenv("STEPBENCH_DOCS_PAGE"); only != "" && filepath.Base(page) != only {
+			continue // STEPBENCH_DOCS_PAGE=run.md runs one page's examples
+		}
 		dir := t.TempDir()
 		root, _ := filepath.Abs("..")
 		for _, link := range []string{"kernels", "scripts"} { // what examples name as ./kernels, ./scripts

@@ -146,3 +146,19 @@ func TestMakeRunIsShort(t *testing.T) {
 		}
 	}
 }
+
+// Without a CUDA driver, every command that needs a GPU says how to get
+// the emulated device (it said only "no CUDA driver: libcuda.so.1 ...").
+func TestNoDriverPointsToTheEmulator(t *testing.T) {
+	env := []string{"STEPBENCH_CUDA_LIBS="}
+	if code, _, _ := runBinary(t, env, "devices"); code == 0 {
+		t.Skip("a CUDA driver opens here")
+	}
+	for _, args := range [][]string{{"devices"}, {"verify"}, {"calibrate"}, {"kernel", "attention"}, {"ab", "--model", "llama-tiny", "--kernel", "argmax=1"},
+		{"run", "--batch-size", "1", "--input-len", "4", "--output-len", "2", "--num-iters", "1"}} {
+		_, _, stderr := runBinary(t, env, args...)
+		if !strings.Contains(stderr, "export STEPBENCH_CUDA_LIBS=$PWD/build/emu") {
+			t.Errorf("%v: stderr %q lacks the pointer to the emulated device", args, stderr)
+		}
+	}
+}
