@@ -9,8 +9,8 @@ LDFLAGS  := -X main.version=$(VERSION)
 # declare nothing deprecated. A CGO_CFLAGS from the environment is kept.
 CGO_CFLAGS ?= -O2 -g
 export CGO_CFLAGS += -Wno-deprecated-declarations
-# The README's main command: on a machine without a GPU, --device auto runs
-# the cpu backend on llama-tiny.
+# The README's main command: on a machine without a GPU (and on the
+# emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
 .PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen
@@ -26,8 +26,12 @@ vet:
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
 # every kernel.
+# The docs' examples (./docs) run after the rest, not beside it: they load
+# the emulated device for two minutes, and the tests that compare timings
+# of separate processes should not share the two cores with them.
 test: vet nocgo emu
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vx stepbench/docs)
+	$(GO) test -count=1 ./docs
 
 # Hardware stays at the edges: only these packages may need cgo (the CUDA
 # bindings, the CUDA backend, the NVML telemetry, the CLI that wires them).
@@ -68,7 +72,7 @@ fuzz:
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)
 	$(GO) test ./cuda -run '^$$' -fuzz FuzzCudaDirVersion -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzJoinListValues -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzParseHello -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/dist -run '^$$' -fuzz FuzzParseHello -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParseSelection -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):

@@ -146,6 +146,7 @@ func (h *harness) region(step func() error, sample Sample) (Sample, error) {
 	}
 	sample.HostSeconds = host.Seconds()
 	sample.DeviceSeconds = device.Seconds()
+	sample.StartUnixNanos = t0.UnixNano()
 	sample.RankDeviceSeconds = ranks
 	if h.opt.BetweenRegions != nil {
 		h.opt.BetweenRegions(sample)

@@ -169,8 +169,10 @@ type SampleReport struct {
 	DeviceSeconds float64 `json:"device_seconds"`
 	// RankDeviceSeconds: each tensor-parallel rank's device time (the
 	// device time is the largest); absent on one GPU.
-	RankDeviceSeconds []float64  `json:"rank_device_seconds,omitempty"`
-	Telemetry         *Telemetry `json:"telemetry,omitempty"`
+	RankDeviceSeconds []float64 `json:"rank_device_seconds,omitempty"`
+	// StartUnixNanos is the host clock at the region's start (a timeline's x).
+	StartUnixNanos int64      `json:"start_unix_nanos,omitempty"`
+	Telemetry      *Telemetry `json:"telemetry,omitempty"`
 }
 
 // Telemetry is what NVML said between regions, next to the region it
@@ -227,6 +229,7 @@ func NewShapeReport(s bench.ShapeResult) ShapeReport {
 			DeviceSeconds: sample.DeviceSeconds,
 
 			RankDeviceSeconds: sample.RankDeviceSeconds,
+			StartUnixNanos:    sample.StartUnixNanos,
 		})
 	}
 	for _, it := range s.Iterations {

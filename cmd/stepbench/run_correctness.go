@@ -25,8 +25,8 @@ func readPrompts(path string, cfg runner.Config, outputLens []int) ([][]int32, e
 		return nil, usagef("--output-len: %d exceeds %s's max_position_embeddings %d", outputLens[0], cfg.Name, cfg.MaxPositionEmbeddings)
 	}
 	for i, p := range prompts {
-		if n := len(p) + outputLens[0]; n > cfg.MaxPositionEmbeddings {
-			return nil, usagef("--prompt-ids: prompt %d has %d tokens; with --output-len %d that is %d positions, beyond %s's %d",
+		if n := runner.Positions(len(p), outputLens[0]); n > cfg.MaxPositionEmbeddings {
+			return nil, usagef("--prompt-ids: prompt %d has %d tokens; with --output-len %d that is %d positions (input + output − 1), beyond %s's %d",
 				i+1, len(p), outputLens[0], n, cfg.Name, cfg.MaxPositionEmbeddings)
 		}
 	}
