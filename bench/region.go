@@ -13,8 +13,11 @@ import (
 // runIteration is one_batch's latency_test_run_once: a fresh run, a timed
 // prefill, outputLen−1 timed decode steps, and its stdout lines.
 func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
-	it := IterationResult{Iter: key.Iter, PromptStream: key.stream()}
-	prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
+	it := IterationResult{Iter: key.Iter}
+	if h.opt.Prompts == nil {
+		it.PromptStream = key.stream()
+	}
+	prompts, err := h.promptIDs(key)
 	if err != nil {
 		return it, err
 	}

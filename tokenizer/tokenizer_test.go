@@ -319,3 +319,25 @@ func TestLoadFile(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// The chat prompt is the template's text; its special tokens encode as
+// themselves and it holds one BOS.
+func TestLlama3Chat(t *testing.T) {
+	got := Llama3Chat("  What is 2+2?\n\x1f")
+	want := "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+	if got != want {
+		t.Fatalf("Llama3Chat = %q, want %q", got, want)
+	}
+	tok := syntheticTokenizer(t)
+	ids := tok.EncodePlain(got)
+	var specials []string
+	for _, id := range ids {
+		if tok.IsSpecial(id) {
+			specials = append(specials, tok.Decode([]int32{id}))
+		}
+	}
+	wantSpecials := []string{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"}
+	if !slices.Equal(specials, wantSpecials) {
+		t.Errorf("special tokens %q, want %q", specials, wantSpecials)
+	}
+}
