@@ -31,6 +31,7 @@ func subcommands() map[string]subcommand {
 		"compare":   {"compare two native reports (--json-out): medians, intervals, ratio, p-value, FASTER/SLOWER/SAME/INCONCLUSIVE", compareCmd},
 		"ab":        {"interleaved A/B of two kernel sets on the same weights, reported as a comparison (needs a GPU)", abCmd},
 		"kernel":    {"time one op cold (L2 flushed) at the model's shapes, with adaptive stopping (needs a GPU)", kernelCmd},
+		"tokenize":  {"print the token ids of a text (--decode: the text of ids) with a model directory's tokenizer.json", tokenizeCmd},
 	}
 }
 
