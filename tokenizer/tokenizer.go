@@ -1,6 +1,9 @@
 package tokenizer
 
-import "unicode/utf8"
+import (
+	"slices"
+	"unicode/utf8"
+)
 
 // Tokenizer encodes text to token ids and decodes ids to text. It holds no
 // mutable state: one Tokenizer may serve any number of goroutines.
@@ -128,11 +131,8 @@ func newTokenSet(tokens map[string]int32) tokenSet {
 			s.lengths = append(s.lengths, len(content))
 		}
 	}
-	for i := 1; i < len(s.lengths); i++ { // insertion sort, longest first
-		for j := i; j > 0 && s.lengths[j] > s.lengths[j-1]; j-- {
-			s.lengths[j], s.lengths[j-1] = s.lengths[j-1], s.lengths[j]
-		}
-	}
+	slices.Sort(s.lengths)
+	slices.Reverse(s.lengths)
 	return s
 }
 
