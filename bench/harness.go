@@ -37,6 +37,8 @@ type Options struct {
 	// from a PCG seeded by (Seed, shape, iteration); see PromptIDs.
 	Seed      uint64
 	VocabSize int
+	// Prompts, when set, makes the prompts instead (TextPrompts: real text).
+	Prompts PromptSource
 	// LogDecodeStep is one_batch's --log-decode-step: decode step i is
 	// printed when i < 5 or (LogDecodeStep > 0 and i%LogDecodeStep == 0).
 	LogDecodeStep int
@@ -248,6 +250,15 @@ func newHarness(t Target, opt Options, stdout, progress io.Writer) (harness, err
 		return h, fmt.Errorf("create end event: %w", err)
 	}
 	return h, nil
+}
+
+// promptIDs are the prompts of key's iteration: Options.Prompts', or the
+// random ones.
+func (h *harness) promptIDs(key PromptKey) ([]int32, error) {
+	if h.opt.Prompts != nil {
+		return h.opt.Prompts.PromptIDs(key)
+	}
+	return PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
 }
 
 func (h *harness) newStopper() *stopper {

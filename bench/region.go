@@ -13,9 +13,12 @@ import (
 // runIteration is one_batch's latency_test_run_once: a fresh run, a timed
 // prefill, outputLen−1 timed decode steps, and its stdout lines.
 func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
-	it := IterationResult{Iter: key.Iter, PromptStream: key.stream()}
+	it := IterationResult{Iter: key.Iter}
+	if h.opt.Prompts == nil {
+		it.PromptStream = key.stream()
+	}
 	h.iteration = key
-	prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
+	prompts, err := h.promptIDs(key)
 	if err != nil {
 		return it, err
 	}

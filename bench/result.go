@@ -43,7 +43,7 @@ type Sample struct {
 type IterationResult struct {
 	Iter int
 	// PromptStream is the PCG stream its prompts came from (PromptIDs with
-	// Options.Seed reproduces them).
+	// Options.Seed reproduces them); 0 with Options.Prompts.
 	PromptStream uint64
 	Prefill      Sample
 	Decode       []Sample

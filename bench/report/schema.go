@@ -100,6 +100,20 @@ type RunConfig struct {
 	WarmupIters int             `json:"warmup_iters"`
 	// Flags holds every command-line flag as given or defaulted, by name.
 	Flags map[string]string `json:"flags,omitempty"`
+	// Prompts says where the timed prompts came from when not from random
+	// ids (run --prompt-file); absent: random ids.
+	Prompts *Prompts `json:"prompts,omitempty"`
+}
+
+// Prompts are the text prompts of a run (bench.TextPrompts): the file,
+// how many prompts it held, their tokens in all, and how many rows of a
+// shape start at distinct places.
+type Prompts struct {
+	Source       string `json:"source"` // "text"
+	File         string `json:"file"`
+	Count        int    `json:"count"`
+	Tokens       int    `json:"tokens"`
+	DistinctRows int    `json:"distinct_rows"`
 }
 
 // ShapeReport is one shape's samples, summaries and roofline floors.

@@ -34,6 +34,7 @@ type runFlags struct {
 	gpu           string
 	correctness   bool
 	promptIDs     string
+	text          textFlags // --prompt, --prompt-file, --chat, --stop-at-eos
 	logitsOut     string
 	stepTimeout   string // --step-timeout: "auto", a duration, or 0 (none)
 	breakdown     bool   // per-op breakdown pass per shape
@@ -60,9 +61,10 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.outputJSON, "output-json", "", "write vLLM 'bench latency' JSON per shape: this file for one shape, else FILE_batchB_inputI_outputO.ext each")
 	fs.StringVar(&f.jsonOut, "json-out", "", "write the native JSON report (environment, config, every sample, summaries, noise), rewritten as each shape ends")
 	fs.StringVar(&f.gpu, "gpu", report.RoofAuto, "the run's one roof, of every floor and attainment: auto (a cached calibration of this GPU, else its SM count and maximum clocks, else the datasheet preset matching its name; none on cpu), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
-	fs.BoolVar(&f.correctness, "correctness-test", false, "greedy generation from --prompt-ids, printing the generated ids (compare with HF transformers)")
+	fs.BoolVar(&f.correctness, "correctness-test", false, "greedy generation from --prompt-ids or text prompts (--prompt, --prompt-file), printing the generated ids and text (compare with HF transformers)")
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "with --correctness-test: file with one prompt per line, token ids separated by spaces")
-	fs.StringVar(&f.logitsOut, "logits-out", "", "with --correctness-test: append one JSON object per prompt {prompt, generated, logits}")
+	f.text.register(fs)
+	fs.StringVar(&f.logitsOut, "logits-out", "", "with --correctness-test: append one JSON object per prompt {prompt, generated, logits; with text prompts also prompt_text, generated_text}")
 	f.backend.register(fs)
 	f.telemetry.register(fs)
 	fs.StringVar(&f.stepTimeout, "step-timeout", "auto", "a timed region (or energy-window repetition, or the kernel check before timing) not done after this long ends the run with exit 1, naming it (a kernel that never returns): a duration such as 90s, 0 for none, or auto: 60s plus the largest prefill's FLOPs at 10^12 FLOP/s (10^9 on the cpu backend and the emulated device)")
@@ -80,7 +82,9 @@ type runSetup struct {
 	emulated           bool // the cuda backend is the emulated device (cuda/emu)
 	cfg                runner.Config
 	est                runner.MemoryEstimate
-	prompts            [][]int32            // --correctness-test
+	prompts            [][]int32            // --correctness-test's; run --prompt-file's, tokenized
+	text               *textPrompts         // --correctness-test with text prompts
+	textSource         *bench.TextPrompts   // run --prompt-file: the timed iterations' prompts
 	window             *bench.ProfileWindow // --profile
 	gate               kernelGate           // what to check before timing
 }
@@ -131,7 +135,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer engine.Close()
 	if f.correctness {
-		return runCorrectness(engine, setup.prompts, f.shapes.output[0], f.logitsOut, stdout)
+		return f.runCorrectness(engine, setup, stdout)
 	}
 	deps := engineDeps(engine, env)
 	deps.verification = verification
@@ -179,8 +183,15 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 		return s, usagef("--load-format safetensors needs --model-path")
 	}
 	if f.correctness {
-		if s.prompts, err = readPrompts(f.promptIDs, s.cfg, f.shapes.output); err != nil {
+		if s.prompts, s.text, err = f.correctnessPrompts(s.cfg); err != nil {
 			return s, err
+		}
+	} else if f.text.promptFile != "" {
+		if s.prompts, err = f.timingPrompts(s.cfg, stderr); err != nil {
+			return s, err
+		}
+		if s.textSource, err = bench.NewTextPrompts(s.prompts, f.seed); err != nil {
+			return s, usagef("--prompt-file: %v", err)
 		}
 	}
 	if err := report.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {

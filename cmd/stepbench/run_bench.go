@@ -136,6 +136,9 @@ func (f *runFlags) benchOptions(s runSetup, d runDeps, textOut, stderr io.Writer
 	if f.output.verbose {
 		opt.Stdout = textOut // one_batch's lines of every iteration
 	}
+	if s.textSource != nil {
+		opt.Prompts = s.textSource
+	}
 	f.sampling.options(&opt)
 	return opt
 }
@@ -167,6 +170,14 @@ func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment,
 		var opt bench.Options
 		f.sampling.options(&opt)
 		cfg.Adaptive = &opt.Adaptive
+	}
+	if s.textSource != nil {
+		tokens := 0
+		for _, p := range s.prompts {
+			tokens += len(p)
+		}
+		cfg.Prompts = &report.Prompts{Source: "text", File: f.text.promptFile, Count: len(s.prompts), Tokens: tokens,
+			DistinctRows: s.textSource.Distinct()}
 	}
 	if v.Status == "" {
 		v.Status = report.VerificationEmbedded // a run without a gate: the embedded defaults
@@ -265,10 +276,14 @@ func (f *runFlags) outputFiles() []report.OutputFile {
 }
 
 func (f *runFlags) inputFiles() []report.OutputFile {
-	if f.promptIDs == "" {
-		return nil
+	var in []report.OutputFile
+	if f.promptIDs != "" {
+		in = append(in, report.OutputFile{Label: "--prompt-ids", Path: f.promptIDs})
 	}
-	return []report.OutputFile{{Label: "--prompt-ids", Path: f.promptIDs}}
+	if f.text.promptFile != "" {
+		in = append(in, report.OutputFile{Label: "--prompt-file", Path: f.text.promptFile})
+	}
+	return in
 }
 
 // yesIf is "yes" when b, else "" (a gobench configuration line left out).

@@ -140,7 +140,7 @@ func (s *samplingFlags) options(opt *bench.Options) {
 // correctnessFlags are the flags --correctness-test uses; it refuses the
 // others rather than ignore them.
 var correctnessFlags = []string{"model", "model-path", "load-format", "device", "seed", "correctness-test", "prompt-ids",
-	"logits-out", "output-len", "kernels-dir", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
+	"prompt", "prompt-file", "chat", "stop-at-eos", "logits-out", "output-len", "kernels-dir", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
 	"tp-size", "nnodes", "node-rank", "dist-init-addr", "dist-timeout", "nccl"}
 
 // check validates flags that need no model.
@@ -183,7 +183,7 @@ func (f *runFlags) checkChoices(fs *pflag.FlagSet) error {
 
 func (f *runFlags) checkModes(fs *pflag.FlagSet) error {
 	if !f.correctness {
-		for _, name := range []string{"prompt-ids", "logits-out"} {
+		for _, name := range []string{"prompt-ids", "logits-out", "prompt", "chat", "stop-at-eos"} {
 			if fs.Changed(name) {
 				return usagef("--%s needs --correctness-test", name)
 			}
@@ -199,8 +199,12 @@ func (f *runFlags) checkModes(fs *pflag.FlagSet) error {
 	switch {
 	case refused != nil:
 		return refused
-	case f.promptIDs == "":
-		return usagef("--correctness-test needs --prompt-ids FILE")
+	case f.promptIDs == "" && !f.text.given():
+		return usagef("--correctness-test needs --prompt-ids FILE, --prompt TEXT or --prompt-file FILE")
+	case f.promptIDs != "" && f.text.given():
+		return usagef("--prompt-ids gives token ids; --prompt and --prompt-file give text: use one or the other")
+	case (f.text.chat || f.text.stopAtEOS) && !f.text.given():
+		return usagef("--chat and --stop-at-eos are for text prompts (--prompt, --prompt-file)")
 	case len(f.shapes.output) != 1:
 		return usagef("--correctness-test takes one --output-len, not %v", f.shapes.output)
 	case f.shapes.output[0] < 1:

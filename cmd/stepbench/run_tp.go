@@ -124,7 +124,7 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 	}
 	defer group.Close()
 	if f.correctness {
-		return runCorrectness(group, s.prompts, f.shapes.output[0], f.logitsOut, stdout)
+		return f.runCorrectness(group, s, stdout)
 	}
 	if f.tp.nnodes > 1 && f.telemetry.energyWindowSeconds > 0 {
 		f.telemetry.energyWindowSeconds = 0
