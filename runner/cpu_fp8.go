@@ -65,7 +65,7 @@ func (*CPU) QuantizeFP8(out, scale, x Buffer, rows, cols int, mode ActQuant) err
 	if err != nil {
 		return err
 	}
-	xs, err := bf16s("quantize fp8", []Buffer{x}, []int{n})
+	xs, err := bf16s("quantize fp8", []Buffer{x}, []int{n}, 0)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (*CPU) LinearFP8(out, x, xScale, w, wScale Buffer, m, n, k int, xPerRow, wP
 	if m < 0 || n < 0 || k < 0 {
 		return fmt.Errorf("linear fp8: m=%d n=%d k=%d", m, n, k)
 	}
-	ob, err := bf16s("linear fp8", []Buffer{out}, []int{m * n})
+	ob, err := bf16s("linear fp8", []Buffer{out}, []int{m * n}, 1)
 	if err != nil {
 		return err
 	}

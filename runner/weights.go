@@ -160,7 +160,26 @@ func loadWeights(be Backend, cfg Config, lay TPLayout, src WeightSource, progres
 	if err := be.UploadF32(w.invFreq, inv); err != nil {
 		return nil, w.freeOnError(be, fmt.Errorf("upload rope inv_freq: %w", err))
 	}
+	if p, ok := be.(WeightPreparer); ok {
+		if err := p.PrepareWeights(w.matrices()); err != nil {
+			return nil, w.freeOnError(be, fmt.Errorf("prepare weights: %w", err))
+		}
+	}
 	return w, nil
+}
+
+// matrices are the weights Linear reads: lm_head and every layer's bf16
+// projections (an FP8 one is LinearFP8's).
+func (w *Weights) matrices() []Buffer {
+	out := []Buffer{w.lmHead}
+	for _, l := range w.layers {
+		for _, lw := range []linearWeight{l.qkv, l.o, l.gateUp, l.down} {
+			if !lw.fp8() {
+				out = append(out, lw.w)
+			}
+		}
+	}
+	return out
 }
 
 // layer loads decoder layer i's share: q/k/v rows of the rank's heads and

@@ -52,7 +52,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := model.resolve()
+	cfg, err := model.resolveFitted(fs, stderr)
 	if err != nil {
 		return err
 	}
