@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"stepbench/bench/report"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
 )
@@ -49,7 +50,7 @@ func checkFP8Device(be runner.Backend, cfg runner.Config) error {
 // weightsLabel says what the loaded weights are, for the load line.
 func weightsLabel(cfg runner.Config, est runner.MemoryEstimate) string {
 	if cfg.Quantization != nil {
-		return fmt.Sprintf("%.2f GB, FP8 E4M3 projections", float64(est.WeightBytes)/1e9)
+		return report.Bytes(est.WeightBytes) + ", FP8 E4M3 projections"
 	}
-	return fmt.Sprintf("%.2f GB bf16", float64(est.WeightBytes)/1e9)
+	return report.Bytes(est.WeightBytes) + " bf16"
 }
