@@ -213,11 +213,15 @@ void RowBlock(void *arg, size_t blk) {
     const int i0 = (int)blk * kRowBlock, i1 = std::min(p.m, i0 + kRowBlock);
     const auto *A = reinterpret_cast<const unsigned char *>(g.a);
     const auto *B = reinterpret_cast<const unsigned char *>(g.b);
-    std::vector<float> arow((size_t)p.k), bcol((size_t)p.k);
+    // The block's rows of op(A) decoded once, each column of B once per block.
+    std::vector<float> arows((size_t)(i1 - i0) * p.k), bcol((size_t)p.k);
+    for (int i = i0; i < i1; i++) {
+        for (int q = 0; q < p.k; q++) arows[(size_t)(i - i0) * p.k + q] = kE4M3.v[A[(size_t)q + (size_t)i * p.lda]];
+    }
     for (int j = 0; j < p.n; j++) {
         for (int q = 0; q < p.k; q++) bcol[q] = kE4M3.v[B[(size_t)q + (size_t)j * p.ldb]];
         for (int i = i0; i < i1; i++) {
-            for (int q = 0; q < p.k; q++) arow[q] = kE4M3.v[A[(size_t)q + (size_t)i * p.lda]];
+            const float *arow = &arows[(size_t)(i - i0) * p.k];
             float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             int q = 0;
             for (; q + 8 <= p.k; q += 8) {

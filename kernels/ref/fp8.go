@@ -28,7 +28,19 @@ const (
 )
 
 // E4M3ToF32 widens an E4M3 bit pattern to float32 (exact).
-func E4M3ToF32(b uint8) float32 {
+func E4M3ToF32(b uint8) float32 { return e4m3Table[b] }
+
+// e4m3Table holds every E4M3 value (a table: widening a whole weight
+// matrix at every FP8 GEMM of the cpu backend must be cheap).
+var e4m3Table = func() (t [256]float32) {
+	for b := range t {
+		t[b] = e4m3Value(uint8(b))
+	}
+	return t
+}()
+
+// e4m3Value decodes one E4M3 bit pattern by its definition.
+func e4m3Value(b uint8) float32 {
 	exp, mant := int(b>>3)&0xf, int(b&7)
 	var v float32
 	switch {

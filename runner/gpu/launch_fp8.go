@@ -34,16 +34,18 @@ func (k *Kernels) QuantizeFP8Tensor(s *cuda.Stream, out, scale, partials, x cuda
 	if vec {
 		items /= 8
 	}
-	block := cuda.Dim3{X: kernels.FP8Threads, Y: 1, Z: 1}
+	// Small tensors (a decode step's) take small blocks: whole warps, as
+	// many threads as items up to FP8Threads.
 	nparts := 0
 	if dynamic {
-		nparts = min(kernels.GridStrideBlocks(n, kernels.FP8Threads, k.smCount), kernels.FP8Partials)
-		if err := k.launch(s, c.op, "fp8_absmax_partial", cuda.Dim3{X: uint32(nparts), Y: 1, Z: 1}, block, 0,
-			partials, x, int64(n)); err != nil {
+		nparts = min(kernels.GridStrideBlocks(items, kernels.FP8Threads, k.smCount), kernels.FP8Partials)
+		if err := k.launch(s, c.op, "fp8_absmax_partial", cuda.Dim3{X: uint32(nparts), Y: 1, Z: 1},
+			cuda.Dim3{X: threadsFor(items, kernels.FP8Threads), Y: 1, Z: 1}, 0, partials, x, int64(n), flag(vec)); err != nil {
 			return err
 		}
 	}
-	return k.launch(s, c.op, "fp8_quant_tensor", cuda.Dim3{X: k.gridStrideBlocks(items, kernels.FP8Threads), Y: 1, Z: 1}, block, 0,
+	return k.launch(s, c.op, "fp8_quant_tensor", cuda.Dim3{X: k.gridStrideBlocks(items, kernels.FP8Threads), Y: 1, Z: 1},
+		cuda.Dim3{X: threadsFor(max(items, nparts), kernels.FP8Threads), Y: 1, Z: 1}, 0,
 		out, scale, partials, int32(nparts), x, int64(n), flag(vec))
 }
 
@@ -63,7 +65,7 @@ func (k *Kernels) QuantizeFP8Token(s *cuda.Stream, out, scales, x cuda.DevPtr, r
 	// Row starts stay aligned only when a row is whole vectors.
 	vec := fp8Vec8(cols, out, x)
 	return k.launch(s, c.op, "fp8_quant_token", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
-		cuda.Dim3{X: kernels.FP8Threads, Y: 1, Z: 1}, 0, out, scales, x, int32(rows), int32(cols), flag(vec))
+		cuda.Dim3{X: threadsFor(cols/8, kernels.FP8Threads), Y: 1, Z: 1}, 0, out, scales, x, int32(rows), int32(cols), flag(vec))
 }
 
 // ScaleFP8Out is the dequantization epilogue (ref.ScaleFP8Out):
@@ -83,5 +85,5 @@ func (k *Kernels) ScaleFP8Out(s *cuda.Stream, out, acc, xs cuda.DevPtr, xStride 
 		return err
 	}
 	return k.launch(s, c.op, "fp8_scale_out", cuda.Dim3{X: k.gridStrideBlocks(m*n, kernels.FP8Threads), Y: 1, Z: 1},
-		cuda.Dim3{X: kernels.FP8Threads, Y: 1, Z: 1}, 0, out, acc, xs, int32(xStride), ws, int32(wStride), int32(m), int32(n))
+		cuda.Dim3{X: threadsFor(m*n, kernels.FP8Threads), Y: 1, Z: 1}, 0, out, acc, xs, int32(xStride), ws, int32(wStride), int32(m), int32(n))
 }
