@@ -142,6 +142,13 @@ func TestEmulatedVerify(t *testing.T) {
 	if !strings.Contains(stdout, "checks passed") {
 		t.Errorf("verify output:\n%s", stdout)
 	}
+	// The emulated GPU has FP8 (9.0): the FP8 GEMM against its twin, and
+	// llama-tiny quantized at load end to end against the cpu backend.
+	for _, want := range []string{"linear_fp8 (cuBLASLt)", "llama-tiny-fp8 prompt 2"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("verify output lacks %q:\n%s", want, stdout)
+		}
+	}
 }
 
 func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
