@@ -120,10 +120,46 @@ func (ld *weightLoader) linear(n int, parts ...part) (linearWeight, error) {
 	if lw.w, err = ld.own(F8E4M3, n, parts); err != nil {
 		return lw, err
 	}
-	if !q.Serialized() {
+	if !q.Serialized() || ld.src.Reader == nil {
 		return lw, ld.quantizeAtLoad(fb, &lw, n, parts)
 	}
 	return lw, ld.loadFP8(fb, &lw, parts)
+}
+
+// quantizeAtLoad fills a temporary bf16 matrix with the parts (dummy or
+// checkpoint weights) and quantizes it: --quantization fp8's one dynamic
+// per-tensor scale, or, for a quantized checkpoint's scheme with dummy weights
+// (a config with quantization_config and no safetensors, or the cost model,
+// which needs only the shapes), the scheme's layout: one weight scale or one
+// per row (QuantizeFP8 per token of a [rows, cols] weight is per output
+// channel), and a static input scale of 1 (activations up to E4M3's 448
+// unclipped).
+func (ld *weightLoader) quantizeAtLoad(fb FP8Backend, lw *linearWeight, n int, parts []part) error {
+	rows, cols := n/parts[0].ncols, parts[0].ncols
+	mode, scales := QuantDynamicTensor, 1
+	if lw.perChannel {
+		mode, scales = QuantDynamicToken, rows
+	}
+	var err error
+	if lw.scale, err = ld.own(F32, scales, parts); err != nil {
+		return err
+	}
+	tmp, err := ld.fill(n, parts)
+	if err != nil {
+		return err
+	}
+	err = fb.QuantizeFP8(lw.w, lw.scale, tmp, rows, cols, mode)
+	err = errors.Join(err, ld.be.Sync(), ld.be.Free(tmp))
+	if err != nil {
+		return fmt.Errorf("quantize %s to FP8: %w", strings.Join(partNames(parts), " + "), err)
+	}
+	if lw.act != QuantStatic {
+		return nil
+	}
+	if lw.inputScale, err = ld.own(F32, 1, parts); err != nil {
+		return err
+	}
+	return ld.be.UploadF32(lw.inputScale, []float32{1})
 }
 
 func partModules(parts []part) []string {
@@ -151,27 +187,6 @@ func partNames(parts []part) []string {
 		names[i] = p.name
 	}
 	return names
-}
-
-// quantizeAtLoad fills a temporary bf16 matrix with the parts (dummy or
-// checkpoint weights) and quantizes it with one dynamic per-tensor scale.
-func (ld *weightLoader) quantizeAtLoad(fb FP8Backend, lw *linearWeight, n int, parts []part) error {
-	var err error
-	if lw.scale, err = ld.own(F32, 1, parts); err != nil {
-		return err
-	}
-	tmp, err := ld.fill(n, parts)
-	if err != nil {
-		return err
-	}
-	rows, cols := n/parts[0].ncols, parts[0].ncols
-	err = fb.QuantizeFP8(lw.w, lw.scale, tmp, rows, cols, QuantDynamicTensor)
-	// The quantization reads tmp on the backend's stream: wait before freeing it.
-	err = errors.Join(err, ld.be.Sync(), ld.be.Free(tmp))
-	if err != nil {
-		return fmt.Errorf("quantize %s to FP8: %w", strings.Join(partNames(parts), " + "), err)
-	}
-	return nil
 }
 
 // fill allocates a bf16 buffer the weights do not keep and fills it with the parts.

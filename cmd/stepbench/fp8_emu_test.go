@@ -227,3 +227,24 @@ func TestEmulatedFP8TensorParallel(t *testing.T) {
 		t.Logf("%s tp=2: tokens equal to one GPU's, largest logits rel err %.2e", f, worst)
 	}
 }
+
+// Dummy weights of an FP8 checkpoint's config (--load-format dummy) run
+// the checkpoint's scheme (its scale layout, static input scales of 1), as
+// vLLM's dummy loader does, and roofline costs a checkpoint's own scheme
+// from its config.
+func TestFP8CheckpointWithDummyWeights(t *testing.T) {
+	for _, f := range []quanttest.Format{quanttest.CompressedTensorsChannel, quanttest.AutoFP8Static} {
+		dir := fp8Fixture(t, f)
+		cfg, err := runner.LoadConfigFile(filepath.Join(dir, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		native := filepath.Join(t.TempDir(), "n.json")
+		stdout, _ := mustRun(t, append([]string{"run", "--device", "cpu", "--model-path", dir, "--load-format", "dummy", "--json-out", native}, fp8Sweep...)...)
+		checkFP8Run(t, "dummy weights of "+string(f), stdout, native, cfg.Quantization, 4)
+		stdout, _ = mustRun(t, "roofline", "--gpu", "h200", "--model-path", dir, "--batch-size", "1", "--input-len", "8", "--output-len", "2")
+		if !strings.Contains(stdout, cfg.Quantization.String()) {
+			t.Errorf("roofline --model-path %s does not name the scheme %q:\n%s", f, cfg.Quantization, stdout)
+		}
+	}
+}
