@@ -183,7 +183,7 @@ func compileCached(n Compiler, srcs map[string]string, name string, arch int, ca
 		var err error
 		c.Cubin, c.Log, err = n.Compile(unit, name, opts)
 		if err != nil {
-			return Compiled{}, fmt.Errorf("compile %s for sm_%d: %w\n%s", name, arch, err, strings.TrimSpace(c.Log))
+			return Compiled{}, newCompileError(name, arch, c.Log, err)
 		}
 		// The cache only saves time: a read-only cache directory must not stop a run.
 		_ = writeCache(cacheDir, key, c.Cubin, c.Log)

@@ -19,6 +19,11 @@ func WriteRunText(w io.Writer, r Report) error {
 	if r.Verified != nil && !*r.Verified {
 		b.printf(w, "%s\n", UnverifiedNote)
 	}
+	if r.Verification != nil {
+		for _, line := range r.Verification.SourceLines() {
+			b.printf(w, "%s\n", line)
+		}
+	}
 	if env.Roof != nil {
 		b.printf(w, "summary (floors and attainment derived by the cost model under the %s)\n", env.Roof.Label())
 	} else {

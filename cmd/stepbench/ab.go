@@ -188,7 +188,7 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 	for i, dir := range []string{f.kernelsA, f.kernelsB} {
 		be, err := openCUDAWithKernels(dir, sels[i], f.backend, stderr)
 		if err != nil {
-			return nil, header, closeAll, fmt.Errorf("arm %c (kernels %q, versions %s): %w", "AB"[i], dir, sels[i], err)
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], openFailure(fmt.Sprintf("kernels %q, versions %s", dir, sels[i]), err))
 		}
 		fmt.Fprintf(stderr, "stepbench ab: arm %c: kernels %s, versions %s\n", "AB"[i], kernelsOrigin(dir), []string{f.versionsOfA, f.versionsOfB}[i])
 		closers = append(closers, be.Close)
@@ -201,6 +201,9 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
 		header = append(header, armVerificationLine("AB"[i], v))
+		for _, line := range v.SourceLines() {
+			header = append(header, fmt.Sprintf("arm %c: %s", "AB"[i], line))
+		}
 		// Arm A still needs room for B's weights; both arms' run buffers
 		// are allocated later, at Begin.
 		need := runner.MemoryEstimate{WeightBytes: int64(2-i) * est.WeightBytes,

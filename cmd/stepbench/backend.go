@@ -105,7 +105,7 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 			DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr,
 		})
 		if err != nil {
-			return nil, report.Environment{}, fmt.Errorf("--device cuda: %w", err)
+			return nil, report.Environment{}, openFailure("--device cuda", err)
 		}
 		if err := be.CheckMemory(est); err != nil {
 			return nil, report.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
@@ -156,4 +156,16 @@ func cudaVersionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%100
 // cublasVersionString prints 120903 as "12.9.3".
 func cublasVersionString(v int) string {
 	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+}
+
+// openFailure is the error of a cuda backend that did not open: a kernel
+// source that does not compile is that compile error alone (file, line,
+// NVRTC's message; exit 1), whatever wrapped it; anything else is wrapped
+// as what.
+func openFailure(what string, err error) error {
+	var ce *kernels.CompileError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

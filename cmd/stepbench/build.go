@@ -78,7 +78,7 @@ func countKernels(f buildFlags, cfg runner.Config, stderr io.Writer) (map[string
 	}
 	be, err := gpu.New(gpu.Options{KernelsDir: f.kernelsDir, CacheDir: f.cacheDir, Progress: stderr})
 	if err != nil {
-		return nil, fmt.Errorf("--counters: %w", err)
+		return nil, openFailure("--counters", err)
 	}
 	defer be.Close()
 	fmt.Fprintf(stderr, "stepbench build: counting every kernel's accesses in its checks at %s's shapes\n", cfg.Name)

@@ -24,6 +24,7 @@ type kernelGate struct {
 	sel      kernels.Selection
 	selFlag  string   // "--kernel" or "--baseline-kernel"
 	changed  []string // files of dir that differ from the embedded ones
+	files    []report.KernelFile
 	checks   []string // gpu.VerifyKernelNames to run
 	noVerify bool
 }
@@ -33,13 +34,18 @@ type kernelGate struct {
 func planGate(dirFlag, dir, selFlag string, sel kernels.Selection, noVerify bool) (kernelGate, error) {
 	g := kernelGate{flag: dirFlag, dir: dir, sel: sel, selFlag: selFlag, noVerify: noVerify}
 	if dir != "" {
-		changed, err := kernels.ChangedSources(dir)
+		overrides, err := kernels.Overrides(dir)
 		if err != nil {
 			return g, usagef("%s: %v", dirFlag, err)
 		}
-		g.changed = changed
-		if len(changed) > 0 {
-			g.checks = gpu.ChecksForSources(changed)
+		for _, o := range overrides {
+			g.files = append(g.files, report.KernelFile{File: o.Name, Path: o.Path, SHA256: o.SHA256, Changed: o.Changed})
+			if o.Changed {
+				g.changed = append(g.changed, o.Name)
+			}
+		}
+		if len(g.changed) > 0 {
+			g.checks = gpu.ChecksForSources(g.changed)
 		}
 	}
 	var ops []string
@@ -92,7 +98,7 @@ func (g kernelGate) describe() string {
 // of which the first failure is the error (exit 1) naming the kernel, the
 // shape and the verify command that reproduces it.
 func (g kernelGate) check(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunShape, seed uint64, stderr io.Writer) (report.Verification, error) {
-	v := report.Verification{Status: report.VerificationEmbedded, Kernels: g.describe()}
+	v := report.Verification{Status: report.VerificationEmbedded, Kernels: g.describe(), Files: g.files}
 	switch {
 	case len(g.checks) == 0:
 		return v, nil

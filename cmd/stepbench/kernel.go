@@ -188,6 +188,11 @@ func writeKernelNotes(w io.Writer, env report.Environment, v report.Verification
 	if !v.Verified() && err == nil {
 		_, err = fmt.Fprintln(w, report.UnverifiedNote)
 	}
+	for _, line := range v.SourceLines() {
+		if err == nil {
+			_, err = fmt.Fprintln(w, line)
+		}
+	}
 	return err
 }
 

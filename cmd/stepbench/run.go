@@ -322,7 +322,7 @@ func (f *runFlags) checkRankKernels(s runSetup, stderr io.Writer) (report.Verifi
 	be, err := gpu.New(gpu.Options{KernelsDir: f.backend.kernelsDir, NVRTCPath: f.backend.nvrtcPath, CublasPath: f.backend.cublasPath,
 		DisableGraphs: f.backend.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
-		return report.Verification{}, fmt.Errorf("--device cuda: %w", err)
+		return report.Verification{}, openFailure("--device cuda", err)
 	}
 	rank := s.cfg
 	m := f.tp.rankShape(s.cfg)

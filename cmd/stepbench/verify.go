@@ -78,7 +78,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
-		return fmt.Errorf("no usable GPU: %w", err)
+		return openFailure("no usable GPU", err)
 	}
 	defer be.Close()
 	info := be.Info()
