@@ -19,7 +19,7 @@ import (
 // steps as flags say, whose kernels come from dir ("" = the embedded ones)
 // in the versions sel chooses.
 func openCUDAWithKernels(dir string, sel kernels.Selection, flags backendFlags, stderr io.Writer) (*gpu.Backend, error) {
-	be, err := gpu.New(gpu.Options{KernelsDir: dir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+	be, err := gpu.New(gpu.Options{KernelsDir: dir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
 		return nil, err
@@ -52,6 +52,7 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 	f.shapes.register(fs, []int{1024}, []int{16})
 	fs.BoolVar(&f.backend.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
 	registerLibraryFlags(fs, &f.backend.nvrtcPath, &f.backend.cublasPath)
+	registerIncludeFlag(fs, &f.backend.includeDirs)
 	fs.StringVar(&f.kernelsA, "kernels-dir", "", "candidate (A): compile the kernels of this directory (default: the embedded kernels)")
 	fs.StringVar(&f.kernelsB, "baseline-kernels-dir", "", "baseline (B): compile the kernels of this directory (default: the embedded kernels)")
 	registerKernelFlag(fs, &f.versionsA, "kernel", "candidate (A): ")
@@ -143,6 +144,9 @@ func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) erro
 			return nil, cfg, err
 		}
 	}
+	if err := checkIncludeDirs(f.backend.includeDirs); err != nil {
+		return nil, cfg, err
+	}
 	if err := f.sampling.check(fs); err != nil {
 		return nil, cfg, err
 	}
@@ -155,6 +159,7 @@ func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) erro
 	if f.gates[1], err = planGate("--baseline-kernels-dir", f.kernelsB, "--baseline-kernel", f.selB, f.noVerify); err != nil {
 		return nil, cfg, err
 	}
+	f.gates[0].includes, f.gates[1].includes = f.backend.includeDirs, f.backend.includeDirs
 	writer, err := f.verdict.check(fs)
 	if err != nil {
 		return nil, cfg, err

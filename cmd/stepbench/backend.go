@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -22,13 +23,30 @@ type backendFlags struct {
 	nvrtcPath        string
 	cublasPath       string
 	kernelVersions   []string
+	includeDirs      []string // --include
 }
 
 func (b *backendFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.kernelsDir, "kernels-dir", "", "compile the CUDA kernels from the *.cu files of this directory instead of the embedded ones")
 	fs.BoolVar(&b.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
 	registerKernelFlag(fs, &b.kernelVersions, "kernel", "")
+	registerIncludeFlag(fs, &b.includeDirs)
 	registerLibraryFlags(fs, &b.nvrtcPath, &b.cublasPath)
+}
+
+// registerIncludeFlag adds --include DIR (repeatable): header directories for NVRTC.
+func registerIncludeFlag(fs *pflag.FlagSet, dst *[]string) {
+	fs.StringArrayVar(dst, "include", nil, "a directory of headers the kernels may #include (NVRTC's -I; repeat for several, searched in order after --kernels-dir and before a CUDA toolkit's include directory, which is offered when found); the cubin cache key covers every header a source can reach")
+}
+
+// checkIncludeDirs refuses an --include that is not a directory.
+func checkIncludeDirs(dirs []string) error {
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			return usagef("--include: %s is not a directory (%v)", d, err)
+		}
+	}
+	return nil
 }
 
 // registerKernelFlag adds a --kernel OP=VERSION list (repeat or comma-separate).
@@ -101,7 +119,7 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 			return nil, report.Environment{}, usagef("--kernel: %v", err)
 		}
 		be, err := gpu.New(gpu.Options{
-			KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+			KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 			DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr,
 		})
 		if err != nil {

@@ -83,3 +83,39 @@ func TestEmulatedCompileErrorIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// A source of --kernels-dir includes a header of the user's own from an
+// --include directory: verify passes, and an edit of the header alone (the
+// source unchanged) is compiled and caught: the off-by-one it introduces
+// fails the same verify, which a stale cached cubin would have passed.
+func TestEmulatedIncludeOfAUsersHeader(t *testing.T) {
+	onEmulator(t)
+	dir := overlayDir(t, "attention.cu", "    const int keys = min(*startPos + 1, maxSeq);\n    if (split * chunk >= keys) return;",
+		"    const int keys = min(*startPos + MY_NEWEST_KEY, maxSeq);\n    if (split * chunk >= keys) return;")
+	srcPath := filepath.Join(dir, "attention.cu")
+	src, err := os.ReadFile(srcPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(srcPath, append([]byte("#include \"my_keys.cuh\"\n"), src...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inc := t.TempDir()
+	header := filepath.Join(inc, "my_keys.cuh")
+	verify := append([]string{"verify", "--kernels-dir", dir, "--include", inc, "--check", "attention", "--kernel", "attn_decode=1"}, tinyRunShape...)
+	for _, c := range []struct {
+		define string
+		code   int
+	}{{"#define MY_NEWEST_KEY 1\n", 0}, {"#define MY_NEWEST_KEY 0 // drops the newest key\n", exitFailure}} {
+		if err := os.WriteFile(header, []byte(c.define), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := process(t, verify...)
+		if code != c.code {
+			t.Errorf("header %q: verify exit %d, want %d\nstdout:\n%s\nstderr:\n%s", c.define, code, c.code, stdout, stderr)
+		}
+	}
+	if code, _, stderr := process(t, append([]string{"verify", "--include", filepath.Join(inc, "nope")}, tinyRunShape...)...); code != exitUsage || !strings.Contains(stderr, "--include") {
+		t.Errorf("--include of a missing directory: exit %d: %s", code, stderr)
+	}
+}

@@ -25,6 +25,7 @@ type kernelGate struct {
 	selFlag  string   // "--kernel" or "--baseline-kernel"
 	changed  []string // files of dir that differ from the embedded ones
 	files    []report.KernelFile
+	includes []string // --include
 	checks   []string // gpu.VerifyKernelNames to run
 	noVerify bool
 }
@@ -66,7 +67,9 @@ func (b *backendFlags) gate(noVerify bool) (kernelGate, error) {
 	if err != nil {
 		return kernelGate{}, err
 	}
-	return planGate("--kernels-dir", b.kernelsDir, "--kernel", sel, noVerify)
+	g, err := planGate("--kernels-dir", b.kernelsDir, "--kernel", sel, noVerify)
+	g.includes = b.includeDirs
+	return g, err
 }
 
 const noVerifyHelp = "time kernels other than the embedded defaults without checking them first at the run's shapes (every output is marked unverified)"
@@ -99,6 +102,9 @@ func (g kernelGate) describe() string {
 // shape and the verify command that reproduces it.
 func (g kernelGate) check(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunShape, seed uint64, stderr io.Writer) (report.Verification, error) {
 	v := report.Verification{Status: report.VerificationEmbedded, Kernels: g.describe(), Files: g.files}
+	if be != nil && (len(g.files) > 0 || len(g.includes) > 0) {
+		v.IncludeDirs = be.Info().IncludeDirs
+	}
 	switch {
 	case len(g.checks) == 0:
 		return v, nil

@@ -42,6 +42,9 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkKernelOp(op, backend.kernelsDir); err != nil {
 		return err
 	}
+	if err := checkIncludeDirs(backend.includeDirs); err != nil {
+		return err
+	}
 	if *format != "table" && *format != "gobench" {
 		return usagef("--format: %q is not table or gobench", *format)
 	}

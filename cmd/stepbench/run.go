@@ -319,7 +319,7 @@ func (f *runFlags) checkRankKernels(s runSetup, stderr io.Writer) (report.Verifi
 	if err != nil {
 		return report.Verification{}, err
 	}
-	be, err := gpu.New(gpu.Options{KernelsDir: f.backend.kernelsDir, NVRTCPath: f.backend.nvrtcPath, CublasPath: f.backend.cublasPath,
+	be, err := gpu.New(gpu.Options{KernelsDir: f.backend.kernelsDir, IncludeDirs: f.backend.includeDirs, NVRTCPath: f.backend.nvrtcPath, CublasPath: f.backend.cublasPath,
 		DisableGraphs: f.backend.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
 		return report.Verification{}, openFailure("--device cuda", err)

@@ -75,7 +75,10 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if *counters != "" && drv.Emulated() == "" {
 		return usagef("--counters: the access counters are the emulated device's (STEPBENCH_CUDA_LIBS=$PWD/build/emu); on a GPU Nsight Compute measures them: ncu --metrics %s stepbench verify ...", ncuCounterMetrics)
 	}
-	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+	if err := checkIncludeDirs(flags.includeDirs); err != nil {
+		return err
+	}
+	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
 		return openFailure("no usable GPU", err)
