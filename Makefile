@@ -13,7 +13,7 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # the cpu backend on llama-tiny.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen
+.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen examples
 
 all: build
 
@@ -26,7 +26,7 @@ vet:
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
 # every kernel.
-test: vet nocgo emu
+test: vet nocgo emu examples
 	$(GO) test -count=1 ./...
 
 # Hardware stays at the edges: only these packages may need cgo (the CUDA
@@ -121,6 +121,22 @@ $(EMU_DIR)/libsbemu_nvtx.so: cuda/emu/nvtx_recorder.c
 $(EMU_DIR)/libnvidia-ml.so.1: cuda/emu/nvml.c
 	@mkdir -p $(EMU_DIR)
 	$(EMU_CC) -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -Wl,-soname,libnvidia-ml.so.1 -o $@ cuda/emu/nvml.c
+
+# The example op libraries (examples/ops, docs/byok.md): gcc alone, no CUDA
+# toolkit. The off-by-one build is the deliberately wrong one verify refuses.
+EXAMPLES_DIR    := build/examples
+EXAMPLE_CFLAGS  := -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -Iinclude
+EXAMPLE_LIBS    := $(EXAMPLES_DIR)/libattn_decode.so $(EXAMPLES_DIR)/libattn_decode_off_by_one.so
+
+examples: $(EXAMPLE_LIBS)
+
+$(EXAMPLES_DIR)/libattn_decode.so: examples/ops/attn_decode/attn_decode.c include/stepbench_op.h
+	@mkdir -p $(EXAMPLES_DIR)
+	$(EMU_CC) $(EXAMPLE_CFLAGS) -o $@ $< -ldl
+
+$(EXAMPLES_DIR)/libattn_decode_off_by_one.so: examples/ops/attn_decode/attn_decode.c include/stepbench_op.h
+	@mkdir -p $(EXAMPLES_DIR)
+	$(EMU_CC) $(EXAMPLE_CFLAGS) -DSTEPBENCH_EXAMPLE_OFF_BY_ONE -o $@ $< -ldl
 
 clean:
 	rm -rf bin dist build

@@ -43,7 +43,7 @@ type OpLibrary struct {
 	SHA256 string `json:"sha256"`
 	// Name is the library's own description of itself (its op table's name).
 	Name string `json:"name,omitempty"`
-	ABI  int    `json:"abi_version,omitempty"`
+	ABI  string `json:"abi_version,omitempty"` // "1.0"
 }
 
 // SourceLines name every overridden file and op library with its sha256,
@@ -61,7 +61,7 @@ func (v Verification) SourceLines() []string {
 		out = append(out, "kernel include directories: "+strings.Join(v.IncludeDirs, ", "))
 	}
 	for _, l := range v.OpLibraries {
-		out = append(out, fmt.Sprintf("op %s from %s (sha256 %s; %s, ABI %d)", l.Op, l.Path, l.SHA256, l.Name, l.ABI))
+		out = append(out, fmt.Sprintf("op %s from %s (sha256 %s; %s, ABI %s)", l.Op, l.Path, l.SHA256, l.Name, l.ABI))
 	}
 	return out
 }

@@ -24,6 +24,7 @@ type backendFlags struct {
 	cublasPath       string
 	kernelVersions   []string
 	includeDirs      []string // --include
+	ops              []string // --op OP=PATH
 }
 
 func (b *backendFlags) register(fs *pflag.FlagSet) {
@@ -31,7 +32,29 @@ func (b *backendFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&b.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
 	registerKernelFlag(fs, &b.kernelVersions, "kernel", "")
 	registerIncludeFlag(fs, &b.includeDirs)
+	registerOpFlag(fs, &b.ops, "op", "")
 	registerLibraryFlags(fs, &b.nvrtcPath, &b.cublasPath)
+}
+
+// registerOpFlag adds an --op OP=PATH list (repeat or comma-separate).
+func registerOpFlag(fs *pflag.FlagSet, dst *[]string, name, what string) {
+	fs.StringSliceVar(dst, name, nil, what+"replace an op of the forward pass with a shared library built to include/stepbench_op.h, OP=PATH.so (repeat or comma-separate; ops: "+
+		strings.Join(gpu.ReplaceableOps(), ", ")+"); it is checked against the Go twins at the run's shapes before anything is timed, like any non-default kernel")
+}
+
+// parseOps reads --op's (or --baseline-op's) items: each op once, each
+// library a file that exists.
+func parseOps(flag string, items []string) (map[string]string, error) {
+	ops, err := gpu.ParseOps(items)
+	if err != nil {
+		return nil, usagef("%s: %v", flag, err)
+	}
+	for op, path := range ops {
+		if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+			return nil, usagef("%s %s=%s: not a library file (%v)", flag, op, path, err)
+		}
+	}
+	return ops, nil
 }
 
 // registerIncludeFlag adds --include DIR (repeatable): header directories for NVRTC.
@@ -118,7 +141,11 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 		if err != nil {
 			return nil, report.Environment{}, usagef("--kernel: %v", err)
 		}
-		be, err := gpu.New(gpu.Options{
+		ops, err := parseOps("--op", flags.ops)
+		if err != nil {
+			return nil, report.Environment{}, err
+		}
+		be, err := gpu.New(gpu.Options{Ops: ops,
 			KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 			DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr,
 		})

@@ -26,6 +26,8 @@ type kernelGate struct {
 	changed  []string // files of dir that differ from the embedded ones
 	files    []report.KernelFile
 	includes []string // --include
+	opFlag   string            // "--op" or "--baseline-op"
+	ops      map[string]string // op → library
 	checks   []string // gpu.VerifyKernelNames to run
 	noVerify bool
 }
@@ -68,8 +70,28 @@ func (b *backendFlags) gate(noVerify bool) (kernelGate, error) {
 		return kernelGate{}, err
 	}
 	g, err := planGate("--kernels-dir", b.kernelsDir, "--kernel", sel, noVerify)
+	if err != nil {
+		return g, err
+	}
 	g.includes = b.includeDirs
+	ops, err := parseOps("--op", b.ops)
+	g.withOps("--op", ops)
 	return g, err
+}
+
+// withOps adds the checks of the ops libraries replace (flag names them).
+func (g *kernelGate) withOps(flag string, ops map[string]string) {
+	g.opFlag, g.ops = flag, ops
+	if len(ops) == 0 {
+		return
+	}
+	var names []string
+	for op := range ops {
+		names = append(names, op)
+	}
+	g.checks = append(g.checks, gpu.ChecksForOps(names)...)
+	slices.Sort(g.checks)
+	g.checks = slices.Compact(g.checks)
 }
 
 const noVerifyHelp = "time kernels other than the embedded defaults without checking them first at the run's shapes (every output is marked unverified)"
@@ -93,6 +115,14 @@ func (g kernelGate) describe() string {
 	if len(g.sel) > 0 {
 		parts = append(parts, g.selFlag+" "+g.sel.String())
 	}
+	var ops []string
+	for op, path := range g.ops {
+		ops = append(ops, op+"="+path)
+	}
+	slices.Sort(ops)
+	if len(ops) > 0 {
+		parts = append(parts, g.opFlag+" "+strings.Join(ops, ","))
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -104,6 +134,11 @@ func (g kernelGate) check(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunSh
 	v := report.Verification{Status: report.VerificationEmbedded, Kernels: g.describe(), Files: g.files}
 	if be != nil && (len(g.files) > 0 || len(g.includes) > 0) {
 		v.IncludeDirs = be.Info().IncludeDirs
+	}
+	if be != nil {
+		for _, l := range be.Info().OpLibraries {
+			v.OpLibraries = append(v.OpLibraries, report.OpLibrary{Op: l.Op, Path: l.Path, SHA256: l.SHA256, Name: l.Name, ABI: fmt.Sprintf("%d.%d", l.ABI>>16, l.ABI&0xffff)})
+		}
 	}
 	switch {
 	case len(g.checks) == 0:
@@ -143,6 +178,9 @@ func (g kernelGate) reproduce(cfg runner.Config, shapes []gpu.RunShape, seed uin
 	}
 	if len(g.sel) > 0 {
 		args = append(args, "--kernel "+strings.ReplaceAll(g.sel.String(), " ", ","))
+	}
+	for op, path := range g.ops {
+		args = append(args, "--op "+op+"="+path)
 	}
 	name := strings.Fields(check)[0]
 	if name == "decode" {

@@ -97,6 +97,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if f.tp.grouped(fs) {
+		if len(f.backend.ops) > 0 {
+			return usagef("--op: op libraries run on one GPU, not with --tp-size")
+		}
 		return f.runGroup(fs, setup, stdout, stderr)
 	}
 	be, env, err := openBackend(setup.device, f.backend, setup.cfg.KernelShape(), setup.est, stderr)
@@ -215,6 +218,9 @@ func (f *runFlags) resolveDevice(fs *pflag.FlagSet, stderr io.Writer) (string, e
 	}
 	if device == "cpu" && f.backend.kernelsDir != "" {
 		return "", usagef("--kernels-dir: the cpu backend runs kernels/ref, not CUDA kernels; use --device cuda")
+	}
+	if device == "cpu" && len(f.backend.ops) > 0 {
+		return "", usagef("--op: the cpu backend runs kernels/ref, not op libraries; use --device cuda")
 	}
 	if device == "cpu" && len(f.backend.kernelVersions) > 0 {
 		return "", usagef("--kernel: the cpu backend has one implementation of each op, not CUDA kernel versions; use --device cuda")

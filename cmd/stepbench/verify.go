@@ -78,7 +78,11 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkIncludeDirs(flags.includeDirs); err != nil {
 		return err
 	}
-	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+	ops, err := parseOps("--op", flags.ops)
+	if err != nil {
+		return err
+	}
+	be, err := gpu.New(gpu.Options{Ops: ops, KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
 		return openFailure("no usable GPU", err)
@@ -91,6 +95,9 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, versions %s, decode %s\n\n",
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
 		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
+	for _, l := range info.OpLibraries {
+		fmt.Fprintf(stdout, "op %s from %s (sha256 %s; %s, ABI %d.%d)\n", l.Op, l.Path, l.SHA256, l.Name, l.ABI>>16, l.ABI&0xffff)
+	}
 	if atRunShapes {
 		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, *counters, stdout)
 	}

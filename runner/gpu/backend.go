@@ -46,7 +46,10 @@ type Options struct {
 	DisableGraphs bool   // run decode steps eagerly instead of replaying a CUDA graph
 	// Kernels chooses the versions of the ops that have several
 	// (--kernel attn_prefill=1); empty runs the newest the shapes allow.
-	Kernels  kernels.Selection
+	Kernels kernels.Selection
+	// Ops are the ops op libraries replace: op → library path (--op;
+	// ReplaceableOps, include/stepbench_op.h).
+	Ops      map[string]string
 	Progress io.Writer
 }
 
@@ -66,8 +69,10 @@ type Info struct {
 	KernelsFromDisk bool
 	// IncludeDirs are the directories NVRTC read headers from (-I), in
 	// order; CUDAHeaders the toolkit's among them ("" when none was found).
-	IncludeDirs         []string
-	CUDAHeaders         string
+	IncludeDirs []string
+	CUDAHeaders string
+	// OpLibraries are the libraries that replace ops (Options.Ops).
+	OpLibraries         []OpLibraryInfo
 	CublasWorkspaceSize int
 	// Emulated describes the emulated CUDA device when that is what runs the
 	// kernels (cuda/emu: times are not GPU times); "" on a GPU.
@@ -268,6 +273,11 @@ func (c *Backend) start(opts Options, load func() (*Kernels, error)) error {
 		return err
 	}
 	c.set = c.set.With(opts.Kernels)
+	withOps, libs, err := c.set.WithOps(c.ctx, opts.Ops)
+	if err != nil {
+		return err
+	}
+	c.set, c.info.OpLibraries = withOps, libs
 	if c.handle, err = c.blas.NewHandle(); err != nil {
 		return err
 	}
