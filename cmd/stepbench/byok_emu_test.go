@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,4 +119,61 @@ func TestEmulatedIncludeOfAUsersHeader(t *testing.T) {
 	if code, _, stderr := process(t, append([]string{"verify", "--include", filepath.Join(inc, "nope")}, tinyRunShape...)...); code != exitUsage || !strings.Contains(stderr, "--include") {
 		t.Errorf("--include of a missing directory: exit %d: %s", code, stderr)
 	}
+}
+
+// exampleLibs builds the example op libraries with make examples (gcc
+// alone) and returns their directory.
+func exampleLibs(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("make", "-s", "-C", root, "examples")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make examples: %v\n%s", err, out)
+	}
+	return filepath.Join(root, "build", "examples")
+}
+
+// The C example op library (examples/ops/attn_decode) replaces decode
+// attention: verify passes it at the run's shapes, a run names it with its
+// sha256 in every output, ab times it against the built-in kernel and gives
+// a verdict, and its off-by-one build is refused by verify and before
+// anything is timed.
+func TestEmulatedExampleOpLibrary(t *testing.T) {
+	onEmulator(t)
+	libs := exampleLibs(t)
+	good, bad := filepath.Join(libs, "libattn_decode.so"), filepath.Join(libs, "libattn_decode_off_by_one.so")
+	stdout, _ := mustProcess(t, append([]string{"verify", "--op", "attn_decode=" + good, "--check", "attention,decode_graph"}, tinyRunShape...)...)
+	if !strings.Contains(stdout, "attention decode [op library libattn_decode.so]") || !strings.Contains(stdout, "checks passed") {
+		t.Errorf("verify --op:\n%s", stdout)
+	}
+	code, stdout, _ := process(t, append([]string{"verify", "--op", "attn_decode=" + bad, "--check", "attention"}, tinyRunShape...)...)
+	if code != exitFailure || !strings.Contains(stdout, "FAIL") {
+		t.Errorf("verify of the off-by-one build: exit %d, want 1 with FAIL rows:\n%s", code, stdout)
+	}
+	native := filepath.Join(t.TempDir(), "n.json")
+	code, stdout, stderr := process(t, append([]string{"run", "--device", "cuda", "--op", "attn_decode=" + bad, "--num-iters", "2", "--json-out", native}, tinyRunShape...)...)
+	if code != exitFailure || strings.Contains(stdout, "Prefill.") || !strings.Contains(stderr, "[op library libattn_decode_off_by_one.so] failed its check before timing") {
+		t.Errorf("run of the off-by-one build: exit %d, want 1 before timing:\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	stdout, _ = mustProcess(t, append([]string{"run", "--device", "cuda", "--op", "attn_decode=" + good, "--num-iters", "2", "--json-out", native}, tinyRunShape...)...)
+	rep, err := report.Read(native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := rep.Verification
+	if v == nil || v.Status != report.VerificationPassed || len(v.OpLibraries) != 1 || v.OpLibraries[0].Path != good || len(v.OpLibraries[0].SHA256) != 64 {
+		t.Fatalf("native report's verification: %+v", v)
+	}
+	if !strings.Contains(stdout, "op attn_decode from "+good+" (sha256 "+v.OpLibraries[0].SHA256) {
+		t.Errorf("run's text does not name the library with its sha256:\n%s", stdout)
+	}
+	stdout, _ = mustProcess(t, "ab", "--op", "attn_decode="+good, "--model", "llama-tiny", "--batch-size", "1", "--input-len", "16", "--output-len", "8", "--num-iters", "10")
+	rows := verdicts(t, stdout)
+	if !strings.Contains(stdout, "arm A: op attn_decode from "+good+" (sha256 "+v.OpLibraries[0].SHA256) || len(rows["decode_device"]) != 1 {
+		t.Fatalf("ab --op: no decode_device verdict or no library in the header:\n%s", stdout)
+	}
+	t.Logf("ab --op attn_decode=example against the built-in kernel: decode_device %s", rows["decode_device"][0])
 }

@@ -25,10 +25,10 @@ type kernelGate struct {
 	selFlag  string   // "--kernel" or "--baseline-kernel"
 	changed  []string // files of dir that differ from the embedded ones
 	files    []report.KernelFile
-	includes []string // --include
+	includes []string          // --include
 	opFlag   string            // "--op" or "--baseline-op"
 	ops      map[string]string // op → library
-	checks   []string // gpu.VerifyKernelNames to run
+	checks   []string          // gpu.VerifyKernelNames to run
 	noVerify bool
 }
 
