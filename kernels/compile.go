@@ -37,6 +37,7 @@ type KernelResources struct {
 	SpillStoreBytes int
 	SpillLoadBytes  int
 	SharedBytes     int // static shared memory; dynamic shared is set at launch
+	StackBytes      int // the stack frame ptxas reports (local memory per thread)
 	Barriers        int // named barriers used (reported by CUDA 12+ ptxas only)
 }
 
