@@ -248,3 +248,12 @@ func (o *Op) Run(s *Stream, a OpArgs) error {
 	}
 	return nil
 }
+
+// OpTensorLayout is the size of stepbench_tensor and the offsets of its
+// fields (data, device, ndim, dtype, shape, strides, byte_offset), for the
+// test that holds it to DLPack's DLTensor.
+func OpTensorLayout() []uintptr {
+	var t C.stepbench_tensor
+	return []uintptr{unsafe.Sizeof(t), unsafe.Offsetof(t.data), unsafe.Offsetof(t.device), unsafe.Offsetof(t.ndim),
+		unsafe.Offsetof(t.dtype), unsafe.Offsetof(t.shape), unsafe.Offsetof(t.strides), unsafe.Offsetof(t.byte_offset)}
+}

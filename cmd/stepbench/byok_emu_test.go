@@ -177,3 +177,48 @@ func TestEmulatedExampleOpLibrary(t *testing.T) {
 	}
 	t.Logf("ab --op attn_decode=example against the built-in kernel: decode_device %s", rows["decode_device"][0])
 }
+
+// Every op a library may replace runs from one (examples/ops/reference's
+// plain kernels): each passes its check at the run's shapes (linear at
+// every GEMM, the captured decode step with the library's rope and
+// attention inside the graph), and ab's check of the whole generation
+// against the built-in kernels passes. A library that lacks an op, and a
+// file that is no op library, are errors naming the library and the op.
+func TestEmulatedEveryOpByALibrary(t *testing.T) {
+	onEmulator(t)
+	lib := filepath.Join(exampleLibs(t), "libreference_ops.so")
+	var all []string
+	for _, op := range []string{"linear", "attn_prefill", "attn_decode", "rope_kv_write", "add_rmsnorm", "silu_mul", "argmax"} {
+		all = append(all, op+"="+lib)
+	}
+	ops := strings.Join(all, ",")
+	stdout, _ := mustProcess(t, append([]string{"verify", "--op", ops}, tinyRunShape...)...)
+	for _, want := range []string{"llama-tiny lm_head rows=16 n=4096 k=128", "add_rmsnorm [op library", "silu_mul [op library",
+		"argmax [op library", "rope_kv_write [op library", "attention prefill [op library", "attention decode [op library", "decode graph replay", "checks passed"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("verify --op (every op) lacks %q:\n%s", want, stdout)
+		}
+	}
+	stdout, _ = mustProcess(t, "ab", "--op", ops, "--model", "llama-tiny", "--batch-size", "1,2", "--input-len", "16", "--output-len", "6", "--num-iters", "2")
+	if !strings.Contains(stdout, "every decode step of every shape (12 steps, both fed B's tokens)") {
+		t.Errorf("ab --op (every op) did not check the generation:\n%s", stdout)
+	}
+	decodeOnly := filepath.Join(exampleLibs(t), "libattn_decode.so")
+	code, _, stderr := process(t, append([]string{"verify", "--op", "linear=" + decodeOnly}, tinyRunShape...)...)
+	if code != exitFailure || !strings.Contains(stderr, "op library "+decodeOnly+": op linear: stepbench_op_get returned 1: attn_decode example: implements attn_decode only") {
+		t.Errorf("--op linear= a library without linear: exit %d\n%s", code, stderr)
+	}
+	notALib := filepath.Join(t.TempDir(), "lib.so")
+	if err := os.WriteFile(notALib, []byte("not an ELF file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = process(t, append([]string{"verify", "--op", "argmax=" + notALib}, tinyRunShape...)...)
+	if code != exitFailure || !strings.Contains(stderr, "op library "+notALib) {
+		t.Errorf("--op argmax= a file that is no library: exit %d\n%s", code, stderr)
+	}
+	for _, bad := range []string{"nope=" + lib, "linear=", "linear=" + filepath.Join(t.TempDir(), "missing.so")} {
+		if code, _, stderr := process(t, append([]string{"verify", "--op", bad}, tinyRunShape...)...); code != exitUsage || !strings.Contains(stderr, "--op") {
+			t.Errorf("--op %s: exit %d, want 2 naming the flag\n%s", bad, code, stderr)
+		}
+	}
+}

@@ -51,7 +51,7 @@ func (v *Verifier) linearAt(m kernels.ModelShape, rows int) {
 		xs := pickRows(x, picked, g.k)
 		want := make([]uint16, len(picked)*n)
 		ref.Linear(want, xs, w, len(picked), n, g.k)
-		shape := fmt.Sprintf("%s %s m=%s n=%d k=%d", m.Name, g.name, rowsLabel(r, rows), n, g.k)
+		shape := fmt.Sprintf("%s %s %s n=%d k=%d", m.Name, g.name, rowsLabel(r, rows), n, g.k)
 		if n != g.n {
 			shape += fmt.Sprintf(" (of the model's n=%d: capped)", g.n)
 		}
