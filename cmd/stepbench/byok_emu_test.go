@@ -222,3 +222,52 @@ func TestEmulatedEveryOpByALibrary(t *testing.T) {
 		}
 	}
 }
+
+// stepbench kernel writes a native report (--json-out) that compare reads,
+// op by op; with a baseline it times both arms interleaved, launch by
+// launch, and gives bench/compare's paired verdict, naming both arms.
+func TestEmulatedKernelReportAndOpLevelAB(t *testing.T) {
+	onEmulator(t)
+	lib := filepath.Join(exampleLibs(t), "libattn_decode.so")
+	dir := t.TempDir()
+	base := []string{"kernel", "attention", "--model", "llama-tiny", "--shape", "batch=1,seq=1,pos=64", "--min-samples", "10", "--max-samples", "12", "--timeout", "60s"}
+	old, new := filepath.Join(dir, "old.json"), filepath.Join(dir, "new.json")
+	mustProcess(t, append(base, "--json-out", old)...)
+	mustProcess(t, append(base, "--op", "attn_decode="+lib, "--json-out", new)...)
+	rep, err := report.Read(new)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.KernelResults) != 1 || len(rep.KernelResults[0].DeviceSeconds) < 10 || rep.Verification == nil || len(rep.Verification.OpLibraries) != 1 {
+		t.Fatalf("kernel --json-out: %+v", rep)
+	}
+	stdout, _ := mustProcess(t, "compare", old, new)
+	if !strings.Contains(stdout, "| attention | batch=1/seq=1/pos=64 | kernel_device |") {
+		t.Errorf("compare of two kernel reports:\n%s", stdout)
+	}
+	ab := filepath.Join(dir, "ab.json")
+	stdout, _ = mustProcess(t, append(base, "--op", "attn_decode="+lib, "--baseline-builtin", "--json-out", ab)...)
+	rows := kernelVerdicts(stdout)
+	if len(rows["kernel_device"]) != 1 || !strings.Contains(stdout, "launches are paired") || !strings.Contains(stdout, "arm A: op attn_decode from "+lib) ||
+		!strings.Contains(stdout, "arm B: the embedded kernels at their default versions") {
+		t.Fatalf("kernel --baseline-builtin:\n%s", stdout)
+	}
+	t.Logf("kernel attention, the example library against the built-in decode attention: %s", rows["kernel_device"][0])
+	if rep, err := report.Read(ab); err != nil || len(rep.BaselineKernelResults) != 1 ||
+		len(rep.BaselineKernelResults[0].DeviceSeconds) != len(rep.KernelResults[0].DeviceSeconds) {
+		t.Errorf("the A/B's report does not pair its arms' samples: %v", err)
+	}
+}
+
+// kernelVerdicts are the verdict cells of an op-level comparison's rows, by metric.
+func kernelVerdicts(markdown string) map[string][]string {
+	out := map[string][]string{}
+	for _, line := range strings.Split(markdown, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 12 || strings.TrimSpace(cells[3]) != "kernel_device" {
+			continue
+		}
+		out["kernel_device"] = append(out["kernel_device"], strings.Fields(cells[10])[0])
+	}
+	return out
+}
