@@ -73,10 +73,12 @@ fuzz:
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh
-bundle:
-	mkdir -p dist/bundle/bin
+bundle: examples
+	mkdir -p dist/bundle/bin dist/bundle/examples
 	$(GO) build -ldflags "$(LDFLAGS)" -o dist/bundle/bin/stepbench ./cmd/stepbench
 	cp scripts/device-check.sh scripts/hf-check.py dist/bundle/
+	cp $(EXAMPLE_LIBS) dist/bundle/examples/
+	cp -r include examples/ops/nvcc examples/ops/triton dist/bundle/examples/
 	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }
 
 # The emulated CUDA device (cuda/emu): stand-ins for libcuda.so.1, NVRTC,

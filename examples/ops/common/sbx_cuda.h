@@ -159,6 +159,7 @@ static int sbx_launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsi
 
 /* The device-side bf16 helpers every example kernel source starts with. */
 #define SBX_DEVICE_PRELUDE                                                                              \
+    "#define SBX_NEG_INF __int_as_float(0xff800000) /* -inf: NVRTC has no math.h INFINITY */\n"          \
     "__device__ float bf16_f32(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }\n"    \
     "__device__ unsigned short f32_bf16(float f) {\n"                                                   \
     "    unsigned u = __float_as_uint(f);\n"                                                            \
