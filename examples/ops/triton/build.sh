@@ -6,7 +6,9 @@
 # driver (libcuda.so.1); cuda.h comes from Triton's own include directory.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../../.." && pwd)"
+# stepbench_op.h: beside the recipes in the device bundle, else the repository's include/.
+sbinc="$here/../include"
+[[ -f "$sbinc/stepbench_op.h" ]] || sbinc="$here/../../../include"
 out="${1:?usage: build.sh OUT.so}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -23,5 +25,5 @@ for d in 64 128; do
 	[[ -n "$name" ]] || { echo "build.sh: no launcher declared in $header" >&2; exit 1; }
 	defs+=("-DTRITON_D$d=$name")
 done
-gcc -std=c11 -O2 -fPIC -shared -I"$inc" -I"$root/include" "${defs[@]}" -o "$out" "$here/shim.c" "$work"/*.c -l:libcuda.so.1 -lm
+gcc -std=c11 -O2 -fPIC -shared -I"$inc" -I"$sbinc" "${defs[@]}" -o "$out" "$here/shim.c" "$work"/*.c -l:libcuda.so.1 -lm
 echo "build.sh: wrote $out (${defs[*]})"
