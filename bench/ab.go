@@ -45,6 +45,7 @@ func RunAB(pair ABTarget, opt Options) (baseline, candidate []ShapeResult, err e
 	shapes := opt.shapes()
 	for i, sh := range shapes {
 		fmt.Fprintf(armA.progress, "A/B shape %d/%d: %s\n", i+1, len(shapes), sh)
+		armA.statusPrefix = fmt.Sprintf("A/B shape %d/%d: ", i+1, len(shapes))
 		a, b, err := runABShape(&armA, &armB, sh)
 		if len(a.Iterations) > 0 {
 			candidate = append(candidate, a)
@@ -100,7 +101,7 @@ func runPair(armA, armB *harness, key PromptKey, label string) (itA, itB Iterati
 	if key.Iter%2 == 1 {
 		first, second, order = armB, armA, "B then A"
 	}
-	fmt.Fprintf(armA.progress, "  iteration %s (%s)\n", label, order)
+	armA.status(fmt.Sprintf("iteration %s (%s)", label, order))
 	it1, err := first.runIteration(key)
 	if err != nil {
 		return itA, itB, fmt.Errorf("%c iteration %d: %w", order[0], key.Iter, err)

@@ -131,7 +131,7 @@ func (h *harness) energyWindow(sh Shape, minSeconds float64, tokensPerRep int, b
 		if err := h.ctx.Err(); err != nil {
 			return EnergyWindow{}, fmt.Errorf("%w: %v", ErrInterrupted, err)
 		}
-		prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, PromptKey{Shape: sh, Iter: -1 - reps, Warmup: true})
+		prompts, err := h.promptIDs(PromptKey{Shape: sh, Iter: -1 - reps, Warmup: true})
 		if err != nil {
 			return EnergyWindow{}, err
 		}

@@ -13,7 +13,7 @@ import (
 
 // Target is the engine under test.
 type Target interface {
-	// Begin starts a fresh run: KV cache reset and sized for batch × (inputLen+outputLen); prompts is
+	// Begin starts a fresh run: KV cache reset and sized for batch × (inputLen+outputLen−1) positions; prompts is
 	// batch*inputLen token ids (row-major). Not timed. It may copy the ids to pinned host memory.
 	Begin(batch, inputLen, outputLen int, prompts []int32) error
 	Prefill() error // enqueue: input copy, forward over the prompts, argmax of each sequence's last token
@@ -37,6 +37,8 @@ type Options struct {
 	// from a PCG seeded by (Seed, shape, iteration); see PromptIDs.
 	Seed      uint64
 	VocabSize int
+	// Prompts, when set, makes the prompts instead (TextPrompts: real text).
+	Prompts PromptSource
 	// LogDecodeStep is one_batch's --log-decode-step: decode step i is
 	// printed when i < 5 or (LogDecodeStep > 0 and i%LogDecodeStep == 0).
 	LogDecodeStep int
@@ -44,6 +46,10 @@ type Options struct {
 	// Stdout receives one_batch's lines; Progress receives "shape i/n" lines.
 	// Either may be nil (discarded).
 	Stdout, Progress io.Writer
+	// Status, when set, gets the progress that changes at every warmup and
+	// timed iteration (a terminal shows it as one updating line); when nil,
+	// each goes to Progress as a line of its own.
+	Status func(msg string)
 	// Context, when cancelled (SIGINT, SIGTERM), stops the run at the next
 	// timed-region boundary: the unfinished iteration is dropped and Run
 	// returns what finished with an error wrapping ErrInterrupted.
@@ -115,6 +121,7 @@ func Run(t Target, opt Options) ([]ShapeResult, error) {
 	shapes := opt.shapes()
 	for i, sh := range shapes {
 		fmt.Fprintf(h.progress, "shape %d/%d: %s\n", i+1, len(shapes), sh)
+		h.statusPrefix = fmt.Sprintf("shape %d/%d: ", i+1, len(shapes))
 		shape, err := h.runShape(sh)
 		if err != nil {
 			err = fmt.Errorf("shape %s: %w", sh, err)
@@ -208,9 +215,20 @@ type harness struct {
 	ctx              context.Context
 	now              func() time.Time
 	stdout, progress io.Writer
+	statusPrefix     string // names the shape in a Status
 	start, end       runner.Event
 	watchdog         *watchdog // nil without a step timeout
 	iteration        PromptKey // the iteration running, for the watchdog's message
+}
+
+// status shows msg as the progress that changes (Options.Status), or as a
+// line of Progress.
+func (h *harness) status(msg string) {
+	if h.opt.Status != nil {
+		h.opt.Status(h.statusPrefix + msg)
+		return
+	}
+	fmt.Fprintf(h.progress, "  %s\n", msg)
 }
 
 // newHarness makes a harness on t with its one pair of events: creating
@@ -232,6 +250,15 @@ func newHarness(t Target, opt Options, stdout, progress io.Writer) (harness, err
 		return h, fmt.Errorf("create end event: %w", err)
 	}
 	return h, nil
+}
+
+// promptIDs are the prompts of key's iteration: Options.Prompts', or the
+// random ones.
+func (h *harness) promptIDs(key PromptKey) ([]int32, error) {
+	if h.opt.Prompts != nil {
+		return h.opt.Prompts.PromptIDs(key)
+	}
+	return PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
 }
 
 func (h *harness) newStopper() *stopper {
@@ -258,7 +285,7 @@ func (h *harness) runShape(sh Shape) (shape ShapeResult, err error) {
 		}
 	}()
 	for i := 0; !stop.done(i, func() float64 { return maxNoise(shape.Iterations) }); i++ {
-		fmt.Fprintf(h.progress, "  iteration %s\n", stop.iterationLabel(i))
+		h.status("iteration " + stop.iterationLabel(i) + stop.elapsed())
 		fmt.Fprintf(h.stdout, "Benchmark %s: batch_size=%d, input_len=%d, output_len=%d\n",
 			stop.iterationLabel(i), sh.Batch, sh.InputLen, sh.OutputLen)
 		it, err := h.runIteration(PromptKey{Shape: sh, Iter: i})
@@ -284,7 +311,7 @@ func (h *harness) runShape(sh Shape) (shape ShapeResult, err error) {
 // warmup runs the shape's warmup iterations (label names the arm in A/B).
 func (h *harness) warmup(sh Shape, label string) error {
 	for w := 0; w < h.opt.WarmupIters; w++ {
-		fmt.Fprintf(h.progress, "  warmup %d/%d%s\n", w+1, h.opt.WarmupIters, label)
+		h.status(fmt.Sprintf("warmup %d/%d%s", w+1, h.opt.WarmupIters, label))
 		fmt.Fprintf(h.stdout, "Warmup %d/%d: batch_size=%d, input_len=%d, output_len=%d\n",
 			w+1, h.opt.WarmupIters, sh.Batch, sh.InputLen, sh.OutputLen)
 		key := PromptKey{Shape: sh, Iter: w, Warmup: true}

@@ -57,3 +57,91 @@ func PromptIDs(seed uint64, vocabSize int, key PromptKey) ([]int32, error) {
 	}
 	return ids, nil
 }
+
+// PromptSource makes the token ids of one iteration's prompts:
+// key.Batch×key.InputLen ids, row-major. The same key always gives the same
+// ids. Options.Prompts is one; nil is the random prompts of PromptIDs.
+type PromptSource interface {
+	PromptIDs(key PromptKey) ([]int32, error)
+}
+
+// TextPrompts are prompts cut from real text (stepbench run --prompt-file),
+// as SGLang's random dataset (bench_serving's sample_random_requests) makes
+// a request of a ShareGPT prompt: one prompt's tokens, cut to the input
+// length when longer, repeated whole and cut when shorter. Each row takes
+// the next prompt in file order (the first one shifted by the seed), so a
+// batch mixes prompts; each pass through the file starts every prompt one
+// token later (its tokens rotated), so no two rows of a shape start at the
+// same place until its rows, warmups included, outnumber prompts × the
+// shortest prompt's tokens (Distinct). Warmup iterations and energy windows take their rows
+// from the other end (passes counted backwards), so the timed iterations'
+// prompts do not depend on how many warmups ran. Unlike SGLang's, the
+// prompts have no BOS (every row would share it as a prefix) and are not
+// shuffled.
+type TextPrompts struct {
+	prompts [][]int32
+	shift   int64
+}
+
+// NewTextPrompts takes the file's prompts, each already tokenized (without
+// BOS), and the run's seed.
+func NewTextPrompts(prompts [][]int32, seed uint64) (*TextPrompts, error) {
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("text prompts: none")
+	}
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("text prompts: prompt %d has no tokens", i+1)
+		}
+	}
+	return &TextPrompts{prompts: prompts, shift: int64(seed % uint64(len(prompts)))}, nil
+}
+
+// Distinct is how many rows of a shape start at distinct places: the
+// prompts × the shortest prompt's tokens.
+func (p *TextPrompts) Distinct() int {
+	shortest := len(p.prompts[0])
+	for _, q := range p.prompts {
+		shortest = min(shortest, len(q))
+	}
+	return len(p.prompts) * shortest
+}
+
+// PromptIDs returns the rows of key's iteration. Row r of timed iteration i
+// is row number g = i×batch + r; a warmup's (or an energy window's) rows are
+// numbered -1, -2, ... in the same way. Row g is prompt (g + shift) mod P,
+// rotated by floor((g + shift) / P) tokens.
+func (p *TextPrompts) PromptIDs(key PromptKey) ([]int32, error) {
+	if key.Batch < 1 || key.InputLen < 1 {
+		return nil, fmt.Errorf("prompt ids: batch %d and input length %d must be >= 1", key.Batch, key.InputLen)
+	}
+	ids := make([]int32, 0, key.Batch*key.InputLen)
+	for r := 0; r < key.Batch; r++ {
+		g := int64(key.Iter)*int64(key.Batch) + int64(r)
+		if key.Warmup || key.Iter < 0 {
+			w := int64(key.Iter)
+			if w < 0 {
+				w = 1<<20 - 1 - w // energy windows count -1, -2, ...: after every warmup
+			}
+			g = -1 - (w*int64(key.Batch) + int64(r))
+		}
+		h := g + p.shift
+		n := int64(len(p.prompts))
+		prompt := p.prompts[floorMod(h, n)]
+		start := floorMod(floorDiv(h, n), int64(len(prompt)))
+		for k := int64(0); k < int64(key.InputLen); k++ {
+			ids = append(ids, prompt[(start+k)%int64(len(prompt))])
+		}
+	}
+	return ids, nil
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func floorMod(a, b int64) int64 { return a - floorDiv(a, b)*b }

@@ -13,9 +13,12 @@ import (
 // runIteration is one_batch's latency_test_run_once: a fresh run, a timed
 // prefill, outputLen−1 timed decode steps, and its stdout lines.
 func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
-	it := IterationResult{Iter: key.Iter, PromptStream: key.stream()}
+	it := IterationResult{Iter: key.Iter}
+	if h.opt.Prompts == nil {
+		it.PromptStream = key.stream()
+	}
 	h.iteration = key
-	prompts, err := PromptIDs(h.opt.Seed, h.opt.VocabSize, key)
+	prompts, err := h.promptIDs(key)
 	if err != nil {
 		return it, err
 	}
@@ -146,6 +149,7 @@ func (h *harness) region(step func() error, sample Sample) (Sample, error) {
 	}
 	sample.HostSeconds = host.Seconds()
 	sample.DeviceSeconds = device.Seconds()
+	sample.StartUnixNanos = t0.UnixNano()
 	sample.RankDeviceSeconds = ranks
 	if h.opt.BetweenRegions != nil {
 		h.opt.BetweenRegions(sample)

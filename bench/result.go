@@ -33,6 +33,9 @@ type Sample struct {
 	// Warmup marks samples of warmup iterations; they reach BetweenRegions
 	// but are never kept in results.
 	Warmup bool `json:"warmup,omitempty"`
+	// StartUnixNanos is the host clock at the region's start (its t0), for
+	// a timeline of the run.
+	StartUnixNanos int64 `json:"start_unix_nanos,omitempty"`
 }
 
 // IterationResult is one timed iteration of a shape: a prefill and
@@ -40,7 +43,7 @@ type Sample struct {
 type IterationResult struct {
 	Iter int
 	// PromptStream is the PCG stream its prompts came from (PromptIDs with
-	// Options.Seed reproduces them).
+	// Options.Seed reproduces them); 0 with Options.Prompts.
 	PromptStream uint64
 	Prefill      Sample
 	Decode       []Sample
@@ -97,24 +100,28 @@ func (s ShapeResult) Samples() []Sample {
 }
 
 // NoiseLine says how many iterations ran, why they stopped and the noise
-// reached, e.g. "23 iterations (target_noise: every median within 0.50%):
-// noise prefill_host 0.31%, decode_host 0.22%".
+// reached, e.g. "23 iterations (target_noise: every median within 0.50%);
+// noise prefill ±0.31% (device ±0.29%), decode ±0.22%": the host time's,
+// and the device time's where it differs.
 func (s ShapeResult) NoiseLine(opt Options) string {
 	why := s.StopReason
 	switch s.StopReason {
 	case StopTargetNoise:
 		why += fmt.Sprintf(": every median within %.2f%%", 100*opt.Adaptive.TargetNoise)
 	case StopMaxSeconds:
-		why += fmt.Sprintf(": %g s spent before every median reached %.2f%%", opt.Adaptive.MaxSeconds, 100*opt.Adaptive.TargetNoise)
+		why += fmt.Sprintf(": %g s before every median reached %.2f%%", opt.Adaptive.MaxSeconds, 100*opt.Adaptive.TargetNoise)
 	}
 	var parts []string
 	for _, m := range []struct {
-		name  string
-		noise float64
-	}{{MetricPrefillHost, s.Noise.PrefillHost}, {MetricPrefillDevice, s.Noise.PrefillDevice},
-		{MetricDecodeHost, s.Noise.DecodeHost}, {MetricDecodeDevice, s.Noise.DecodeDevice}} {
-		if !math.IsNaN(m.noise) {
-			parts = append(parts, m.name+" "+stats.NoiseText(m.noise))
+		phase        string
+		host, device float64
+	}{{"prefill", s.Noise.PrefillHost, s.Noise.PrefillDevice}, {"decode", s.Noise.DecodeHost, s.Noise.DecodeDevice}} {
+		switch {
+		case math.IsNaN(m.host):
+		case math.IsNaN(m.device) || stats.NoiseText(m.device) == stats.NoiseText(m.host):
+			parts = append(parts, m.phase+" "+stats.NoiseText(m.host))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s (device %s)", m.phase, stats.NoiseText(m.host), stats.NoiseText(m.device)))
 		}
 	}
 	return fmt.Sprintf("%d iterations (%s); noise %s", len(s.Iterations), why, strings.Join(parts, ", "))

@@ -71,6 +71,15 @@ func (s *stopper) done(n int, noise func() float64) bool {
 	return s.reason != ""
 }
 
+// elapsed is "" with a fixed count, else the time spent of the budget:
+// " (2.3 of 15 s)".
+func (s *stopper) elapsed() string {
+	if s.fixed > 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.1f of %g s)", s.now().Sub(s.began).Seconds(), s.rule.MaxSeconds)
+}
+
 // iterationLabel is "i/n" with a fixed count, else "i".
 func (s *stopper) iterationLabel(i int) string {
 	if s.fixed > 0 {

@@ -107,6 +107,14 @@ type AttentionReserver interface {
 	ReserveAttention(s AttnShape) error
 }
 
+// WeightPreparer is implemented by backends that prepare a weight matrix
+// once it is loaded, for every Linear that will read it: the cpu backend
+// widens it to float32 once instead of at every call. The engine calls it
+// with every matrix Linear reads as w, after loading, before any step.
+type WeightPreparer interface {
+	PrepareWeights(matrices []Buffer) error
+}
+
 // BufferNamer is implemented by backends that can label a buffer for their
 // own diagnostics: the emulated CUDA device names it in fault messages.
 type BufferNamer interface {

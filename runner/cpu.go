@@ -4,24 +4,50 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"stepbench/kernels/ref"
 )
 
 // CPU is the reference backend: every op is its kernels/ref twin, run
-// synchronously on the calling goroutine. It is the truth the cuda backend
-// is compared with end to end, and the no-GPU fallback.
-type CPU struct{}
+// synchronously on the calling goroutine (Linear on every core: the
+// outputs' column chunks are shared among GOMAXPROCS goroutines, with the
+// same bits as on one). It is the truth the cuda backend is compared with
+// end to end, and the no-GPU fallback. Each weight matrix is widened to
+// float32 once, when loaded (PrepareWeights), not at every Linear: the
+// host holds both copies (CheckMemory counts them).
+type CPU struct{ workers int }
 
 // NewCPU returns the cpu backend.
-func NewCPU() *CPU { return &CPU{} }
+func NewCPU() *CPU { return &CPU{workers: runtime.GOMAXPROCS(0)} }
 
 type cpuBuffer struct {
 	dt  DType
 	b16 []uint16
 	f32 []float32
 	i32 []int32
+	// wide is the float32 copy of a bf16 weight matrix (PrepareWeights);
+	// any write to the buffer drops it.
+	wide []float32
+}
+
+// PrepareWeights widens each matrix to float32 once, for every Linear
+// that reads it.
+func (*CPU) PrepareWeights(matrices []Buffer) error {
+	for _, m := range matrices {
+		cb, err := asCPU(m, BF16, "prepare weights")
+		if err != nil {
+			return err
+		}
+		if cb.wide == nil {
+			cb.wide = make([]float32, len(cb.b16))
+			ref.ToF32(cb.wide, cb.b16)
+		}
+	}
+	return nil
 }
 
 func (b *cpuBuffer) DType() DType { return b.dt }
@@ -35,7 +61,8 @@ func (b *cpuBuffer) Len() int {
 	return len(b.i32)
 }
 
-// CheckMemory compares est with the host's available memory
+// CheckMemory compares est, with the float32 copy of the weights the cpu
+// backend keeps (2 × the bf16 bytes), with the host's available memory
 // (/proc/meminfo's MemAvailable) less 1 GB of headroom, as the cuda backend
 // does with the GPU's; call it before loading weights. Where meminfo cannot
 // be read (not Linux) the check is skipped.
@@ -48,7 +75,8 @@ func (*CPU) CheckMemory(est MemoryEstimate) error {
 	if err != nil {
 		return fmt.Errorf("check memory: /proc/meminfo: %w", err)
 	}
-	return CheckFits(est, available, total, hostMemoryHeadroomBytes, "the host (cpu backend)")
+	est.WeightBytes *= 3
+	return CheckFits(est, available, total, hostMemoryHeadroomBytes, "the host (cpu backend; its weights are counted as bf16 and a float32 copy, 6 bytes per parameter)")
 }
 
 // Name is "cpu".
@@ -95,8 +123,9 @@ func asCPU(b Buffer, want DType, op string) (*cpuBuffer, error) {
 }
 
 // bf16s unwraps bf16 buffers, each holding at least need[i] elements (a nil
-// buffer stays nil: an optional operand).
-func bf16s(op string, bs []Buffer, need []int) ([][]uint16, error) {
+// buffer stays nil: an optional operand); the first written of them are
+// the op's outputs, whose float32 copies (if any) it drops.
+func bf16s(op string, bs []Buffer, need []int, written int) ([][]uint16, error) {
 	out := make([][]uint16, len(bs))
 	for i, b := range bs {
 		if b == nil {
@@ -108,6 +137,9 @@ func bf16s(op string, bs []Buffer, need []int) ([][]uint16, error) {
 		}
 		if len(cb.b16) < need[i] {
 			return nil, fmt.Errorf("%s: operand %d holds %d elements, needs %d", op, i, len(cb.b16), need[i])
+		}
+		if i < written {
+			cb.wide = nil
 		}
 		out[i] = cb.b16[:need[i]]
 	}
@@ -123,6 +155,7 @@ func (*CPU) UploadBF16(dst Buffer, offset int, src []uint16) error {
 	if offset < 0 || offset+len(src) > len(cb.b16) {
 		return fmt.Errorf("upload bf16: %d elements at %d overflow a buffer of %d", len(src), offset, len(cb.b16))
 	}
+	cb.wide = nil
 	copy(cb.b16[offset:], src)
 	return nil
 }
@@ -194,6 +227,7 @@ func (*CPU) FillDummyRows(dst Buffer, offset, rows, cols int, seed uint64, name 
 	if offset < 0 || rows < 0 || cols < 0 || offset+n > len(cb.b16) {
 		return fmt.Errorf("fill dummy %s: %d×%d elements at %d overflow a buffer of %d", name, rows, cols, offset, len(cb.b16))
 	}
+	cb.wide = nil
 	if n > 0 {
 		ref.FillDummyRows(cb.b16[offset:offset+n], cols, seed, name, first, rowStride, kind)
 	}
@@ -202,7 +236,7 @@ func (*CPU) FillDummyRows(dst Buffer, offset, rows, cols int, seed uint64, name 
 
 // Embed gathers embedding rows.
 func (*CPU) Embed(out, table, ids Buffer, tokens, hidden int) error {
-	bs, err := bf16s("embed", []Buffer{out, table}, []int{tokens * hidden, 0})
+	bs, err := bf16s("embed", []Buffer{out, table}, []int{tokens * hidden, 0}, 1)
 	if err != nil {
 		return err
 	}
@@ -227,7 +261,7 @@ func (*CPU) Embed(out, table, ids Buffer, tokens, hidden int) error {
 // AddRMSNorm is the fused residual add and RMSNorm.
 func (*CPU) AddRMSNorm(out, residual, add, weight Buffer, rows, hidden int, eps float32) error {
 	n := rows * hidden
-	bs, err := bf16s("add_rmsnorm", []Buffer{out, residual, add, weight}, []int{n, n, n, hidden})
+	bs, err := bf16s("add_rmsnorm", []Buffer{out, residual, add, weight}, []int{n, n, n, hidden}, 2)
 	if err != nil {
 		return err
 	}
@@ -235,13 +269,19 @@ func (*CPU) AddRMSNorm(out, residual, add, weight Buffer, rows, hidden int, eps 
 	return nil
 }
 
-// Linear is out = x·wᵀ.
-func (*CPU) Linear(out, x, w Buffer, m, n, k int) error {
-	bs, err := bf16s("linear", []Buffer{out, x, w}, []int{m * n, m * k, n * k})
+// Linear is out = x·wᵀ, from w's float32 copy when it has one
+// (PrepareWeights), on every core.
+func (c *CPU) Linear(out, x, w Buffer, m, n, k int) error {
+	bs, err := bf16s("linear", []Buffer{out, x, w}, []int{m * n, m * k, n * k}, 1)
 	if err != nil {
 		return err
 	}
-	ref.Linear(bs[0], bs[1], bs[2], m, n, k)
+	wide := w.(*cpuBuffer).wide
+	if len(wide) < n*k || out == w {
+		wide = make([]float32, n*k)
+		ref.ToF32(wide, bs[2])
+	}
+	ref.LinearWide(bs[0], bs[1], wide, m, n, k, max(1, c.workers))
 	return nil
 }
 
@@ -267,7 +307,7 @@ func (*CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos Buffer, s AttnShape
 	T, D := s.Tokens(), s.HeadDim
 	cache := s.Batch * s.MaxSeq * s.KVHeads * D
 	bs, err := bf16s("rope_kv_write", []Buffer{q, kCache, vCache, qkv},
-		[]int{T * s.Heads * D, cache, cache, T * (s.Heads + 2*s.KVHeads) * D})
+		[]int{T * s.Heads * D, cache, cache, T * (s.Heads + 2*s.KVHeads) * D}, 3)
 	if err != nil {
 		return err
 	}
@@ -282,19 +322,62 @@ func (*CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos Buffer, s AttnShape
 	return nil
 }
 
-// Attention is causal GQA attention over the cache.
-func (*CPU) Attention(out, q, kCache, vCache, pos Buffer, s AttnShape) error {
+// Attention is causal GQA attention over the cache, its tokens shared
+// among the cores (each token's output is its own: the same bits).
+func (c *CPU) Attention(out, q, kCache, vCache, pos Buffer, s AttnShape) error {
 	if err := cpuPos(pos, s, "attention"); err != nil {
 		return err
 	}
 	T, D := s.Tokens(), s.HeadDim
 	cache := s.Batch * s.MaxSeq * s.KVHeads * D
-	bs, err := bf16s("attention", []Buffer{out, q, kCache, vCache}, []int{T * s.Heads * D, T * s.Heads * D, cache, cache})
+	bs, err := bf16s("attention", []Buffer{out, q, kCache, vCache}, []int{T * s.Heads * D, T * s.Heads * D, cache, cache}, 1)
 	if err != nil {
 		return err
 	}
-	ref.Attention(bs[0], bs[1], bs[2], bs[3], s.Batch, s.SeqLen, s.StartPos, s.Heads, s.KVHeads, D, s.MaxSeq)
+	qWidth, kvWidth := s.Heads*D, s.KVHeads*D
+	// A part is tokens [s0, s1) of sequence b, each reading its keys 0..p.
+	type part struct{ b, s0, s1 int }
+	var parts []part
+	per := max(1, s.SeqLen/(4*c.workers))
+	for b := range s.Batch {
+		for s0 := 0; s0 < s.SeqLen; s0 += per {
+			parts = append(parts, part{b, s0, min(s.SeqLen, s0+per)})
+		}
+	}
+	c.parallel(len(parts), T*(s.StartPos+s.SeqLen)*qWidth, func(i int) {
+		p := parts[i]
+		t0 := p.b*s.SeqLen + p.s0
+		cacheAt := p.b * s.MaxSeq * kvWidth
+		ref.Attention(bs[0][t0*qWidth:], bs[1][t0*qWidth:], bs[2][cacheAt:], bs[3][cacheAt:],
+			1, p.s1-p.s0, s.StartPos+p.s0, s.Heads, s.KVHeads, D, s.MaxSeq)
+	})
 	return nil
+}
+
+// parallelMinWork is the least work (about one multiply-add each) that
+// parallel shares among goroutines.
+const parallelMinWork = 1 << 15
+
+// parallel runs f(0..n-1) on the backend's cores, each index once; work is
+// the whole's size, below parallelMinWork it runs on the caller alone.
+func (c *CPU) parallel(n, work int, f func(i int)) {
+	workers := min(c.workers, n)
+	if workers <= 1 || work < parallelMinWork {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // AddI32 adds delta to every element.
@@ -307,19 +390,23 @@ func (*CPU) AddI32(buf Buffer, delta int) error {
 	return nil
 }
 
-// SiluMul is SiLU(gate)·up.
-func (*CPU) SiluMul(out, gateUp Buffer, rows, inter int) error {
-	bs, err := bf16s("silu_mul", []Buffer{out, gateUp}, []int{rows * inter, rows * 2 * inter})
+// SiluMul is SiLU(gate)·up, its rows shared among the cores.
+func (c *CPU) SiluMul(out, gateUp Buffer, rows, inter int) error {
+	bs, err := bf16s("silu_mul", []Buffer{out, gateUp}, []int{rows * inter, rows * 2 * inter}, 1)
 	if err != nil {
 		return err
 	}
-	ref.SiluMul(bs[0], bs[1], rows, inter)
+	per := max(1, rows/(4*c.workers))
+	c.parallel((rows+per-1)/per, 8*rows*inter, func(i int) {
+		r0, r1 := i*per, min(rows, (i+1)*per)
+		ref.SiluMul(bs[0][r0*inter:r1*inter], bs[1][r0*2*inter:r1*2*inter], r1-r0, inter)
+	})
 	return nil
 }
 
 // GatherLast copies each sequence's last row.
 func (*CPU) GatherLast(out, in Buffer, batch, seqLen, width int) error {
-	bs, err := bf16s("gather_last", []Buffer{out, in}, []int{batch * width, batch * seqLen * width})
+	bs, err := bf16s("gather_last", []Buffer{out, in}, []int{batch * width, batch * seqLen * width}, 1)
 	if err != nil {
 		return err
 	}
@@ -336,7 +423,7 @@ func (*CPU) Argmax(out, logits Buffer, rows, vocab int) error {
 	if len(ob.i32) < rows {
 		return fmt.Errorf("argmax: %d outputs for %d rows", len(ob.i32), rows)
 	}
-	bs, err := bf16s("argmax", []Buffer{logits}, []int{rows * vocab})
+	bs, err := bf16s("argmax", []Buffer{logits}, []int{rows * vocab}, 0)
 	if err != nil {
 		return err
 	}

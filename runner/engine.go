@@ -107,24 +107,31 @@ func (e *Engine) Config() Config { return e.cfg }
 // Backend is the backend the engine runs on.
 func (e *Engine) Backend() Backend { return e.be }
 
+// Positions is how many KV positions a run of inputLen prompt tokens that
+// generates outputLen tokens writes: inputLen + outputLen − 1.
+func Positions(inputLen, outputLen int) int { return inputLen + outputLen - 1 }
+
 // Begin starts a fresh run of batch sequences of inputLen prompt tokens that
-// will generate outputLen tokens: the KV cache is emptied and sized for
-// inputLen+outputLen positions. prompts holds batch*inputLen ids, row-major.
+// will generate outputLen tokens: the KV cache is emptied and sized for the
+// positions the run writes, inputLen + outputLen − 1 (the prefill's
+// inputLen, then one per decode step; the last token generated is never
+// fed back). prompts holds batch*inputLen ids, row-major.
 func (e *Engine) Begin(batch, inputLen, outputLen int, prompts []int32) error {
 	switch {
 	case batch < 1 || inputLen < 1 || outputLen < 1:
 		return fmt.Errorf("begin: batch %d, input %d, output %d: each must be at least 1", batch, inputLen, outputLen)
 	case len(prompts) != batch*inputLen:
 		return fmt.Errorf("begin: %d prompt ids for batch %d × input %d", len(prompts), batch, inputLen)
-	case inputLen+outputLen > e.cfg.MaxPositionEmbeddings:
-		return fmt.Errorf("begin: input %d + output %d exceeds the model's %d positions", inputLen, outputLen, e.cfg.MaxPositionEmbeddings)
+	case Positions(inputLen, outputLen) > e.cfg.MaxPositionEmbeddings:
+		return fmt.Errorf("begin: input %d + output %d − 1 = %d positions exceeds the model's %d", inputLen, outputLen,
+			Positions(inputLen, outputLen), e.cfg.MaxPositionEmbeddings)
 	}
 	for i, id := range prompts {
 		if id < 0 || int(id) >= e.cfg.VocabSize {
 			return fmt.Errorf("begin: prompt id %d at %d outside the vocabulary [0, %d)", id, i, e.cfg.VocabSize)
 		}
 	}
-	maxSeq := inputLen + outputLen
+	maxSeq := Positions(inputLen, outputLen)
 	if err := e.ensureBuffers(batch, batch*inputLen, maxSeq); err != nil {
 		return err
 	}

@@ -167,7 +167,7 @@ func TestEngineRefusesBadRuns(t *testing.T) {
 	}{
 		{"zero batch", 0, 4, 2, nil, "at least 1"},
 		{"wrong prompt count", 2, 4, 2, make([]int32, 7), "prompt ids"},
-		{"beyond positions", 1, max, 1, make([]int32, max), "exceeds"},
+		{"beyond positions", 1, max, 2, make([]int32, max), "exceeds"},
 		{"id outside vocab", 1, 2, 2, []int32{0, int32(e.Config().VocabSize)}, "vocabulary"},
 	} {
 		err := e.Begin(tc.batch, tc.in, tc.out, tc.prompts)
@@ -189,6 +189,41 @@ func TestEngineRefusesBadRuns(t *testing.T) {
 	}
 	if err := e.Decode(); err == nil {
 		t.Error("decode past the cache's positions: no error")
+	}
+}
+
+// A run writes input + output − 1 positions: a model of 16 positions
+// prefills 15 tokens and decodes once at position 15, or prefills 16 and
+// decodes nothing; one more is refused.
+func TestEnginePositionsRule(t *testing.T) {
+	cfg, err := Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxPositionEmbeddings = 16
+	e, err := NewEngine(cfg, NewCPU(), WeightSource{Seed: 7}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, tc := range []struct{ in, out, decodes int }{{15, 2, 1}, {16, 1, 0}, {1, 16, 15}} {
+		if err := e.Begin(1, tc.in, tc.out, make([]int32, tc.in)); err != nil {
+			t.Fatalf("input %d output %d: %v", tc.in, tc.out, err)
+		}
+		if err := e.Prefill(); err != nil {
+			t.Fatal(err)
+		}
+		for range tc.decodes {
+			if err := e.Decode(); err != nil {
+				t.Fatalf("input %d output %d: %v", tc.in, tc.out, err)
+			}
+		}
+		if _, err := e.NextTokens(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Begin(1, 16, 2, make([]int32, 16)); err == nil || !strings.Contains(err.Error(), "16 + output 2 − 1 = 17 positions exceeds the model's 16") {
+		t.Errorf("17 positions: %v", err)
 	}
 }
 

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -45,6 +47,49 @@ func ParsePromptIDs(r io.Reader, name string, vocab int) ([][]int32, error) {
 	}
 	if len(prompts) == 0 {
 		return nil, fmt.Errorf("%s: no prompts (one prompt per line, token ids separated by spaces)", name)
+	}
+	return prompts, nil
+}
+
+// ParsePromptText reads text prompts: one prompt per line (the line's end,
+// "\n" or "\r\n", is not part of it), or JSON lines with a "prompt" string
+// (a prompt with line breaks of its own). A file whose first non-empty line
+// is a JSON object is read as JSON lines. Empty lines are skipped. name is
+// used in errors (the file's path).
+func ParsePromptText(r io.Reader, name string) ([]string, error) {
+	var prompts []string
+	br := bufio.NewReader(r)
+	jsonl := false
+	for line := 1; ; line++ {
+		text, err := br.ReadString('\n')
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
+		text = strings.TrimSuffix(strings.TrimSuffix(text, "\n"), "\r")
+		if text != "" {
+			if len(prompts) == 0 && !jsonl {
+				trimmed := bytes.TrimSpace([]byte(text))
+				jsonl = len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(trimmed)
+			}
+			if jsonl {
+				var rec struct {
+					Prompt *string `json:"prompt"`
+				}
+				if json.Unmarshal([]byte(text), &rec) != nil || rec.Prompt == nil {
+					return nil, fmt.Errorf("%s:%d: not a JSON object with a \"prompt\" string (the file is JSON lines: its first line is a JSON object)", name, line)
+				}
+				text = *rec.Prompt
+			}
+			if text != "" {
+				prompts = append(prompts, text)
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+	}
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("%s: no prompts (one per line, or JSON lines with a \"prompt\" field)", name)
 	}
 	return prompts, nil
 }

@@ -58,3 +58,54 @@ func FuzzParsePromptIDs(f *testing.F) {
 		}
 	})
 }
+
+func TestParsePromptText(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"The capital of France is\r\n\nHello world  \n", []string{"The capital of France is", "Hello world  "}},
+		{"no newline at the end", []string{"no newline at the end"}},
+		{"{\"prompt\": \"line one\\nline two\"}\n\n{\"prompt\": \"x\", \"id\": 3}\n", []string{"line one\nline two", "x"}},
+		{"# a heading, not a comment\n{not json", []string{"# a heading, not a comment", "{not json"}},
+	} {
+		got, err := ParsePromptText(strings.NewReader(tc.in), "p.txt")
+		if err != nil {
+			t.Errorf("%q: %v", tc.in, err)
+			continue
+		}
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+			t.Errorf("%q: got %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"", "p.txt: no prompts"},
+		{"\n\r\n", "no prompts"},
+		{"{\"prompt\": \"a\"}\nplain text", "p.txt:2: not a JSON object"},
+		{"{\"text\": \"a\"}", "p.txt:1: not a JSON object with a \"prompt\""},
+	} {
+		_, err := ParsePromptText(strings.NewReader(tc.in), "p.txt")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func FuzzParsePromptText(f *testing.F) {
+	f.Add("one\ntwo\r\n")
+	f.Add("{\"prompt\": \"a\"}\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		prompts, err := ParsePromptText(strings.NewReader(in), "fuzz")
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("multi-line error %q", err)
+			}
+			return
+		}
+		for _, p := range prompts {
+			if p == "" {
+				t.Fatal("empty prompt accepted")
+			}
+		}
+	})
+}

@@ -149,7 +149,21 @@ func loadWeights(be Backend, cfg Config, lay TPLayout, src WeightSource, progres
 	if err := be.UploadF32(w.invFreq, inv); err != nil {
 		return nil, w.freeOnError(be, fmt.Errorf("upload rope inv_freq: %w", err))
 	}
+	if p, ok := be.(WeightPreparer); ok {
+		if err := p.PrepareWeights(w.matrices()); err != nil {
+			return nil, w.freeOnError(be, fmt.Errorf("prepare weights: %w", err))
+		}
+	}
 	return w, nil
+}
+
+// matrices are the weights Linear reads: every layer's projections and lm_head.
+func (w *Weights) matrices() []Buffer {
+	out := []Buffer{w.lmHead}
+	for _, l := range w.layers {
+		out = append(out, l.qkv, l.o, l.gateUp, l.down)
+	}
+	return out
 }
 
 // layer loads decoder layer i's share: q/k/v rows of the rank's heads and

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"math"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/perf/benchmath"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -16,6 +19,7 @@ import (
 	"stepbench/bench"
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
+	"stepbench/bench/stats"
 
 	"stepbench/bench/internal/files"
 )
@@ -44,14 +48,29 @@ var (
 	dashed = []vg.Length{vg.Points(5), vg.Points(3)}
 )
 
-// Paths returns the roofline plot's path (path itself) and the sweep
-// plot's (name.sweep.ext). The extension must be .svg or .png.
+// Paths returns the roofline plot's path and the sweep plot's, from the
+// --plot FILE: the roofline is FILE and the sweep FILE with .sweep before
+// the extension; a FILE that already ends in .sweep.EXT names the sweep as
+// written, and the roofline is FILE without the .sweep. The extension must
+// be .svg or .png.
 func Paths(path string) (roofline, sweep string, err error) {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext != ".svg" && ext != ".png" {
+	ext := filepath.Ext(path)
+	if e := strings.ToLower(ext); e != ".svg" && e != ".png" {
 		return "", "", fmt.Errorf("plot %q: the file name must end in .svg or .png", path)
 	}
-	return path, strings.TrimSuffix(path, filepath.Ext(path)) + ".sweep" + filepath.Ext(path), nil
+	base := strings.TrimSuffix(path, ext)
+	if stem, ok := strings.CutSuffix(base, ".sweep"); ok && stem != "" && !strings.HasSuffix(stem, string(filepath.Separator)) {
+		return stem + ext, path, nil
+	}
+	return path, base + ".sweep" + ext, nil
+}
+
+// CheckPath refuses a figure path that is not .svg or .png.
+func CheckPath(path string) error {
+	if e := strings.ToLower(filepath.Ext(path)); e != ".svg" && e != ".png" {
+		return fmt.Errorf("plot %q: the file name must end in .svg or .png", path)
+	}
+	return nil
 }
 
 // newLegend is a legend for the figure's right-hand column.
@@ -68,21 +87,29 @@ func newLegend() plot.Legend {
 // the legend column, and writes the figure to path atomically (.svg or
 // .png by the extension).
 func saveFigure(path, title string, panels []*plot.Plot, legend plot.Legend) error {
+	return saveGrid(path, title, [][]*plot.Plot{panels}, legend, figureHeight)
+}
+
+// saveGrid is saveFigure for rows of panels (axes aligned) in a figure of
+// the given height.
+func saveGrid(path, title string, rows [][]*plot.Plot, legend plot.Legend, height vg.Length) error {
 	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
-	c, err := draw.NewFormattedCanvas(figureWidth, figureHeight, format)
+	c, err := draw.NewFormattedCanvas(figureWidth, height, format)
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	dc := draw.New(c)
 	titleStyle := text.Style{Color: color.Black, Font: font.From(plot.DefaultFont, vg.Points(13)), Handler: plot.DefaultTextHandler,
 		XAlign: draw.XCenter, YAlign: draw.YTop}
-	dc.FillText(titleStyle, vg.Point{X: (figureWidth - legendWidth) / 2, Y: figureHeight - vg.Points(4)}, title)
+	dc.FillText(titleStyle, vg.Point{X: (figureWidth - legendWidth) / 2, Y: height - vg.Points(4)}, title)
 	titleHeight := titleStyle.Height(title) + vg.Points(10)
 	body := draw.Crop(dc, vg.Points(4), -legendWidth, vg.Points(4), -titleHeight)
-	tiles := draw.Tiles{Rows: 1, Cols: len(panels), PadX: vg.Centimeter}
-	canvases := plot.Align([][]*plot.Plot{panels}, tiles, body)
-	for j, p := range panels {
-		p.Draw(canvases[0][j])
+	tiles := draw.Tiles{Rows: len(rows), Cols: len(rows[0]), PadX: vg.Centimeter, PadY: vg.Points(12)}
+	canvases := plot.Align(rows, tiles, body)
+	for i, row := range rows {
+		for j, p := range row {
+			p.Draw(canvases[i][j])
+		}
 	}
 	legend.Draw(draw.Crop(dc, figureWidth-legendWidth+vg.Points(8), 0, 0, -titleHeight))
 	var buf bytes.Buffer
@@ -95,6 +122,24 @@ func saveFigure(path, title string, panels []*plot.Plot, legend plot.Legend) err
 	return nil
 }
 
+// legendText adds text to the legend as lines of at most width runes.
+func legendText(legend *plot.Legend, text string, width int) {
+	line := ""
+	for _, word := range strings.Fields(text) {
+		if line != "" && len([]rune(line))+1+len([]rune(word)) > width {
+			legend.Add(line)
+			line = "    "
+		}
+		if strings.TrimSpace(line) != "" {
+			line += " "
+		}
+		line += word
+	}
+	if strings.TrimSpace(line) != "" {
+		legend.Add(line)
+	}
+}
+
 // recoverPlot turns a panic inside gonum/plot (it panics on a log axis that
 // sees a non-positive value) into an error: a plot never kills a run.
 func recoverPlot(path string, err *error) {
@@ -104,15 +149,16 @@ func recoverPlot(path string, err *error) {
 }
 
 // Run writes both plots of a run from its shape reports, and returns the
-// paths written: the roofline (path) of their step points under roof (may
-// be nil) and the sweep (Paths' sweep path) of the same points' times
-// beside their floors. It draws only what the reports hold.
+// paths written: the roofline (Paths' roofline path) of their step points
+// under roof (may be nil) and the sweep (Paths' sweep path) of the same
+// points' times beside their floors, each median with its 95% interval as
+// an error bar. It draws only what the reports hold.
 func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title string) ([]string, error) {
 	rooflinePath, sweepPath, err := Paths(path)
 	if err != nil {
 		return nil, err
 	}
-	var points []roofline.Point
+	var points []Point
 	var sweep []SweepPoint
 	for _, s := range shapes {
 		sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen}
@@ -120,12 +166,15 @@ func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title st
 			if p.Op != "" {
 				continue
 			}
-			points = append(points, p)
+			lo, hi := MedianInterval(s, p.Phase)
+			points = append(points, Point{Point: p, LowSeconds: lo, HighSeconds: hi})
 			switch p.Phase {
 			case bench.PhasePrefill:
 				sp.PrefillSeconds, sp.PrefillFloorSeconds = p.Seconds, p.FloorSeconds
+				sp.PrefillLowSeconds, sp.PrefillHighSeconds = lo, hi
 			case bench.PhaseDecode:
 				sp.DecodeSeconds, sp.DecodeFloorSeconds = p.Seconds, p.FloorSeconds
+				sp.DecodeLowSeconds, sp.DecodeHighSeconds = lo, hi
 			}
 		}
 		sweep = append(sweep, sp)
@@ -133,8 +182,65 @@ func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title st
 	if err := WriteRooflinePlot(rooflinePath, roof, points, title+": roofline"); err != nil {
 		return nil, err
 	}
-	if err := WriteSweepPlot(sweepPath, sweep, title+": step latency against batch size"); err != nil {
+	if err := WriteSweepPlot(sweepPath, sweep, title+": step latency against batch size"+roofTitle(roof)); err != nil {
 		return []string{rooflinePath}, err
 	}
 	return []string{rooflinePath, sweepPath}, nil
+}
+
+// Point is a roofline point with the 95% interval of its median time (0,
+// 0 when there is none: fewer than 6 iterations).
+type Point struct {
+	roofline.Point
+	LowSeconds, HighSeconds float64
+}
+
+// MedianInterval is the distribution-free 95% interval of a phase's median
+// time over s's iterations (the prefill's, or each iteration's median
+// decode step), device time where the backend has it, as the roofline
+// points' times are; 0, 0 with fewer than 6 iterations.
+func MedianInterval(s report.ShapeReport, phase string) (low, high float64) {
+	device := false
+	for _, sm := range s.Samples {
+		device = device || sm.DeviceSeconds > 0
+	}
+	perIter := map[int][]float64{}
+	var iters []int
+	for _, sm := range s.Samples {
+		if sm.Phase != phase {
+			continue
+		}
+		v := sm.HostSeconds
+		if device {
+			v = sm.DeviceSeconds
+		}
+		if _, ok := perIter[sm.Iter]; !ok {
+			iters = append(iters, sm.Iter)
+		}
+		perIter[sm.Iter] = append(perIter[sm.Iter], v)
+	}
+	values := make([]float64, 0, len(iters))
+	for _, it := range iters {
+		values = append(values, stats.Median(perIter[it]))
+	}
+	if len(values) == 0 {
+		return 0, 0
+	}
+	ci := stats.NewMedianCI(benchmath.NewSample(values, &benchmath.DefaultThresholds), 0.95)
+	if math.IsNaN(ci.LowSeconds) || math.IsNaN(ci.HighSeconds) {
+		return 0, 0
+	}
+	return ci.LowSeconds, ci.HighSeconds
+}
+
+// roofTitle names the roof in a figure's title: " (datasheet roof: H100
+// SXM5 80GB)", " (no roof)".
+func roofTitle(roof *roofline.Roof) string {
+	switch {
+	case roof == nil:
+		return " (no roof)"
+	case roof.Source == roofline.SourceDatasheet:
+		return fmt.Sprintf(" (%s roof: %s)", roof.Source, roof.Description)
+	}
+	return fmt.Sprintf(" (%s roof)", roof.Source)
 }

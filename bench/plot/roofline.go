@@ -24,12 +24,14 @@ const markerRadius = 3.5 // points
 
 // WriteRooflinePlot draws a log-log roofline: achieved FLOP/s against
 // arithmetic intensity, one series per phase (colour: prefill blue, decode
-// red) and input length (marker shape), its points joined in batch order
-// and labelled with their batch size where a label fits; the memory roof
-// (green) and the compute roof (purple) meet at the dashed ridge, all in
-// the legend. Without a roof the title says the points are the cost model's
-// work over measured time only.
-func WriteRooflinePlot(path string, roof *roofline.Roof, points []roofline.Point, title string) (err error) {
+// red) and input length (marker shape), its points joined in batch order,
+// each with the 95% interval of its median time as an error bar, and
+// labelled with their batch size (and input length, when there are several)
+// where a label fits; the memory roof (green) and the compute roof
+// (purple) meet at the dashed ridge, all in the legend under the roof's
+// name and source, which the title names too. Without a roof the title
+// says the points are the cost model's work over measured time only.
+func WriteRooflinePlot(path string, roof *roofline.Roof, points []Point, title string) (err error) {
 	defer recoverPlot(path, &err)
 	p := plot.New()
 	// Short axis labels: a label longer than its axis makes gonum shrink
@@ -48,6 +50,7 @@ func WriteRooflinePlot(path string, roof *roofline.Roof, points []roofline.Point
 		if err := addRoofs(p, &legend, roof); err != nil {
 			return fmt.Errorf("plot %s: %w", path, err)
 		}
+		title += roofTitle(roof)
 	} else {
 		title += " (no roof: cost-model points only)"
 		logAxis(&p.X, xs)
@@ -55,7 +58,12 @@ func WriteRooflinePlot(path string, roof *roofline.Roof, points []roofline.Point
 	}
 	p.Add(plotter.NewGrid(), newPointLabels(labels, vg.Points(markerRadius)))
 	legend.Add("")
-	legend.Add("labels: batch size")
+	if len(inputLengths(points)) > 1 {
+		legend.Add("labels: b=batch/input tokens")
+	} else {
+		legend.Add("labels: batch size")
+	}
+	legend.Add("bars: 95% interval of the median")
 	legend.Add("x: cost-model FLOPs / bytes")
 	legend.Add("y: cost-model FLOPs /")
 	legend.Add("    median device time")
@@ -64,11 +72,11 @@ func WriteRooflinePlot(path string, roof *roofline.Roof, points []roofline.Point
 
 // addRooflineSeries adds one series per (phase, input length) and returns
 // the data extents and the batch-size labels.
-func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []roofline.Point) (xs, ys []float64, labels []pointLabel, err error) {
+func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []Point) (xs, ys []float64, labels []pointLabel, err error) {
 	inputs := inputLengths(points)
 	for _, phase := range []string{bench.PhasePrefill, bench.PhaseDecode} {
 		for k, in := range inputs {
-			var series []roofline.Point
+			var series []Point
 			for _, pt := range points {
 				if pt.Phase == phase && pt.InputLen == in && pt.IntensityFLOPsPerByte > 0 && pt.AchievedFLOPsPerSec > 0 {
 					series = append(series, pt)
@@ -79,10 +87,17 @@ func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []roofline.Poin
 			}
 			sort.Slice(series, func(i, j int) bool { return series[i].Batch < series[j].Batch })
 			xy := make(plotter.XYs, len(series))
+			bars := errorPoints{XYs: xy, YErrors: make(plotter.YErrors, len(series))}
 			for i, pt := range series {
 				xy[i] = plotter.XY{X: pt.IntensityFLOPsPerByte, Y: pt.AchievedFLOPsPerSec}
+				if pt.LowSeconds > 0 && pt.HighSeconds >= pt.LowSeconds {
+					// y = FLOPs / t: the slowest time in the interval is the lowest y.
+					lo, hi := pt.AchievedFLOPsPerSec*pt.Seconds/pt.HighSeconds, pt.AchievedFLOPsPerSec*pt.Seconds/pt.LowSeconds
+					bars.YErrors[i].Low, bars.YErrors[i].High = max(0, xy[i].Y-lo), max(0, hi-xy[i].Y)
+					ys = append(ys, lo, hi)
+				}
 				xs, ys = append(xs, xy[i].X), append(ys, xy[i].Y)
-				labels = append(labels, pointLabel{X: xy[i].X, Y: xy[i].Y, Text: fmt.Sprintf("b=%d", pt.Batch),
+				labels = append(labels, pointLabel{X: xy[i].X, Y: xy[i].Y, Text: batchLabel(pt.Batch, in, len(inputs)),
 					Color: phaseColor(phase), Priority: labelPriority(i, len(series))})
 			}
 			line, scatter, err := plotter.NewLinePoints(xy)
@@ -91,11 +106,48 @@ func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []roofline.Poin
 			}
 			line.Color, line.Width = withAlpha(phaseColor(phase), 0x80), vg.Points(0.8)
 			scatter.Color, scatter.Shape, scatter.Radius = phaseColor(phase), markerShapes[k%len(markerShapes)], vg.Points(markerRadius)
-			p.Add(line, scatter)
+			errBars, err := newErrorBars(bars, phaseColor(phase))
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			p.Add(line, errBars, scatter)
 			legend.Add(seriesName(phase, in, len(inputs)), line, scatter)
 		}
 	}
 	return xs, ys, labels, nil
+}
+
+// errorPoints are points with their y intervals (plotter.YErrorBars' input).
+type errorPoints struct {
+	plotter.XYs
+	plotter.YErrors
+}
+
+// newErrorBars draws points' intervals in c, thin, with short caps.
+func newErrorBars(points errorPoints, c color.Color) (*plotter.YErrorBars, error) {
+	bars, err := plotter.NewYErrorBars(points)
+	if err != nil {
+		return nil, err
+	}
+	bars.LineStyle.Color, bars.LineStyle.Width, bars.CapWidth = c, vg.Points(0.9), vg.Points(5)
+	return bars, nil
+}
+
+// batchLabel is a point's label: its batch size and, when the figure has
+// several input lengths, its series' input length ("b=64/1k").
+func batchLabel(batch, inputLen, inputs int) string {
+	if inputs == 1 {
+		return fmt.Sprintf("b=%d", batch)
+	}
+	return fmt.Sprintf("b=%d/%s", batch, tokens(inputLen))
+}
+
+// tokens writes a token count short: 1k for 1024, 8k for 8192, 100 for 100.
+func tokens(n int) string {
+	if n >= 1024 && n%1024 == 0 {
+		return fmt.Sprintf("%dk", n/1024)
+	}
+	return fmt.Sprint(n)
 }
 
 // labelPriority puts a series' first and last points first.
@@ -134,13 +186,15 @@ func addRoofs(p *plot.Plot, legend *plot.Legend, roof *roofline.Roof) error {
 	}
 	ridgeLine.Color, ridgeLine.Dashes = ridgeColor, dashed
 	p.Add(memory, compute, ridgeLine)
+	legend.Add("")
+	legendText(legend, fmt.Sprintf("roof: %s (%s)", roof.Source, roof.Description), 29)
 	legend.Add(fmt.Sprintf("memory roof %.2f TB/s", roof.PeakBytesPerSec/1e12), memory)
 	legend.Add(fmt.Sprintf("compute roof %.1f TFLOP/s", roof.PeakFLOPsPerSec/1e12), compute)
-	legend.Add(fmt.Sprintf("ridge %.0f FLOP/byte (%s)", ridge, roof.Source), ridgeLine)
+	legend.Add(fmt.Sprintf("ridge %.0f FLOP/byte", ridge), ridgeLine)
 	return nil
 }
 
-func inputLengths(points []roofline.Point) []int {
+func inputLengths(points []Point) []int {
 	var inputs []int
 	for _, pt := range points {
 		if !slices.Contains(inputs, pt.InputLen) {

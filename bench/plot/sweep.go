@@ -12,17 +12,21 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// SweepPoint is one shape's median step latencies and floors.
+// SweepPoint is one shape's median step latencies, their 95% intervals and
+// floors.
 type SweepPoint struct {
 	Batch, InputLen                         int
 	PrefillSeconds, DecodeSeconds           float64 // medians; 0 when absent
+	PrefillLowSeconds, PrefillHighSeconds   float64 // the prefill median's interval; 0 when none
+	DecodeLowSeconds, DecodeHighSeconds     float64 // the decode median's
 	PrefillFloorSeconds, DecodeFloorSeconds float64 // 0 when no roof
 }
 
 // WriteSweepPlot draws median step latency against batch size (log-log),
 // prefill and decode in panels side by side, one series per input length
-// (colour): measured as solid lines with filled markers, the roofline
-// floors as dashed lines with hollow markers.
+// (colour): measured as solid lines with filled markers and the 95%
+// interval of each median as an error bar, the roofline floors as dashed
+// lines with hollow markers.
 func WriteSweepPlot(path string, points []SweepPoint, title string) (err error) {
 	defer recoverPlot(path, &err)
 	points = slices.Clone(points)
@@ -36,14 +40,13 @@ func WriteSweepPlot(path string, points []SweepPoint, title string) (err error) 
 	slices.Sort(inputs)
 	legend := newLegend()
 	var panels []*plot.Plot
-	for _, phase := range []struct {
-		name            string
-		measured, floor func(SweepPoint) float64
-	}{
-		{"prefill", func(s SweepPoint) float64 { return s.PrefillSeconds }, func(s SweepPoint) float64 { return s.PrefillFloorSeconds }},
-		{"decode (median step)", func(s SweepPoint) float64 { return s.DecodeSeconds }, func(s SweepPoint) float64 { return s.DecodeFloorSeconds }},
+	for _, phase := range []sweepPhase{
+		{"prefill", func(s SweepPoint) float64 { return s.PrefillSeconds }, func(s SweepPoint) float64 { return s.PrefillFloorSeconds },
+			func(s SweepPoint) (float64, float64) { return s.PrefillLowSeconds, s.PrefillHighSeconds }},
+		{"decode (median step)", func(s SweepPoint) float64 { return s.DecodeSeconds }, func(s SweepPoint) float64 { return s.DecodeFloorSeconds },
+			func(s SweepPoint) (float64, float64) { return s.DecodeLowSeconds, s.DecodeHighSeconds }},
 	} {
-		p, drawn, err := sweepPanel(phase.name, points, inputs, phase.measured, phase.floor)
+		p, drawn, err := sweepPanel(phase, points, inputs)
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", path, err)
 		}
@@ -59,10 +62,18 @@ func WriteSweepPlot(path string, points []SweepPoint, title string) (err error) 
 	return saveFigure(path, title, panels, legend)
 }
 
+// sweepPhase is one panel's phase: its name and how a point gives its
+// measured median, floor and interval.
+type sweepPhase struct {
+	name            string
+	measured, floor func(SweepPoint) float64
+	interval        func(SweepPoint) (low, high float64)
+}
+
 // sweepPanel draws one phase; drawn is false when it has no data.
-func sweepPanel(name string, points []SweepPoint, inputs []int, measured, floor func(SweepPoint) float64) (*plot.Plot, bool, error) {
+func sweepPanel(ph sweepPhase, points []SweepPoint, inputs []int) (*plot.Plot, bool, error) {
 	p := plot.New()
-	p.Title.Text = name
+	p.Title.Text = ph.name
 	p.X.Label.Text = "batch size"
 	p.Y.Label.Text = "step latency (ms)"
 	var xs, ys, batches []float64
@@ -70,9 +81,9 @@ func sweepPanel(name string, points []SweepPoint, inputs []int, measured, floor 
 	for k, in := range inputs {
 		c := seriesColors[k%len(seriesColors)]
 		for _, isFloor := range []bool{false, true} {
-			value := measured
+			value := ph.measured
 			if isFloor {
-				value = floor
+				value = ph.floor
 			}
 			xy := sweepSeries(points, in, value)
 			if len(xy) == 0 {
@@ -89,7 +100,17 @@ func sweepPanel(name string, points []SweepPoint, inputs []int, measured, floor 
 				return nil, false, err
 			}
 			styleSeries(line, scatter, c, isFloor)
-			p.Add(line, scatter)
+			p.Add(line)
+			if !isFloor {
+				bars, lows, highs := sweepErrors(points, in, xy, ph)
+				ys = append(append(ys, lows...), highs...)
+				errBars, err := newErrorBars(bars, c)
+				if err != nil {
+					return nil, false, err
+				}
+				p.Add(errBars)
+			}
+			p.Add(scatter)
 			drawn = true
 		}
 	}
@@ -98,6 +119,25 @@ func sweepPanel(name string, points []SweepPoint, inputs []int, measured, floor 
 	logAxis(&p.Y, ys)
 	p.Add(plotter.NewGrid())
 	return p, drawn, nil
+}
+
+// sweepErrors are the intervals of one input length's measured points xy
+// (in ms), and their ends for the axis range.
+func sweepErrors(points []SweepPoint, inputLen int, xy plotter.XYs, ph sweepPhase) (errorPoints, []float64, []float64) {
+	bars := errorPoints{XYs: xy, YErrors: make(plotter.YErrors, len(xy))}
+	var lows, highs []float64
+	for i, v := range xy {
+		for _, pt := range points {
+			if pt.InputLen != inputLen || float64(pt.Batch) != v.X || ph.measured(pt) <= 0 {
+				continue
+			}
+			if lo, hi := ph.interval(pt); lo > 0 && hi >= lo {
+				bars.YErrors[i].Low, bars.YErrors[i].High = max(0, v.Y-1e3*lo), max(0, 1e3*hi-v.Y)
+				lows, highs = append(lows, 1e3*lo), append(highs, 1e3*hi)
+			}
+		}
+	}
+	return bars, lows, highs
 }
 
 // sweepSeries is one input length's (batch, ms) points in batch order:
@@ -131,6 +171,7 @@ func addSweepLegend(legend *plot.Legend, inputs []int, hasFloors bool) {
 	}
 	line, scatter := sweepThumb(color.Black, false)
 	legend.Add("measured: median step time", line, scatter)
+	legend.Add("    bar: its 95% interval")
 	if hasFloors {
 		line, scatter = sweepThumb(color.Black, true)
 		legend.Add("floor: cost model at the roof", line, scatter)

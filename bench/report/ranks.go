@@ -67,7 +67,7 @@ func WriteRankTable(w io.Writer, shapes []ShapeReport, ranks []int) error {
 				name = ranks[r]
 			}
 			writeRow(tw, []string{strconv.Itoa(s.Batch), strconv.Itoa(s.InputLen), strconv.Itoa(s.OutputLen), strconv.Itoa(name),
-				milliseconds(at(prefill, r), r < len(prefill)), milliseconds(at(decode, r), r < len(decode))})
+				sigMilliseconds(at(prefill, r), r < len(prefill)), sigMilliseconds(at(decode, r), r < len(decode))})
 		}
 	}
 	if err := tw.Flush(); err != nil {

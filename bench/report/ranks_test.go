@@ -24,8 +24,8 @@ func TestRankTable(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := [][]string{
 		{"batch", "input", "output", "rank", "prefill_dev_ms", "decode_dev_ms"},
-		{"2", "16", "3", "2", "10.000", "2.000"}, // ranks 2 and 3: another node's
-		{"2", "16", "3", "3", "12.000", "3.000"},
+		{"2", "16", "3", "2", "10.00", "2.000"}, // ranks 2 and 3: another node's
+		{"2", "16", "3", "3", "12.00", "3.000"},
 	}
 	if len(lines) != 4 || lines[0] != RankTableTitle {
 		t.Fatalf("table:\n%s", b.String())

@@ -99,7 +99,7 @@ func deviceCeilings(env Environment) (roofline.DeviceCeilings, error) {
 // (...): 989.4 TFLOP/s, ..." or that there is none.
 func RoofLine(roof *roofline.Roof) string {
 	if roof == nil {
-		return "no roof: --gpu names a datasheet preset, stepbench calibrate measures one"
+		return "no roof: --gpu PRESET gives a datasheet's floors and attainment"
 	}
 	return roof.Label()
 }

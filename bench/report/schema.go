@@ -107,6 +107,20 @@ type RunConfig struct {
 	WarmupIters int             `json:"warmup_iters"`
 	// Flags holds every command-line flag as given or defaulted, by name.
 	Flags map[string]string `json:"flags,omitempty"`
+	// Prompts says where the timed prompts came from when not from random
+	// ids (run --prompt-file); absent: random ids.
+	Prompts *Prompts `json:"prompts,omitempty"`
+}
+
+// Prompts are the text prompts of a run (bench.TextPrompts): the file,
+// how many prompts it held, their tokens in all, and how many rows of a
+// shape start at distinct places.
+type Prompts struct {
+	Source       string `json:"source"` // "text"
+	File         string `json:"file"`
+	Count        int    `json:"count"`
+	Tokens       int    `json:"tokens"`
+	DistinctRows int    `json:"distinct_rows"`
 }
 
 // ShapeReport is one shape's samples, summaries and roofline floors.
@@ -176,8 +190,10 @@ type SampleReport struct {
 	DeviceSeconds float64 `json:"device_seconds"`
 	// RankDeviceSeconds: each tensor-parallel rank's device time (the
 	// device time is the largest); absent on one GPU.
-	RankDeviceSeconds []float64  `json:"rank_device_seconds,omitempty"`
-	Telemetry         *Telemetry `json:"telemetry,omitempty"`
+	RankDeviceSeconds []float64 `json:"rank_device_seconds,omitempty"`
+	// StartUnixNanos is the host clock at the region's start (a timeline's x).
+	StartUnixNanos int64      `json:"start_unix_nanos,omitempty"`
+	Telemetry      *Telemetry `json:"telemetry,omitempty"`
 }
 
 // Telemetry is what NVML said between regions, next to the region it
@@ -234,6 +250,7 @@ func NewShapeReport(s bench.ShapeResult) ShapeReport {
 			DeviceSeconds: sample.DeviceSeconds,
 
 			RankDeviceSeconds: sample.RankDeviceSeconds,
+			StartUnixNanos:    sample.StartUnixNanos,
 		})
 	}
 	for _, it := range s.Iterations {

@@ -3,11 +3,11 @@ package report
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"stepbench/bench/stats"
 	"strings"
 	"testing"
@@ -115,7 +115,8 @@ func FuzzParseReport(f *testing.F) {
 			}
 			_ = bench.ShapeNoise(its)
 		}
-		_ = WriteRunText(io.Discard, r)
+		_ = WriteRunText(io.Discard, r, TextOptions{})
+		_ = WriteRunText(io.Discard, r, TextOptions{Wide: true})
 		// Whatever parses must survive its own round trip.
 		again, err := json.Marshal(r)
 		if err != nil {
@@ -127,29 +128,37 @@ func FuzzParseReport(f *testing.F) {
 	})
 }
 
-func TestWriteSummaryTable(t *testing.T) {
-	shapes := []bench.ShapeResult{
+// summaryShapes are three shapes: one iteration, no decode, seven iterations.
+func summaryShapes() []bench.ShapeResult {
+	return []bench.ShapeResult{
 		benchtest.ScriptedShape(1, 128, 3, []float64{0.012}, [][]float64{{0.004, 0.006}}),
 		benchtest.ScriptedShape(8, 128, 1, []float64{0.05}, [][]float64{nil}),
 		benchtest.ScriptedShape(2, 16, 2, []float64{0.010, 0.011, 0.012, 0.013, 0.014, 0.015, 0.016},
 			[][]float64{{0.002}, {0.002}, {0.002}, {0.002}, {0.002}, {0.002}, {0.002}}),
 	}
-	var plain bytes.Buffer
+}
+
+func TestWriteSummaryTable(t *testing.T) {
+	shapes := summaryShapes()
+	var plain, wide bytes.Buffer
 	if err := WriteSummaryTable(&plain, Builder{}.Shapes(shapes), nil); err != nil {
 		t.Fatal(err)
 	}
-	checkGolden(t, "summary.txt", plain.Bytes())
+	if err := WriteWideSummaryTable(&wide, Builder{}.Shapes(shapes), nil); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "summary.txt", append(plain.Bytes(), wide.Bytes()...))
 	lines := strings.Split(strings.TrimSuffix(plain.String(), "\n"), "\n")
-	if len(lines) != 5 || !strings.HasPrefix(lines[4], "±: ") {
-		t.Fatalf("want header + 3 rows + the noise legend:\n%s", plain.String())
+	if len(lines) < 5 || !strings.HasPrefix(lines[4], "ms: ") {
+		t.Fatalf("want header + 3 rows + the legend:\n%s", plain.String())
 	}
-	if strings.Contains(plain.String(), "derived") || strings.Contains(plain.String(), "Inf") {
-		t.Errorf("attainment columns without floors, or an infinity")
+	if strings.Contains(plain.String(), "attain") || strings.Contains(plain.String(), "Inf") {
+		t.Errorf("attainment columns without a roof, or an infinity")
 	}
-	// bench.Shape 1: prefill host 12 ms, device 6 ms; decode host median 5 ms,
-	// device 2.5 ms, p90 5.8 ms; overall (128+3)·1/0.022 tok/s; one
-	// iteration gives no interval.
-	for _, want := range []string{"12.000±n/a", "6.000±n/a", "5.000±n/a", "2.500±n/a", "5.800", "5954.55±n/a"} {
+	// Shape 1: prefill device 6 ms; decode device median 2.5 ms; overall
+	// (128+3)·1/0.022 tok/s; one iteration gives no interval. Four
+	// significant digits.
+	for _, want := range []string{"6.000±n/a", "2.500±n/a", "5955±n/a"} {
 		if !strings.Contains(lines[1], want) {
 			t.Errorf("row %q lacks %s", lines[1], want)
 		}
@@ -157,38 +166,103 @@ func TestWriteSummaryTable(t *testing.T) {
 	if !strings.Contains(lines[2], "-") {
 		t.Errorf("output_len 1 row should show missing decode: %q", lines[2])
 	}
-	// Seven iterations 10..16 ms: the 95% interval of the median is [10, 16], ±3/13.
-	if !strings.Contains(lines[3], "13.000±23.08%") {
-		t.Errorf("row %q lacks the prefill noise ±23.08%%", lines[3])
+	// Seven iterations 10..16 ms (device: half): the 95% interval of the
+	// median is [5, 8], ±1.5/6.5 = 23%.
+	if !strings.Contains(lines[3], "6.500±23%") {
+		t.Errorf("row %q lacks the prefill noise ±23%%", lines[3])
 	}
-	// Columns are aligned: every line has the same width.
+	// The wide table keeps host and device times, the p90, the old legend.
+	for _, want := range []string{"prefill_host_ms", "12.00±n/a", "6.000±n/a", "5.000±n/a", "2.500±n/a", "5.800", "5955±n/a", "13.00±23.08%", SummaryNoiseLegend} {
+		if !strings.Contains(wide.String(), want) {
+			t.Errorf("wide table lacks %s:\n%s", want, wide.String())
+		}
+	}
+	// Columns are aligned: every row has the header's width.
 	for _, l := range lines[1:4] {
 		if utf8.RuneCountInString(l) != utf8.RuneCountInString(lines[0]) {
 			t.Errorf("unaligned line %q (header %d wide)", l, len(lines[0]))
 		}
 	}
 
-	// Under a roof: each phase's floor and attainment are the roofline
-	// point's, floor / median device time: llama-tiny's prefill of 128
-	// tokens under a 1 TFLOP/s, 10 GB/s roof, against 6 ms.
+	// Under a roof: each phase's attainment is the roofline point's, floor
+	// / median device time: llama-tiny's prefill of 128 tokens under a 1
+	// TFLOP/s, 10 GB/s roof, against 6 ms.
 	cfg, err := runner.Preset("llama-tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
 	roof := roofline.NewRoof(roofline.SourceDatasheet, "test", 1e12, 1e10)
 	reports := Builder{Model: cfg, Roof: &roof}.Shapes(shapes[:1])
-	var withFloors bytes.Buffer
-	if err := WriteSummaryTable(&withFloors, reports, &roof); err != nil {
+	var withRoof, wideRoof bytes.Buffer
+	if err := WriteSummaryTable(&withRoof, reports, &roof); err != nil {
 		t.Fatal(err)
 	}
-	out := withFloors.String()
+	if err := WriteWideSummaryTable(&wideRoof, reports, &roof); err != nil {
+		t.Fatal(err)
+	}
 	prefill := reports[0].RooflinePoints[0]
 	if prefill.Phase != bench.PhasePrefill || prefill.Seconds != 0.006 {
 		t.Fatalf("prefill point %+v", prefill)
 	}
-	for _, want := range []string{"derived", fmt.Sprintf("%.3f", 1e3*prefill.FloorSeconds), fmt.Sprintf("%.1f%%", 100*prefill.FloorSeconds/0.006)} {
-		if !strings.Contains(out, want) {
-			t.Errorf("table with floors lacks %q:\n%s", want, out)
+	attain := Sig(100*prefill.FloorSeconds/0.006, 3) + "%"
+	for _, want := range []string{"prefill_attain", attain, "attain: floor / time"} {
+		if !strings.Contains(withRoof.String(), want) {
+			t.Errorf("table under a roof lacks %q:\n%s", want, withRoof.String())
+		}
+	}
+	for _, want := range []string{"derived", Sig(1e3*prefill.FloorSeconds, 4), attain} {
+		if !strings.Contains(wideRoof.String(), want) {
+			t.Errorf("wide table with floors lacks %q:\n%s", want, wideRoof.String())
+		}
+	}
+}
+
+// The summary keeps within 120 columns at the widest values a run gives
+// (a 128k prompt, 100k iterations, a 12 s prefill, a 5 µs decode step, a
+// million tokens per second, noise of 100%, attainment under a roof).
+func TestSummaryFits120Columns(t *testing.T) {
+	wide := benchtest.ScriptedShape(1024, 131072, 8192, []float64{12.345, 12.4}, [][]float64{{5.123e-6}, {5.2e-6}})
+	wide.Iterations = slices.Repeat(wide.Iterations, 50000)
+	wide.Finish(bench.StopTargetNoise)
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roof := roofline.NewRoof(roofline.SourceDatasheet, "test", 1e12, 1e10)
+	reports := Builder{Model: cfg, Roof: &roof}.Shapes([]bench.ShapeResult{wide})
+	reports[0].Noise.PrefillDevice, reports[0].Noise.DecodeDevice, reports[0].Noise.TotalHost = 1, 0.01234, 0.5
+	r := Report{Environment: Environment{Backend: "cuda", Roof: &roof, Emulated: "emu"}, Shapes: reports}
+	var b bytes.Buffer
+	if err := WriteRunText(&b, r, TextOptions{SummaryOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if n := utf8.RuneCountInString(l); n > SummaryColumns {
+			t.Errorf("%d columns: %q", n, l)
+		}
+	}
+	if !strings.Contains(b.String(), "100000") {
+		t.Errorf("summary lacks the iterations:\n%s", b.String())
+	}
+}
+
+func TestSig(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		n    int
+		want string
+	}{{13.179, 4, "13.18"}, {0.0021234, 4, "0.002123"}, {765140.21, 4, "765140"}, {9.99996, 4, "10.00"}, {0, 4, "0"},
+		{-0.5, 2, "-0.50"}, {40.1234, 3, "40.1"}, {0.0071, 3, "0.00710"}, {999.96, 4, "1000"}} {
+		if got := Sig(tc.v, tc.n); got != tc.want {
+			t.Errorf("Sig(%g, %d) = %q, want %q", tc.v, tc.n, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{{512, "512 B"}, {3670016, "3.67 MB"}, {16060522496, "16.1 GB"}, {1000, "1.00 kB"}} {
+		if got := Bytes(tc.n); got != tc.want {
+			t.Errorf("Bytes(%d) = %q, want %q", tc.n, got, tc.want)
 		}
 	}
 }

@@ -23,7 +23,7 @@ func WriteTelemetryTable(w io.Writer, shapes []ShapeReport) error {
 		powerHeader, clockHeader = "power_W_sum", "sm_MHz_min"
 	}
 	writeRow(tw, []string{"batch", "input", "output", powerHeader, clockHeader, "throttled",
-		"prefill_J/tok", "decode_J/tok(derived)", "iter_J/tok", "prefill_roof", "decode_roof"})
+		"prefill_J/tok", "decode_J/tok", "iter_J/tok", "prefill_roof", "decode_roof"})
 	for _, s := range shapes {
 		power, clock := s.MedianPowerWatts, s.MedianSMClockMHz
 		if len(s.GPUs) > 0 {
@@ -59,11 +59,15 @@ func joulesCell(e *bench.EnergyWindow) string {
 	return fmt.Sprintf("%.4g", e.JoulesPerToken)
 }
 
-// roofCell is "attainment% bound" of the phase's step point.
+// roofCell is "attainment% bound" of the phase's step point, two
+// significant digits (the summary table has three).
 func roofCell(points []roofline.Point, phase string) string {
 	for _, p := range points {
 		if p.Phase == phase && p.Op == "" && p.Bound != "" {
-			return fmt.Sprintf("%.1f%% %s", 100*p.AttainmentFraction, p.Bound)
+			if p.AttainmentFraction < 1e-3 { // the emulated device's, say: the CPU under a GPU's roof
+				return "<0.1% " + p.Bound
+			}
+			return Sig(100*p.AttainmentFraction, 2) + "% " + p.Bound
 		}
 	}
 	return "-"

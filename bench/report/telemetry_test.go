@@ -105,7 +105,7 @@ func TestBuilderSeveralGPUs(t *testing.T) {
 	}
 	r := Report{Schema: Schema, Environment: Environment{Backend: "cuda", TPSize: 2, TPRanks: []int{0, 1}}, Shapes: []ShapeReport{sr}}
 	var text bytes.Buffer
-	if err := WriteRunText(&text, r); err != nil {
+	if err := WriteRunText(&text, r, TextOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	checkGolden(t, "two_gpus.txt", text.Bytes())

@@ -6,15 +6,23 @@ import (
 	"io"
 )
 
+// TextOptions choose what WriteRunText prints.
+type TextOptions struct {
+	Wide        bool // the wide summary (WriteWideSummaryTable) instead of the one within SummaryColumns
+	SummaryOnly bool // the summary table alone (-q)
+}
+
 // WriteRunText writes what stepbench run prints after its sweep, all of it
 // from the report r: a note when the emulated device ran it, the summary
-// table under the run's roof (named), and the telemetry and roofline table.
-func WriteRunText(w io.Writer, r Report) error {
+// table under the run's roof (named), the rank table of a tensor-parallel
+// run, and the telemetry and roofline table (left out, with a line saying
+// so, when the run has neither telemetry nor a roof).
+func WriteRunText(w io.Writer, r Report, o TextOptions) error {
 	env := r.Environment
 	var b errWriter
 	b.printf(w, "\n")
 	if env.Emulated != "" {
-		b.printf(w, "%s\n", EmulatedNote)
+		b.printf(w, "%s", Wrap(EmulatedNote, SummaryColumns))
 	}
 	if r.Verified != nil && !*r.Verified {
 		b.printf(w, "%s\n", UnverifiedNote)
@@ -25,14 +33,18 @@ func WriteRunText(w io.Writer, r Report) error {
 		}
 	}
 	if env.Roof != nil {
-		b.printf(w, "summary (floors and attainment derived by the cost model under the %s)\n", env.Roof.Label())
+		b.printf(w, "%s", Wrap("summary (attainment derived by the cost model under the "+env.Roof.Label()+")", SummaryColumns))
 	} else {
-		b.printf(w, "summary (%s)\n", RoofLine(nil))
+		b.printf(w, "%s", Wrap("summary ("+RoofLine(nil)+")", SummaryColumns))
 	}
 	if b.err != nil {
 		return b.err
 	}
-	if err := WriteSummaryTable(w, r.Shapes, env.Roof); err != nil {
+	write := WriteSummaryTable
+	if o.Wide {
+		write = WriteWideSummaryTable
+	}
+	if err := write(w, r.Shapes, env.Roof); err != nil || o.SummaryOnly {
 		return err
 	}
 	if HasRanks(r.Shapes) {
@@ -41,17 +53,32 @@ func WriteRunText(w io.Writer, r Report) error {
 			return err
 		}
 	}
-	b.printf(w, "\ntelemetry and roofline (%s; J/token from NVML energy-counter deltas over windows run after each shape's timed iterations)\n",
-		RoofLine(env.Roof))
+	if env.Roof == nil && !hasTelemetry(r.Shapes) {
+		b.printf(w, "\ntelemetry: none (NVML reads GPUs: the %s backend has no power, clocks or energy to report)\n", orDash(env.Backend))
+		return b.err
+	}
+	b.printf(w, "\n%s", Wrap("telemetry and roofline ("+RoofLine(env.Roof)+
+		"; J/token from NVML energy-counter deltas over windows run after each shape's timed iterations, decode's derived: "+
+		"iteration minus prefill)", SummaryColumns))
 	if !HasGPUs(r.Shapes) {
 		return errors.Join(b.err, WriteTelemetryTable(w, r.Shapes))
 	}
-	b.printf(w, "%s\n", GPUsNote)
+	b.printf(w, "%s", Wrap(GPUsNote, SummaryColumns))
 	if err := errors.Join(b.err, WriteTelemetryTable(w, r.Shapes)); err != nil {
 		return err
 	}
 	b.printf(w, "\n")
 	return errors.Join(b.err, WriteGPUTable(w, r.Shapes))
+}
+
+// hasTelemetry says whether any shape has NVML readings or energy windows.
+func hasTelemetry(shapes []ShapeReport) bool {
+	for _, s := range shapes {
+		if s.MedianPowerWatts > 0 || s.MedianSMClockMHz > 0 || s.MedianPowerWattsSum > 0 || s.Energy != nil || s.ThrottledSamples > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // GPUsNote says how the telemetry table combines the GPUs of a run over

@@ -76,15 +76,21 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 // codes as compare's, and 130 when interrupted (the finished pairs are
 // compared and printed).
 func abCmd(args []string, stdout, stderr io.Writer) error {
+	stderr = newProgressLine(stderr, false) // one status line on a terminal, nothing per pair elsewhere
+	defer statusOf(stderr).Status("")
 	fs := newFlagSet("ab", stderr)
 	var f abFlags
 	f.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	tiny := f.model.fitEmulated(fs)
 	writer, cfg, err := f.check(fs)
 	if err != nil {
 		return err
+	}
+	if tiny {
+		fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
 	}
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
@@ -199,7 +205,7 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 	}
 	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
 	est := runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
-	fmt.Fprintf(stderr, "stepbench ab: two copies of %.2f GB of weights (%.2f GB)\n", float64(est.WeightBytes)/1e9, 2*float64(est.WeightBytes)/1e9)
+	fmt.Fprintf(stderr, "stepbench ab: two copies of %s of weights (%s)\n", report.Bytes(est.WeightBytes), report.Bytes(2*est.WeightBytes))
 	engines := make([]*runner.Engine, 2)
 	var header []string
 	sels := []kernels.Selection{f.selA, f.selB}
@@ -261,7 +267,7 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, header []strin
 	in := newInterruption()
 	defer in.stop()
 	opt := bench.Options{BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
-		WarmupIters: f.warmup, Seed: f.seed, VocabSize: cfg.VocabSize, Progress: stderr, Context: in.ctx}
+		WarmupIters: f.warmup, Seed: f.seed, VocabSize: cfg.VocabSize, Progress: stderr, Status: statusOf(stderr).Status, Context: in.ctx}
 	f.sampling.options(&opt)
 	baseline, candidate, runErr := bench.RunAB(pair, opt)
 	errs := []error{runErr}

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -45,4 +50,203 @@ func joinListValues(fs *pflag.FlagSet, args []string) []string {
 		out = append(out, "--"+name+"="+strings.Join(values, ","))
 	}
 	return out
+}
+
+// flagAliases are vLLM's and SGLang's spellings of our flags, where the
+// meaning is the same. Besides them, an underscore in any flag's name is a
+// dash (--batch_size is --batch-size).
+var flagAliases = map[string]string{
+	"tensor-parallel-size": "tp-size",            // vllm bench latency
+	"tp":                   "tp-size",            // SGLang's --tp; vLLM's -tp (see shortAliases)
+	"enforce-eager":        "disable-cuda-graph", // vllm bench latency: no CUDA graphs
+}
+
+// shortAliases are single-dash spellings pflag would read as shorthands.
+var shortAliases = map[string]string{"-tp": "--tp-size"}
+
+// normalizeFlag is every flag set's NormalizeFunc: underscores as dashes,
+// then flagAliases.
+func normalizeFlag(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	name = strings.ReplaceAll(name, "_", "-")
+	if to, ok := flagAliases[name]; ok {
+		name = to
+	}
+	return pflag.NormalizedName(name)
+}
+
+// rewriteShortAliases turns "-tp 2" into "--tp-size 2" where fs has the
+// flag, before pflag reads "-tp" as -t -p.
+func rewriteShortAliases(fs *pflag.FlagSet, args []string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if a == "--" {
+			break
+		}
+		short, value, hasValue := strings.Cut(a, "=")
+		if long, ok := shortAliases[short]; ok && fs.Lookup(strings.TrimPrefix(long, "--")) != nil {
+			out[i] = long
+			if hasValue {
+				out[i] += "=" + value
+			}
+		}
+	}
+	return out
+}
+
+// aliasHelp lists the aliases of fs's flags, for --help ("" when none applies).
+func aliasHelp(fs *pflag.FlagSet) string {
+	byTarget := map[string][]string{}
+	for from, to := range flagAliases {
+		if fs.Lookup(to) != nil {
+			byTarget[to] = append(byTarget[to], "--"+from)
+		}
+	}
+	for from, to := range shortAliases {
+		if t := strings.TrimPrefix(to, "--"); fs.Lookup(t) != nil {
+			byTarget[t] = append(byTarget[t], from)
+		}
+	}
+	var lines []string
+	for to, froms := range byTarget {
+		slices.Sort(froms)
+		lines = append(lines, fmt.Sprintf("  %s = --%s", strings.Join(froms, ", "), to))
+	}
+	slices.Sort(lines)
+	return "aliases (vLLM's and SGLang's spellings; also any flag with _ for -, as --batch_size):\n" + strings.Join(lines, "\n") + "\n"
+}
+
+// flagError rewrites pflag's errors into one line naming the flag: an
+// unknown flag with the nearest known one, a bad list item by its place.
+func flagError(fs *pflag.FlagSet, err error) error {
+	var notExist *pflag.NotExistError
+	if errors.As(err, &notExist) && notExist.GetSpecifiedName() != "" {
+		name := notExist.GetSpecifiedName()
+		if near := nearestFlag(fs, name); near != "" {
+			return usagef("unknown flag --%s (did you mean --%s? 'stepbench %s --help' lists every flag)", name, near, strings.TrimPrefix(fs.Name(), "stepbench "))
+		}
+		return usagef("unknown flag --%s ('stepbench %s --help' lists every flag)", name, strings.TrimPrefix(fs.Name(), "stepbench "))
+	}
+	var invalid *pflag.InvalidValueError
+	var bad listError
+	if errors.As(err, &invalid) && errors.As(err, &bad) {
+		return usagef("--%s %q: %v", invalid.GetFlag().Name, invalid.GetValue(), bad)
+	}
+	return usageError{err}
+}
+
+// nearestFlag is the flag of fs whose name is closest to name (within an
+// edit distance of a third of its length, at least 2), or one that holds it;
+// "" when none is near.
+func nearestFlag(fs *pflag.FlagSet, name string) string {
+	best, bestDist := "", max(2, len(name)/3)+1
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		d := editDistance(name, f.Name)
+		if d < bestDist || (d == bestDist && best != "" && f.Name < best) {
+			best, bestDist = f.Name, d
+		}
+	})
+	if best != "" {
+		return best
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if best == "" && len(name) >= 4 && (strings.Contains(f.Name, name) || strings.Contains(name, f.Name)) {
+			best = f.Name
+		}
+	})
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// intList is a list flag of positive or zero whole numbers, "1,2,4" (one_batch's
+// "1 2 4" is joined before parsing, see joinListValues); a repeated flag
+// adds to the list. An empty list or a bad item is refused naming it.
+type intList struct {
+	values  *[]int
+	changed bool
+}
+
+// listError is a bad list value: its text names the item.
+type listError struct{ msg string }
+
+func (e listError) Error() string { return e.msg }
+
+func newIntList(p *[]int, defaults []int) *intList {
+	*p = slices.Clone(defaults)
+	return &intList{values: p}
+}
+
+func (l *intList) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return listError{"empty list: give one or more whole numbers, e.g. 1,2,4"}
+	}
+	items := strings.Split(s, ",")
+	parsed := make([]int, 0, len(items))
+	for i, item := range items {
+		v, err := strconv.Atoi(strings.TrimSpace(item))
+		switch {
+		case strings.TrimSpace(item) == "":
+			return listError{fmt.Sprintf("item %d of %d is empty", i+1, len(items))}
+		case err != nil:
+			return listError{fmt.Sprintf("item %d of %d, %q, is not a whole number", i+1, len(items), item)}
+		}
+		parsed = append(parsed, v)
+	}
+	if !l.changed {
+		*l.values = parsed
+		l.changed = true
+	} else {
+		*l.values = append(*l.values, parsed...)
+	}
+	return nil
+}
+
+// Type ends in "Slice", as pflag's lists, so that joinListValues joins it.
+func (l *intList) Type() string { return "intSlice" }
+
+// String is pflag's IntSlice's: "[1,2,4]".
+func (l *intList) String() string {
+	parts := make([]string, len(*l.values))
+	for i, v := range *l.values {
+		parts[i] = strconv.Itoa(v)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// intListVar adds a list flag of whole numbers.
+func intListVar(fs *pflag.FlagSet, p *[]int, name string, defaults []int, usage string) {
+	fs.Var(newIntList(p, defaults), name, usage)
+}
+
+// usageText writes a command's flags and, where they apply, their aliases.
+func usageText(fs *pflag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "usage of %s:\n", fs.Name())
+	fs.PrintDefaults()
+	for _, to := range flagAliases {
+		if fs.Lookup(to) != nil {
+			fmt.Fprint(w, "\n"+aliasHelp(fs))
+			return
+		}
+	}
 }

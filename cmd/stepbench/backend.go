@@ -95,6 +95,13 @@ func (b *backendFlags) selection() (kernels.Selection, error) {
 	return sel, nil
 }
 
+// options are the cuda backend's options from the flags, with the kernel
+// versions sel.
+func (b *backendFlags) options(sel kernels.Selection) gpu.Options {
+	return gpu.Options{KernelsDir: b.kernelsDir, IncludeDirs: b.includeDirs, NVRTCPath: b.nvrtcPath, CublasPath: b.cublasPath,
+		DisableGraphs: b.disableCUDAGraph, Kernels: sel}
+}
+
 // registerLibraryFlags adds --nvrtc and --cublas (explicit library paths).
 func registerLibraryFlags(fs *pflag.FlagSet, nvrtcPath, cublasPath *string) {
 	fs.StringVar(nvrtcPath, "nvrtc", "", "path of libnvrtc.so to use (default: $STEPBENCH_NVRTC, then the folder $STEPBENCH_CUDA_LIBS, else the newest the driver supports of the loader path, CUDA_HOME, /usr/local/cuda*, Python wheels)")
@@ -102,11 +109,11 @@ func registerLibraryFlags(fs *pflag.FlagSet, nvrtcPath, cublasPath *string) {
 }
 
 // probeGPU says why no GPU is usable, or nil: a driver, a device, NVRTC and
-// cuBLAS are all needed.
+// cuBLAS are all needed. Without a driver it points to the emulated device.
 func probeGPU() error {
 	drv, err := cuda.OpenDriver()
 	if err != nil {
-		return err
+		return withEmulatorHint(err)
 	}
 	n, err := drv.DeviceCount()
 	if err != nil {
@@ -122,6 +129,37 @@ func probeGPU() error {
 		return fmt.Errorf("no cuBLAS: %w", err)
 	}
 	return nil
+}
+
+// emulatorHint is what a GPU command says when there is no CUDA driver.
+const emulatorHint = "no GPU here? the emulated device runs the GPU path on the CPU: make emu; export STEPBENCH_CUDA_LIBS=$PWD/build/emu"
+
+// noDriverError is a missing CUDA driver; its text points to the emulated
+// device when STEPBENCH_CUDA_LIBS is not set already.
+type noDriverError struct{ err error }
+
+func (e noDriverError) Error() string {
+	if os.Getenv("STEPBENCH_CUDA_LIBS") != "" {
+		return e.err.Error()
+	}
+	return e.err.Error() + "; " + emulatorHint
+}
+
+func (e noDriverError) Unwrap() error { return e.err }
+
+// withEmulatorHint is err as a noDriverError.
+func withEmulatorHint(err error) error {
+	if err == nil {
+		return nil
+	}
+	return noDriverError{err}
+}
+
+// emulatedDriver says whether the CUDA driver that opens is the emulated
+// device's (cuda/emu).
+func emulatedDriver() bool {
+	drv, err := cuda.OpenDriver()
+	return err == nil && drv.Emulated() != ""
 }
 
 // openBackend opens the named backend for a run needing est. The cuda
@@ -145,10 +183,9 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 		if err != nil {
 			return nil, report.Environment{}, err
 		}
-		be, err := gpu.New(gpu.Options{Ops: ops,
-			KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
-			DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr,
-		})
+		opts := flags.options(sel)
+		opts.Ops, opts.Progress = ops, stderr
+		be, err := gpu.New(opts)
 		if err != nil {
 			return nil, report.Environment{}, openFailure("--device cuda", err)
 		}

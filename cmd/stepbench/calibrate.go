@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+
+	"github.com/spf13/pflag"
 
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
@@ -11,18 +15,23 @@ import (
 	"stepbench/runner/gpu"
 )
 
-// calibrateCmd measures the roofline ceilings of a GPU and caches them per UUID.
+// calibrateCmd measures the roofline ceilings of a GPU and caches them per
+// UUID. Its sizes fit the device: the emulated device gets small ones
+// (gpu.EmulatedCalibrateOptions) unless the flags say otherwise. It shows
+// each run as stderr's status and stops at the next run on SIGINT or
+// SIGTERM (exit 130, nothing cached).
 func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("calibrate", stderr)
 	opt := gpu.DefaultCalibrateOptions()
 	var force bool
 	var copyMiB int
 	var cacheDir, cublasPath string
+	emu := gpu.EmulatedCalibrateOptions()
 	fs.IntVar(&opt.Ordinal, "device-ordinal", 0, "CUDA device to measure")
 	fs.BoolVar(&force, "force", false, "measure again even when a calibration of this GPU is cached")
-	fs.IntVar(&copyMiB, "copy-mib", opt.CopyBytes>>20, "MiB per device-to-device copy")
-	fs.IntVar(&opt.GEMMSize, "gemm-size", opt.GEMMSize, "n of the n×n×n cuBLAS bf16 GEMM")
-	fs.IntVar(&opt.Repeats, "repeats", opt.Repeats, "timed runs of each measurement (the median is kept)")
+	fs.IntVar(&copyMiB, "copy-mib", opt.CopyBytes>>20, fmt.Sprintf("MiB per device-to-device copy (%d on the emulated device)", emu.CopyBytes>>20))
+	fs.IntVar(&opt.GEMMSize, "gemm-size", opt.GEMMSize, fmt.Sprintf("n of the n×n×n cuBLAS bf16 GEMM (%d on the emulated device)", emu.GEMMSize))
+	fs.IntVar(&opt.Repeats, "repeats", opt.Repeats, fmt.Sprintf("timed runs of each measurement, the median is kept (%d on the emulated device)", emu.Repeats))
 	fs.StringVar(&cacheDir, "cache-dir", "", "where calibrations are cached (default: <user cache dir>/stepbench/calibration)")
 	fs.StringVar(&cublasPath, "cublas", "", "path of libcublas.so to use")
 	if err := parseFlags(fs, args); err != nil {
@@ -34,10 +43,13 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	opt.CopyBytes = copyMiB << 20
 	drv, err := cuda.OpenDriver()
 	if err != nil {
-		return fmt.Errorf("needs a GPU: %w", err)
+		return fmt.Errorf("needs a GPU: %w", withEmulatorHint(err))
 	}
 	if n, err := drv.DeviceCount(); err != nil || opt.Ordinal >= n || opt.Ordinal < 0 {
 		return fmt.Errorf("needs a GPU: device %d of %d (%v)", opt.Ordinal, n, err)
+	}
+	if drv.Emulated() != "" {
+		fitEmulated(fs, &opt, emu)
 	}
 	props, err := drv.Props(opt.Ordinal)
 	if err != nil {
@@ -54,9 +66,17 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("needs cuBLAS: %w", err)
 	}
+	in := newInterruption() // before the line below, which tells a test it may interrupt
+	defer in.stop()
 	fmt.Fprintf(stderr, "stepbench: calibrating %s (%s): %d MiB copy and %d³ bf16 GEMM, %d runs each\n",
-		props.Name, props.UUID, copyMiB, opt.GEMMSize, opt.Repeats)
+		props.Name, props.UUID, opt.CopyBytes>>20, opt.GEMMSize, opt.Repeats)
+	stderr = newProgressLine(stderr, false)
+	defer statusOf(stderr).Status("")
+	opt.Context, opt.Progress = in.ctx, func(msg string) { statusOf(stderr).Status("stepbench: calibrating: " + msg) }
 	res, err := gpu.Calibrate(drv, blas, opt)
+	if sig := in.signal(); sig != nil && errors.Is(err, context.Canceled) {
+		return exitError{exitInterrupted, fmt.Errorf("%v: %w; nothing was cached", sig, err)}
+	}
 	if err != nil {
 		return err
 	}
@@ -74,6 +94,20 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	printCalibration(stdout, c, "saved to "+path, emulated)
 	return nil
+}
+
+// fitEmulated takes emu's sizes for the flags not given.
+func fitEmulated(fs *pflag.FlagSet, opt *gpu.CalibrateOptions, emu gpu.CalibrateOptions) {
+	if !fs.Changed("copy-mib") {
+		opt.CopyBytes = emu.CopyBytes
+	}
+	if !fs.Changed("gemm-size") {
+		opt.GEMMSize = emu.GEMMSize
+	}
+	if !fs.Changed("repeats") {
+		opt.Repeats = emu.Repeats
+	}
+	opt.Warmup = emu.Warmup
 }
 
 // printCalibration prints a calibration's figures at the precision their

@@ -178,7 +178,7 @@ func TestCPUWithoutModelSaysWhichModel(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--device", "cpu"}, "--device cpu runs llama-3-8b, the --model default: 16.06 GB of bf16 weights"},
+		{[]string{"--device", "cpu"}, "--device cpu runs llama-3-8b, the --model default: 16.1 GB of bf16 weights"},
 		{[]string{"--device", "cpu", "--model", "llama-tiny"}, ""},
 	} {
 		var stderr strings.Builder

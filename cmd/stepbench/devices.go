@@ -19,7 +19,7 @@ func devicesCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	drv, err := cuda.OpenDriver()
 	if err != nil {
-		return fmt.Errorf("no usable GPU: %w", err)
+		return fmt.Errorf("no usable GPU: %w", withEmulatorHint(err))
 	}
 	version, err := drv.Version()
 	if err != nil {

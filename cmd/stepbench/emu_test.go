@@ -60,7 +60,7 @@ func TestEmulatedRunGraphsAndEager(t *testing.T) {
 		// Decode positions 16..67 cross a 64-key split of decode attention: the
 		// captured graph replays at every one of them.
 		args := []string{"run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "1,2", "--input-len", "16",
-			"--output-len", "52", "--num-iters", "1", "--num-iters-warmup", "0", "--json-out", native}
+			"--output-len", "52", "--num-iters", "1", "--num-iters-warmup", "0", "--json-out", native, "-v"}
 		if eager {
 			args = append(args, "--disable-cuda-graph")
 		}

@@ -85,7 +85,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	op := positional[0]
-	shapes, cfg, gates, err := f.check(fs, op)
+	shapes, cfg, gates, err := f.check(fs, op, stderr)
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 // check validates the flags before any GPU is touched and plans both arms' gates.
-func (f *kernelFlags) check(fs *pflag.FlagSet, op string) ([]kernelbench.Shape, runner.Config, [2]kernelGate, error) {
+func (f *kernelFlags) check(fs *pflag.FlagSet, op string, stderr io.Writer) ([]kernelbench.Shape, runner.Config, [2]kernelGate, error) {
 	var gates [2]kernelGate
 	if err := checkKernelOp(op, f.backend.kernelsDir); err != nil {
 		return nil, runner.Config{}, gates, err
@@ -158,7 +158,7 @@ func (f *kernelFlags) check(fs *pflag.FlagSet, op string) ([]kernelbench.Shape, 
 	if err != nil {
 		return nil, runner.Config{}, gates, err
 	}
-	cfg, err := f.model.resolve()
+	cfg, err := f.model.resolveFitted(fs, stderr)
 	if err != nil {
 		return nil, cfg, gates, err
 	}

@@ -35,6 +35,7 @@ func subcommands() map[string]subcommand {
 		"ab":        {"interleaved A/B of two kernel sets on the same weights, reported as a comparison (needs a GPU)", abCmd},
 		"kernel":    {"time one op cold (L2 flushed) at the model's shapes, with adaptive stopping (needs a GPU)", kernelCmd},
 		"build":     {"compile the kernels and print ptxas's report per entry point; --counters: the emulated device's access counters beside it", buildCmd},
+		"tokenize":  {"print the token ids of a text (--decode: the text of ids) with a model directory's tokenizer.json", tokenizeCmd},
 	}
 }
 
@@ -171,31 +172,31 @@ type exitError struct {
 func (e exitError) Error() string { return e.err.Error() }
 func (e exitError) Unwrap() error { return e.err }
 
-// newFlagSet makes a flag set that reports errors instead of exiting.
+// newFlagSet makes a flag set that reports errors instead of exiting and
+// takes other tools' spellings (normalizeFlag).
 func newFlagSet(name string, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("stepbench "+name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
+	fs.SetNormalizeFunc(normalizeFlag)
 	return fs
 }
 
-// parseFlags parses args; a parse error is a usage error, --help is pflag.ErrHelp.
+// parseFlags parses args; a parse error is a usage error naming the flag
+// (flagError), --help is pflag.ErrHelp.
 func parseFlags(fs *pflag.FlagSet, args []string) error {
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage of %s:\n", fs.Name())
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() { usageText(fs, fs.Output()) }
 	// pflag prints its usage on every parse error; we want one line only.
 	out := fs.Output()
 	fs.SetOutput(io.Discard)
-	err := fs.Parse(joinListValues(fs, args))
+	err := fs.Parse(joinListValues(fs, rewriteShortAliases(fs, args)))
 	fs.SetOutput(out)
 	if errors.Is(err, pflag.ErrHelp) {
 		fs.Usage()
 		return err
 	}
 	if err != nil {
-		return usageError{err}
+		return flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))

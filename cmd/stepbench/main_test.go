@@ -28,7 +28,7 @@ func TestRunLlamaTinyEndToEnd(t *testing.T) {
 	vllm := filepath.Join(dir, "v.json")
 	native := filepath.Join(dir, "n.json")
 	args := []string{"run", "--device", "cpu", "--model", "llama-tiny", "--batch-size", "1", "2", "--input-len", "16",
-		"--output-len", "4", "--num-iters", "2", "--result-filename", jsonl, "--output-json", vllm, "--json-out", native}
+		"--output-len", "4", "--num-iters", "2", "--result-filename", jsonl, "--output-json", vllm, "--json-out", native, "-v"}
 	code, stdout, stderr := run(t, args...)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
@@ -41,7 +41,7 @@ func TestRunLlamaTinyEndToEnd(t *testing.T) {
 		`(?m)^Avg latency: [0-9.e-]+ seconds\nStd latency: [0-9.e-]+ seconds\n10% percentile latency: [0-9.e-]+ seconds$`,
 		`(?m)^99% percentile latency: [0-9.e-]+ seconds$`,
 		`(?m)^summary`,
-		`(?m)^±: achieved noise`,
+		`(?m)^ms: median device time`,
 	} {
 		if !regexp.MustCompile(re).MatchString(stdout) {
 			t.Errorf("stdout lacks %s:\n%s", re, stdout)

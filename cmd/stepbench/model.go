@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -54,6 +55,30 @@ func (m *modelFlags) resolve() (runner.Config, error) {
 	return cfg, nil
 }
 
+// emulatedNote is what a command says when the emulated device makes it
+// run llama-tiny.
+const emulatedNote = "the emulated CUDA device (STEPBENCH_CUDA_LIBS) runs the GPU path on the CPU: model llama-tiny unless --model names another"
+
+// fitEmulated makes llama-tiny the model on the emulated device when none
+// was named (an 8B model there takes minutes per step); say so
+// (emulatedNote) when it did and the command goes on.
+func (m *modelFlags) fitEmulated(fs *pflag.FlagSet) bool {
+	if !fs.Changed("model") && m.modelPath == "" && emulatedDriver() {
+		m.model = "llama-tiny"
+		return true
+	}
+	return false
+}
+
+// resolveFitted is resolve after fitEmulated, saying on stderr when the
+// emulated device made it llama-tiny.
+func (m *modelFlags) resolveFitted(fs *pflag.FlagSet, stderr io.Writer) (runner.Config, error) {
+	if m.fitEmulated(fs) {
+		fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+	}
+	return m.resolve()
+}
+
 func joinNames(names []string) string {
 	s := ""
 	for i, n := range names {
@@ -71,15 +96,15 @@ type shapeFlags struct {
 }
 
 func (s *shapeFlags) register(fs *pflag.FlagSet, defaultInput, defaultOutput []int) {
-	fs.IntSliceVar(&s.batch, "batch-size", []int{1}, "batch sizes: 1,2,4 or 1 2 4")
-	fs.IntSliceVar(&s.input, "input-len", defaultInput, "prompt lengths in tokens (list, as --batch-size)")
-	fs.IntSliceVar(&s.output, "output-len", defaultOutput, "tokens generated per sequence, including the prefill's (list, as --batch-size)")
+	intListVar(fs, &s.batch, "batch-size", []int{1}, "batch sizes: 1,2,4 or 1 2 4")
+	intListVar(fs, &s.input, "input-len", defaultInput, "prompt lengths in tokens (list, as --batch-size)")
+	intListVar(fs, &s.output, "output-len", defaultOutput, "tokens generated per sequence, including the prefill's (list, as --batch-size)")
 }
 
 // validate checks every list is non-empty and positive, each value within
-// its limit (runner.MaxBatch, the model's positions), every input+output
-// within the model's positions and every batch × input within
-// runner.MaxTokens, each before it is added or multiplied.
+// its limit (runner.MaxBatch, the model's positions), every shape's
+// positions, input + output − 1, within the model's and every batch × input
+// within runner.MaxTokens, each before it is added or multiplied.
 func (s *shapeFlags) validate(cfg runner.Config) error {
 	for _, l := range []struct {
 		flag  string
@@ -105,9 +130,9 @@ func (s *shapeFlags) validate(cfg runner.Config) error {
 	}
 	for _, in := range s.input {
 		for _, out := range s.output {
-			if in+out > cfg.MaxPositionEmbeddings {
-				return usagef("--input-len %d + --output-len %d = %d exceeds %s's max_position_embeddings %d",
-					in, out, in+out, cfg.Name, cfg.MaxPositionEmbeddings)
+			if n := runner.Positions(in, out); n > cfg.MaxPositionEmbeddings {
+				return usagef("--input-len %d + --output-len %d − 1 = %d positions (the prefill's, then one per decode step) exceeds %s's max_position_embeddings %d",
+					in, out, n, cfg.Name, cfg.MaxPositionEmbeddings)
 			}
 		}
 		for _, b := range s.batch {

@@ -34,6 +34,7 @@ type runFlags struct {
 	gpu           string
 	correctness   bool
 	promptIDs     string
+	text          textFlags // --prompt, --prompt-file, --chat, --stop-at-eos
 	logitsOut     string
 	stepTimeout   string // --step-timeout: "auto", a duration, or 0 (none)
 	breakdown     bool   // per-op breakdown pass per shape
@@ -42,6 +43,7 @@ type runFlags struct {
 	telemetry     telemetryFlags
 	profile       profileFlags
 	tp            tpFlags
+	output        outputFlags
 	noVerify      bool
 }
 
@@ -59,9 +61,10 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.outputJSON, "output-json", "", "write vLLM 'bench latency' JSON per shape: this file for one shape, else FILE_batchB_inputI_outputO.ext each")
 	fs.StringVar(&f.jsonOut, "json-out", "", "write the native JSON report (environment, config, every sample, summaries, noise), rewritten as each shape ends")
 	fs.StringVar(&f.gpu, "gpu", report.RoofAuto, "the run's one roof, of every floor and attainment: auto (a cached calibration of this GPU, else its SM count and maximum clocks, else the datasheet preset matching its name; none on cpu), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
-	fs.BoolVar(&f.correctness, "correctness-test", false, "greedy generation from --prompt-ids, printing the generated ids (compare with HF transformers)")
+	fs.BoolVar(&f.correctness, "correctness-test", false, "greedy generation from --prompt-ids or text prompts (--prompt, --prompt-file), printing the generated ids and text (compare with HF transformers)")
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "with --correctness-test: file with one prompt per line, token ids separated by spaces")
-	fs.StringVar(&f.logitsOut, "logits-out", "", "with --correctness-test: append one JSON object per prompt {prompt, generated, logits}")
+	f.text.register(fs)
+	fs.StringVar(&f.logitsOut, "logits-out", "", "with --correctness-test: append one JSON object per prompt {prompt, generated, logits; with text prompts also prompt_text, generated_text}")
 	f.backend.register(fs)
 	f.telemetry.register(fs)
 	fs.StringVar(&f.stepTimeout, "step-timeout", "auto", "a timed region (or energy-window repetition, or the kernel check before timing) not done after this long ends the run with exit 1, naming it (a kernel that never returns): a duration such as 90s, 0 for none, or auto: 60s plus the largest prefill's FLOPs at 10^12 FLOP/s (10^9 on the cpu backend and the emulated device)")
@@ -69,15 +72,19 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.format, "format", "text", "stdout: text (one_batch lines and tables) or gobench (Go benchmark lines for benchstat; the text goes to stderr)")
 	f.profile.register(fs)
 	f.tp.register(fs)
+	f.output.register(fs)
 	registerNoVerify(fs, &f.noVerify)
 }
 
 // runSetup is what runCmd resolved before loading weights.
 type runSetup struct {
 	device, loadFormat string
+	emulated           bool // the cuda backend is the emulated device (cuda/emu)
 	cfg                runner.Config
 	est                runner.MemoryEstimate
-	prompts            [][]int32            // --correctness-test
+	prompts            [][]int32            // --correctness-test's; run --prompt-file's, tokenized
+	text               *textPrompts         // --correctness-test with text prompts
+	textSource         *bench.TextPrompts   // run --prompt-file: the timed iterations' prompts
 	window             *bench.ProfileWindow // --profile
 	gate               kernelGate           // what to check before timing
 }
@@ -92,6 +99,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err := f.check(fs); err != nil {
 		return err
 	}
+	stderr = f.output.progressOn(stderr)
+	defer statusOf(stderr).Status("")
 	setup, err := f.prepare(fs, stderr)
 	if err != nil {
 		return err
@@ -129,7 +138,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer engine.Close()
 	if f.correctness {
-		return runCorrectness(engine, setup.prompts, f.shapes.output[0], f.logitsOut, stdout)
+		return f.runCorrectness(engine, setup, stdout)
 	}
 	deps := engineDeps(engine, env)
 	deps.verification = verification
@@ -142,9 +151,10 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error) {
 	var s runSetup
 	var err error
-	if s.device, err = f.resolveDevice(fs, stderr); err != nil {
+	if s.device, s.emulated, err = f.resolveDevice(fs, stderr); err != nil {
 		return s, err
 	}
+	f.sampling.fitMachine(fs, machineKind(s.device, s.emulated))
 	if s.window, err = f.profile.window(fs, f.shapes.output); err != nil {
 		return s, err
 	}
@@ -176,8 +186,15 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 		return s, usagef("--load-format safetensors needs --model-path")
 	}
 	if f.correctness {
-		if s.prompts, err = readPrompts(f.promptIDs, s.cfg, f.shapes.output); err != nil {
+		if s.prompts, s.text, err = f.correctnessPrompts(s.cfg); err != nil {
 			return s, err
+		}
+	} else if f.text.promptFile != "" {
+		if s.prompts, err = f.timingPrompts(s.cfg, stderr); err != nil {
+			return s, err
+		}
+		if s.textSource, err = bench.NewTextPrompts(s.prompts, f.seed); err != nil {
+			return s, usagef("--prompt-file: %v", err)
 		}
 	}
 	if err := report.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
@@ -189,47 +206,72 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 		}
 	}
 	s.est = f.memoryEstimate(fs, s.cfg, s.prompts)
-	if s.device == "cpu" && f.device == "cpu" && !fs.Changed("model") && f.model.modelPath == "" {
-		fmt.Fprintf(stderr, "stepbench: --device cpu runs %s, the --model default: %.2f GB of bf16 weights in host memory, "+
-			"minutes per step on a CPU (--model llama-tiny is the small one)\n", s.cfg.Name, float64(s.est.WeightBytes)/1e9)
+	if f.device != "auto" && (s.device == "cpu" || s.emulated) && !fs.Changed("model") && f.model.modelPath == "" {
+		fmt.Fprintf(stderr, "stepbench: --device %s runs %s, the --model default: %s of bf16 weights in host memory, "+
+			"minutes per step on %s (--model llama-tiny is the small one)\n", s.device, s.cfg.Name, report.Bytes(s.est.WeightBytes),
+			machineKind(s.device, s.emulated))
 	}
 	return s, nil
 }
 
-// resolveDevice turns --device auto into cuda or cpu. Without a GPU, auto
-// falls back to the cpu backend and, unless a model was named, to the
-// llama-tiny preset: an 8B model on two cores is no run.
-func (f *runFlags) resolveDevice(fs *pflag.FlagSet, stderr io.Writer) (string, error) {
-	device := f.device
+// resolveDevice turns --device auto into cuda or cpu, and says whether the
+// cuda backend is the emulated device. Without a GPU, auto falls back to
+// the cpu backend and, unless a model was named, to the llama-tiny preset:
+// an 8B model on two cores is no run; so does the emulated device, which
+// runs the GPU path on the CPU.
+func (f *runFlags) resolveDevice(fs *pflag.FlagSet, stderr io.Writer) (device string, emulated bool, err error) {
+	device = f.device
+	defaultModel := !fs.Changed("model") && f.model.modelPath == ""
 	if device == "auto" {
-		if gpuWhy := probeGPU(); gpuWhy != nil {
+		gpuWhy := probeGPU()
+		switch {
+		case gpuWhy != nil:
 			device = "cpu"
 			if f.backend.kernelsDir != "" {
-				return "", usagef("--kernels-dir needs a GPU, and there is none usable (%v)", gpuWhy)
+				return "", false, usagef("--kernels-dir needs a GPU, and there is none usable (%v)", gpuWhy)
 			}
-			if !fs.Changed("model") && f.model.modelPath == "" {
+			if defaultModel {
 				f.model.model = "llama-tiny"
 			}
-			fmt.Fprintf(stderr, "stepbench: no usable GPU (%v); running the cpu reference backend with model %s\n",
-				gpuWhy, modelLabel(f.model))
-		} else {
+			why, hint := gpuWhy, ""
+			if nd := (noDriverError{}); errors.As(gpuWhy, &nd) && os.Getenv("STEPBENCH_CUDA_LIBS") == "" {
+				why, hint = nd.err, "stepbench: "+emulatorHint+"\n"
+			}
+			fmt.Fprintf(stderr, "stepbench: no usable GPU (%v); running the cpu reference backend with model %s\n%s",
+				why, modelLabel(f.model), hint)
+		case emulatedDriver():
+			device, emulated = "cuda", true
+			if f.model.fitEmulated(fs) {
+				fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+			}
+		default:
 			device = "cuda"
 		}
+	} else if device == "cuda" {
+		emulated = emulatedDriver()
 	}
+	if err := f.checkDevice(device); err != nil {
+		return "", false, err
+	}
+	return device, emulated, nil
+}
+
+// checkDevice refuses what the device cannot run.
+func (f *runFlags) checkDevice(device string) error {
 	if device == "cpu" && f.backend.kernelsDir != "" {
-		return "", usagef("--kernels-dir: the cpu backend runs kernels/ref, not CUDA kernels; use --device cuda")
+		return usagef("--kernels-dir: the cpu backend runs kernels/ref, not CUDA kernels; use --device cuda")
 	}
 	if device == "cpu" && len(f.backend.ops) > 0 {
-		return "", usagef("--op: the cpu backend runs kernels/ref, not op libraries; use --device cuda")
+		return usagef("--op: the cpu backend runs kernels/ref, not op libraries; use --device cuda")
 	}
 	if device == "cpu" && len(f.backend.kernelVersions) > 0 {
-		return "", usagef("--kernel: the cpu backend has one implementation of each op, not CUDA kernel versions; use --device cuda")
+		return usagef("--kernel: the cpu backend has one implementation of each op, not CUDA kernel versions; use --device cuda")
 	}
 	if f.breakdown && device == "cuda" && !f.backend.disableCUDAGraph {
 		// A replayed graph has no op boundaries to put events at.
-		return "", usagef("--breakdown on the cuda backend needs --disable-cuda-graph")
+		return usagef("--breakdown on the cuda backend needs --disable-cuda-graph")
 	}
-	return device, nil
+	return nil
 }
 
 // memoryEstimate is what one GPU (or the host) needs: with --tp-size, one
@@ -240,7 +282,7 @@ func (f *runFlags) memoryEstimate(fs *pflag.FlagSet, cfg runner.Config, prompts 
 		maxBatch, maxTokens, maxSeq = 1, 0, 0
 		for _, p := range prompts {
 			maxTokens = max(maxTokens, len(p))
-			maxSeq = max(maxSeq, len(p)+f.shapes.output[0])
+			maxSeq = max(maxSeq, runner.Positions(len(p), f.shapes.output[0]))
 		}
 	}
 	if f.tp.grouped(fs) {
@@ -250,26 +292,18 @@ func (f *runFlags) memoryEstimate(fs *pflag.FlagSet, cfg runner.Config, prompts 
 }
 
 func (f *runFlags) loadEngine(s runSetup, be runner.Backend, stderr io.Writer) (*runner.Engine, error) {
-	var src runner.WeightSource
-	src.Seed = f.seed
-	if s.loadFormat == "safetensors" {
-		st, err := runner.OpenSafetensors(f.model.modelPath)
-		if err != nil {
-			return nil, err
-		}
-		defer st.Close()
-		if err := st.Check(s.cfg); err != nil {
-			return nil, err
-		}
-		src.Reader = st
+	src, closeSrc, err := f.weightSource(s)
+	if err != nil {
+		return nil, err
 	}
+	defer closeSrc()
 	loadStart := time.Now()
 	engine, err := runner.NewEngine(s.cfg, be, src, loadProgress(stderr, s.loadFormat))
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stderr, "stepbench: %s weights (%s, %.2f GB bf16) on %s in %.1f s\n", s.cfg.Name, s.loadFormat,
-		float64(s.est.WeightBytes)/1e9, be.Name(), time.Since(loadStart).Seconds())
+	fmt.Fprintf(stderr, "stepbench: %s weights (%s, %s bf16) on %s in %.1f s\n", s.cfg.Name, s.loadFormat,
+		report.Bytes(s.est.WeightBytes), be.Name(), time.Since(loadStart).Seconds())
 	return engine, nil
 }
 
@@ -285,23 +319,11 @@ func (s *shapeFlags) maxima() (batch, tokens, seq int) {
 	for _, b := range s.batch {
 		for _, in := range s.input {
 			for _, out := range s.output {
-				batch, tokens, seq = max(batch, b), max(tokens, b*in), max(seq, in+out)
+				batch, tokens, seq = max(batch, b), max(tokens, b*in), max(seq, runner.Positions(in, out))
 			}
 		}
 	}
 	return batch, tokens, seq
-}
-
-// loadProgress reports weight loading on stderr every 10%.
-func loadProgress(stderr io.Writer, format string) func(done, total int) {
-	last := -1
-	return func(done, total int) {
-		pct := done * 10 / total
-		if pct != last && total > 20 {
-			last = pct
-			fmt.Fprintf(stderr, "stepbench: loading %s weights %3d%% (%d/%d tensors)\n", format, pct*10, done, total)
-		}
-	}
 }
 
 // hostEnvironment is what every report says about the machine.

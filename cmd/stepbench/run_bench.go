@@ -77,6 +77,9 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	opt.StepTimeout, opt.OnStepTimeout = f.stepTimeouts(s, d, guard, stderr)
 	shapes, runErr := bench.Run(d.target, opt)
 	tel.finish(&d.env, stderr)
+	if note := f.sampling.maxSecondsNote(shapes); note != "" {
+		fmt.Fprintf(stderr, "stepbench: %s\n", note)
+	}
 	errs := []error{runErr}
 	if len(shapes) > 0 {
 		final := f.header(fs, s, d.env, d.toolVersion, created, d.verification)
@@ -127,8 +130,14 @@ func (f *runFlags) benchOptions(s runSetup, d runDeps, textOut, stderr io.Writer
 	opt := bench.Options{
 		BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
 		WarmupIters: f.warmupIters, Seed: f.seed, VocabSize: s.cfg.VocabSize,
-		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Stdout: textOut, Progress: stderr, Now: d.now,
+		LogDecodeStep: f.logDecodeStep, RunName: f.runName, Progress: stderr, Status: statusOf(stderr).Status, Now: d.now,
 		Profiler: d.profiler, Profile: s.window, HostLoad: d.hostLoad,
+	}
+	if f.output.verbose {
+		opt.Stdout = textOut // one_batch's lines of every iteration
+	}
+	if s.textSource != nil {
+		opt.Prompts = s.textSource
 	}
 	f.sampling.options(&opt)
 	return opt
@@ -162,6 +171,14 @@ func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment,
 		f.sampling.options(&opt)
 		cfg.Adaptive = &opt.Adaptive
 	}
+	if s.textSource != nil {
+		tokens := 0
+		for _, p := range s.prompts {
+			tokens += len(p)
+		}
+		cfg.Prompts = &report.Prompts{Source: "text", File: f.text.promptFile, Count: len(s.prompts), Tokens: tokens,
+			DistinctRows: s.textSource.Distinct()}
+	}
 	if v.Status == "" {
 		v.Status = report.VerificationEmbedded // a run without a gate: the embedded defaults
 	}
@@ -174,13 +191,22 @@ func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment,
 // writes --format gobench.
 func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, stdout, textOut, stderr io.Writer) []error {
 	env := final.Environment
-	errs := []error{report.WriteRunText(textOut, final)}
+	errs := []error{report.WriteRunText(textOut, final, report.TextOptions{Wide: f.output.wide, SummaryOnly: f.output.quiet})}
+	title := fmt.Sprintf("%s on %s", final.Config.Model.Name, orString(env.GPUName, env.Backend))
+	if env.Emulated != "" {
+		title += " (emulated: CPU times)"
+	}
 	if f.telemetry.plot != "" {
-		title := fmt.Sprintf("%s on %s", final.Config.Model.Name, orString(env.GPUName, env.Backend))
 		written, err := plot.Run(f.telemetry.plot, env.Roof, final.Shapes, title)
 		errs = append(errs, err)
 		for _, p := range written {
 			fmt.Fprintf(stderr, "stepbench: wrote %s\n", p)
+		}
+	}
+	if f.telemetry.plotTimeline != "" {
+		err := plot.WriteTimelinePlot(f.telemetry.plotTimeline, final.Shapes, title+": timeline")
+		if errs = append(errs, err); err == nil {
+			fmt.Fprintf(stderr, "stepbench: wrote %s\n", f.telemetry.plotTimeline)
 		}
 	}
 	if f.format == "gobench" {
@@ -244,15 +270,20 @@ func (f *runFlags) outputFiles() []report.OutputFile {
 		add("--plot", roofline, false)
 		add("--plot", sweep, false)
 	}
+	add("--plot-timeline", f.telemetry.plotTimeline, false)
 	add("--logits-out", f.logitsOut, true)
 	return out
 }
 
 func (f *runFlags) inputFiles() []report.OutputFile {
-	if f.promptIDs == "" {
-		return nil
+	var in []report.OutputFile
+	if f.promptIDs != "" {
+		in = append(in, report.OutputFile{Label: "--prompt-ids", Path: f.promptIDs})
 	}
-	return []report.OutputFile{{Label: "--prompt-ids", Path: f.promptIDs}}
+	if f.text.promptFile != "" {
+		in = append(in, report.OutputFile{Label: "--prompt-file", Path: f.text.promptFile})
+	}
+	return in
 }
 
 // yesIf is "yes" when b, else "" (a gobench configuration line left out).

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +20,68 @@ type samplingFlags struct {
 	targetNoisePct float64
 	maxSeconds     float64
 	minIters       int
+	machine        machine // what runs the steps (fitMachine)
+}
+
+// machine is what runs the steps, for the defaults that fit it.
+type machine string
+
+const (
+	machineGPU      machine = "a GPU"
+	machineCPU      machine = "the cpu backend"
+	machineEmulated machine = "the emulated CUDA device"
+)
+
+// machineKind names the machine of a run on device (cpu or cuda).
+func machineKind(device string, emulated bool) machine {
+	switch {
+	case device == "cpu":
+		return machineCPU
+	case emulated:
+		return machineEmulated
+	}
+	return machineGPU
+}
+
+// hostMaxSeconds is --max-seconds' default where the steps run on the CPU
+// (the cpu backend, the emulated device): their timings never get within
+// the target noise, so every shape would take the whole GPU budget.
+const hostMaxSeconds = 3
+
+// fitMachine fits adaptive sampling's time budget to m: hostMaxSeconds
+// off a GPU, unless --max-seconds was given.
+func (s *samplingFlags) fitMachine(fs *pflag.FlagSet, m machine) {
+	s.machine = m
+	if m != machineGPU && s.numIters == 0 && !fs.Changed("max-seconds") {
+		s.maxSeconds = hostMaxSeconds
+	}
+}
+
+// maxSecondsNote explains, in one line, shapes whose adaptive sampling
+// stopped at --max-seconds before the target noise: on a CPU or the
+// emulated device why, and what fixes the count; "" when none did.
+func (s *samplingFlags) maxSecondsNote(shapes []bench.ShapeResult) string {
+	stopped, worst := 0, 0.0
+	for _, sh := range shapes {
+		if sh.StopReason != bench.StopMaxSeconds {
+			continue
+		}
+		stopped++
+		for _, n := range []float64{sh.Noise.PrefillHost, sh.Noise.PrefillDevice, sh.Noise.DecodeHost, sh.Noise.DecodeDevice} {
+			if !math.IsNaN(n) && !math.IsInf(n, 0) {
+				worst = max(worst, n)
+			}
+		}
+	}
+	if stopped == 0 {
+		return ""
+	}
+	note := fmt.Sprintf("%d of %d shapes stopped at --max-seconds %g with noise up to %.2g%% (--target-noise %g%%)",
+		stopped, len(shapes), s.maxSeconds, 100*worst, s.targetNoisePct)
+	if s.machine != machineGPU && s.machine != "" {
+		note += fmt.Sprintf(": timings on %s are the CPU's, rarely that steady, so it stops at %d s (15 s on a GPU)", s.machine, hostMaxSeconds)
+	}
+	return note + "; --num-iters N fixes the count instead"
 }
 
 func (s *samplingFlags) register(fs *pflag.FlagSet) {
@@ -25,7 +89,7 @@ func (s *samplingFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&s.numIters, "num-iters", 0, "a fixed count of timed iterations per shape (default: adaptive, see --target-noise)")
 	fs.Float64Var(&s.targetNoisePct, "target-noise", 100*d.TargetNoise,
 		"adaptive: iterate a shape until every median's 95% interval half-width is at most this percent of it")
-	fs.Float64Var(&s.maxSeconds, "max-seconds", d.MaxSeconds, "adaptive: stop a shape's timed iterations after this many seconds")
+	fs.Float64Var(&s.maxSeconds, "max-seconds", d.MaxSeconds, fmt.Sprintf("adaptive: stop a shape's timed iterations after this many seconds (%d on the cpu backend and the emulated device)", hostMaxSeconds))
 	fs.IntVar(&s.minIters, "min-iters", d.MinIters, "adaptive: never fewer timed iterations per shape")
 }
 
@@ -77,12 +141,12 @@ func (s *samplingFlags) options(opt *bench.Options) {
 // correctnessFlags are the flags --correctness-test uses; it refuses the
 // others rather than ignore them.
 var correctnessFlags = []string{"model", "model-path", "load-format", "device", "seed", "correctness-test", "prompt-ids",
-	"logits-out", "output-len", "kernels-dir", "include", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
+	"prompt", "prompt-file", "chat", "stop-at-eos", "logits-out", "output-len", "kernels-dir", "include", "op", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
 	"tp-size", "nnodes", "node-rank", "dist-init-addr", "dist-timeout", "nccl"}
 
 // check validates flags that need no model.
 func (f *runFlags) check(fs *pflag.FlagSet) error {
-	checks := []func(*pflag.FlagSet) error{f.checkChoices, f.sampling.check, f.checkModes, func(*pflag.FlagSet) error {
+	checks := []func(*pflag.FlagSet) error{f.checkChoices, f.sampling.check, f.checkModes, func(*pflag.FlagSet) error { return f.output.check() }, func(*pflag.FlagSet) error {
 		return errors.Join(checkKernelsDir(f.backend.kernelsDir), checkIncludeDirs(f.backend.includeDirs))
 	}, func(*pflag.FlagSet) error {
 		_, err := f.backend.selection()
@@ -120,7 +184,7 @@ func (f *runFlags) checkChoices(fs *pflag.FlagSet) error {
 
 func (f *runFlags) checkModes(fs *pflag.FlagSet) error {
 	if !f.correctness {
-		for _, name := range []string{"prompt-ids", "logits-out"} {
+		for _, name := range []string{"prompt-ids", "logits-out", "prompt", "chat", "stop-at-eos"} {
 			if fs.Changed(name) {
 				return usagef("--%s needs --correctness-test", name)
 			}
@@ -136,8 +200,12 @@ func (f *runFlags) checkModes(fs *pflag.FlagSet) error {
 	switch {
 	case refused != nil:
 		return refused
-	case f.promptIDs == "":
-		return usagef("--correctness-test needs --prompt-ids FILE")
+	case f.promptIDs == "" && !f.text.given():
+		return usagef("--correctness-test needs --prompt-ids FILE, --prompt TEXT or --prompt-file FILE")
+	case f.promptIDs != "" && f.text.given():
+		return usagef("--prompt-ids gives token ids; --prompt and --prompt-file give text: use one or the other")
+	case (f.text.chat || f.text.stopAtEOS) && !f.text.given():
+		return usagef("--chat and --stop-at-eos are for text prompts (--prompt, --prompt-file)")
 	case len(f.shapes.output) != 1:
 		return usagef("--correctness-test takes one --output-len, not %v", f.shapes.output)
 	case f.shapes.output[0] < 1:

@@ -25,19 +25,27 @@ func readPrompts(path string, cfg runner.Config, outputLens []int) ([][]int32, e
 		return nil, usagef("--output-len: %d exceeds %s's max_position_embeddings %d", outputLens[0], cfg.Name, cfg.MaxPositionEmbeddings)
 	}
 	for i, p := range prompts {
-		if n := len(p) + outputLens[0]; n > cfg.MaxPositionEmbeddings {
-			return nil, usagef("--prompt-ids: prompt %d has %d tokens; with --output-len %d that is %d positions, beyond %s's %d",
+		if n := runner.Positions(len(p), outputLens[0]); n > cfg.MaxPositionEmbeddings {
+			return nil, usagef("--prompt-ids: prompt %d has %d tokens; with --output-len %d that is %d positions (input + output − 1), beyond %s's %d",
 				i+1, len(p), outputLens[0], n, cfg.Name, cfg.MaxPositionEmbeddings)
 		}
 	}
 	return prompts, nil
 }
 
-// correctnessRecord is one line of --logits-out.
+// correctnessRecord is one line of --logits-out. The text fields are there
+// for text prompts only.
 type correctnessRecord struct {
 	Prompt    []int32     `json:"prompt"`
 	Generated []int32     `json:"generated"`
 	Logits    [][]float32 `json:"logits"`
+	// PromptText is the prompt as given (before --chat wraps it), Chat
+	// whether it was wrapped, GeneratedText the generated ids decoded, and
+	// StoppedAt the end-of-turn token that stopped it (--stop-at-eos).
+	PromptText    string `json:"prompt_text,omitempty"`
+	Chat          bool   `json:"chat,omitempty"`
+	GeneratedText string `json:"generated_text,omitempty"`
+	StoppedAt     string `json:"stopped_at,omitempty"`
 }
 
 // generator is what greedy generation needs: an Engine, or a
@@ -51,26 +59,54 @@ type generator interface {
 }
 
 // runCorrectness generates greedily from each prompt on its own (batch 1,
-// so prompts may differ in length) and prints the generated ids.
-// Each prompt's --logits-out record is appended whole or not at all.
-func runCorrectness(e generator, prompts [][]int32, outputLen int, logitsOut string, stdout io.Writer) error {
-	for i, p := range prompts {
-		rec, err := generate(e, p, outputLen, logitsOut != "")
+// so prompts may differ in length) and prints the generated ids; for text
+// prompts also the prompt, its ids and the generated text. Each prompt's
+// --logits-out record is appended whole or not at all.
+func (f *runFlags) runCorrectness(e generator, s runSetup, stdout io.Writer) error {
+	var stop map[int32]string
+	if s.text != nil {
+		stop = s.text.stop
+	}
+	for i, p := range s.prompts {
+		rec, err := generate(e, p, f.shapes.output[0], f.logitsOut != "", stop)
 		if err != nil {
 			return fmt.Errorf("prompt %d: %w", i+1, err)
 		}
-		fmt.Fprintf(stdout, "prompt %d: %s\n", i+1, joinIDs(rec.Generated))
-		if logitsOut != "" {
-			if err := report.AppendRecord(logitsOut, rec); err != nil {
-				return fmt.Errorf("--logits-out %s: prompt %d: %w", logitsOut, i+1, err)
+		if s.text == nil {
+			fmt.Fprintf(stdout, "prompt %d: %s\n", i+1, joinIDs(rec.Generated))
+		} else {
+			rec.PromptText, rec.Chat = s.text.texts[i], f.text.chat
+			rec.GeneratedText = s.text.tok.Decode(rec.Generated)
+			printTextRecord(stdout, i+1, rec)
+		}
+		if f.logitsOut != "" {
+			if err := report.AppendRecord(f.logitsOut, rec); err != nil {
+				return fmt.Errorf("--logits-out %s: prompt %d: %w", f.logitsOut, i+1, err)
 			}
 		}
 	}
 	return nil
 }
 
-// generate runs one prompt greedily for outputLen tokens.
-func generate(e generator, prompt []int32, outputLen int, withLogits bool) (correctnessRecord, error) {
+// printTextRecord prints a text prompt's generation: the prompt as given,
+// its ids (the chat template's included), the generated ids and their text.
+func printTextRecord(w io.Writer, n int, rec correctnessRecord) {
+	chat, stopped := "", ""
+	if rec.Chat {
+		chat = " (chat)"
+	}
+	if rec.StoppedAt != "" {
+		stopped = ", stopped at " + rec.StoppedAt
+	}
+	fmt.Fprintf(w, "prompt %d%s: %q\n", n, chat, rec.PromptText)
+	fmt.Fprintf(w, "prompt %d ids: %s (%d tokens)\n", n, joinIDs(rec.Prompt), len(rec.Prompt))
+	fmt.Fprintf(w, "prompt %d generated: %s (%d tokens%s)\n", n, joinIDs(rec.Generated), len(rec.Generated), stopped)
+	fmt.Fprintf(w, "prompt %d text: %q\n", n, rec.GeneratedText)
+}
+
+// generate runs one prompt greedily for outputLen tokens, or until a token
+// of stop (which it keeps, as generate() in transformers does).
+func generate(e generator, prompt []int32, outputLen int, withLogits bool, stop map[int32]string) (correctnessRecord, error) {
 	rec := correctnessRecord{Prompt: prompt}
 	if err := e.Begin(1, len(prompt), outputLen, prompt); err != nil {
 		return rec, err
@@ -96,6 +132,10 @@ func generate(e generator, prompt []int32, outputLen int, withLogits bool) (corr
 				return rec, fmt.Errorf("step %d: %w", step, err)
 			}
 			rec.Logits = append(rec.Logits, logits[0])
+		}
+		if name, ok := stop[ids[0]]; ok {
+			rec.StoppedAt = name
+			break
 		}
 	}
 	return rec, nil

@@ -145,9 +145,10 @@ var goldenArgs = []string{"--model", "llama-tiny", "--batch-size", "1,2", "--inp
 
 // TestRunGoldenWithTelemetry: the H100's device roof (its SM count and
 // clocks, no calibration cached), NVML readings on every sample, energy
-// windows and a throttle count.
+// windows and a throttle count; with -v, one_batch's lines of every
+// iteration, byte for byte.
 func TestRunGoldenWithTelemetry(t *testing.T) {
-	out := runGolden(t, append(goldenArgs, "--energy-window-seconds", "0.05"), goldenH100, true)
+	out := runGolden(t, append(goldenArgs, "--energy-window-seconds", "0.05", "-v"), goldenH100, true)
 	checkGoldenRun(t, "run_telemetry", out)
 	for _, want := range []string{"device roof (132 SMs", "power_W", "throttled"} {
 		if !strings.Contains(string(out.stdout), want) {
@@ -157,7 +158,7 @@ func TestRunGoldenWithTelemetry(t *testing.T) {
 }
 
 // TestRunGoldenWithoutTelemetry: the cpu backend (no NVML) under the
-// datasheet roof of a preset asked for.
+// datasheet roof of a preset asked for; quiet (no -v): no line per iteration.
 func TestRunGoldenWithoutTelemetry(t *testing.T) {
 	out := runGolden(t, append(goldenArgs, "--gpu", "h100-sxm"), report.Environment{Backend: "cpu"}, false)
 	checkGoldenRun(t, "run_cpu", out)

@@ -20,13 +20,15 @@ type telemetryFlags struct {
 	noTelemetry         bool
 	discardThrottled    bool
 	plot                string
+	plotTimeline        string
 	energyWindowSeconds float64
 }
 
 func (t *telemetryFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&t.noTelemetry, "no-telemetry", false, "do not read NVML (power, clocks, temperatures, energy) between regions")
 	fs.BoolVar(&t.discardThrottled, "discard-throttled", false, "drop samples flagged as throttled (SM clock < 75% of max, or power/thermal slowdown) from the statistics")
-	fs.StringVar(&t.plot, "plot", "", "write a log-log roofline plot to FILE (.svg or .png) and a latency-vs-batch sweep plot to FILE with .sweep before the extension")
+	fs.StringVar(&t.plot, "plot", "", "write a log-log roofline plot to FILE (.svg or .png) and a latency-vs-batch sweep plot to FILE with .sweep before the extension (--plot x.sweep.png: the sweep x.sweep.png, the roofline x.png)")
+	fs.StringVar(&t.plotTimeline, "plot-timeline", "", "write a timeline to FILE (.svg or .png): every timed region's latency, and NVML's power, SM clock (throttled readings marked) and temperatures, over wall time")
 	fs.Float64Var(&t.energyWindowSeconds, "energy-window-seconds", bench.DefaultEnergyWindowSeconds, "minimum length of each energy window per shape (0: no energy windows)")
 }
 
@@ -34,6 +36,11 @@ func (t *telemetryFlags) check() error {
 	if t.plot != "" {
 		if _, _, err := plot.Paths(t.plot); err != nil {
 			return usagef("--plot: %v", err)
+		}
+	}
+	if t.plotTimeline != "" {
+		if err := plot.CheckPath(t.plotTimeline); err != nil {
+			return usagef("--plot-timeline: %v", err)
 		}
 	}
 	if !(t.energyWindowSeconds >= 0) || t.energyWindowSeconds > maxSeconds {

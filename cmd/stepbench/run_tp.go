@@ -3,11 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -18,6 +15,7 @@ import (
 	"stepbench/cuda"
 	"stepbench/kernels"
 	"stepbench/runner"
+	"stepbench/runner/dist"
 	"stepbench/runner/gpu"
 )
 
@@ -43,15 +41,9 @@ func (t *tpFlags) register(fs *pflag.FlagSet) {
 // grouped says whether the run goes through a tensor-parallel group.
 func (t *tpFlags) grouped(fs *pflag.FlagSet) bool { return fs.Changed("tp-size") || t.nnodes > 1 }
 
-// localRanks are the communicator ranks this node drives; GPU ordinal i of
-// the node runs the i-th.
-func (t *tpFlags) localRanks() []int {
-	per := t.size / t.nnodes
-	ranks := make([]int, per)
-	for i := range ranks {
-		ranks[i] = t.nodeRank*per + i
-	}
-	return ranks
+// job is this node's part of the run, for the rendezvous.
+func (t *tpFlags) job(work string) dist.Job {
+	return dist.Job{NNodes: t.nnodes, NodeRank: t.nodeRank, TPSize: t.size, Work: work}
 }
 
 // check validates the flags that need no model.
@@ -120,25 +112,6 @@ func (t *tpFlags) rankEstimate(cfg runner.Config, batch, tokens, maxSeq int) run
 	return runner.EstimateMemoryRank(cfg, l, batch, tokens, maxSeq)
 }
 
-// uniqueID is the communicator's id: made here on one node, else node 0's
-// over TCP.
-func (t *tpFlags) uniqueID(nccl *cuda.NCCL, work string, stderr io.Writer) (cuda.NCCLUniqueID, error) {
-	var id cuda.NCCLUniqueID
-	job := distJob{nnodes: t.nnodes, nodeRank: t.nodeRank, tpSize: t.size, work: work}
-	if t.nodeRank > 0 {
-		fmt.Fprintf(stderr, "stepbench: node %d of %d: fetching the NCCL id from node 0 at %s\n", t.nodeRank, t.nnodes, t.distInitAddr)
-		raw, err := fetchID(t.distInitAddr, job, len(id), t.distTimeout)
-		copy(id[:], raw)
-		return id, err
-	}
-	id, err := nccl.UniqueID()
-	if err != nil || t.nnodes == 1 {
-		return id, err
-	}
-	fmt.Fprintf(stderr, "stepbench: node 0 of %d: waiting at %s for the other nodes\n", t.nnodes, t.distInitAddr)
-	return id, serveID(t.distInitAddr, job, id[:], t.distTimeout)
-}
-
 // runGroup is runCmd for a tensor-parallel run.
 func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Writer) error {
 	verification, err := f.checkRankKernels(s, stderr)
@@ -151,7 +124,7 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 	}
 	defer group.Close()
 	if f.correctness {
-		return runCorrectness(group, s.prompts, f.shapes.output[0], f.logitsOut, stdout)
+		return f.runCorrectness(group, s, stdout)
 	}
 	if f.tp.nnodes > 1 && f.telemetry.energyWindowSeconds > 0 {
 		f.telemetry.energyWindowSeconds = 0
@@ -175,9 +148,8 @@ func (t *tpFlags) rankShape(cfg runner.Config) kernels.ModelShape {
 // openGroup opens this node's GPUs (one rank each), joins them to the
 // communicator and loads their shares of the weights; the environment is
 // the first rank's GPU.
-func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*runner.Group, report.Environment, error) {
+func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*gpu.Group, report.Environment, error) {
 	t := &f.tp
-	ranks := t.localRanks()
 	sel, err := f.backend.selection()
 	if err != nil {
 		return nil, report.Environment{}, err
@@ -186,18 +158,18 @@ func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*runner.Group, repor
 	if err != nil {
 		return nil, report.Environment{}, usagef("--kernel: %v", err)
 	}
-	drv, err := cuda.OpenDriver()
-	if err != nil {
-		return nil, report.Environment{}, fmt.Errorf("--tp-size: %w", err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n < len(ranks) {
-		return nil, report.Environment{}, errors.Join(err, usagef("--tp-size %d over %d node(s) needs %d GPUs on this node, %d visible", t.size, t.nnodes, len(ranks), n))
+	job := t.job(f.distWork(s, versions).String())
+	ranks := job.LocalRanks()
+	if err := gpu.CheckGPUCount(t.size, len(ranks)); errors.Is(err, gpu.ErrTooFewGPUs) {
+		return nil, report.Environment{}, usageError{err}
+	} else if err != nil {
+		return nil, report.Environment{}, err
 	}
 	nccl, err := cuda.OpenNCCL(t.ncclPath)
 	if err != nil {
 		return nil, report.Environment{}, fmt.Errorf("--tp-size: %w", err)
 	}
-	id, err := t.uniqueID(nccl, f.distWork(s, versions), stderr)
+	id, err := gpu.GroupID(nccl, job, t.distInitAddr, t.distTimeout, stderr)
 	if err != nil {
 		return nil, report.Environment{}, err
 	}
@@ -206,63 +178,19 @@ func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*runner.Group, repor
 		return nil, report.Environment{}, err
 	}
 	defer closeSrc()
-	backends := &rankBackendsByRank{byRank: map[int]*gpu.Backend{}}
-	open := f.rankBackends(s, ranks, sel, nccl, id, backends, stderr)
 	loadStart := time.Now()
-	group, err := runner.NewGroup(s.cfg, t.size, ranks, open, src, loadProgress(stderr, s.loadFormat))
+	group, err := gpu.OpenGroup(gpu.GroupOptions{Config: s.cfg, Size: t.size, Ranks: ranks, Backend: f.backend.options(sel),
+		Progress: stderr, NCCL: nccl, ID: id, Estimate: s.est, Weights: src, LoadProgress: loadProgress(stderr, s.loadFormat)})
 	if err != nil {
 		return nil, report.Environment{}, err
 	}
-	info := backends.byRank[ranks[0]].Info()
+	info := group.Info(ranks[0])
 	fmt.Fprintf(stderr, "stepbench: %s, tensor-parallel size %d (ranks %v on this node's GPUs 0..%d, NCCL %s): %.2f GB of %s weights per GPU in %.1f s\n",
 		s.cfg.Name, t.size, ranks, len(ranks)-1, nccl.Path(), float64(s.est.WeightBytes)/1e9, s.loadFormat, time.Since(loadStart).Seconds())
 	describeBackend(info, versions, stderr)
 	env := cudaEnvironment(info)
-	env.KernelVersions, env.TPSize, env.TPRanks = versions, t.size, group.Ranks()
-	for _, rank := range env.TPRanks {
-		env.TPGPUUUIDs = append(env.TPGPUUUIDs, backends.byRank[rank].Info().Device.UUID)
-	}
+	env.KernelVersions, env.TPSize, env.TPRanks, env.TPGPUUUIDs = versions, t.size, group.Ranks(), group.GPUUUIDs()
 	return group, env, nil
-}
-
-// rankBackends opens rank r's backend on GPU r−ranks[0] of this node and
-// joins it to the communicator. The first rank opens alone, so that the
-// others find its compiled kernels in the cache instead of compiling too.
-func (f *runFlags) rankBackends(s runSetup, ranks []int, sel kernels.Selection, nccl *cuda.NCCL, id cuda.NCCLUniqueID,
-	backends *rankBackendsByRank, stderr io.Writer) runner.RankBackends {
-	first, firstDone := ranks[0], make(chan struct{})
-	return runner.RankBackends{
-		Open: func(rank int) (runner.Backend, error) {
-			opts := gpu.Options{Ordinal: rank - first, KernelsDir: f.backend.kernelsDir, NVRTCPath: f.backend.nvrtcPath,
-				CublasPath: f.backend.cublasPath, DisableGraphs: f.backend.disableCUDAGraph, Kernels: sel}
-			if rank == first {
-				defer close(firstDone)
-				opts.Progress = stderr
-			} else {
-				<-firstDone
-			}
-			be, err := gpu.New(opts)
-			if err != nil {
-				return nil, fmt.Errorf("--device cuda: %w", err)
-			}
-			if err := be.CheckMemory(s.est); err != nil {
-				return nil, errors.Join(fmt.Errorf("--tp-size %d: GPU %d: %w", f.tp.size, rank-first, err), be.Close())
-			}
-			backends.mu.Lock()
-			backends.byRank[rank] = be
-			backends.mu.Unlock()
-			return be, nil
-		},
-		Join: func(rank int, be runner.Backend) error {
-			return be.(*gpu.Backend).JoinGroup(nccl, id, rank, f.tp.size)
-		},
-	}
-}
-
-// rankBackendsByRank are the backends the rank goroutines open.
-type rankBackendsByRank struct {
-	mu     sync.Mutex
-	byRank map[int]*gpu.Backend
 }
 
 // weightSource is the run's weights: dummy from the seed, or the
@@ -284,36 +212,9 @@ func (f *runFlags) weightSource(s runSetup) (src runner.WeightSource, closeSrc f
 	return src, func() { st.Close() }, nil
 }
 
-// groupProfiler is a tensor-parallel run's profiler: the window opens and
-// closes on every rank's context, and the region ranges go to every rank's
-// thread (NVTX ranges are per thread).
-type groupProfiler struct {
-	g    *runner.Group
-	nvtx *cuda.NVTX
-}
-
-func (p groupProfiler) backends(f func(*gpu.Profiler) error) error {
-	return p.g.DoBackend(func(_ int, be runner.Backend) error { return f(be.(*gpu.Backend).Profiler(p.nvtx)) })
-}
-
-func (p groupProfiler) Start() error { return p.backends((*gpu.Profiler).Start) }
-func (p groupProfiler) Stop() error  { return p.backends((*gpu.Profiler).Stop) }
-
-func (p groupProfiler) Push(name string) {
-	if p.nvtx.Attached() {
-		_ = p.backends(func(pr *gpu.Profiler) error { pr.Push(name); return nil })
-	}
-}
-
-func (p groupProfiler) Pop() {
-	if p.nvtx.Attached() {
-		_ = p.backends(func(pr *gpu.Profiler) error { pr.Pop(); return nil })
-	}
-}
-
 // attachGroupProfiler is attachProfiler for a group: every rank's engine
 // gets the op ranges.
-func attachGroupProfiler(g *runner.Group, window *bench.ProfileWindow, stderr io.Writer) bench.Profiler {
+func attachGroupProfiler(g *gpu.Group, window *bench.ProfileWindow, stderr io.Writer) bench.Profiler {
 	nvtx := openNVTX(stderr)
 	if nvtx.Attached() {
 		_ = g.Do(func(_ int, e *runner.Engine) error { e.Ranges = nvtx; return nil })
@@ -324,7 +225,7 @@ func attachGroupProfiler(g *runner.Group, window *bench.ProfileWindow, stderr io
 	if !nvtx.Attached() && window == nil {
 		return nil
 	}
-	return groupProfiler{g: g, nvtx: nvtx}
+	return g.Profiler(nvtx)
 }
 
 // openNVTX attaches NVTX to the profiler that named its injection library,
@@ -339,34 +240,10 @@ func openNVTX(stderr io.Writer) *cuda.NVTX {
 	return nvtx
 }
 
-// distWork is what every node of a multi-node run must do identically: the
-// model's shape, the weights, the prompts, the shapes and iterations timed,
-// the kernels (see distJob).
-func (f *runFlags) distWork(s runSetup, versions string) string {
-	c := s.cfg
-	ints := func(v []int) string { return strings.Trim(strings.Join(strings.Fields(fmt.Sprint(v)), ","), "[]") }
-	return strings.Join([]string{
-		fmt.Sprintf("model=%s/h%d/l%d/heads%d/kv%d/v%d/i%d", c.Name, c.HiddenSize, c.NumHiddenLayers, c.NumAttentionHeads,
-			c.NumKeyValueHeads, c.VocabSize, c.IntermediateSize),
-		"load-format=" + s.loadFormat,
-		fmt.Sprintf("seed=%d", f.seed),
-		"batch-size=" + ints(f.shapes.batch),
-		"input-len=" + ints(f.shapes.input),
-		"output-len=" + ints(f.shapes.output),
-		fmt.Sprintf("num-iters=%d", f.sampling.numIters),
-		fmt.Sprintf("num-iters-warmup=%d", f.warmupIters),
-		fmt.Sprintf("correctness-test=%t", f.correctness),
-		fmt.Sprintf("prompt-ids=%x", promptsHash(s.prompts)),
-		"kernel=" + strings.ReplaceAll(versions, " ", ","),
-		fmt.Sprintf("disable-cuda-graph=%t", f.backend.disableCUDAGraph),
-	}, " ")
-}
-
-// promptsHash is FNV-1a of the prompts' token ids (0 lengths included).
-func promptsHash(prompts [][]int32) uint64 {
-	h := fnv.New64a()
-	for _, p := range prompts {
-		fmt.Fprint(h, len(p), p)
-	}
-	return h.Sum64()
+// distWork is what every node of a multi-node run must do identically.
+func (f *runFlags) distWork(s runSetup, versions string) dist.Work {
+	return dist.Work{Model: s.cfg, LoadFormat: s.loadFormat, Seed: f.seed,
+		BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
+		NumIters: f.sampling.numIters, WarmupIters: f.warmupIters, CorrectnessTest: f.correctness,
+		Prompts: s.prompts, KernelVersions: versions, DisableCUDAGraph: f.backend.disableCUDAGraph}
 }

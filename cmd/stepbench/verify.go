@@ -70,7 +70,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	drv, err := cuda.OpenDriver()
 	if err != nil {
-		return fmt.Errorf("no usable GPU: %w", err)
+		return fmt.Errorf("no usable GPU: %w", withEmulatorHint(err))
 	}
 	if *counters != "" && drv.Emulated() == "" {
 		return usagef("--counters: the access counters are the emulated device's (STEPBENCH_CUDA_LIBS=$PWD/build/emu); on a GPU Nsight Compute measures them: ncu --metrics %s stepbench verify ...", ncuCounterMetrics)

@@ -2,7 +2,10 @@ package ref
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"gonum.org/v1/gonum/blas/blas32"
 )
 
 // directLinear is x · wᵀ in float64.
@@ -84,5 +87,46 @@ func BenchmarkLinear(b *testing.B) {
 	b.SetBytes(int64(2 * (m*k + n*k + m*n)))
 	for b.Loop() {
 		Linear(out, x, w, m, n, k)
+	}
+}
+
+// dotLinear is every output as one float32 dot product over the whole of k.
+func dotLinear(out, x []uint16, w []float32, m, n, k int) {
+	xf := make([]float32, m*k)
+	ToF32(xf, x[:m*k])
+	for i := range m {
+		for j := range n {
+			out[i*n+j] = F32ToBF16(blas32.Dot(blas32.Vector{N: k, Inc: 1, Data: xf[i*k : (i+1)*k]},
+				blas32.Vector{N: k, Inc: 1, Data: w[j*k : (j+1)*k]}))
+		}
+	}
+}
+
+// Linear's outputs are each one dot product over the whole of k, whatever
+// the shape (one row or many, more outputs than a chunk) and the number of
+// LinearWide's workers: a row's result does not depend on the batch.
+func TestLinearWideSameBitsAnyWorkers(t *testing.T) {
+	for _, tc := range []struct{ m, n, k int }{
+		{1, 4096, 128}, {1, 768, 128}, {4, 256, 128}, {1, 7, 5}, {3, 17, 31}, {64, 384, 128}, {linearBlockRows + 3, 300, 64},
+	} {
+		r := newRand(31)
+		x := randomBF16(r, tc.m*tc.k, 1)
+		w := randomBF16(r, tc.n*tc.k, 0.1)
+		wide := make([]float32, len(w))
+		ToF32(wide, w)
+		want := make([]uint16, tc.m*tc.n)
+		dotLinear(want, x, wide, tc.m, tc.n, tc.k)
+		got := make([]uint16, tc.m*tc.n)
+		Linear(got, x, w, tc.m, tc.n, tc.k)
+		if !slices.Equal(got, want) {
+			t.Errorf("%dx%dx%d: Linear differs from a dot product per output", tc.m, tc.n, tc.k)
+		}
+		for _, workers := range []int{1, 2, 3, 8} {
+			clear(got)
+			LinearWide(got, x, wide, tc.m, tc.n, tc.k, workers)
+			if !slices.Equal(got, want) {
+				t.Errorf("%dx%dx%d, %d workers: LinearWide differs from a dot product per output", tc.m, tc.n, tc.k, workers)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -17,12 +18,25 @@ type CalibrateOptions struct {
 	Repeats   int // timed runs of each; the caller takes the median
 	Warmup    int // untimed runs before them
 	Seed      uint64
+	// Context, when cancelled (SIGINT), stops the calibration between two
+	// runs: Calibrate returns an error wrapping its error.
+	Context context.Context
+	// Progress, when set, is told each run as it starts ("GEMM 3/23").
+	Progress func(msg string)
 }
 
 // DefaultCalibrateOptions: a 1 GiB copy (far beyond L2) and an 8192³ GEMM
 // (large enough for cuBLAS to reach its peak), 20 timed runs each.
 func DefaultCalibrateOptions() CalibrateOptions {
 	return CalibrateOptions{CopyBytes: 1 << 30, GEMMSize: 8192, Repeats: 20, Warmup: 3, Seed: 1}
+}
+
+// EmulatedCalibrateOptions are the defaults on the emulated device, whose
+// copies and GEMMs run on the CPU (an 8192³ GEMM takes minutes there): a
+// 64 MiB copy and a 512³ GEMM, 5 timed runs each. Its ceilings are the
+// CPU's, not a GPU's, whatever the sizes.
+func EmulatedCalibrateOptions() CalibrateOptions {
+	return CalibrateOptions{CopyBytes: 64 << 20, GEMMSize: 512, Repeats: 5, Warmup: 1, Seed: 1}
 }
 
 // CalibrateResult is the device times of every timed run.
@@ -118,7 +132,14 @@ func (m *calibration) alloc(bytes int) (cuda.DevPtr, error) {
 // the device seconds of the timed runs.
 func (m *calibration) timed(what string, enqueue func() error) ([]float64, error) {
 	var seconds []float64
-	for i := 0; i < m.opt.Warmup+m.opt.Repeats; i++ {
+	runs := m.opt.Warmup + m.opt.Repeats
+	for i := 0; i < runs; i++ {
+		if ctx := m.opt.Context; ctx != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: stopped before run %d of %d: %w", what, i+1, runs, ctx.Err())
+		}
+		if m.opt.Progress != nil {
+			m.opt.Progress(fmt.Sprintf("%s %d/%d", what, i+1, runs))
+		}
 		if err := m.start.Record(m.stream); err != nil {
 			return nil, err
 		}

@@ -1,11 +1,15 @@
 package gpu
 
 import (
+	"context"
+	"errors"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"stepbench/cuda"
+	"stepbench/cuda/emutest"
 )
 
 func TestCalibrateRejectsBadOptions(t *testing.T) {
@@ -66,5 +70,42 @@ func TestCalibrateOnGPU(t *testing.T) {
 	// Sanity bounds for any datacenter GPU of the last decade.
 	if bw < 1e11 || bw > 2e13 || flops < 1e12 || flops > 1e16 {
 		t.Errorf("implausible rates: %.3g B/s, %.3g FLOP/s", bw, flops)
+	}
+}
+
+// A cancelled calibration (Ctrl-C) stops between two runs, saying which;
+// its progress names every run as it starts.
+func TestCalibrateStopsWhenCancelled(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
+	}
+	drv, err := cuda.OpenDriver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blas, err := cuda.OpenCublas("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var seen []string
+	opt := CalibrateOptions{CopyBytes: 1 << 20, GEMMSize: 64, Repeats: 3, Warmup: 1, Seed: 1, Context: ctx,
+		Progress: func(msg string) {
+			seen = append(seen, msg)
+			if len(seen) == 6 { // the second GEMM run
+				cancel()
+			}
+		}}
+	_, err = Calibrate(drv, blas, opt)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped before run 3 of 4") {
+		t.Errorf("cancelled calibration: %v", err)
+	}
+	want := []string{"device-to-device copy 1/4", "device-to-device copy 2/4", "device-to-device copy 3/4", "device-to-device copy 4/4",
+		"cuBLAS bf16 GEMM 1/4", "cuBLAS bf16 GEMM 2/4"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("progress %q, want %q", seen, want)
 	}
 }

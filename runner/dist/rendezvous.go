@@ -1,4 +1,4 @@
-package main
+package dist
 
 import (
 	"bufio"
@@ -11,51 +11,42 @@ import (
 	"time"
 )
 
-// Multi-node runs share one NCCL communicator: node 0 makes its unique id
-// and hands it, over TCP at --dist-init-addr, to every other node (as
-// SGLang's launcher does). The exchange, one connection per node:
-//
-//	node k → node 0:  "stepbench-nccl-id 2 NODE_RANK NNODES TP_SIZE WORK\n"
-//	node 0 → node k:  "ok\n" and the 128 id bytes, or "error MESSAGE\n"
-//
-// WORK is the job every node must run identically (model, seed, shapes,
-// iterations, kernel versions, graphs: distWork), quoted. Nodes started with
-// different flags stop with one line naming the first difference instead of
-// hanging in NCCL or timing different work.
-
-const idHello = "stepbench-nccl-id 2"
+// helloPrefix starts every node's hello; its number is the protocol's version.
+const helloPrefix = "stepbench-nccl-id 2"
 
 // maxHelloBytes bounds what node 0 reads from one connection.
 const maxHelloBytes = 4096
 
-// distJob is what the nodes must agree on.
-type distJob struct {
-	nnodes, nodeRank, tpSize int
-	// work is "key=value" items separated by spaces (no quotes inside).
-	work string
+// Job is what the nodes must agree on.
+type Job struct {
+	NNodes, NodeRank, TPSize int
+	// Work is "key=value" items separated by spaces (no quotes inside);
+	// Work.String makes it.
+	Work string
 }
 
-func (j distJob) hello() string {
-	return fmt.Sprintf("%s %d %d %d %q\n", idHello, j.nodeRank, j.nnodes, j.tpSize, j.work)
+// Hello is the line node NodeRank sends node 0.
+func (j Job) Hello() string {
+	return fmt.Sprintf("%s %d %d %d %q\n", helloPrefix, j.NodeRank, j.NNodes, j.TPSize, j.Work)
 }
 
-// parseHello reads a node's hello line (what distJob.hello writes).
-func parseHello(line string) (distJob, error) {
-	var j distJob
-	rest, ok := strings.CutPrefix(line, idHello)
+// ParseHello reads a node's hello line (what Hello writes).
+func ParseHello(line string) (Job, error) {
+	var j Job
+	rest, ok := strings.CutPrefix(line, helloPrefix)
 	if ok {
-		_, err := fmt.Sscanf(rest, " %d %d %d %q\n", &j.nodeRank, &j.nnodes, &j.tpSize, &j.work)
+		_, err := fmt.Sscanf(rest, " %d %d %d %q\n", &j.NodeRank, &j.NNodes, &j.TPSize, &j.Work)
 		ok = err == nil
 	}
 	if !ok {
-		return distJob{}, fmt.Errorf("%.80q is not a stepbench node's hello (same stepbench version on every node?)", strings.TrimSpace(line))
+		return Job{}, fmt.Errorf("%.80q is not a stepbench node's hello (same stepbench version on every node?)", strings.TrimSpace(line))
 	}
 	return j, nil
 }
 
-// workDifference names the first item of want that got lacks or sets
+// WorkDifference names the first item of want that got lacks or sets
 // otherwise, "" when the two agree.
-func workDifference(got, want string) string {
+func WorkDifference(got, want string) string {
 	items := func(s string) map[string]string {
 		m := map[string]string{}
 		for _, kv := range strings.Fields(s) {
@@ -80,9 +71,9 @@ func workDifference(got, want string) string {
 	return ""
 }
 
-// serveID listens on addr's port (all interfaces) until every other node
-// has the id, or timeout passes.
-func serveID(addr string, job distJob, id []byte, timeout time.Duration) error {
+// Serve is node 0's side: it listens on addr's port (all interfaces) until
+// every other node of job has the id, or timeout passes.
+func Serve(addr string, job Job, id []byte, timeout time.Duration) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--dist-init-addr %q: %w", addr, err)
@@ -97,12 +88,12 @@ func serveID(addr string, job distJob, id []byte, timeout time.Duration) error {
 		return fmt.Errorf("--dist-init-addr %s: %w", addr, err)
 	}
 	served := []int{}
-	for len(served) < job.nnodes-1 {
+	for len(served) < job.NNodes-1 {
 		conn, err := ln.Accept()
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				missing := missingNodes(job.nnodes, served)
+				missing := missingNodes(job.NNodes, served)
 				return fmt.Errorf("--dist-init-addr %s: after %s, nodes %v (ranks %v) never connected", addr, timeout, missing, job.ranksOf(missing...))
 			}
 			return fmt.Errorf("--dist-init-addr %s: %w", addr, err)
@@ -124,9 +115,9 @@ func serveID(addr string, job distJob, id []byte, timeout time.Duration) error {
 var errNoHello = errors.New("sent no hello")
 
 // ranksOf are the communicator ranks of nodes.
-func (j distJob) ranksOf(nodes ...int) []int {
+func (j Job) ranksOf(nodes ...int) []int {
 	var ranks []int
-	per := j.tpSize / max(j.nnodes, 1)
+	per := j.TPSize / max(j.NNodes, 1)
 	for _, n := range nodes {
 		for i := range per {
 			ranks = append(ranks, n*per+i)
@@ -136,7 +127,7 @@ func (j distJob) ranksOf(nodes ...int) []int {
 }
 
 // answer reads one node's hello and sends it the id, or the reason it may not join.
-func answer(conn net.Conn, job distJob, id []byte, deadline time.Time, served []int) (int, error) {
+func answer(conn net.Conn, job Job, id []byte, deadline time.Time, served []int) (int, error) {
 	if err := conn.SetDeadline(deadline); err != nil {
 		return 0, err
 	}
@@ -144,27 +135,27 @@ func answer(conn net.Conn, job distJob, id []byte, deadline time.Time, served []
 	if err != nil {
 		return 0, fmt.Errorf("--dist-init-addr: a connection from %s %w: %w", conn.RemoteAddr(), errNoHello, err)
 	}
-	peer, helloErr := parseHello(line)
+	peer, helloErr := ParseHello(line)
 	var why string
 	switch {
 	case helloErr != nil:
 		why = helloErr.Error()
-	case peer.nnodes != job.nnodes || peer.tpSize != job.tpSize:
+	case peer.NNodes != job.NNodes || peer.TPSize != job.TPSize:
 		why = fmt.Sprintf("node %d runs --nnodes %d --tp-size %d, node 0 --nnodes %d --tp-size %d",
-			peer.nodeRank, peer.nnodes, peer.tpSize, job.nnodes, job.tpSize)
-	case peer.nodeRank < 1 || peer.nodeRank >= job.nnodes || slices.Contains(served, peer.nodeRank):
-		why = fmt.Sprintf("--node-rank %d is not one of the missing nodes %v", peer.nodeRank, missingNodes(job.nnodes, served))
-	case workDifference(peer.work, job.work) != "":
-		why = fmt.Sprintf("node %d runs other work than node 0: %s", peer.nodeRank, workDifference(peer.work, job.work))
+			peer.NodeRank, peer.NNodes, peer.TPSize, job.NNodes, job.TPSize)
+	case peer.NodeRank < 1 || peer.NodeRank >= job.NNodes || slices.Contains(served, peer.NodeRank):
+		why = fmt.Sprintf("--node-rank %d is not one of the missing nodes %v", peer.NodeRank, missingNodes(job.NNodes, served))
+	case WorkDifference(peer.Work, job.Work) != "":
+		why = fmt.Sprintf("node %d runs other work than node 0: %s", peer.NodeRank, WorkDifference(peer.Work, job.Work))
 	}
 	if why != "" {
 		fmt.Fprintf(conn, "error %s\n", why)
 		return 0, fmt.Errorf("--dist-init-addr: %s", why)
 	}
 	if _, err := conn.Write(append([]byte("ok\n"), id...)); err != nil {
-		return 0, fmt.Errorf("--dist-init-addr: sending the NCCL id to node %d: %w", peer.nodeRank, err)
+		return 0, fmt.Errorf("--dist-init-addr: sending the NCCL id to node %d: %w", peer.NodeRank, err)
 	}
-	return peer.nodeRank, nil
+	return peer.NodeRank, nil
 }
 
 func missingNodes(nnodes int, served []int) []int {
@@ -177,9 +168,10 @@ func missingNodes(nnodes int, served []int) []int {
 	return out
 }
 
-// fetchID connects to node 0 at addr, retrying until timeout (node 0 may
-// start later), and returns the id of idBytes bytes.
-func fetchID(addr string, job distJob, idBytes int, timeout time.Duration) ([]byte, error) {
+// Fetch is the other nodes' side: it connects to node 0 at addr, retrying
+// until timeout (node 0 may start later), and returns the id of idBytes
+// bytes.
+func Fetch(addr string, job Job, idBytes int, timeout time.Duration) ([]byte, error) {
 	deadline := time.Now().Add(timeout)
 	var conn net.Conn
 	var err error
@@ -197,7 +189,7 @@ func fetchID(addr string, job distJob, idBytes int, timeout time.Duration) ([]by
 	if err := conn.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
-	if _, err := io.WriteString(conn, job.hello()); err != nil {
+	if _, err := io.WriteString(conn, job.Hello()); err != nil {
 		return nil, fmt.Errorf("--dist-init-addr %s: %w", addr, err)
 	}
 	r := bufio.NewReader(conn)
@@ -216,4 +208,15 @@ func fetchID(addr string, job distJob, idBytes int, timeout time.Duration) ([]by
 		return nil, fmt.Errorf("--dist-init-addr %s: reading the NCCL id from node 0 (ranks %v): %w", addr, job.ranksOf(0), err)
 	}
 	return id, nil
+}
+
+// LocalRanks are the communicator ranks node NodeRank drives, TPSize/NNodes
+// of them; the node's GPU i runs the i-th.
+func (j Job) LocalRanks() []int {
+	per := j.TPSize / j.NNodes
+	ranks := make([]int, per)
+	for i := range ranks {
+		ranks[i] = j.NodeRank*per + i
+	}
+	return ranks
 }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"stepbench/bench/report"
+)
+
+// vLLM's and SGLang's spellings work where the meaning is the same: the
+// tensor-parallel size, eager decode, underscores for dashes.
+func TestFlagAliases(t *testing.T) {
+	for _, args := range [][]string{{"--tp-size", "2"}, {"--tensor-parallel-size", "2"}, {"--tp", "2"}, {"-tp", "2"}, {"-tp=2"}, {"--tp_size", "2"}} {
+		code, stdout, stderr := runBinary(t, nil, append([]string{"roofline", "--model", "llama-tiny", "--batch_size", "1", "2",
+			"--input_len", "8", "--output-len", "2", "--format", "json"}, args...)...)
+		var doc struct {
+			TPSize int `json:"tp_size"`
+			Shapes []struct {
+				Batch int `json:"batch_size"`
+			} `json:"shapes"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &doc); code != 0 || err != nil || doc.TPSize != 2 || len(doc.Shapes) != 2 {
+			t.Errorf("%v: exit %d, tp %d, %d shapes (%v); stderr %q", args, code, doc.TPSize, len(doc.Shapes), err, stderr)
+		}
+	}
+	native := filepath.Join(t.TempDir(), "n.json")
+	code, _, stderr := runBinary(t, nil, "run", "--device", "cpu", "--model", "llama-tiny", "--input-len", "4", "--output-len", "2",
+		"--num-iters", "1", "--enforce-eager", "--json-out", native)
+	rep, err := report.Read(native)
+	if code != 0 || err != nil || rep.Config.Flags["disable-cuda-graph"] != "true" {
+		t.Errorf("--enforce-eager: exit %d (%v), disable-cuda-graph %q; %s", code, err, rep.Config.Flags["disable-cuda-graph"], stderr)
+	}
+	if _, stdout, _ := run(t, "run", "--help"); !strings.Contains(stdout, "--tensor-parallel-size, --tp, -tp = --tp-size") ||
+		!strings.Contains(stdout, "--enforce-eager = --disable-cuda-graph") {
+		t.Errorf("run --help does not list the aliases:\n%s", stdout)
+	}
+}
+
+// An unknown flag names the nearest one; a bad list names the flag and the
+// item (it was strconv.Atoi's error); every error is one line, exit 2.
+func TestFlagErrorsNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--batchsize", "4"}, "unknown flag --batchsize (did you mean --batch-size?"},
+		{[]string{"run", "--iters", "3"}, "unknown flag --iters (did you mean --num-iters?"},
+		{[]string{"run", "--output-length", "3"}, "did you mean --output-len?"},
+		{[]string{"roofline", "--gpus", "h200"}, "did you mean --gpu?"},
+		{[]string{"run", "--frobnicate"}, "unknown flag --frobnicate ('stepbench run --help' lists every flag)"},
+		{[]string{"run", "--batch-size", ""}, `--batch-size "": empty list`},
+		{[]string{"run", "--batch-size", "1,x"}, `--batch-size "1,x": item 2 of 2, "x", is not a whole number`},
+		{[]string{"roofline", "--input-len", "8,,16"}, `--input-len "8,,16": item 2 of 3 is empty`},
+		{[]string{"ab", "--output-len", "2.5"}, `--output-len "2.5": item 1 of 1, "2.5", is not a whole number`},
+	} {
+		code, _, stderr := run(t, tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want one line with %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+// A one_batch iteration writes input + output − 1 positions: a prompt of
+// the model's whole context and one token is allowed (it was refused as
+// input + output), one more position is not.
+func TestPositionsRule(t *testing.T) {
+	if code, stdout, stderr := run(t, "roofline", "--model", "llama-3-8b", "--input-len", "8192", "--output-len", "1"); code != 0 ||
+		!strings.Contains(stdout, "8192") {
+		t.Errorf("8192 + 1: exit %d, %s", code, stderr)
+	}
+	code, _, stderr := run(t, "roofline", "--model", "llama-3-8b", "--input-len", "8191", "--output-len", "3")
+	if code != exitUsage || !strings.Contains(stderr, "--input-len 8191 + --output-len 3 − 1 = 8193 positions") {
+		t.Errorf("8191 + 3: exit %d, %s", code, stderr)
+	}
+	// The cpu backend runs llama-tiny's whole context: 2047 prompt tokens, one decode step at position 2047.
+	if code, _, stderr := run(t, "run", "--device", "cpu", "--model", "llama-tiny", "--input-len", "2047", "--output-len", "2",
+		"--num-iters", "1", "--num-iters-warmup", "0"); code != 0 {
+		t.Errorf("llama-tiny 2047 + 2: exit %d, %s", code, stderr)
+	}
+}
+
+// Quiet by default, detail on request: no line per iteration unless -v
+// (then one_batch's, byte for byte), the summary alone with -q, every
+// column with --wide.
+func TestOutputLevels(t *testing.T) {
+	base := []string{"run", "--device", "cpu", "--model", "llama-tiny", "--batch-size", "1,2", "--input-len", "8", "--output-len", "3",
+		"--num-iters", "2"}
+	_, plain, plainErr := runBinary(t, nil, base...)
+	_, verbose, verboseErr := runBinary(t, nil, append(base, "-v")...)
+	_, quiet, quietErr := runBinary(t, nil, append(base, "-q")...)
+	_, wide, _ := runBinary(t, nil, append(base, "--wide")...)
+	if strings.Contains(plain, "Prefill. latency") || strings.Contains(plainErr, "iteration 1") || !strings.Contains(plain, "prefill_ms") {
+		t.Errorf("default: per-iteration lines, or no summary:\n%s\n%s", plain, plainErr)
+	}
+	if n := strings.Count(verbose, "Prefill. latency: "); n != 6 || !strings.Contains(verbose, "Benchmark 2/2: batch_size=2, input_len=8, output_len=3\n") ||
+		!strings.Contains(verboseErr, "shape 2/2: iteration 2/2") {
+		t.Errorf("-v: %d prefill lines, want 6 (2 shapes × (1 warmup + 2)):\n%s\n%s", n, verbose, verboseErr)
+	}
+	if quietErr != "" || strings.Contains(quiet, "telemetry") || !strings.HasPrefix(strings.TrimSpace(quiet), "summary") {
+		t.Errorf("-q: stderr %q, stdout:\n%s", quietErr, quiet)
+	}
+	if !strings.Contains(wide, "prefill_host_ms") || !strings.Contains(wide, "decode_host_p90_ms") {
+		t.Errorf("--wide:\n%s", wide)
+	}
+	if code, _, stderr := run(t, append(base, "-v", "-q")...); code != exitUsage || !strings.Contains(stderr, "-v and -q") {
+		t.Errorf("-v -q: exit %d, %s", code, stderr)
+	}
+}
+
+// --plot x.sweep.png names the sweep as written (it wrote x.sweep.sweep.png)
+// and the roofline x.png; --plot-timeline writes the timeline; both
+// outputs are checked before the run like every other.
+func TestPlotFiles(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := runBinary(t, nil, "run", "--device", "cpu", "--model", "llama-tiny", "--batch-size", "1,2", "--input-len", "8",
+		"--output-len", "3", "--num-iters", "2", "--plot", filepath.Join(dir, "x.sweep.png"), "--plot-timeline", filepath.Join(dir, "t.svg"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, name := range []string{"x.png", "x.sweep.png", "t.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.sweep.sweep.png")); err == nil {
+		t.Error("x.sweep.sweep.png written")
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "t.svg"))
+	if !strings.Contains(string(svg), "step latency (ms)") || !strings.Contains(string(svg), "no telemetry") {
+		t.Errorf("the cpu run's timeline lacks its latency panel or its note")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plot-timeline", filepath.Join(dir, "t.pdf")}, "--plot-timeline: plot"},
+		{[]string{"--plot-timeline", filepath.Join(dir, "t.svg"), "--json-out", filepath.Join(dir, "t.svg")}, "t.svg"},
+	} {
+		code, _, stderr := run(t, append([]string{"run", "--device", "cpu", "--model", "llama-tiny", "--num-iters", "1"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q", tc.args, code, stderr)
+		}
+	}
+}
