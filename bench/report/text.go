@@ -27,6 +27,11 @@ func WriteRunText(w io.Writer, r Report, o TextOptions) error {
 	if r.Verified != nil && !*r.Verified {
 		b.printf(w, "%s\n", UnverifiedNote)
 	}
+	if r.Verification != nil {
+		for _, line := range r.Verification.SourceLines() {
+			b.printf(w, "%s\n", line)
+		}
+	}
 	if env.Roof != nil {
 		b.printf(w, "%s", Wrap("summary (attainment derived by the cost model under the "+env.Roof.Label()+")", SummaryColumns))
 	} else {
