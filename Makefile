@@ -13,7 +13,7 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen oracle
+.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
 
 all: build
 
@@ -25,14 +25,15 @@ vet:
 
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
-# every kernel. The tokenizer's corpus comparison needs the oracle (below).
+# every kernel. The tokenizer's corpus comparison needs the oracle (below);
+# the op-library tests need the example libraries (make examples).
 # The docs' examples (./docs) run after the rest, not beside it: they load
 # the emulated device for two minutes, and the tests that compare timings
 # of separate processes should not share the two cores with them.
 # -timeout: cmd/stepbench's end-to-end tests run real processes on the
 # emulated device (about 4-8 minutes on 2 cores, more when they are shared),
 # beyond go test's default 10 minutes per package.
-test: vet nocgo emu oracle
+test: vet nocgo emu oracle examples
 	$(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -vx stepbench/docs)
 	$(GO) test -count=1 -timeout 20m ./docs
 
@@ -90,10 +91,12 @@ fuzz:
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh
-bundle:
-	mkdir -p dist/bundle/bin
+bundle: examples
+	mkdir -p dist/bundle/bin dist/bundle/examples
 	$(GO) build -ldflags "$(LDFLAGS)" -o dist/bundle/bin/stepbench ./cmd/stepbench
 	cp scripts/device-check.sh scripts/hf-check.py dist/bundle/
+	cp $(EXAMPLE_LIBS) dist/bundle/examples/
+	cp -r include examples/ops/nvcc examples/ops/triton dist/bundle/examples/
 	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }
 
 # The emulated CUDA device (cuda/emu): stand-ins for libcuda.so.1, NVRTC,
@@ -142,6 +145,26 @@ $(EMU_DIR)/libsbemu_nvtx.so: cuda/emu/nvtx_recorder.c
 $(EMU_DIR)/libnvidia-ml.so.1: cuda/emu/nvml.c
 	@mkdir -p $(EMU_DIR)
 	$(EMU_CC) -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -Wl,-soname,libnvidia-ml.so.1 -o $@ cuda/emu/nvml.c
+
+# The example op libraries (examples/ops, docs/byok.md): gcc alone, no CUDA
+# toolkit. The off-by-one build is the deliberately wrong one verify refuses.
+EXAMPLES_DIR    := build/examples
+EXAMPLE_CFLAGS  := -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -Iinclude
+EXAMPLE_LIBS    := $(EXAMPLES_DIR)/libattn_decode.so $(EXAMPLES_DIR)/libattn_decode_off_by_one.so $(EXAMPLES_DIR)/libreference_ops.so
+
+examples: $(EXAMPLE_LIBS)
+
+$(EXAMPLES_DIR)/libattn_decode.so: examples/ops/attn_decode/attn_decode.c include/stepbench_op.h examples/ops/common/sbx_cuda.h
+	@mkdir -p $(EXAMPLES_DIR)
+	$(EMU_CC) $(EXAMPLE_CFLAGS) -o $@ $< -ldl
+
+$(EXAMPLES_DIR)/libattn_decode_off_by_one.so: examples/ops/attn_decode/attn_decode.c include/stepbench_op.h examples/ops/common/sbx_cuda.h
+	@mkdir -p $(EXAMPLES_DIR)
+	$(EMU_CC) $(EXAMPLE_CFLAGS) -DSTEPBENCH_EXAMPLE_OFF_BY_ONE -o $@ $< -ldl
+
+$(EXAMPLES_DIR)/libreference_ops.so: examples/ops/reference/reference_ops.c include/stepbench_op.h examples/ops/common/sbx_cuda.h
+	@mkdir -p $(EXAMPLES_DIR)
+	$(EMU_CC) $(EXAMPLE_CFLAGS) -o $@ $< -ldl
 
 clean:
 	rm -rf bin dist build

@@ -4,6 +4,15 @@
 # without a GPU or the CUDA toolkit. Run as root on Debian 12 (bookworm).
 # Idempotent: the sources entry is rewritten only when it differs, and the apt
 # steps are skipped when both packages are already installed.
+#
+# STEPBENCH_CUDA_HEADERS=1 also puts Debian's CUDA 11.8 headers (cuda_bf16.h,
+# cuda_fp16.h, ...) into /usr/local/cuda-11.8/include, where stepbench looks
+# for a toolkit's headers, for the tests that compile kernels including them.
+# They come from nvidia-cuda-dev, which is not installed: its .deb is a 774 MB
+# download and 2.7 GB installed, with cuBLAS, cuFFT, NPP and more as
+# dependencies, so only its usr/include is extracted (about 20 MB; the
+# download took 10 s here). .ci/run sets it; the tests skip with a message
+# without the headers.
 set -euo pipefail
 
 readonly packages=(libnvrtc11.2 libnvrtc-builtins11.8)
@@ -53,6 +62,29 @@ debian_mirror() {
 	printf '%s\n' "$uri"
 }
 
+readonly headers_dir=/usr/local/cuda-11.8/include
+
+# install_cuda_headers extracts nvidia-cuda-dev's usr/include (see above).
+install_cuda_headers() {
+	if [[ -f "$headers_dir/cuda_bf16.h" ]]; then
+		echo "install-cuda-userspace: CUDA headers already in $headers_dir"
+		return 0
+	fi
+	local tmp status=0
+	tmp=$(mktemp -d)
+	chmod 755 "$tmp" # apt's _apt user writes the download
+	if (cd "$tmp" && apt-get download nvidia-cuda-dev) && mkdir -p "$tmp/x" &&
+		dpkg-deb --fsys-tarfile "$tmp"/nvidia-cuda-dev_*.deb | tar -x -C "$tmp/x" --wildcards './usr/include/*'; then
+		mkdir -p "$(dirname "$headers_dir")"
+		rm -rf "$headers_dir.tmp" && mv "$tmp/x/usr/include" "$headers_dir.tmp" && mv "$headers_dir.tmp" "$headers_dir"
+		echo "install-cuda-userspace: CUDA 11.8 headers from nvidia-cuda-dev in $headers_dir"
+	else
+		status=1
+	fi
+	rm -rf "$tmp"
+	return "$status"
+}
+
 main() {
 	if [[ $(id -u) -ne 0 ]]; then
 		echo "install-cuda-userspace: must run as root" >&2
@@ -70,13 +102,16 @@ Signed-By: ${keyring}"
 		echo "install-cuda-userspace: wrote $nonfree_sources (mirror $mirror)"
 	fi
 
+	export DEBIAN_FRONTEND=noninteractive
 	if all_installed; then
 		echo "install-cuda-userspace: ${packages[*]} already installed; skipping apt"
-		return 0
+	else
+		apt-get update
+		apt-get install -y --no-install-recommends "${packages[@]}"
 	fi
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update
-	apt-get install -y --no-install-recommends "${packages[@]}"
+	if [[ "${STEPBENCH_CUDA_HEADERS:-}" == 1 ]]; then
+		install_cuda_headers
+	fi
 }
 
 main "$@"

@@ -23,13 +23,20 @@ type GraphExec struct {
 // BeginCapture starts recording the work enqueued on s instead of running it.
 func (s *Stream) BeginCapture() error {
 	d := s.drv()
-	return d.check(C.sb_cuStreamBeginCapture(d.api.cuStreamBeginCapture, s.stream, streamCaptureModeThreadLocal),
+	err := d.check(C.sb_cuStreamBeginCapture(d.api.cuStreamBeginCapture, s.stream, streamCaptureModeThreadLocal),
 		"cuStreamBeginCapture_v2(thread-local)")
+	s.capturing = err == nil
+	return err
 }
+
+// Capturing says whether a capture begun on s has not ended: what an op
+// library is told (it must not allocate or synchronize then).
+func (s *Stream) Capturing() bool { return s.capturing }
 
 // EndCapture stops recording and returns the graph of the captured work.
 func (s *Stream) EndCapture() (*Graph, error) {
 	g := &Graph{ctx: s.ctx}
+	s.capturing = false
 	d := s.drv()
 	if err := d.check(C.sb_cuStreamEndCapture(d.api.cuStreamEndCapture, s.stream, &g.graph), "cuStreamEndCapture"); err != nil {
 		return nil, err

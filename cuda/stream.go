@@ -14,8 +14,9 @@ const streamNonBlocking = 1
 
 // Stream is a CUDA stream of the Context it was made from.
 type Stream struct {
-	ctx    *Context
-	stream C.CUstream
+	ctx       *Context
+	stream    C.CUstream
+	capturing bool // between BeginCapture and EndCapture
 }
 
 // NewStream creates a non-blocking stream.

@@ -37,6 +37,7 @@ type KernelResources struct {
 	SpillStoreBytes int
 	SpillLoadBytes  int
 	SharedBytes     int // static shared memory; dynamic shared is set at launch
+	StackBytes      int // the stack frame ptxas reports (local memory per thread)
 	Barriers        int // named barriers used (reported by CUDA 12+ ptxas only)
 }
 
@@ -114,11 +115,35 @@ func DefaultCacheDir() (string, error) {
 // source compiled again (Compiled.Rebuilt says so). A failed compile
 // returns NVRTC's log (file:line).
 func Compile(n Compiler, srcs map[string]string, arch int, cacheDir string) ([]Compiled, error) {
+	return Build{Arch: arch, CacheDir: cacheDir}.Compile(n, srcs)
+}
+
+// Build is how the kernels compile: for which architecture, into which
+// cubin cache (DefaultCacheDir when ""), and with which header directories
+// (NVRTC's -I, in order). The cache key of each source covers the content
+// of every header it can reach through them (see headerDigest).
+type Build struct {
+	Arch     int
+	CacheDir string
+	Include  []string
+}
+
+// Options are the NVRTC options: CompileOptions and one -I per directory.
+func (b Build) Options() []string {
+	opts := CompileOptions(b.Arch)
+	for _, d := range b.Include {
+		opts = append(opts, "-I"+d)
+	}
+	return opts
+}
+
+// Compile is the package's Compile with b's headers.
+func (b Build) Compile(n Compiler, srcs map[string]string) ([]Compiled, error) {
 	if _, ok := srcs[CommonSource]; !ok {
 		return nil, fmt.Errorf("compile kernels: %s is missing", CommonSource)
 	}
-	cacheDir, err := cacheDirOrDefault(cacheDir)
-	if err != nil {
+	var err error
+	if b.CacheDir, err = cacheDirOrDefault(b.CacheDir); err != nil {
 		return nil, err
 	}
 	var names []string
@@ -130,7 +155,7 @@ func Compile(n Compiler, srcs map[string]string, arch int, cacheDir string) ([]C
 	slices.Sort(names)
 	out := make([]Compiled, 0, len(names))
 	for _, name := range names {
-		c, err := compileCached(n, srcs, name, arch, cacheDir, false)
+		c, err := b.compileCached(n, srcs, name, false)
 		if err != nil {
 			return nil, err
 		}
@@ -143,13 +168,18 @@ func Compile(n Compiler, srcs map[string]string, arch int, cacheDir string) ([]C
 // cache but does not load (why says how it failed) and compiles its source
 // again, once. The backend calls it; Compile's checksum catches the rest.
 func Rebuild(n Compiler, srcs map[string]string, c Compiled, arch int, cacheDir string, why string) (Compiled, error) {
-	cacheDir, err := cacheDirOrDefault(cacheDir)
-	if err != nil {
+	return Build{Arch: arch, CacheDir: cacheDir}.Rebuild(n, srcs, c, why)
+}
+
+// Rebuild is the package's Rebuild with b's headers.
+func (b Build) Rebuild(n Compiler, srcs map[string]string, c Compiled, why string) (Compiled, error) {
+	var err error
+	if b.CacheDir, err = cacheDirOrDefault(b.CacheDir); err != nil {
 		return Compiled{}, err
 	}
-	path := entryPath(cacheDir, c.CacheKey)
+	path := entryPath(b.CacheDir, c.CacheKey)
 	os.Remove(path)
-	again, err := compileCached(n, srcs, c.Name, arch, cacheDir, true)
+	again, err := b.compileCached(n, srcs, c.Name, true)
 	if err != nil {
 		return Compiled{}, err
 	}
@@ -165,10 +195,14 @@ func cacheDirOrDefault(dir string) (string, error) {
 }
 
 // compileCached compiles one source, from the cache unless fresh.
-func compileCached(n Compiler, srcs map[string]string, name string, arch int, cacheDir string, fresh bool) (Compiled, error) {
-	opts := CompileOptions(arch)
+func (b Build) compileCached(n Compiler, srcs map[string]string, name string, fresh bool) (Compiled, error) {
+	arch, cacheDir, opts := b.Arch, b.CacheDir, b.Options()
 	unit := TranslationUnit(srcs[CommonSource], name, srcs[name])
-	key := cacheKey(unit, opts, nvrtcID(n), arch)
+	headers, err := headerDigest(unit, b.Include)
+	if err != nil {
+		return Compiled{}, fmt.Errorf("compile %s: %w", name, err)
+	}
+	key := cacheKey(unit+headers, opts, nvrtcID(n), arch)
 	c := Compiled{Name: name, CacheKey: key}
 	var why error
 	if !fresh {
@@ -180,10 +214,9 @@ func compileCached(n Compiler, srcs map[string]string, name string, arch int, ca
 			os.Remove(entryPath(cacheDir, key))
 			c.Rebuilt = fmt.Sprintf("the cache entry %s of %s was discarded (%v) and the source compiled again", entryPath(cacheDir, key), name, why)
 		}
-		var err error
 		c.Cubin, c.Log, err = n.Compile(unit, name, opts)
 		if err != nil {
-			return Compiled{}, fmt.Errorf("compile %s for sm_%d: %w\n%s", name, arch, err, strings.TrimSpace(c.Log))
+			return Compiled{}, newCompileError(name, arch, c.Log, err)
 		}
 		// The cache only saves time: a read-only cache directory must not stop a run.
 		_ = writeCache(cacheDir, key, c.Cubin, c.Log)

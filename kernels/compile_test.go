@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,7 +11,9 @@ import (
 	"testing"
 )
 
-func TestSourcesFromDir(t *testing.T) {
+// A --kernels-dir holds any subset of the sources: its files replace the
+// embedded ones of their names, the rest stay embedded.
+func TestSourcesOverlayTheEmbeddedOnes(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) {
 		t.Helper()
@@ -17,26 +21,35 @@ func TestSourcesFromDir(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := Sources(dir); err == nil {
-		t.Error("empty directory: want an error")
+	if _, err := Sources(dir); err == nil || !strings.Contains(err.Error(), "no *.cu files") {
+		t.Errorf("empty directory: got %v, want an error saying it holds no *.cu file", err)
+	}
+	embedded, err := Sources("")
+	if err != nil {
+		t.Fatal(err)
 	}
 	write("norm.cu", "// norm")
-	if _, err := Sources(dir); err == nil || !strings.Contains(err.Error(), CommonSource) {
-		t.Errorf("directory without common.cu: got %v, want an error naming it", err)
-	}
-	write(CommonSource, "// common")
 	write("notes.txt", "ignored")
 	srcs, err := Sources(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"norm.cu": "// norm", CommonSource: "// common"}
-	if len(srcs) != len(want) || srcs["norm.cu"] != want["norm.cu"] || srcs[CommonSource] != want[CommonSource] {
-		t.Errorf("Sources(%s) = %v, want %v", dir, srcs, want)
+	if len(srcs) != len(embedded) || srcs["norm.cu"] != "// norm" || srcs[CommonSource] != embedded[CommonSource] || srcs["attention.cu"] != embedded["attention.cu"] {
+		t.Errorf("Sources(%s): %d files, norm.cu %q; want the %d embedded ones with norm.cu replaced", dir, len(srcs), srcs["norm.cu"], len(embedded))
+	}
+	over, err := Overrides(dir)
+	if err != nil || len(over) != 1 || over[0].Name != "norm.cu" || !over[0].Changed ||
+		over[0].SHA256 != sha256Hex("// norm") {
+		t.Errorf("Overrides = %+v, %v", over, err)
 	}
 	if _, err := Sources(filepath.Join(dir, "missing")); err == nil {
 		t.Error("missing directory: want an error")
 	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 func TestCacheKeyChangesWithEveryInput(t *testing.T) {
@@ -231,22 +244,31 @@ func TestChangedSourcesNamesWhatDiffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for name, text := range embedded {
-		if name == "tp.cu" {
-			continue // missing from dir
-		}
-		if name == "attention.cu" {
-			text += "\n// edited\n"
-		}
+	// attention.cu edited, norm.cu an identical copy, the rest absent (embedded), mine.cu new.
+	files := map[string]string{"attention.cu": embedded["attention.cu"] + "\n// edited\n", "norm.cu": embedded["norm.cu"], "mine.cu": "// new"}
+	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "mine.cu"), []byte("// new"), 0o644); err != nil {
+	got, err := ChangedSources(dir)
+	if want := []string{"attention.cu", "mine.cu"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ChangedSources = %v, %v; want %v", got, err, want)
+	}
+	// The overlay and the changed files agree: Sources differs from the
+	// embedded sources exactly in what ChangedSources names.
+	srcs, err := Sources(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ChangedSources(dir)
-	if want := []string{"attention.cu", "mine.cu", "tp.cu"}; err != nil || !slices.Equal(got, want) {
-		t.Errorf("ChangedSources = %v, %v; want %v", got, err, want)
+	var differ []string
+	for name, text := range srcs {
+		if embedded[name] != text {
+			differ = append(differ, name)
+		}
+	}
+	slices.Sort(differ)
+	if !slices.Equal(differ, got) {
+		t.Errorf("Sources differs from the embedded sources in %v, ChangedSources says %v", differ, got)
 	}
 }

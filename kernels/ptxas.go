@@ -62,6 +62,7 @@ func ParsePtxasReport(log string) ([]KernelResources, error) {
 				return nil, fmt.Errorf("ptxas report: spill line before any function: %q", line)
 			}
 			r := at(name)
+			r.StackBytes = atoiOrZero(m[1])
 			r.SpillStoreBytes = atoiOrZero(m[2])
 			r.SpillLoadBytes = atoiOrZero(m[3])
 			continue

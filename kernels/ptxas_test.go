@@ -39,7 +39,7 @@ var ptxasReportTests = []struct {
 			"ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n" +
 			"ptxas info    : Used 16 registers, 380 bytes cmem[0]\n",
 		want: []KernelResources{
-			{Kernel: "attn_decode_split_d128", Registers: 255, SpillStoreBytes: 16, SpillLoadBytes: 12},
+			{Kernel: "attn_decode_split_d128", Registers: 255, SpillStoreBytes: 16, SpillLoadBytes: 12, StackBytes: 8},
 			{Kernel: "_Z17attn_decode_splitILi128EEvPf", SpillStoreBytes: 4, SpillLoadBytes: 4},
 			{Kernel: "embed", Registers: 16},
 		},
@@ -67,7 +67,7 @@ var ptxasReportTests = []struct {
 			"ptxas info    : Function properties for attn_prefill_d128\n" +
 			"ptxas         .     64 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n" +
 			"ptxas info    : Used 96 registers, used 2 barriers, 64 bytes cumulative stack size, 4096 bytes smem\n",
-		want: []KernelResources{{Kernel: "attn_prefill_d128", Registers: 96, SharedBytes: 4096, Barriers: 2}},
+		want: []KernelResources{{Kernel: "attn_prefill_d128", Registers: 96, SharedBytes: 4096, Barriers: 2, StackBytes: 64}},
 	},
 	{
 		name: "nvcc style: stack-frame line without the ptxas prefix",
@@ -75,7 +75,7 @@ var ptxasReportTests = []struct {
 			"ptxas info    : Function properties for k\n" +
 			"    32 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n" +
 			"ptxas info    : Used 40 registers, 32768 bytes smem, 400 bytes cmem[0], 12 bytes cmem[2]\n",
-		want: []KernelResources{{Kernel: "k", Registers: 40, SharedBytes: 32768, SpillStoreBytes: 8, SpillLoadBytes: 4}},
+		want: []KernelResources{{Kernel: "k", Registers: 40, SharedBytes: 32768, SpillStoreBytes: 8, SpillLoadBytes: 4, StackBytes: 32}},
 	},
 	{
 		name: "non-ptxas lines are ignored",

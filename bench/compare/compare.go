@@ -70,6 +70,9 @@ type Row struct {
 	// Threshold is the row's own when it differs from the Result's: a
 	// floor widened by host contention (contentionFloor); 0 otherwise.
 	Threshold float64
+	// Op and OpShape name an op-level row (stepbench kernel: Shape is then
+	// zero): the op and its shape, "batch=1/seq=1/pos=1024".
+	Op, OpShape string
 }
 
 // Result is the whole comparison of two reports.
@@ -81,6 +84,9 @@ type Result struct {
 	// Emulated is true when either run was made on the emulated device:
 	// its times are the CPU's, not a GPU's.
 	Emulated bool
+	// Kernels is true for op-level rows (stepbench kernel reports or its
+	// interleaved A/B): each value is one cold launch, not an iteration.
+	Kernels bool
 	// Header lines come before everything else: what was emulated or
 	// unverified, the rule between separate runs, what ab checked.
 	Header []string
@@ -129,6 +135,9 @@ func Reports(oldReport, newReport report.Report, opt Options) (Result, error) {
 	opt = opt.withDefaults()
 	if err := comparable(oldReport, newReport); err != nil {
 		return Result{}, err
+	}
+	if len(oldReport.KernelResults) > 0 || len(newReport.KernelResults) > 0 {
+		return kernelReports(oldReport, newReport, opt) // stepbench kernel's reports
 	}
 	floor, source := floorOf(oldReport.Environment, newReport.Environment, opt)
 	opt.Threshold = floor

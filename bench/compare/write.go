@@ -29,7 +29,7 @@ func (r Result) Notes() []Note {
 				index[note] = i
 				notes = append(notes, Note{Note: note})
 			}
-			notes[i].Rows = append(notes[i].Rows, row.Label()+" "+row.Metric)
+			notes[i].Rows = append(notes[i].Rows, row.key()+" "+row.Metric)
 		}
 	}
 	return notes
@@ -52,18 +52,30 @@ func WriteMarkdown(w io.Writer, res Result) error {
 		b.WriteString("\n")
 	}
 	conf := fmt.Sprintf("%g%% CI", 100*res.Confidence)
-	fmt.Fprintf(&b, "| batch | input | output | metric | iters old/new | old median ms [%s] | new median ms [%s] | noise old/new | new/old [%s] | p | verdict |\n",
-		conf, conf, conf)
-	b.WriteString("|---:|---:|---:|:---|---:|---:|---:|---:|---:|---:|:---|\n")
+	keys, align, iters := "batch | input | output", "---:|---:|---:", "iters"
+	if res.Kernels {
+		keys, align, iters = "op | shape", ":---|:---", "launches"
+	}
+	fmt.Fprintf(&b, "| %s | metric | %s old/new | old median ms [%s] | new median ms [%s] | noise old/new | new/old [%s] | p | verdict |\n",
+		keys, iters, conf, conf, conf)
+	b.WriteString("|" + align + "|:---|---:|---:|---:|---:|---:|---:|:---|\n")
 	for _, r := range res.Rows {
-		fmt.Fprintf(&b, "| %d | %d | %d | %s | %d/%d | %s | %s | %s / %s | %s | %s | %s |\n",
-			r.Batch, r.InputLen, r.OutputLen, r.Metric, r.Old.N, r.New.N,
+		cells := fmt.Sprintf("%d | %d | %d", r.Batch, r.InputLen, r.OutputLen)
+		if res.Kernels {
+			cells = r.Op + " | " + r.OpShape
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d/%d | %s | %s | %s / %s | %s | %s | %s |\n",
+			cells, r.Metric, r.Old.N, r.New.N,
 			medianText(r.Old), medianText(r.New), stats.NoiseText(r.Old.RelativeNoise), stats.NoiseText(r.New.RelativeNoise),
 			ratioText(r), pText(r.PValue), verdictText(r, max(r.Threshold, res.Threshold)))
 	}
 	if len(res.Unjudged) > 0 {
 		b.WriteString("\nnot compared (no verdict):\n")
 		for _, u := range res.Unjudged {
+			if res.Kernels {
+				fmt.Fprintf(&b, "- %s: %s\n", u.Metric, u.Reason)
+				continue
+			}
 			fmt.Fprintf(&b, "- %s %s: %s\n", u.Label(), u.Metric, u.Reason)
 		}
 	}
@@ -89,18 +101,25 @@ func methodText(res Result) string {
 	estimate := fmt.Sprintf("new/old is the median of new/old over all pairs of iterations (Hodges-Lehmann) "+
 		"with its distribution-free %g%% interval (Moses), p the Mann-Whitney U test (golang.org/x/perf/benchmath)", 100*res.Confidence)
 	if res.Paired {
-		estimate = fmt.Sprintf("iterations are paired (A and B back to back on the same prompts, alternating which goes first); "+
+		pairs := "iterations are paired (A and B back to back on the same prompts, alternating which goes first)"
+		if res.Kernels {
+			pairs = "launches are paired"
+		}
+		estimate = fmt.Sprintf(pairs+"; "+
 			"new/old is the median of the pairs' ratios A/B with its order-statistic %g%% interval (golang.org/x/perf/benchmath), "+
 			"p the exact two-sided sign test of those ratios against 1", 100*res.Confidence)
 	}
 	if res.Threshold > 0 && !res.Paired {
 		change = fmt.Sprintf("the interval lies beyond 1±%g%% (the run-to-run floor)", 100*res.Threshold)
 	}
-	return fmt.Sprintf("method: one value per iteration and metric (prefill: its time; decode: the iteration's median decode step, "+
-		"so KV lengths are never pooled). %s, "+
+	unit := "one value per iteration and metric (prefill: its time; decode: the iteration's median decode step, so KV lengths are never pooled)"
+	if res.Kernels {
+		unit = "one value per cold launch of the op at its shape (L2 flushed before each, device time between events; with A/B, the arms' launches back to back in pairs, alternating which goes first)"
+	}
+	return fmt.Sprintf("method: %s. %s, "+
 		"noise the half-width of a median's interval over the median. %s or %s: p < %g and %s; %s: the interval lies within ±%g%%; "+
 		"else %s, with about the iterations per run a verdict would need.",
-		estimate, stats.VerdictFaster, stats.VerdictSlower, res.Alpha, change, stats.VerdictSame, 100*stats.SameBand(res.Threshold), stats.VerdictInconclusive)
+		unit, estimate, stats.VerdictFaster, stats.VerdictSlower, res.Alpha, change, stats.VerdictSame, 100*stats.SameBand(res.Threshold), stats.VerdictInconclusive)
 }
 
 func rowsText(rows []string, total int) string {
@@ -159,6 +178,9 @@ func WriteCSV(w io.Writer, res Result) error {
 		"old_n", "old_median_seconds", "old_ci_low_seconds", "old_ci_high_seconds", "old_relative_noise",
 		"new_n", "new_median_seconds", "new_ci_low_seconds", "new_ci_high_seconds", "new_relative_noise",
 		"ratio", "ratio_ci_low", "ratio_ci_high", "ratio_confidence", "p_value", "verdict", "samples_needed", "emulated"}
+	if res.Kernels {
+		header = append(header, "op", "op_shape")
+	}
 	if err := cw.Write(header); err != nil {
 		return fmt.Errorf("write comparison csv: %w", err)
 	}
@@ -173,6 +195,9 @@ func WriteCSV(w io.Writer, res Result) error {
 			fmt.Sprint(r.Old.N), g(r.Old.MedianSeconds), g(r.Old.LowSeconds), g(r.Old.HighSeconds), g(r.Old.RelativeNoise),
 			fmt.Sprint(r.New.N), g(r.New.MedianSeconds), g(r.New.LowSeconds), g(r.New.HighSeconds), g(r.New.RelativeNoise),
 			g(r.Ratio), g(r.RatioLow), g(r.RatioHigh), g(r.RatioConfidence), g(r.PValue), r.Verdict, fmt.Sprint(r.SamplesNeeded), fmt.Sprint(res.Emulated)}
+		if res.Kernels {
+			record = append(record, r.Op, r.OpShape)
+		}
 		if err := cw.Write(record); err != nil {
 			return fmt.Errorf("write comparison csv: %w", err)
 		}
@@ -236,9 +261,11 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		SamplesNeeded   int            `json:"samples_needed,omitempty"`
 		Notes           []string       `json:"notes,omitempty"`
 		Threshold       float64        `json:"threshold,omitempty"`
+		Op              string         `json:"op,omitempty"`
+		OpShape         string         `json:"op_shape,omitempty"`
 	}{r.Batch, r.InputLen, r.OutputLen, r.Metric, r.Old, r.New, stats.Finite(r.Ratio), stats.Finite(r.RatioLow),
 		stats.Finite(r.RatioHigh), stats.Finite(nonZero(r.RatioConfidence)), stats.Finite(r.PValue), r.Verdict, r.SamplesNeeded, r.Notes,
-		r.Threshold})
+		r.Threshold, r.Op, r.OpShape})
 }
 
 // nonZero is x, or NaN for 0 (a confidence level of no interval).

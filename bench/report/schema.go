@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"stepbench/bench"
+	"stepbench/bench/kernelbench"
 	"stepbench/runner"
 
 	"stepbench/bench/internal/files"
@@ -34,6 +35,12 @@ type Report struct {
 	Verified     *bool         `json:"verified,omitempty"`
 	Verification *Verification `json:"verification,omitempty"`
 	Shapes       []ShapeReport `json:"shapes"`
+	// KernelResults are a stepbench kernel report's ops (--json-out): every
+	// cold sample of each op at each shape; Shapes is then empty. With a
+	// baseline (--baseline-kernel, --baseline-op) the baseline's samples,
+	// pair by pair with KernelResults', are BaselineKernelResults.
+	KernelResults         []kernelbench.Result `json:"kernel_results,omitempty"`
+	BaselineKernelResults []kernelbench.Result `json:"baseline_kernel_results,omitempty"`
 }
 
 // Environment is the machine a report was measured on. Every field is
@@ -313,6 +320,11 @@ func Parse(data []byte) (Report, error) {
 		if err := s.validate(); err != nil {
 			return Report{}, fmt.Errorf("shape %d (batch_size=%d input_len=%d output_len=%d): %w",
 				i, s.Batch, s.InputLen, s.OutputLen, err)
+		}
+	}
+	for i, k := range append(slices.Clone(r.KernelResults), r.BaselineKernelResults...) {
+		if k.Op == "" || k.ShapeLabel == "" || len(k.DeviceSeconds) == 0 || slices.ContainsFunc(k.DeviceSeconds, func(x float64) bool { return x < 0 }) {
+			return Report{}, fmt.Errorf("kernel result %d (%s %s): an op, a shape and non-negative device_seconds are needed", i, k.Op, k.ShapeLabel)
 		}
 	}
 	return r, nil

@@ -27,6 +27,11 @@ func WriteRunText(w io.Writer, r Report, o TextOptions) error {
 	if r.Verified != nil && !*r.Verified {
 		b.printf(w, "%s\n", UnverifiedNote)
 	}
+	if r.Verification != nil {
+		for _, line := range r.Verification.SourceLines() {
+			b.printf(w, "%s\n", line)
+		}
+	}
 	if q := r.Config.Model.Quantization; q != nil {
 		b.printf(w, "weights: %s\n", q)
 	}

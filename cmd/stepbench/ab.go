@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 
 	"github.com/spf13/pflag"
 
@@ -18,8 +19,8 @@ import (
 // openCUDAWithKernels opens a cuda backend, with eager or captured decode
 // steps as flags say, whose kernels come from dir ("" = the embedded ones)
 // in the versions sel chooses.
-func openCUDAWithKernels(dir string, sel kernels.Selection, flags backendFlags, stderr io.Writer) (*gpu.Backend, error) {
-	be, err := gpu.New(gpu.Options{KernelsDir: dir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+func openCUDAWithKernels(dir string, sel kernels.Selection, ops map[string]string, flags backendFlags, stderr io.Writer) (*gpu.Backend, error) {
+	be, err := gpu.New(gpu.Options{Ops: ops, KernelsDir: dir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
 		return nil, err
@@ -38,6 +39,8 @@ type abFlags struct {
 	versionsA          []string // --kernel: candidate's kernel versions
 	versionsB          []string // --baseline-kernel: baseline's
 	selA, selB         kernels.Selection
+	opItemsA, opItemsB []string // --op, --baseline-op
+	opsA, opsB         map[string]string
 	// versionsOfA and versionsOfB are the versions each arm runs (Resolve).
 	versionsOfA, versionsOfB string
 	warmup                   int
@@ -52,10 +55,13 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 	f.shapes.register(fs, []int{1024}, []int{16})
 	fs.BoolVar(&f.backend.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
 	registerLibraryFlags(fs, &f.backend.nvrtcPath, &f.backend.cublasPath)
+	registerIncludeFlag(fs, &f.backend.includeDirs)
 	fs.StringVar(&f.kernelsA, "kernels-dir", "", "candidate (A): compile the kernels of this directory (default: the embedded kernels)")
 	fs.StringVar(&f.kernelsB, "baseline-kernels-dir", "", "baseline (B): compile the kernels of this directory (default: the embedded kernels)")
 	registerKernelFlag(fs, &f.versionsA, "kernel", "candidate (A): ")
 	registerKernelFlag(fs, &f.versionsB, "baseline-kernel", "baseline (B): ")
+	registerOpFlag(fs, &f.opItemsA, "op", "candidate (A): ")
+	registerOpFlag(fs, &f.opItemsB, "baseline-op", "baseline (B): ")
 	f.sampling.register(fs)
 	fs.IntVar(&f.warmup, "num-iters-warmup", 1, "untimed warmup iterations per shape and arm")
 	fs.Uint64Var(&f.seed, "seed", 42, "seed of the dummy weights and the prompts (both arms share them)")
@@ -149,6 +155,15 @@ func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) erro
 			return nil, cfg, err
 		}
 	}
+	if err := checkIncludeDirs(f.backend.includeDirs); err != nil {
+		return nil, cfg, err
+	}
+	if f.opsA, err = parseOps("--op", f.opItemsA); err != nil {
+		return nil, cfg, err
+	}
+	if f.opsB, err = parseOps("--baseline-op", f.opItemsB); err != nil {
+		return nil, cfg, err
+	}
 	if err := f.sampling.check(fs); err != nil {
 		return nil, cfg, err
 	}
@@ -161,6 +176,9 @@ func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) erro
 	if f.gates[1], err = planGate("--baseline-kernels-dir", f.kernelsB, "--baseline-kernel", f.selB, f.noVerify); err != nil {
 		return nil, cfg, err
 	}
+	f.gates[0].includes, f.gates[1].includes = f.backend.includeDirs, f.backend.includeDirs
+	f.gates[0].withOps("--op", f.opsA)
+	f.gates[1].withOps("--baseline-op", f.opsB)
 	writer, err := f.verdict.check(fs)
 	if err != nil {
 		return nil, cfg, err
@@ -191,10 +209,11 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 	engines := make([]*runner.Engine, 2)
 	var header []string
 	sels := []kernels.Selection{f.selA, f.selB}
+	ops := []map[string]string{f.opsA, f.opsB}
 	for i, dir := range []string{f.kernelsA, f.kernelsB} {
-		be, err := openCUDAWithKernels(dir, sels[i], f.backend, stderr)
+		be, err := openCUDAWithKernels(dir, sels[i], ops[i], f.backend, stderr)
 		if err != nil {
-			return nil, header, closeAll, fmt.Errorf("arm %c (kernels %q, versions %s): %w", "AB"[i], dir, sels[i], err)
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], openFailure(fmt.Sprintf("kernels %q, versions %s", dir, sels[i]), err))
 		}
 		fmt.Fprintf(stderr, "stepbench ab: arm %c: kernels %s, versions %s\n", "AB"[i], kernelsOrigin(dir), []string{f.versionsOfA, f.versionsOfB}[i])
 		closers = append(closers, be.Close)
@@ -207,6 +226,9 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
 		header = append(header, armVerificationLine("AB"[i], v))
+		for _, line := range v.SourceLines() {
+			header = append(header, fmt.Sprintf("arm %c: %s", "AB"[i], line))
+		}
 		// Arm A still needs room for B's weights; both arms' run buffers
 		// are allocated later, at Begin.
 		need := runner.MemoryEstimate{WeightBytes: int64(2-i) * est.WeightBytes,
@@ -279,8 +301,8 @@ func (f *abFlags) resolveVersions(shape kernels.ModelShape) error {
 	if f.versionsOfB, err = f.selB.Resolve(shape); err != nil {
 		return usagef("--baseline-kernel: %v", err)
 	}
-	if f.kernelsA == "" && f.kernelsB == "" && f.versionsOfA == f.versionsOfB {
-		return usagef("the arms are the same (both run %s): give --kernels-dir A (and --baseline-kernels-dir B) or --kernel OP=V and --baseline-kernel OP=V that differ", f.versionsOfA)
+	if f.kernelsA == "" && f.kernelsB == "" && f.versionsOfA == f.versionsOfB && maps.Equal(f.opsA, f.opsB) {
+		return usagef("the arms are the same (both run %s): give --kernels-dir A (and --baseline-kernels-dir B), --kernel OP=V and --baseline-kernel OP=V that differ, or --op OP=LIB", f.versionsOfA)
 	}
 	return nil
 }

@@ -23,13 +23,53 @@ type backendFlags struct {
 	nvrtcPath        string
 	cublasPath       string
 	kernelVersions   []string
+	includeDirs      []string // --include
+	ops              []string // --op OP=PATH
 }
 
 func (b *backendFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.kernelsDir, "kernels-dir", "", "compile the CUDA kernels from the *.cu files of this directory instead of the embedded ones")
 	fs.BoolVar(&b.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
 	registerKernelFlag(fs, &b.kernelVersions, "kernel", "")
+	registerIncludeFlag(fs, &b.includeDirs)
+	registerOpFlag(fs, &b.ops, "op", "")
 	registerLibraryFlags(fs, &b.nvrtcPath, &b.cublasPath)
+}
+
+// registerOpFlag adds an --op OP=PATH list (repeat or comma-separate).
+func registerOpFlag(fs *pflag.FlagSet, dst *[]string, name, what string) {
+	fs.StringSliceVar(dst, name, nil, what+"replace an op of the forward pass with a shared library built to include/stepbench_op.h, OP=PATH.so (repeat or comma-separate; ops: "+
+		strings.Join(gpu.ReplaceableOps(), ", ")+"); it is checked against the Go twins at the run's shapes before anything is timed, like any non-default kernel")
+}
+
+// parseOps reads --op's (or --baseline-op's) items: each op once, each
+// library a file that exists.
+func parseOps(flag string, items []string) (map[string]string, error) {
+	ops, err := gpu.ParseOps(items)
+	if err != nil {
+		return nil, usagef("%s: %v", flag, err)
+	}
+	for op, path := range ops {
+		if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+			return nil, usagef("%s %s=%s: not a library file (%v)", flag, op, path, err)
+		}
+	}
+	return ops, nil
+}
+
+// registerIncludeFlag adds --include DIR (repeatable): header directories for NVRTC.
+func registerIncludeFlag(fs *pflag.FlagSet, dst *[]string) {
+	fs.StringArrayVar(dst, "include", nil, "a directory of headers the kernels may #include (NVRTC's -I; repeat for several, searched in order after --kernels-dir and before a CUDA toolkit's include directory, which is offered when found); the cubin cache key covers every header a source can reach")
+}
+
+// checkIncludeDirs refuses an --include that is not a directory.
+func checkIncludeDirs(dirs []string) error {
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			return usagef("--include: %s is not a directory (%v)", d, err)
+		}
+	}
+	return nil
 }
 
 // registerKernelFlag adds a --kernel OP=VERSION list (repeat or comma-separate).
@@ -58,7 +98,7 @@ func (b *backendFlags) selection() (kernels.Selection, error) {
 // options are the cuda backend's options from the flags, with the kernel
 // versions sel.
 func (b *backendFlags) options(sel kernels.Selection) gpu.Options {
-	return gpu.Options{KernelsDir: b.kernelsDir, NVRTCPath: b.nvrtcPath, CublasPath: b.cublasPath,
+	return gpu.Options{KernelsDir: b.kernelsDir, IncludeDirs: b.includeDirs, NVRTCPath: b.nvrtcPath, CublasPath: b.cublasPath,
 		DisableGraphs: b.disableCUDAGraph, Kernels: sel}
 }
 
@@ -139,11 +179,15 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 		if err != nil {
 			return nil, report.Environment{}, usagef("--kernel: %v", err)
 		}
+		ops, err := parseOps("--op", flags.ops)
+		if err != nil {
+			return nil, report.Environment{}, err
+		}
 		opts := flags.options(sel)
-		opts.Progress = stderr
+		opts.Ops, opts.Progress = ops, stderr
 		be, err := gpu.New(opts)
 		if err != nil {
-			return nil, report.Environment{}, fmt.Errorf("--device cuda: %w", err)
+			return nil, report.Environment{}, openFailure("--device cuda", err)
 		}
 		if err := be.CheckMemory(est); err != nil {
 			return nil, report.Environment{}, errors.Join(fmt.Errorf("--device cuda: %w", err), be.Close())
@@ -194,4 +238,16 @@ func cudaVersionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%100
 // cublasVersionString prints 120903 as "12.9.3".
 func cublasVersionString(v int) string {
 	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+}
+
+// openFailure is the error of a cuda backend that did not open: a kernel
+// source that does not compile is that compile error alone (file, line,
+// NVRTC's message; exit 1), whatever wrapped it; anything else is wrapped
+// as what.
+func openFailure(what string, err error) error {
+	var ce *kernels.CompileError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,8 +17,9 @@ import (
 
 // buildFlags are the flags of 'stepbench build'.
 type buildFlags struct {
-	kernelsDir, nvrtcPath, counters, model, cacheDir string
-	archs                                            []int
+	kernelsDir, nvrtcPath, counters, model, cacheDir, format string
+	archs                                                    []int
+	include                                                  []string
 }
 
 // buildCmd compiles the kernels and prints each entry point's ptxas report
@@ -34,7 +36,15 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.counters, "counters", "", "emulated device only: run the kernel checks with access counters into this JSONL file and print them beside the ptxas report (about a minute)")
 	fs.StringVar(&f.model, "model", "llama-tiny", "with --counters: the preset whose shapes the checks run at")
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "cubin cache (default: <user cache dir>/stepbench/cubin)")
+	registerIncludeFlag(fs, &f.include)
+	fs.StringVar(&f.format, "format", "text", "output: text (a table) or json (one object per entry point and architecture)")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if f.format != "text" && f.format != "json" {
+		return usagef("--format: %q is not text or json", f.format)
+	}
+	if err := checkIncludeDirs(f.include); err != nil {
 		return err
 	}
 	if err := checkKernelsDir(f.kernelsDir); err != nil {
@@ -43,6 +53,9 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	for _, a := range f.archs {
 		if a < kernels.MinArch {
 			return usagef("--arch: sm_%d is older than sm_%d, which the kernels need", a, kernels.MinArch)
+		}
+		if _, ok := kernels.LimitsOf(a); !ok {
+			return usagef("--arch: no occupancy limits known for sm_%d", a)
 		}
 	}
 	cfg, err := runner.Preset(f.model)
@@ -78,7 +91,7 @@ func countKernels(f buildFlags, cfg runner.Config, stderr io.Writer) (map[string
 	}
 	be, err := gpu.New(gpu.Options{KernelsDir: f.kernelsDir, CacheDir: f.cacheDir, Progress: stderr})
 	if err != nil {
-		return nil, fmt.Errorf("--counters: %w", err)
+		return nil, openFailure("--counters", err)
 	}
 	defer be.Close()
 	fmt.Fprintf(stderr, "stepbench build: counting every kernel's accesses in its checks at %s's shapes\n", cfg.Name)
@@ -95,43 +108,115 @@ func countKernels(f buildFlags, cfg runner.Config, stderr io.Writer) (map[string
 	return sum, nil
 }
 
-// writeTable prints one row per entry point and architecture.
+// buildRow is one entry point on one architecture.
+type buildRow struct {
+	Kernel             string  `json:"kernel"`
+	Arch               string  `json:"arch"`
+	Registers          int     `json:"registers"`
+	SpillBytes         int     `json:"spill_bytes"`
+	StackBytes         int     `json:"stack_bytes"`
+	StaticSharedBytes  int     `json:"static_shared_bytes"`
+	DynamicSharedBytes *int    `json:"dynamic_shared_bytes"` // null: not a registered entry point
+	Threads            *int    `json:"threads_per_block"`
+	LaunchNote         string  `json:"launch_note,omitempty"`
+	BlocksPerSM        *int    `json:"blocks_per_sm"`
+	OccupancyPercent   float64 `json:"occupancy_percent,omitempty"`
+	LimitedBy          string  `json:"occupancy_limited_by,omitempty"`
+	counters           *gpu.KernelCounters
+}
+
+// buildRows compiles for every --arch and makes one row per entry point
+// (non-inlined device functions, which ptxas reports without registers,
+// are left out on a real NVRTC).
+func (f buildFlags) buildRows(nv *cuda.NVRTC, srcs map[string]string, counted map[string]gpu.KernelCounters) ([]buildRow, string, error) {
+	var rows []buildRow
+	headers := ""
+	for _, arch := range f.archs {
+		b, h := gpu.KernelBuild(nv, f.kernelsDir, f.include, arch, f.cacheDir)
+		headers = h
+		compiled, err := b.Compile(nv, srcs)
+		if err != nil {
+			return nil, "", err
+		}
+		var res []kernels.KernelResources
+		for _, c := range compiled {
+			res = append(res, c.Report...)
+		}
+		sort.Slice(res, func(i, j int) bool { return res[i].Kernel < res[j].Kernel })
+		limits, _ := kernels.LimitsOf(arch)
+		for _, r := range res {
+			if r.Registers == 0 && nv.Emulated() == "" {
+				continue // a non-inlined device function: ptxas reports it inside its entry
+			}
+			row := buildRow{Kernel: r.Kernel, Arch: fmt.Sprintf("sm_%d", arch), Registers: r.Registers, SpillBytes: r.SpillStoreBytes + r.SpillLoadBytes,
+				StackBytes: r.StackBytes, StaticSharedBytes: r.SharedBytes}
+			if l, ok := kernels.EntryPointLaunch(r.Kernel); ok {
+				occ := kernels.OccupancyOf(limits, l.Threads, r.Registers, r.SharedBytes+l.DynamicShared)
+				row.DynamicSharedBytes, row.Threads, row.LaunchNote = &l.DynamicShared, &l.Threads, l.Note
+				row.BlocksPerSM, row.OccupancyPercent, row.LimitedBy = &occ.BlocksPerSM, occ.Percent, occ.LimitedBy
+			}
+			if counted != nil {
+				k := counted[r.Kernel]
+				row.counters = &k
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, headers, nil
+}
+
+// writeTable prints one row per entry point and architecture: ptxas's
+// report, the launch's block and dynamic shared memory, and the occupancy
+// they allow (kernels.OccupancyOf); or the rows as JSON.
 func (f buildFlags) writeTable(w io.Writer, nv *cuda.NVRTC, srcs map[string]string, counted map[string]gpu.KernelCounters) error {
+	rows, headers, err := f.buildRows(nv, srcs, counted)
+	if err != nil {
+		return err
+	}
 	major, minor := nv.Version()
+	if f.format == "json" {
+		data, err := json.MarshalIndent(struct {
+			Kernels     string     `json:"kernels"`
+			NVRTC       string     `json:"nvrtc"`
+			Emulated    bool       `json:"emulated"`
+			IncludeDirs []string   `json:"include_dirs,omitempty"`
+			Rows        []buildRow `json:"rows"`
+		}{kernelsOrigin(f.kernelsDir), fmt.Sprintf("%d.%d", major, minor), nv.Emulated() != "", append(f.include, headers), rows}, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(data, '\n'))
+		return err
+	}
 	note := ""
 	if nv.Emulated() != "" {
 		note = "; the emulated NVRTC reports no registers: give --nvrtc PATH of a real one"
 	}
 	fmt.Fprintf(w, "kernels %s, NVRTC %d.%d at %s (ptxas -v%s)\n", kernelsOrigin(f.kernelsDir), major, minor, nv.Path(), note)
+	if headers != "" {
+		fmt.Fprintf(w, "CUDA headers offered: %s\n", headers)
+	}
+	fmt.Fprintln(w, "occupancy: blocks per SM = min(the arch's block limit, its warps / the block's warps, registers per SM / (registers rounded up to 256 per warp × warps), shared memory per SM / (static + dynamic + 1 KB reserved per block)); % = resident warps / the arch's; threads and dynamic shared memory as the launch code sets them (- for an entry point it does not launch)")
 	if counted != nil {
 		fmt.Fprintln(w, "access counters: EMULATED, summed over the kernel checks (verify --counters explains the columns)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := "kernel\tarch\tregisters\tspill B\tstatic smem B"
+	header := "kernel\tarch\tregisters\tspill B\tstack B\tstatic smem B\tdynamic smem B\tthreads\tblocks/SM\toccupancy\tlimited by"
 	if counted != nil {
 		header += "\tld sectors/req\tld used%\tst sectors/req\tst used%\tcp.async sectors/req\tsmem ld conflicts/req\tsmem st conflicts/req"
 	}
 	fmt.Fprintln(tw, header)
-	for _, arch := range f.archs {
-		compiled, err := kernels.Compile(nv, srcs, arch, f.cacheDir)
-		if err != nil {
-			return err
+	for _, r := range rows {
+		line := fmt.Sprintf("%s\t%s\t%d\t%d\t%d\t%d", r.Kernel, r.Arch, r.Registers, r.SpillBytes, r.StackBytes, r.StaticSharedBytes)
+		if r.Threads != nil {
+			line += fmt.Sprintf("\t%d\t%d\t%d\t%.0f%%\t%s", *r.DynamicSharedBytes, *r.Threads, *r.BlocksPerSM, r.OccupancyPercent, r.LimitedBy)
+		} else {
+			line += "\t-\t-\t-\t-\t-"
 		}
-		var rows []kernels.KernelResources
-		for _, c := range compiled {
-			rows = append(rows, c.Report...)
+		if r.counters != nil {
+			line += counterColumns(*r.counters)
 		}
-		sort.Slice(rows, func(i, j int) bool { return rows[i].Kernel < rows[j].Kernel })
-		for _, r := range rows {
-			if r.Registers == 0 && nv.Emulated() == "" {
-				continue // a non-inlined device function: ptxas reports it inside its entry
-			}
-			line := fmt.Sprintf("%s\tsm_%d\t%d\t%d\t%d", r.Kernel, arch, r.Registers, r.SpillStoreBytes+r.SpillLoadBytes, r.SharedBytes)
-			if counted != nil {
-				line += counterColumns(counted[r.Kernel])
-			}
-			fmt.Fprintln(tw, line)
-		}
+		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
 }

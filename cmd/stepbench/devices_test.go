@@ -1,9 +1,12 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"stepbench/kernels"
 	"strings"
 	"testing"
 )
@@ -71,16 +74,57 @@ func TestDevicesWithMissingCUDALibsDir(t *testing.T) {
 	}
 }
 
-// build prints ptxas's report per entry point with the real NVRTC, when one
-// is installed (CI installs Debian's 11.8).
-func TestBuildPrintsThePtxasReport(t *testing.T) {
+// build prints ptxas's report, the launch and the occupancy per entry point
+// with the real NVRTC, when one is installed (CI installs Debian's 11.8):
+// for the embedded kernels, for an overlay of one file, as JSON; a source
+// that does not compile is exit 1 naming it.
+func TestBuildPrintsTheResourceTable(t *testing.T) {
 	t.Setenv("STEPBENCH_CUDA_LIBS", "")
 	code, stdout, stderr := run(t, "build", "--arch", "90")
 	if code != 0 && strings.Contains(stderr, "no NVRTC") {
 		t.Skipf("no NVRTC installed: %s", stderr)
 	}
-	row := regexp.MustCompile(`(?m)^attn_prefill_tc_d128 +sm_90 +[1-9][0-9]* +0 +0$`)
-	if code != 0 || !row.MatchString(stdout) || !strings.Contains(stdout, "registers") {
+	// attn_prefill_tc_d128: no spills, no stack, no static shared memory,
+	// 81920 bytes of dynamic shared memory (q and double-buffered k, v tiles), 128 threads.
+	row := regexp.MustCompile(`(?m)^attn_prefill_tc_d128 +sm_90 +[1-9][0-9]* +0 +0 +0 +81920 +128 +[1-9][0-9]* +[0-9]+% +.+$`)
+	if code != 0 || !row.MatchString(stdout) || !strings.Contains(stdout, "kernels embedded") {
 		t.Errorf("build: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	srcs, err := kernels.Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	edited := strings.Replace(srcs["norm.cu"], "__shared__ float scratch[32];", "__shared__ float scratch[64];", 1)
+	if err := os.WriteFile(filepath.Join(dir, "norm.cu"), []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = run(t, "build", "--arch", "90", "--kernels-dir", dir, "--format", "json")
+	var doc struct {
+		Kernels string
+		Rows    []struct {
+			Kernel, Arch      string
+			StaticSharedBytes int  `json:"static_shared_bytes"`
+			BlocksPerSM       *int `json:"blocks_per_sm"`
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &doc) != nil || doc.Kernels != "from "+dir {
+		t.Fatalf("build --kernels-dir --format json: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	found := false
+	for _, r := range doc.Rows {
+		if r.Kernel == "add_rmsnorm" {
+			found = r.Arch == "sm_90" && r.StaticSharedBytes == 256 && r.BlocksPerSM != nil && *r.BlocksPerSM > 0
+		}
+	}
+	if !found || len(doc.Rows) < len(kernels.EntryPointSources()) {
+		t.Errorf("the overlay's add_rmsnorm lacks its 256 bytes of static shared memory, or rows are missing: %+v", doc.Rows)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "norm.cu"), []byte("this is not C++;\n"+edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = run(t, "build", "--arch", "90", "--kernels-dir", dir)
+	if code != exitFailure || !strings.Contains(stderr, "compile error: norm.cu:1:") {
+		t.Errorf("build of a source that does not compile: exit %d\n%s", code, stderr)
 	}
 }

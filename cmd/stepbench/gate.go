@@ -24,7 +24,11 @@ type kernelGate struct {
 	sel      kernels.Selection
 	selFlag  string   // "--kernel" or "--baseline-kernel"
 	changed  []string // files of dir that differ from the embedded ones
-	checks   []string // gpu.VerifyKernelNames to run
+	files    []report.KernelFile
+	includes []string          // --include
+	opFlag   string            // "--op" or "--baseline-op"
+	ops      map[string]string // op → library
+	checks   []string          // gpu.VerifyKernelNames to run
 	noVerify bool
 }
 
@@ -33,13 +37,18 @@ type kernelGate struct {
 func planGate(dirFlag, dir, selFlag string, sel kernels.Selection, noVerify bool) (kernelGate, error) {
 	g := kernelGate{flag: dirFlag, dir: dir, sel: sel, selFlag: selFlag, noVerify: noVerify}
 	if dir != "" {
-		changed, err := kernels.ChangedSources(dir)
+		overrides, err := kernels.Overrides(dir)
 		if err != nil {
 			return g, usagef("%s: %v", dirFlag, err)
 		}
-		g.changed = changed
-		if len(changed) > 0 {
-			g.checks = gpu.ChecksForSources(changed)
+		for _, o := range overrides {
+			g.files = append(g.files, report.KernelFile{File: o.Name, Path: o.Path, SHA256: o.SHA256, Changed: o.Changed})
+			if o.Changed {
+				g.changed = append(g.changed, o.Name)
+			}
+		}
+		if len(g.changed) > 0 {
+			g.checks = gpu.ChecksForSources(g.changed)
 		}
 	}
 	var ops []string
@@ -60,7 +69,29 @@ func (b *backendFlags) gate(noVerify bool) (kernelGate, error) {
 	if err != nil {
 		return kernelGate{}, err
 	}
-	return planGate("--kernels-dir", b.kernelsDir, "--kernel", sel, noVerify)
+	g, err := planGate("--kernels-dir", b.kernelsDir, "--kernel", sel, noVerify)
+	if err != nil {
+		return g, err
+	}
+	g.includes = b.includeDirs
+	ops, err := parseOps("--op", b.ops)
+	g.withOps("--op", ops)
+	return g, err
+}
+
+// withOps adds the checks of the ops libraries replace (flag names them).
+func (g *kernelGate) withOps(flag string, ops map[string]string) {
+	g.opFlag, g.ops = flag, ops
+	if len(ops) == 0 {
+		return
+	}
+	var names []string
+	for op := range ops {
+		names = append(names, op)
+	}
+	g.checks = append(g.checks, gpu.ChecksForOps(names)...)
+	slices.Sort(g.checks)
+	g.checks = slices.Compact(g.checks)
 }
 
 const noVerifyHelp = "time kernels other than the embedded defaults without checking them first at the run's shapes (every output is marked unverified)"
@@ -84,6 +115,14 @@ func (g kernelGate) describe() string {
 	if len(g.sel) > 0 {
 		parts = append(parts, g.selFlag+" "+g.sel.String())
 	}
+	var ops []string
+	for op, path := range g.ops {
+		ops = append(ops, op+"="+path)
+	}
+	slices.Sort(ops)
+	if len(ops) > 0 {
+		parts = append(parts, g.opFlag+" "+strings.Join(ops, ","))
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -92,7 +131,15 @@ func (g kernelGate) describe() string {
 // of which the first failure is the error (exit 1) naming the kernel, the
 // shape and the verify command that reproduces it.
 func (g kernelGate) check(be *gpu.Backend, cfg runner.Config, shapes []gpu.RunShape, seed uint64, stderr io.Writer) (report.Verification, error) {
-	v := report.Verification{Status: report.VerificationEmbedded, Kernels: g.describe()}
+	v := report.Verification{Status: report.VerificationEmbedded, Kernels: g.describe(), Files: g.files}
+	if be != nil && (len(g.files) > 0 || len(g.includes) > 0) {
+		v.IncludeDirs = be.Info().IncludeDirs
+	}
+	if be != nil {
+		for _, l := range be.Info().OpLibraries {
+			v.OpLibraries = append(v.OpLibraries, report.OpLibrary{Op: l.Op, Path: l.Path, SHA256: l.SHA256, Name: l.Name, ABI: fmt.Sprintf("%d.%d", l.ABI>>16, l.ABI&0xffff)})
+		}
+	}
 	switch {
 	case len(g.checks) == 0:
 		return v, nil
@@ -131,6 +178,14 @@ func (g kernelGate) reproduce(cfg runner.Config, shapes []gpu.RunShape, seed uin
 	}
 	if len(g.sel) > 0 {
 		args = append(args, "--kernel "+strings.ReplaceAll(g.sel.String(), " ", ","))
+	}
+	var ops []string
+	for op, path := range g.ops {
+		ops = append(ops, op+"="+path)
+	}
+	slices.Sort(ops)
+	if len(ops) > 0 {
+		args = append(args, "--op "+strings.Join(ops, ","))
 	}
 	name := strings.Fields(check)[0]
 	if name == "decode" {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"stepbench/bench/compare"
+	"stepbench/kernels"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -16,47 +19,73 @@ import (
 	"stepbench/runner/gpu"
 )
 
-// kernelCmd times one op at the model's shapes: stepbench kernel OP.
+// kernelFlags are the flags of 'stepbench kernel'.
+type kernelFlags struct {
+	model                               modelFlags
+	backend                             backendFlags
+	batch, inputLen                     int
+	shapeText, format, gpuName, jsonOut string
+	minSamples, maxSamples, l2Bytes     int
+	maxNoise                            float64
+	timeout                             time.Duration
+	noVerify                            bool
+	// The baseline arm of an op-level A/B: --baseline-kernels-dir,
+	// --baseline-kernel, --baseline-op.
+	baselineDir     string
+	baselineKernel  []string
+	baselineOps     []string
+	baselineBuiltin bool
+	verdict         verdictFlags
+}
+
+func (f *kernelFlags) register(fs *pflag.FlagSet) {
+	f.model.register(fs)
+	f.backend.register(fs)
+	fs.IntVar(&f.batch, "batch-size", 1, "batch size of the model shapes")
+	fs.IntVar(&f.inputLen, "input-len", 1024, "prompt length: prefill runs seq=input-len, decode seq=1 at pos=input-len")
+	fs.StringVar(&f.shapeText, "shape", "", "instead of the model shapes: batch=B,seq=S,pos=P")
+	fs.IntVar(&f.minSamples, "min-samples", 10, "cold samples to take at least")
+	fs.IntVar(&f.maxSamples, "max-samples", 100000, "cold samples to take at most")
+	fs.Float64Var(&f.maxNoise, "max-noise", 0.005, "stop when the median's 95% interval half-width is at most this, relative (with a baseline: of the median pair ratio)")
+	fs.DurationVar(&f.timeout, "timeout", 15*time.Second, "stop sampling a shape after this long")
+	fs.IntVar(&f.l2Bytes, "l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if it does not say)")
+	fs.StringVar(&f.format, "format", "table", "output: table or gobench; with a baseline, the comparison: markdown, csv or json")
+	fs.BoolVar(&f.noVerify, "no-verify", false, noVerifyHelp)
+	fs.StringVar(&f.gpuName, "gpu", report.RoofAuto, "the roof of the attainment column: auto (a cached calibration of this GPU, else its clocks, else the datasheet preset matching its name), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
+	fs.StringVar(&f.jsonOut, "json-out", "", "write the native report of the op's samples (kernel_results; with a baseline also baseline_kernel_results), which compare reads")
+	fs.StringVar(&f.baselineDir, "baseline-kernels-dir", "", "op-level A/B: the baseline (B) compiles the kernels of this directory (A is --kernels-dir, --kernel, --op)")
+	registerKernelFlag(fs, &f.baselineKernel, "baseline-kernel", "op-level A/B: the baseline's (B) ")
+	registerOpFlag(fs, &f.baselineOps, "baseline-op", "op-level A/B: the baseline (B): ")
+	fs.BoolVar(&f.baselineBuiltin, "baseline-builtin", false, "op-level A/B against the embedded kernels at their default versions as the baseline (B)")
+	fs.Float64Var(&f.verdict.alpha, "alpha", 0.05, "with a baseline: significance level of the sign test, in (0, 0.5]")
+	fs.Float64Var(&f.verdict.thresholdPct, "threshold", 0, "with a baseline: least change in percent that FASTER/SLOWER may claim, and the band of SAME (default ±1%); in [0, 100)")
+}
+
+// abMode says whether a baseline arm was given.
+func (f *kernelFlags) abMode() bool {
+	return f.baselineBuiltin || f.baselineDir != "" || len(f.baselineKernel) > 0 || len(f.baselineOps) > 0
+}
+
+// baselineFlags are the backend flags of the baseline arm.
+func (f *kernelFlags) baselineFlags() backendFlags {
+	b := f.backend
+	b.kernelsDir, b.kernelVersions, b.ops = f.baselineDir, f.baselineKernel, f.baselineOps
+	return b
+}
+
+// kernelCmd times one op at the model's shapes: stepbench kernel OP; with a
+// baseline (--baseline-kernel, --baseline-op, --baseline-kernels-dir), the
+// candidate and the baseline interleaved, launch by launch, with a verdict.
 func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("kernel", stderr)
-	var model modelFlags
-	var backend backendFlags
-	model.register(fs)
-	backend.register(fs)
-	batch := fs.Int("batch-size", 1, "batch size of the model shapes")
-	inputLen := fs.Int("input-len", 1024, "prompt length: prefill runs seq=input-len, decode seq=1 at pos=input-len")
-	shapeText := fs.String("shape", "", "instead of the model shapes: batch=B,seq=S,pos=P")
-	minSamples := fs.Int("min-samples", 10, "cold samples to take at least")
-	maxSamples := fs.Int("max-samples", 100000, "cold samples to take at most")
-	maxNoise := fs.Float64("max-noise", 0.005, "stop when the median's 95% interval half-width is at most this, relative")
-	timeout := fs.Duration("timeout", 15*time.Second, "stop sampling a shape after this long")
-	l2Bytes := fs.Int("l2-flush-bytes", 0, "bytes written before every sample to flush the L2 (0: the GPU's L2 size, 128 MiB if it does not say)")
-	format := fs.String("format", "table", "output: table or gobench")
-	noVerify := fs.Bool("no-verify", false, noVerifyHelp)
-	gpuName := fs.String("gpu", report.RoofAuto, "the roof of the attainment column: auto (a cached calibration of this GPU, else its clocks, else the datasheet preset matching its name), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
+	var f kernelFlags
+	f.register(fs)
 	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(kernelbench.Ops())+")")
 	if err != nil {
 		return err
 	}
 	op := positional[0]
-	if err := checkKernelOp(op, backend.kernelsDir); err != nil {
-		return err
-	}
-	if *format != "table" && *format != "gobench" {
-		return usagef("--format: %q is not table or gobench", *format)
-	}
-	if *l2Bytes < 0 {
-		return usagef("--l2-flush-bytes: %d must not be negative", *l2Bytes)
-	}
-	shapes, err := kernelShapes(*shapeText, *batch, *inputLen)
-	if err != nil {
-		return err
-	}
-	cfg, err := model.resolveFitted(fs, stderr)
-	if err != nil {
-		return err
-	}
-	gate, err := backend.gate(*noVerify)
+	shapes, cfg, gates, err := f.check(fs, op, stderr)
 	if err != nil {
 		return err
 	}
@@ -69,31 +98,130 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	for _, s := range shapes {
 		maxSeq, maxBatch = max(maxSeq, s.StartPos+s.SeqLen), max(maxBatch, s.Batch)
 	}
-	be, env, v, err := openCheckedBackend(backend, gate, cfg, shapes, runner.EstimateMemory(cfg, maxBatch, maxBatch*maxSeq, maxSeq), stderr)
+	est := runner.EstimateMemory(cfg, maxBatch, maxBatch*maxSeq, maxSeq)
+	be, env, v, err := openCheckedBackend(f.backend, gates[0], cfg, shapes, est, stderr)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	roof, _, err := report.ChooseRoof(env, *gpuName, "", false)
+	if f.abMode() {
+		return f.runAB(fs, kernelArm{be, env, v}, gates[1], cfg, op, shapes, est, stdout, stderr)
+	}
+	roof, _, err := report.ChooseRoof(env, f.gpuName, "", false)
 	if err != nil {
 		return usagef("--gpu: %v", err)
 	}
-	flush := *l2Bytes
-	if flush == 0 {
-		flush = deviceL2Bytes(be)
-	}
-	opt := kernelbench.Options{WarmupLaunches: 3, MinSamples: *minSamples, MaxSamples: *maxSamples, MaxNoise: *maxNoise, Timeout: *timeout}
-	results, errs := measureKernels(be, cfg, op, shapes, flush, opt)
+	results, errs := measureKernels(be, cfg, op, shapes, f.flushBytes(be), f.options())
 	if len(results) == 0 {
 		return errors.Join(errs...)
 	}
-	if *format == "gobench" {
+	if f.jsonOut != "" {
+		errs = append(errs, f.writeReport(fs, cfg, kernelArm{be, env, v}, results, nil))
+	}
+	if f.format == "gobench" {
 		errs = append(errs, report.WriteKernelGoBench(stdout, report.GoBenchConfig{"gpu": env.GPUName, "model": cfg.Name, "driver": env.DriverVersion,
 			"emulated": yesIf(env.Emulated != ""), "verified": noIf(!v.Verified())}, results))
 	} else {
 		errs = append(errs, writeKernelNotes(stdout, env, v), report.WriteKernelTable(stdout, results, roof))
 	}
 	return errors.Join(errs...)
+}
+
+// check validates the flags before any GPU is touched and plans both arms' gates.
+func (f *kernelFlags) check(fs *pflag.FlagSet, op string, stderr io.Writer) ([]kernelbench.Shape, runner.Config, [2]kernelGate, error) {
+	var gates [2]kernelGate
+	if err := checkKernelOp(op, f.backend.kernelsDir); err != nil {
+		return nil, runner.Config{}, gates, err
+	}
+	if err := errors.Join(checkIncludeDirs(f.backend.includeDirs), checkKernelsDir(f.baselineDir)); err != nil {
+		return nil, runner.Config{}, gates, err
+	}
+	formats := []string{"table", "gobench"}
+	if f.abMode() {
+		if !fs.Changed("format") {
+			f.format = "markdown"
+		}
+		formats = []string{"markdown", "md", "csv", "json"}
+	}
+	if !slices.Contains(formats, f.format) {
+		return nil, runner.Config{}, gates, usagef("--format: %q is not %s", f.format, strings.Join(formats, ", "))
+	}
+	if f.l2Bytes < 0 {
+		return nil, runner.Config{}, gates, usagef("--l2-flush-bytes: %d must not be negative", f.l2Bytes)
+	}
+	if f.jsonOut != "" {
+		if err := report.CheckOutputs([]report.OutputFile{{Label: "--json-out", Path: f.jsonOut}}, nil); err != nil {
+			return nil, runner.Config{}, gates, usageError{err}
+		}
+	}
+	shapes, err := kernelShapes(f.shapeText, f.batch, f.inputLen)
+	if err != nil {
+		return nil, runner.Config{}, gates, err
+	}
+	cfg, err := f.model.resolveFitted(fs, stderr)
+	if err != nil {
+		return nil, cfg, gates, err
+	}
+	if gates[0], err = f.backend.gate(f.noVerify); err != nil {
+		return nil, cfg, gates, err
+	}
+	if f.abMode() {
+		gates[1], err = f.baselineGate()
+	}
+	return shapes, cfg, gates, err
+}
+
+// baselineGate plans the check of the baseline arm's kernels.
+func (f *kernelFlags) baselineGate() (kernelGate, error) {
+	sel, err := kernels.ParseSelection(f.baselineKernel)
+	if err != nil {
+		return kernelGate{}, usagef("--baseline-kernel: %v", err)
+	}
+	g, err := planGate("--baseline-kernels-dir", f.baselineDir, "--baseline-kernel", sel, f.noVerify)
+	if err != nil {
+		return g, err
+	}
+	ops, err := parseOps("--baseline-op", f.baselineOps)
+	g.withOps("--baseline-op", ops)
+	g.includes = f.backend.includeDirs
+	return g, err
+}
+
+func (f *kernelFlags) options() kernelbench.Options {
+	return kernelbench.Options{WarmupLaunches: 3, MinSamples: f.minSamples, MaxSamples: f.maxSamples, MaxNoise: f.maxNoise, Timeout: f.timeout}
+}
+
+func (f *kernelFlags) flushBytes(be runner.Backend) int {
+	if f.l2Bytes > 0 {
+		return f.l2Bytes
+	}
+	return deviceL2Bytes(be)
+}
+
+// kernelArm is one arm's backend and what the report says of it.
+type kernelArm struct {
+	be  runner.Backend
+	env report.Environment
+	v   report.Verification
+}
+
+// writeReport writes --json-out: the candidate's results (and the
+// baseline's, pair by pair) under the candidate's environment and checks.
+func (f *kernelFlags) writeReport(fs *pflag.FlagSet, cfg runner.Config, a kernelArm, results, baseline []kernelbench.Result) error {
+	flags := map[string]string{}
+	fs.VisitAll(func(fl *pflag.Flag) { flags[fl.Name] = fl.Value.String() })
+	verified := a.v.Verified()
+	v := a.v
+	if v.Status == "" {
+		v.Status = report.VerificationEmbedded
+	}
+	rep := report.Report{ToolVersion: versionString(), CreatedAt: time.Now().UTC().Format(time.RFC3339), Environment: a.env,
+		Config: report.RunConfig{Model: cfg, Seed: 42, Flags: flags}, Verified: &verified, Verification: &v,
+		KernelResults: results, BaselineKernelResults: baseline}
+	if err := report.Write(f.jsonOut, rep); err != nil {
+		return err
+	}
+	return nil
 }
 
 // deviceL2Bytes is the GPU's L2 size, what a flush must overwrite; 128 MiB
@@ -188,6 +316,11 @@ func writeKernelNotes(w io.Writer, env report.Environment, v report.Verification
 	if !v.Verified() && err == nil {
 		_, err = fmt.Fprintln(w, report.UnverifiedNote)
 	}
+	for _, line := range v.SourceLines() {
+		if err == nil {
+			_, err = fmt.Fprintln(w, line)
+		}
+	}
 	return err
 }
 
@@ -212,4 +345,79 @@ func checkKernelOp(op, kernelsDir string) error {
 		return usagef("unknown op %q (ops: %s)", op, joinNames(kernelbench.Ops()))
 	}
 	return checkKernelsDir(kernelsDir)
+}
+
+// runAB opens the baseline arm (checked like the candidate), times both at
+// every shape interleaved (kernelbench.MeasurePaired) and prints the
+// comparison with bench/compare's paired method (B = old, A = new).
+func (f *kernelFlags) runAB(fs *pflag.FlagSet, a kernelArm, gate kernelGate, cfg runner.Config, op string, shapes []kernelbench.Shape,
+	est runner.MemoryEstimate, stdout, stderr io.Writer) error {
+	writer, err := compareWriter(f.format)
+	if err != nil {
+		return err
+	}
+	beB, envB, vB, err := openCheckedBackend(f.baselineFlags(), gate, cfg, shapes, est, stderr)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	defer beB.Close()
+	var candidate, baseline []kernelbench.Result
+	var errs []error
+	for _, s := range shapes {
+		ra, rb, err := measurePair(a.be, beB, cfg, op, s, f.flushBytes(a.be), f.options())
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		candidate, baseline = append(candidate, ra), append(baseline, rb)
+	}
+	if len(candidate) == 0 {
+		return errors.Join(errs...)
+	}
+	if f.jsonOut != "" {
+		errs = append(errs, f.writeReport(fs, cfg, a, candidate, baseline))
+	}
+	res, err := compare.KernelPaired(baseline, candidate, compare.Options{Alpha: f.verdict.alpha, Threshold: f.verdict.thresholdPct / 100,
+		ThresholdSet: fs.Changed("threshold")})
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	res.Emulated = a.env.Emulated != "" || envB.Emulated != ""
+	if res.Emulated {
+		res.Header = append(res.Header, report.EmulatedNote)
+	}
+	res.Header = append(res.Header, kernelArmLines('A', a.v)...)
+	res.Header = append(res.Header, kernelArmLines('B', vB)...)
+	return errors.Join(append(errs, writer(stdout, res))...)
+}
+
+// kernelArmLines say what an arm's kernels are and how they were checked.
+func kernelArmLines(arm byte, v report.Verification) []string {
+	lines := []string{armVerificationLine(arm, v)}
+	for _, line := range v.SourceLines() {
+		lines = append(lines, fmt.Sprintf("arm %c: %s", arm, line))
+	}
+	return lines
+}
+
+// measurePair times op at s on both arms, launch pairs interleaved.
+func measurePair(beA, beB runner.Backend, cfg runner.Config, op string, s kernelbench.Shape, flush int, opt kernelbench.Options) (kernelbench.Result, kernelbench.Result, error) {
+	ka, cost, err := kernelbench.NewOp(beA, cfg, op, s, flush)
+	if err != nil {
+		return kernelbench.Result{}, kernelbench.Result{}, fmt.Errorf("candidate: %w", err)
+	}
+	defer ka.Close()
+	kb, _, err := kernelbench.NewOp(beB, cfg, op, s, flush)
+	if err != nil {
+		return kernelbench.Result{}, kernelbench.Result{}, fmt.Errorf("baseline: %w", err)
+	}
+	defer kb.Close()
+	ra, rb, err := kernelbench.MeasurePaired(ka, kb, opt)
+	if err != nil {
+		return ra, rb, fmt.Errorf("%s %s: %w", op, s.Label(), err)
+	}
+	for _, r := range []*kernelbench.Result{&ra, &rb} {
+		r.Op, r.ShapeLabel, r.FLOPs, r.Bytes = op, s.Label(), cost.FLOPs, cost.Bytes
+	}
+	return ra, rb, nil
 }

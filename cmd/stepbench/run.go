@@ -108,6 +108,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if f.tp.grouped(fs) {
+		if len(f.backend.ops) > 0 {
+			return usagef("--op: op libraries run on one GPU, not with --tp-size")
+		}
 		return f.runGroup(fs, setup, stdout, stderr)
 	}
 	be, env, err := openBackend(setup.device, f.backend, setup.cfg.KernelShape(), setup.est, stderr)
@@ -266,6 +269,9 @@ func (f *runFlags) checkDevice(device string) error {
 	if device == "cpu" && f.backend.kernelsDir != "" {
 		return usagef("--kernels-dir: the cpu backend runs kernels/ref, not CUDA kernels; use --device cuda")
 	}
+	if device == "cpu" && len(f.backend.ops) > 0 {
+		return usagef("--op: the cpu backend runs kernels/ref, not op libraries; use --device cuda")
+	}
 	if device == "cpu" && len(f.backend.kernelVersions) > 0 {
 		return usagef("--kernel: the cpu backend has one implementation of each op, not CUDA kernel versions; use --device cuda")
 	}
@@ -349,10 +355,10 @@ func (f *runFlags) checkRankKernels(s runSetup, stderr io.Writer) (report.Verifi
 	if err != nil {
 		return report.Verification{}, err
 	}
-	be, err := gpu.New(gpu.Options{KernelsDir: f.backend.kernelsDir, NVRTCPath: f.backend.nvrtcPath, CublasPath: f.backend.cublasPath,
+	be, err := gpu.New(gpu.Options{KernelsDir: f.backend.kernelsDir, IncludeDirs: f.backend.includeDirs, NVRTCPath: f.backend.nvrtcPath, CublasPath: f.backend.cublasPath,
 		DisableGraphs: f.backend.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
-		return report.Verification{}, fmt.Errorf("--device cuda: %w", err)
+		return report.Verification{}, openFailure("--device cuda", err)
 	}
 	rank := s.cfg
 	m := f.tp.rankShape(s.cfg)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -140,13 +141,13 @@ func (s *samplingFlags) options(opt *bench.Options) {
 // correctnessFlags are the flags --correctness-test uses; it refuses the
 // others rather than ignore them.
 var correctnessFlags = []string{"model", "model-path", "load-format", "quantization", "device", "seed", "correctness-test", "prompt-ids",
-	"prompt", "prompt-file", "chat", "stop-at-eos", "logits-out", "output-len", "kernels-dir", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
+	"prompt", "prompt-file", "chat", "stop-at-eos", "logits-out", "output-len", "kernels-dir", "include", "op", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
 	"tp-size", "nnodes", "node-rank", "dist-init-addr", "dist-timeout", "nccl"}
 
 // check validates flags that need no model.
 func (f *runFlags) check(fs *pflag.FlagSet) error {
 	checks := []func(*pflag.FlagSet) error{f.checkChoices, f.sampling.check, f.checkModes, func(*pflag.FlagSet) error { return f.output.check() }, func(*pflag.FlagSet) error {
-		return checkKernelsDir(f.backend.kernelsDir)
+		return errors.Join(checkKernelsDir(f.backend.kernelsDir), checkIncludeDirs(f.backend.includeDirs))
 	}, func(*pflag.FlagSet) error {
 		_, err := f.backend.selection()
 		return err

@@ -75,10 +75,17 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if *counters != "" && drv.Emulated() == "" {
 		return usagef("--counters: the access counters are the emulated device's (STEPBENCH_CUDA_LIBS=$PWD/build/emu); on a GPU Nsight Compute measures them: ncu --metrics %s stepbench verify ...", ncuCounterMetrics)
 	}
-	be, err := gpu.New(gpu.Options{KernelsDir: flags.kernelsDir, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
+	if err := checkIncludeDirs(flags.includeDirs); err != nil {
+		return err
+	}
+	ops, err := parseOps("--op", flags.ops)
+	if err != nil {
+		return err
+	}
+	be, err := gpu.New(gpu.Options{Ops: ops, KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
-		return fmt.Errorf("no usable GPU: %w", err)
+		return openFailure("no usable GPU", err)
 	}
 	defer be.Close()
 	info := be.Info()
@@ -88,6 +95,9 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, versions %s, decode %s\n\n",
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
 		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
+	for _, l := range info.OpLibraries {
+		fmt.Fprintf(stdout, "op %s from %s (sha256 %s; %s, ABI %d.%d)\n", l.Op, l.Path, l.SHA256, l.Name, l.ABI>>16, l.ABI&0xffff)
+	}
 	if atRunShapes {
 		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, *counters, stdout)
 	}

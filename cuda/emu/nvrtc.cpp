@@ -156,6 +156,10 @@ bool ParseOptions(int n, const char *const *opts, Options *o, std::string *err) 
                 return false;
             }
             continue;
+        } else if ((a == "--include-path" || a == "--define-macro") && i + 1 < n) {
+            // NVRTC's two-argument spellings: the directory or macro follows.
+            o->passthrough.push_back((a == "--include-path" ? "-I" : "-D") + std::string(opts[++i]));
+            continue;
         } else if (a.rfind("-D", 0) == 0 || a.rfind("-U", 0) == 0 || a.rfind("-I", 0) == 0 ||
                    a.rfind("--define-macro=", 0) == 0 || a.rfind("--include-path=", 0) == 0) {
             if (a.rfind("--define-macro=", 0) == 0) a = "-D" + a.substr(15);

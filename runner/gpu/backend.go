@@ -35,32 +35,44 @@ var (
 
 // Options configure the cuda backend.
 type Options struct {
-	Ordinal       int    // device ordinal
-	KernelsDir    string // compile the *.cu files of this directory instead of the embedded ones
+	Ordinal    int    // device ordinal
+	KernelsDir string // lay the *.cu files of this directory over the embedded sources
+	// IncludeDirs are header directories for NVRTC (-I, --include), after
+	// KernelsDir (headers beside the sources) and before the CUDA toolkit's.
+	IncludeDirs   []string
 	NVRTCPath     string // explicit libnvrtc path ("" searches)
 	CublasPath    string // explicit libcublas path ("" searches)
 	CacheDir      string // cubin cache ("" is kernels.DefaultCacheDir)
 	DisableGraphs bool   // run decode steps eagerly instead of replaying a CUDA graph
 	// Kernels chooses the versions of the ops that have several
 	// (--kernel attn_prefill=1); empty runs the newest the shapes allow.
-	Kernels  kernels.Selection
+	Kernels kernels.Selection
+	// Ops are the ops op libraries replace: op → library path (--op;
+	// ReplaceableOps, include/stepbench_op.h).
+	Ops      map[string]string
 	Progress io.Writer
 }
 
 // Info is what the cuda backend found: the device and the libraries.
 type Info struct {
-	Device              cuda.DeviceProps
-	DriverVersion       int // CUDA driver API version, e.g. 13000
-	NVRTCPath           string
-	NVRTCMajor          int
-	NVRTCMinor          int
-	CublasPath          string
-	CublasVersion       int // major*10000 + minor*100 + patch
-	GraphsEnabled       bool
-	MemFreeBytes        uint64 // at start, after the backend's own allocations
-	MemTotalBytes       uint64
-	KernelArch          int // sm_XY the kernels were compiled for
-	KernelsFromDisk     bool
+	Device          cuda.DeviceProps
+	DriverVersion   int // CUDA driver API version, e.g. 13000
+	NVRTCPath       string
+	NVRTCMajor      int
+	NVRTCMinor      int
+	CublasPath      string
+	CublasVersion   int // major*10000 + minor*100 + patch
+	GraphsEnabled   bool
+	MemFreeBytes    uint64 // at start, after the backend's own allocations
+	MemTotalBytes   uint64
+	KernelArch      int // sm_XY the kernels were compiled for
+	KernelsFromDisk bool
+	// IncludeDirs are the directories NVRTC read headers from (-I), in
+	// order; CUDAHeaders the toolkit's among them ("" when none was found).
+	IncludeDirs []string
+	CUDAHeaders string
+	// OpLibraries are the libraries that replace ops (Options.Ops).
+	OpLibraries         []OpLibraryInfo
 	CublasWorkspaceSize int
 	// CublasLtPath and CublasLtVersion are the cuBLASLt of the FP8 GEMMs,
 	// once EnableFP8 opened it ("" and 0 before).
@@ -132,13 +144,14 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	start := time.Now()
-	compiled, err := kernels.Compile(c.nvrtc, srcs, arch, opts.CacheDir)
+	build := c.kernelBuild(opts, arch)
+	compiled, err := build.Compile(c.nvrtc, srcs)
 	if err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
 	reportRebuilt(progress, compiled)
 	fmt.Fprintf(progress, "stepbench: kernels for sm_%d ready in %.1f s (NVRTC %d.%d)\n", arch, time.Since(start).Seconds(), c.info.NVRTCMajor, c.info.NVRTCMinor)
-	load := func() (*Kernels, error) { return c.loadKernels(opts, srcs, compiled, arch, progress) }
+	load := func() (*Kernels, error) { return c.loadKernels(build, srcs, compiled, progress) }
 	if err := c.start(opts, load); err != nil {
 		return nil, errors.Join(fmt.Errorf("cuda backend: %w", err), c.Close())
 	}
@@ -157,7 +170,7 @@ func reportRebuilt(progress io.Writer, compiled []kernels.Compiled) {
 // loadKernels loads the compiled modules; where a module from the cubin
 // cache fails to load (or lacks its kernels), its entry is discarded, its
 // source compiled again and the load tried once more.
-func (c *Backend) loadKernels(opts Options, srcs map[string]string, compiled []kernels.Compiled, arch int, progress io.Writer) (*Kernels, error) {
+func (c *Backend) loadKernels(build kernels.Build, srcs map[string]string, compiled []kernels.Compiled, progress io.Writer) (*Kernels, error) {
 	set, err := LoadKernels(c.ctx, compiled, c.info.Device.SMCount)
 	if err == nil {
 		return set, nil
@@ -168,7 +181,7 @@ func (c *Backend) loadKernels(opts Options, srcs map[string]string, compiled []k
 		if !k.FromCache || !slices.Contains(failed, k.Name) {
 			continue
 		}
-		again, rerr := kernels.Rebuild(c.nvrtc, srcs, k, arch, opts.CacheDir, firstLine(sourceFailure(err, k.Name)))
+		again, rerr := build.Rebuild(c.nvrtc, srcs, k, firstLine(sourceFailure(err, k.Name)))
 		if rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
@@ -179,6 +192,34 @@ func (c *Backend) loadKernels(opts Options, srcs map[string]string, compiled []k
 		return nil, err
 	}
 	return LoadKernels(c.ctx, compiled, c.info.Device.SMCount)
+}
+
+// kernelBuild is how the kernels compile here (KernelBuild), recorded in Info.
+func (c *Backend) kernelBuild(opts Options, arch int) kernels.Build {
+	b, headers := KernelBuild(c.nvrtc, opts.KernelsDir, opts.IncludeDirs, arch, opts.CacheDir)
+	c.info.IncludeDirs, c.info.CUDAHeaders = b.Include, headers
+	return b
+}
+
+// KernelBuild is how the kernels compile with nv: headers from the kernels
+// directory (beside the sources), then include's directories, then a CUDA
+// toolkit's include directory when one is found (for cuda_bf16.h; not for
+// the emulated NVRTC, whose g++ cannot compile NVIDIA's headers), which
+// headers describes ("" when none).
+func KernelBuild(nv *cuda.NVRTC, kernelsDir string, include []string, arch int, cacheDir string) (b kernels.Build, headers string) {
+	b = kernels.Build{Arch: arch, CacheDir: cacheDir}
+	if kernelsDir != "" {
+		b.Include = append(b.Include, kernelsDir)
+	}
+	b.Include = append(b.Include, include...)
+	if nv.Emulated() == "" {
+		major, _ := nv.Version()
+		if h, ok := cuda.FindCUDAHeaders(major); ok {
+			b.Include = append(b.Include, h.Dir)
+			headers = h.String()
+		}
+	}
+	return b, headers
 }
 
 func firstLine(s string) string {
@@ -238,6 +279,11 @@ func (c *Backend) start(opts Options, load func() (*Kernels, error)) error {
 		return err
 	}
 	c.set = c.set.With(opts.Kernels)
+	withOps, libs, err := c.set.WithOps(c.ctx, opts.Ops)
+	if err != nil {
+		return err
+	}
+	c.set, c.info.OpLibraries = withOps, libs
 	if c.handle, err = c.blas.NewHandle(); err != nil {
 		return err
 	}

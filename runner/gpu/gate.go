@@ -85,7 +85,8 @@ func ChecksForSources(files []string) []string {
 	return withDecodeGraph(out)
 }
 
-// ChecksForOps are the checks of the versioned ops a selection names.
+// ChecksForOps are the checks of the ops a selection pins a version of or
+// op libraries replace (every op but attention's two has a check of its name).
 func ChecksForOps(ops []string) []string {
 	var out []string
 	for _, op := range ops {
@@ -210,6 +211,9 @@ func (v *Verifier) gateRowWise(m kernels.ModelShape, shapes []RunShape) {
 		if v.wants("silu_mul") && v.dead == nil {
 			v.siluMulAt(m, capRows(r, 2*m.Inter), r)
 		}
+		if v.wants("linear") && v.dead == nil {
+			v.linearAt(m, r)
+		}
 	}
 	for _, s := range shapes {
 		if v.wants("gather_last") && s.InputLen > 1 && v.dead == nil {
@@ -249,7 +253,7 @@ func (v *Verifier) gateRope(m kernels.ModelShape, a kernels.AttnShape) {
 	if a.Tokens()*(a.Heads+2*a.KVHeads)*a.HeadDim > gateMaxElements {
 		return // a prefill too large to draw in Go: its decode steps are checked
 	}
-	v.verifyRopeAt(v.pinned(kernels.OpRope, ver), versioned("rope_kv_write", ver), m, a)
+	v.verifyRopeAt(v.pinned(kernels.OpRope, ver), v.checkName(kernels.OpRope, "rope_kv_write", ver), m, a)
 }
 
 func (v *Verifier) gateArgmax(m kernels.ModelShape, batch int) {
@@ -263,7 +267,7 @@ func (v *Verifier) gateArgmax(m kernels.ModelShape, batch int) {
 	want := make([]int32, rows)
 	ref.Argmax(want, logits, rows, m.Vocab)
 	got := v.runArgmax(v.pinned(kernels.OpArgmax, ver), logits, rows, m.Vocab)
-	v.record(versioned("argmax", ver), fmt.Sprintf("%s %s vocab=%d", m.Name, rowsLabel(rows, batch), m.Vocab), 0, true, equalBits(got, want))
+	v.record(v.checkName(kernels.OpArgmax, "argmax", ver), fmt.Sprintf("%s %s vocab=%d", m.Name, rowsLabel(rows, batch), m.Vocab), 0, true, equalBits(got, want))
 }
 
 // gateAttention checks the attention version the selection picks at a.
@@ -281,7 +285,7 @@ func (v *Verifier) gateAttention(a kernels.AttnShape) {
 		return // no version takes the shape: neither can the run
 	}
 	c, label := v.newSampledAttentionCase(a)
-	v.verifySampledAttention(v.pinned(op, ver), versioned(name, ver), c, label)
+	v.verifySampledAttention(v.pinned(op, ver), v.checkName(op, name, ver), c, label)
 }
 
 // sampledAttentionCase is an attention case whose reference holds the rows

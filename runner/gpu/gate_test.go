@@ -83,3 +83,18 @@ func TestSampleQueryTokens(t *testing.T) {
 		t.Error("sampled rows not sorted and distinct")
 	}
 }
+
+func TestParseOps(t *testing.T) {
+	got, err := ParseOps([]string{"linear=a.so", "attn_decode=b.so"})
+	if err != nil || len(got) != 2 || got["linear"] != "a.so" || got["attn_decode"] != "b.so" {
+		t.Errorf("ParseOps = %v, %v", got, err)
+	}
+	for _, bad := range [][]string{{"linear"}, {"linear="}, {"gemm=a.so"}, {"linear=a.so", "linear=b.so"}} {
+		if _, err := ParseOps(bad); err == nil {
+			t.Errorf("ParseOps(%q): no error", bad)
+		}
+	}
+	if got := ChecksForOps([]string{OpLinear, kernels.OpAttnDecode}); !slices.Equal(got, []string{"attention", "decode_graph", "linear"}) {
+		t.Errorf("ChecksForOps(linear, attn_decode) = %v", got)
+	}
+}

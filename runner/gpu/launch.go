@@ -23,6 +23,8 @@ type Kernels struct {
 	// sel picks the version of the ops that have several (kernels.Ops);
 	// With gives the same kernels another selection.
 	sel kernels.Selection
+	// libs are the ops op libraries replace (WithOps); nil for none.
+	libs *opLibs
 }
 
 // With returns the same loaded kernels (Close stays the original's) with
@@ -139,7 +141,7 @@ func walkSourceErrors(err error, f func(sourceError)) {
 
 // Close unloads the modules.
 func (k *Kernels) Close() error {
-	var errs []error
+	errs := []error{k.closeLibs()}
 	for _, m := range k.modules {
 		errs = append(errs, m.Unload())
 	}
@@ -254,6 +256,13 @@ func (k *Kernels) AddRMSNorm(s *cuda.Stream, out, residual, add, weight cuda.Dev
 	if err := c.err(); err != nil || rows == 0 {
 		return err
 	}
+	if o := k.opLib(OpNorm); o != nil {
+		addT := bf16T(add, rows, hidden)
+		if add == 0 {
+			addT.Shape = nil
+		}
+		return k.runLib(s, o, OpNorm, cuda.OpArgs{Eps: eps, Tensors: []cuda.OpTensor{bf16T(out, rows, hidden), bf16T(residual, rows, hidden), addT, bf16T(weight, hidden)}})
+	}
 	return k.launch(s, c.op, "add_rmsnorm", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
 		cuda.Dim3{X: threadsFor(hidden/8, kernels.MaxReduceThreads), Y: 1, Z: 1}, 0,
 		out, residual, add, weight, int32(rows), int32(hidden), eps)
@@ -297,6 +306,11 @@ func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, p
 	tokens := a.Batch * a.SeqLen
 	if err := c.err(); err != nil || tokens == 0 {
 		return err
+	}
+	if o := k.opLib(kernels.OpRope); o != nil {
+		return k.runLib(s, o, kernels.OpRope, cuda.OpArgs{StartPos: int64(a.StartPos), Tensors: []cuda.OpTensor{
+			bf16T(q, tokens, a.Heads, a.HeadDim), bf16T(kCache, a.Batch, a.MaxSeq, a.KVHeads, a.HeadDim), bf16T(vCache, a.Batch, a.MaxSeq, a.KVHeads, a.HeadDim),
+			bf16T(qkv, tokens, a.Heads+2*a.KVHeads, a.HeadDim), f32T(invFreq, a.HeadDim/2), i32T(pos, 1)}})
 	}
 	version, err := k.sel.RopeVersion(a.HeadDim)
 	if err != nil {
@@ -343,10 +357,23 @@ func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspa
 	if err := c.err(); err != nil || a.Batch == 0 || a.SeqLen == 0 {
 		return err
 	}
+	if op := attentionOp(a); k.opLib(op) != nil {
+		return k.runLib(s, k.opLib(op), op, cuda.OpArgs{StartPos: int64(a.StartPos), Tensors: []cuda.OpTensor{
+			bf16T(out, a.Batch, a.SeqLen, a.Heads, a.HeadDim), bf16T(q, a.Batch, a.SeqLen, a.Heads, a.HeadDim),
+			bf16T(kCache, a.Batch, a.MaxSeq, a.KVHeads, a.HeadDim), bf16T(vCache, a.Batch, a.MaxSeq, a.KVHeads, a.HeadDim), i32T(pos, 1)}})
+	}
 	if a.SeqLen > 1 {
 		return k.prefill(s, c.op, out, q, kCache, vCache, pos, a)
 	}
 	return k.decode(s, &c, out, q, kCache, vCache, pos, workspace, workspaceBytes, a)
+}
+
+// attentionOp is the op attention at a is: prefill for several new tokens, else decode.
+func attentionOp(a kernels.AttnShape) string {
+	if a.SeqLen > 1 {
+		return kernels.OpAttnPrefill
+	}
+	return kernels.OpAttnDecode
 }
 
 // prefill launches the attn_prefill version the selection picks for a.
@@ -417,6 +444,9 @@ func (k *Kernels) SiluMul(s *cuda.Stream, out, gateUp cuda.DevPtr, rows, inter i
 	if err := c.err(); err != nil || rows == 0 {
 		return err
 	}
+	if o := k.opLib(OpSiluMul); o != nil {
+		return k.runLib(s, o, OpSiluMul, cuda.OpArgs{Tensors: []cuda.OpTensor{bf16T(out, rows, inter), bf16T(gateUp, rows, 2*inter)}})
+	}
 	vec := aligned16(inter, out, gateUp)
 	items := rows * inter
 	if vec {
@@ -454,6 +484,9 @@ func (k *Kernels) Argmax(s *cuda.Stream, out, logits, workspace cuda.DevPtr, wor
 	c.pointer("logits", logits, 2)
 	if err := c.err(); err != nil || rows == 0 {
 		return err
+	}
+	if o := k.opLib(kernels.OpArgmax); o != nil {
+		return k.runLib(s, o, kernels.OpArgmax, cuda.OpArgs{Tensors: []cuda.OpTensor{i32T(out, rows), bf16T(logits, rows, vocab)}})
 	}
 	version, err := k.sel.ArgmaxVersion(vocab)
 	if err != nil {

@@ -47,6 +47,9 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	if o.err != nil || m == 0 {
 		return o.err
 	}
+	if c.set.Replaces(OpLinear) { // --op linear=LIB: the library, not cuBLAS
+		return c.set.Linear(c.stream, pOut, pX, pW, m, n, k)
+	}
 	if err := c.handle.GemmBF16(true, false, n, m, k, 1, pW, k, pX, k, 0, pOut, n); err != nil {
 		return fmt.Errorf("linear: %w", c.rootCause(err))
 	}

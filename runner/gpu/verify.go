@@ -97,7 +97,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 	}{
 		{"embed", v.verifyEmbed}, {"add_rmsnorm", v.verifyAddRMSNorm}, {"silu_mul", v.verifySiluMul},
 		{"gather_last", v.verifyGatherLast}, {"argmax", v.verifyArgmax}, {"rope_kv_write", v.verifyRope},
-		{"argmax_keys", v.verifyArgmaxKeys}, {"fp8", v.verifyFP8},
+		{"argmax_keys", v.verifyArgmaxKeys}, {"linear", v.verifyLinear}, {"fp8", v.verifyFP8},
 	}
 	for _, m := range models {
 		for _, c := range perModel {
@@ -139,7 +139,7 @@ var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA con
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
 // covers decode and prefill) and decode_graph for the replayed decode step.
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "fp8"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.
@@ -451,7 +451,7 @@ func (v *Verifier) addRMSNormAt(m kernels.ModelShape, rows int, withAdd bool, of
 	if resErr := equalBits(gotRes, wantRes); resErr != nil {
 		err = errors.Join(err, fmt.Errorf("residual: %w", resErr))
 	}
-	v.record("add_rmsnorm", shape, rel, false, err)
+	v.record("add_rmsnorm"+v.set.libLabel(OpNorm), shape, rel, false, err)
 }
 
 func (v *Verifier) verifySiluMul(m kernels.ModelShape) {
@@ -471,7 +471,7 @@ func (v *Verifier) siluMulAt(m kernels.ModelShape, rows, of int) {
 		return be.SiluMul(b(1), b(1), rows, m.Inter)
 	})
 	rel, err := closeBF16(v.getBF16(out, rows*m.Inter), want)
-	v.record("silu_mul", fmt.Sprintf("%s %s inter=%d", m.Name, rowsLabel(rows, of), m.Inter), rel, false, err)
+	v.record("silu_mul"+v.set.libLabel(OpSiluMul), fmt.Sprintf("%s %s inter=%d", m.Name, rowsLabel(rows, of), m.Inter), rel, false, err)
 }
 
 func (v *Verifier) verifyGatherLast(m kernels.ModelShape) {
@@ -520,7 +520,7 @@ func (v *Verifier) verifyArgmax(m kernels.ModelShape) {
 			continue // this version does not take the shape
 		}
 		got := v.runArgmax(set, logits, rows, m.Vocab)
-		v.record(versioned("argmax", ver), fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(got, want))
+		v.record(v.checkName(kernels.OpArgmax, "argmax", ver), fmt.Sprintf("%s rows=%d vocab=%d", m.Name, rows, m.Vocab), 0, true, equalBits(got, want))
 	}
 }
 
@@ -540,12 +540,25 @@ func (v *Verifier) runArgmax(set *Kernels, logits []uint16, rows, vocab int) []i
 	return v.getI32(out, rows)
 }
 
-// versions are the versions of op to check: the one the selection pins, or all.
+// versions are the versions of op to check: the one the selection pins, or
+// all; one (whichever) when an op library runs op instead.
 func (v *Verifier) versions(op string) []int {
 	if ver, ok := v.set.Selection().Chosen(op); ok {
 		return []int{ver}
 	}
+	if v.set.Replaces(op) {
+		return kernels.Versions(op)[len(kernels.Versions(op))-1:]
+	}
 	return kernels.Versions(op)
+}
+
+// checkName names a check of op: "argmax v2", or with the op library that
+// runs op instead, "argmax [op library libargmax.so]".
+func (v *Verifier) checkName(op, check string, ver int) string {
+	if v.set.Replaces(op) {
+		return check + v.set.libLabel(op)
+	}
+	return versioned(check, ver)
 }
 
 // pinned is the verifier's kernels with op pinned to version ver.
@@ -573,7 +586,7 @@ func (v *Verifier) verifyRope(m kernels.ModelShape) {
 			{Batch: 1, SeqLen: 128, StartPos: 300, MaxSeq: 512},
 		} {
 			a.Heads, a.KVHeads, a.HeadDim = m.Heads, m.KVHeads, m.HeadDim
-			v.verifyRopeAt(set, versioned("rope_kv_write", ver), m, a)
+			v.verifyRopeAt(set, v.checkName(kernels.OpRope, "rope_kv_write", ver), m, a)
 		}
 	}
 }
@@ -660,7 +673,7 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 		if in == nil { // inputs and the reference, shared by the versions
 			in = v.newAttentionCase(a)
 		}
-		v.verifyAttentionAt(set, versioned(name, ver), in)
+		v.verifyAttentionAt(set, v.checkName(op, name, ver), in)
 	}
 }
 

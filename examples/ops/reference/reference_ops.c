@@ -1,0 +1,201 @@
+/* reference_ops.c — an op library (include/stepbench_op.h) with a plain
+ * kernel for every op stepbench lets a library replace: linear,
+ * attn_prefill, attn_decode, rope_kv_write, add_rmsnorm, silu_mul and
+ * argmax. Each is the simplest correct kernel (one thread per output of a
+ * GEMM, one block per row or per query), written to the semantics of
+ * kernels/ref: a template to start an op of your own from, and what the
+ * tests run to check every op's dispatch, operands and graph capture end to
+ * end. Compiled at run time by NVRTC through the driver API (../common);
+ * gcc alone builds it (make examples). Not fast.
+ */
+#include "../common/sbx_cuda.h" /* first: it defines _GNU_SOURCE */
+#include "stepbench_op.h"
+
+static const char kKernels[] = SBX_DEVICE_PRELUDE
+    /* linear: out [M, N] = x [M, K] · w [N, K]ᵀ; grid (ceil(N/128), M), block 128. */
+    "extern \"C\" __global__ void ref_linear(unsigned short *out, const unsigned short *x, const unsigned short *w, int M, int N, int K) {\n"
+    "    const int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;\n"
+    "    if (n >= N) return;\n"
+    "    float acc = 0.0f;\n"
+    "    for (int k = 0; k < K; k++) acc += bf16_f32(x[(long long)m * K + k]) * bf16_f32(w[(long long)n * K + k]);\n"
+    "    out[(long long)m * N + n] = f32_bf16(acc);\n"
+    "}\n"
+    /* add_rmsnorm: grid R, block 256. */
+    "extern \"C\" __global__ void ref_add_rmsnorm(unsigned short *out, unsigned short *res, const unsigned short *add,\n"
+    "        const unsigned short *w, int W, float eps) {\n"
+    "    __shared__ float scratch[256];\n"
+    "    const long long row = (long long)blockIdx.x * W;\n"
+    "    float ss = 0.0f;\n"
+    "    for (int i = threadIdx.x; i < W; i += blockDim.x) {\n"
+    "        float r = bf16_f32(res[row + i]);\n"
+    "        if (add) { r = round_bf16(r + bf16_f32(add[row + i])); res[row + i] = f32_bf16(r); }\n"
+    "        ss += r * r;\n"
+    "    }\n"
+    "    const float inv = rsqrtf(block_sum(ss, scratch) / W + eps);\n"
+    "    for (int i = threadIdx.x; i < W; i += blockDim.x)\n"
+    "        out[row + i] = f32_bf16(bf16_f32(w[i]) * round_bf16(bf16_f32(res[row + i]) * inv));\n"
+    "}\n"
+    /* silu_mul: out [R, I], gate_up [R, 2I]; grid (ceil(I/256), R), block 256. */
+    "extern \"C\" __global__ void ref_silu_mul(unsigned short *out, const unsigned short *gu, int I) {\n"
+    "    const int i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;\n"
+    "    if (i >= I) return;\n"
+    "    const float g = bf16_f32(gu[(long long)r * 2 * I + i]), u = bf16_f32(gu[(long long)r * 2 * I + I + i]);\n"
+    "    out[(long long)r * I + i] = f32_bf16(round_bf16(g / (1.0f + expf(-g))) * u);\n"
+    "}\n"
+    /* argmax: out [R], logits [R, V]; grid R, block 256: first index of the max, NaN never wins. */
+    "extern \"C\" __global__ void ref_argmax(int *out, const unsigned short *logits, int V) {\n"
+    "    __shared__ float best[256];\n"
+    "    __shared__ int at[256];\n"
+    "    const unsigned short *row = logits + (long long)blockIdx.x * V;\n"
+    "    float b = SBX_NEG_INF; int bi = -1;\n"
+    "    for (int i = threadIdx.x; i < V; i += blockDim.x) {\n"
+    "        const float x = bf16_f32(row[i]);\n"
+    "        if (x == x && (bi < 0 || x > b)) { b = x; bi = i; }\n"
+    "    }\n"
+    "    best[threadIdx.x] = b; at[threadIdx.x] = bi; __syncthreads();\n"
+    "    for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+    "        if ((int)threadIdx.x < s) {\n"
+    "            const float ob = best[threadIdx.x + s]; const int oi = at[threadIdx.x + s];\n"
+    "            if (oi >= 0 && (at[threadIdx.x] < 0 || ob > best[threadIdx.x] || (ob == best[threadIdx.x] && oi < at[threadIdx.x]))) {\n"
+    "                best[threadIdx.x] = ob; at[threadIdx.x] = oi;\n"
+    "            }\n"
+    "        }\n"
+    "        __syncthreads();\n"
+    "    }\n"
+    "    if (threadIdx.x == 0) out[blockIdx.x] = at[0] < 0 ? 0 : at[0];\n"
+    "}\n"
+    /* rope_kv_write: one block per token (T = B*S), block 128. */
+    "__device__ void rotate(unsigned short *o, const unsigned short *x, const float *f, int D, float p) {\n"
+    "    for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {\n"
+    "        const float a = p * f[i];\n"
+    "        const float c = round_bf16(cosf(a)), s = round_bf16(sinf(a));\n"
+    "        const float lo = bf16_f32(x[i]), hi = bf16_f32(x[i + D / 2]);\n"
+    "        o[i] = f32_bf16(round_bf16(lo * c) + round_bf16(-hi * s));\n"
+    "        o[i + D / 2] = f32_bf16(round_bf16(hi * c) + round_bf16(lo * s));\n"
+    "    }\n"
+    "}\n"
+    "extern \"C\" __global__ void ref_rope(unsigned short *q, unsigned short *kc, unsigned short *vc, const unsigned short *qkv,\n"
+    "        const float *f, const int *pos, int S, int H, int K, int D, int P) {\n"
+    "    const int t = blockIdx.x, b = t / S, p = *pos + t % S;\n"
+    "    const unsigned short *row = qkv + (long long)t * (H + 2 * K) * D;\n"
+    "    for (int h = 0; h < H; h++) rotate(q + ((long long)t * H + h) * D, row + h * D, f, D, (float)p);\n"
+    "    if (p >= P) return;\n"
+    "    const long long at = ((long long)b * P + p) * K * D;\n"
+    "    for (int h = 0; h < K; h++) rotate(kc + at + h * D, row + (H + h) * D, f, D, (float)p);\n"
+    "    for (int i = threadIdx.x; i < K * D; i += blockDim.x) vc[at + i] = row[(H + K) * D + i];\n"
+    "}\n"
+    /* attention: out, q [B, S, H, D]; k, v [B, P, K, D]; grid (S, H, B), block 128: the query at
+     * position pos+s attends to keys 0..pos+s, chunks of 256 keys, online softmax. */
+    "extern \"C\" __global__ void ref_attention(unsigned short *out, const unsigned short *q, const unsigned short *kc,\n"
+    "        const unsigned short *vc, const int *pos, int S, int H, int K, int D, int P) {\n"
+    "    __shared__ float qs[128];\n"
+    "    __shared__ float sc[256];\n"
+    "    __shared__ float scratch[128];\n"
+    "    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = threadIdx.x, kvh = h / (H / K);\n"
+    "    const int keys = min(*pos + s + 1, P);\n"
+    "    const long long qo = (((long long)b * S + s) * H + h) * D;\n"
+    "    if (t < D) qs[t] = bf16_f32(q[qo + t]);\n"
+    "    __syncthreads();\n"
+    "    const float scale = rsqrtf((float)D);\n"
+    "    float m = SBX_NEG_INF, l = 0.0f, acc = 0.0f;\n"
+    "    for (int c0 = 0; c0 < keys; c0 += 256) {\n"
+    "        const int n = min(256, keys - c0);\n"
+    "        float cm = SBX_NEG_INF;\n"
+    "        for (int j = t; j < n; j += blockDim.x) {\n"
+    "            const unsigned short *kr = kc + (((long long)b * P + c0 + j) * K + kvh) * D;\n"
+    "            float x = 0.0f;\n"
+    "            for (int d = 0; d < D; d++) x += qs[d] * bf16_f32(kr[d]);\n"
+    "            sc[j] = x * scale; cm = fmaxf(cm, x * scale);\n"
+    "        }\n"
+    "        const float mn = fmaxf(m, block_max(cm, scratch)), r = __expf(m - mn);\n"
+    "        float ps = 0.0f;\n"
+    "        for (int j = t; j < n; j += blockDim.x) { sc[j] = __expf(sc[j] - mn); ps += sc[j]; }\n"
+    "        l = l * r + block_sum(ps, scratch);\n"
+    "        acc *= r;\n"
+    "        if (t < D) for (int j = 0; j < n; j++) acc += sc[j] * bf16_f32(vc[(((long long)b * P + c0 + j) * K + kvh) * D + t]);\n"
+    "        m = mn;\n"
+    "        __syncthreads();\n"
+    "    }\n"
+    "    if (t < D) out[qo + t] = f32_bf16(keys > 0 ? acc / l : 0.0f);\n"
+    "}\n";
+
+enum { LINEAR, NORM, SILU, ARGMAX, ROPE, ATTENTION, KERNELS };
+static CUfunction fns[KERNELS];
+
+#define DIM(i, d) ((int)c->tensors[i].shape[d])
+
+static int fail(const stepbench_op_call *c, const char *what) {
+    snprintf(c->error, c->error_bytes, "reference ops: %s: unexpected operands (%s)", c->op, what);
+    return 1;
+}
+
+static int run_linear(const stepbench_op_call *c) {
+    if (c->num_tensors != 3 || c->tensors[0].ndim != 2) return fail(c, "want out [M, N], x [M, K], w [N, K]");
+    void *o = c->tensors[0].data, *x = c->tensors[1].data, *w = c->tensors[2].data;
+    int M = DIM(0, 0), N = DIM(0, 1), K = DIM(1, 1);
+    void *args[] = {&o, &x, &w, &M, &N, &K};
+    return sbx_launch(fns[LINEAR], (unsigned)(N + 127) / 128, (unsigned)M, 1, 128, c->stream, args, c->error, c->error_bytes);
+}
+
+static int run_norm(const stepbench_op_call *c) {
+    if (c->num_tensors != 4 || c->tensors[0].ndim != 2) return fail(c, "want out, residual, add, weight");
+    void *o = c->tensors[0].data, *r = c->tensors[1].data, *a = c->tensors[2].data, *w = c->tensors[3].data;
+    int W = DIM(0, 1);
+    float eps = c->eps;
+    void *args[] = {&o, &r, &a, &w, &W, &eps};
+    return sbx_launch(fns[NORM], (unsigned)DIM(0, 0), 1, 1, 256, c->stream, args, c->error, c->error_bytes);
+}
+
+static int run_silu(const stepbench_op_call *c) {
+    if (c->num_tensors != 2 || c->tensors[0].ndim != 2) return fail(c, "want out [R, I], gate_up [R, 2I]");
+    void *o = c->tensors[0].data, *g = c->tensors[1].data;
+    int I = DIM(0, 1);
+    void *args[] = {&o, &g, &I};
+    return sbx_launch(fns[SILU], (unsigned)(I + 255) / 256, (unsigned)DIM(0, 0), 1, 256, c->stream, args, c->error, c->error_bytes);
+}
+
+static int run_argmax(const stepbench_op_call *c) {
+    if (c->num_tensors != 2 || c->tensors[1].ndim != 2) return fail(c, "want out [R], logits [R, V]");
+    void *o = c->tensors[0].data, *l = c->tensors[1].data;
+    int V = DIM(1, 1);
+    void *args[] = {&o, &l, &V};
+    return sbx_launch(fns[ARGMAX], (unsigned)DIM(1, 0), 1, 1, 256, c->stream, args, c->error, c->error_bytes);
+}
+
+static int run_rope(const stepbench_op_call *c) {
+    if (c->num_tensors != 6 || c->tensors[1].ndim != 4) return fail(c, "want q, k_cache, v_cache, qkv, inv_freq, pos");
+    void *q = c->tensors[0].data, *k = c->tensors[1].data, *v = c->tensors[2].data, *qkv = c->tensors[3].data;
+    void *f = c->tensors[4].data, *pos = c->tensors[5].data;
+    int T = DIM(0, 0), H = DIM(0, 1), D = DIM(0, 2), B = DIM(1, 0), P = DIM(1, 1), K = DIM(1, 2), S = T / B;
+    void *args[] = {&q, &k, &v, &qkv, &f, &pos, &S, &H, &K, &D, &P};
+    return sbx_launch(fns[ROPE], (unsigned)T, 1, 1, 128, c->stream, args, c->error, c->error_bytes);
+}
+
+static int run_attention(const stepbench_op_call *c) {
+    if (c->num_tensors != 5 || c->tensors[0].ndim != 4 || DIM(0, 3) > 128) return fail(c, "want out, q [B, S, H, D<=128], k_cache, v_cache [B, P, K, D], pos");
+    void *o = c->tensors[0].data, *q = c->tensors[1].data, *k = c->tensors[2].data, *v = c->tensors[3].data, *pos = c->tensors[4].data;
+    int B = DIM(0, 0), S = DIM(0, 1), H = DIM(0, 2), D = DIM(0, 3), P = DIM(2, 1), K = DIM(2, 2);
+    void *args[] = {&o, &q, &k, &v, &pos, &S, &H, &K, &D, &P};
+    return sbx_launch(fns[ATTENTION], (unsigned)S, (unsigned)H, (unsigned)B, 128, c->stream, args, c->error, c->error_bytes);
+}
+
+uint32_t stepbench_op_abi_version(void) { return STEPBENCH_OP_ABI_VERSION; }
+
+int stepbench_op_get(const char *op, stepbench_op_table *table, char *err, size_t n) {
+    static const struct { const char *op; int (*run)(const stepbench_op_call *); } ops[] = {
+        {"linear", run_linear}, {"add_rmsnorm", run_norm}, {"silu_mul", run_silu}, {"argmax", run_argmax},
+        {"rope_kv_write", run_rope}, {"attn_prefill", run_attention}, {"attn_decode", run_attention},
+    };
+    static const char *const names[KERNELS] = {"ref_linear", "ref_add_rmsnorm", "ref_silu_mul", "ref_argmax", "ref_rope", "ref_attention"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        if (strcmp(op, ops[i].op) != 0) continue;
+        if (fns[0] == NULL && sbx_build(kKernels, "reference_ops.cu", names, KERNELS, fns, err, n) != 0) return 1;
+        table->abi_version = STEPBENCH_OP_ABI_VERSION;
+        table->name = "reference ops (C, NVRTC + driver API: plain kernels for every op)";
+        table->workspace_bytes = NULL;
+        table->run = ops[i].run;
+        return 0;
+    }
+    snprintf(err, n, "reference ops: no op %s", op);
+    return 1;
+}
