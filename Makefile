@@ -107,7 +107,7 @@ EMU_CXX      ?= g++
 EMU_CC       ?= gcc
 EMU_CXXFLAGS := -std=c++17 -O2 -g -fPIC -Wall -Wextra -Werror -fvisibility=hidden
 EMU_DRIVER   := $(addprefix cuda/emu/,api.cpp exec.cpp counters.cpp memory.cpp stream.cpp settings.cpp switch.S)
-EMU_LIBS     := $(EMU_DIR)/libcuda.so.1 $(EMU_DIR)/libnvrtc.so.13 $(EMU_DIR)/libcublas.so.13 $(EMU_DIR)/libnvidia-ml.so.1 \
+EMU_LIBS     := $(EMU_DIR)/libcuda.so.1 $(EMU_DIR)/libnvrtc.so.13 $(EMU_DIR)/libcublas.so.13 $(EMU_DIR)/libcublasLt.so.13 $(EMU_DIR)/libnvidia-ml.so.1 \
                 $(EMU_DIR)/libnccl.so.2 $(EMU_DIR)/libsbemu_nvtx.so
 
 emu: $(EMU_LIBS)
@@ -126,6 +126,10 @@ $(EMU_DIR)/libnvrtc.so.13: cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/rewr
 
 $(EMU_DIR)/libcublas.so.13: cuda/emu/cublas.cpp $(EMU_DIR)/libcuda.so.1
 	$(EMU_CXX) $(EMU_CXXFLAGS) -O3 -shared -Wl,-soname,libcublas.so.13 -o $@ cuda/emu/cublas.cpp \
+	  -L$(EMU_DIR) -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
+
+$(EMU_DIR)/libcublasLt.so.13: cuda/emu/cublaslt.cpp $(EMU_DIR)/libcuda.so.1
+	$(EMU_CXX) $(EMU_CXXFLAGS) -O3 -shared -Wl,-soname,libcublasLt.so.13 -o $@ cuda/emu/cublaslt.cpp \
 	  -L$(EMU_DIR) -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
 
 $(EMU_DIR)/libnccl.so.2: cuda/emu/nccl.cpp $(EMU_DIR)/libcuda.so.1

@@ -197,6 +197,67 @@ cublasStatus_t sb_cublasGemmEx(void *fn, cublasHandle_t handle, int transa, int 
 	    compute_type, algo);
 }
 
+// cuBLASLt.
+cublasStatus_t sb_cublasLtCreate(void *fn, cublasLtHandle_t *handle) {
+	return ((cublasStatus_t(*)(cublasLtHandle_t *))fn)(handle);
+}
+cublasStatus_t sb_cublasLtDestroy(void *fn, cublasLtHandle_t handle) {
+	return ((cublasStatus_t(*)(cublasLtHandle_t))fn)(handle);
+}
+size_t sb_cublasLtGetVersion(void *fn) { return ((size_t(*)(void))fn)(); }
+cublasStatus_t sb_cublasLtMatmulDescCreate(void *fn, cublasLtMatmulDesc_t *desc, int compute_type, int scale_type) {
+	return ((cublasStatus_t(*)(cublasLtMatmulDesc_t *, int, int))fn)(desc, compute_type, scale_type);
+}
+cublasStatus_t sb_cublasLtMatmulDescDestroy(void *fn, cublasLtMatmulDesc_t desc) {
+	return ((cublasStatus_t(*)(cublasLtMatmulDesc_t))fn)(desc);
+}
+cublasStatus_t sb_cublasLtMatmulDescSetAttribute(void *fn, cublasLtMatmulDesc_t desc, int attr, const void *buf,
+                                                 size_t size) {
+	return ((cublasStatus_t(*)(cublasLtMatmulDesc_t, int, const void *, size_t))fn)(desc, attr, buf, size);
+}
+cublasStatus_t sb_cublasLtMatrixLayoutCreate(void *fn, cublasLtMatrixLayout_t *layout, int type, unsigned long long rows,
+                                             unsigned long long cols, long long ld) {
+	return ((cublasStatus_t(*)(cublasLtMatrixLayout_t *, int, unsigned long long, unsigned long long, long long))fn)(
+	    layout, type, rows, cols, ld);
+}
+cublasStatus_t sb_cublasLtMatrixLayoutDestroy(void *fn, cublasLtMatrixLayout_t layout) {
+	return ((cublasStatus_t(*)(cublasLtMatrixLayout_t))fn)(layout);
+}
+cublasStatus_t sb_cublasLtMatmulPreferenceCreate(void *fn, cublasLtMatmulPreference_t *pref) {
+	return ((cublasStatus_t(*)(cublasLtMatmulPreference_t *))fn)(pref);
+}
+cublasStatus_t sb_cublasLtMatmulPreferenceDestroy(void *fn, cublasLtMatmulPreference_t pref) {
+	return ((cublasStatus_t(*)(cublasLtMatmulPreference_t))fn)(pref);
+}
+cublasStatus_t sb_cublasLtMatmulPreferenceSetAttribute(void *fn, cublasLtMatmulPreference_t pref, int attr,
+                                                       const void *buf, size_t size) {
+	return ((cublasStatus_t(*)(cublasLtMatmulPreference_t, int, const void *, size_t))fn)(pref, attr, buf, size);
+}
+cublasStatus_t sb_cublasLtMatmulAlgoGetHeuristic(void *fn, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                                 cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                 cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                                 cublasLtMatmulPreference_t pref, int requested,
+                                                 sb_lt_heuristic *results, int *returned) {
+	return ((cublasStatus_t(*)(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+	                           cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
+	                           sb_lt_heuristic *, int *))fn)(handle, desc, a, b, c, d, pref, requested, results,
+	                                                         returned);
+}
+cublasStatus_t sb_cublasLtMatmul(void *fn, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const float *alpha,
+                                 CUdeviceptr a, cublasLtMatrixLayout_t a_desc, CUdeviceptr b,
+                                 cublasLtMatrixLayout_t b_desc, const float *beta, CUdeviceptr c,
+                                 cublasLtMatrixLayout_t c_desc, CUdeviceptr d, cublasLtMatrixLayout_t d_desc,
+                                 const sb_lt_heuristic *algo, CUdeviceptr workspace, size_t workspace_bytes,
+                                 CUstream stream) {
+	// algo points at the heuristic result's first member, the cublasLtMatmulAlgo_t.
+	return ((cublasStatus_t(*)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void *, const void *,
+	                           cublasLtMatrixLayout_t, const void *, cublasLtMatrixLayout_t, const void *, const void *,
+	                           cublasLtMatrixLayout_t, void *, cublasLtMatrixLayout_t, const void *, void *, size_t,
+	                           CUstream))fn)(handle, desc, alpha, (const void *)a, a_desc, (const void *)b, b_desc,
+	                                         beta, (const void *)c, c_desc, (void *)d, d_desc, algo->algo,
+	                                         (void *)workspace, workspace_bytes, stream);
+}
+
 // NCCL.
 typedef struct {
 	char internal[128];

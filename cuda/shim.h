@@ -111,6 +111,47 @@ cublasStatus_t sb_cublasGemmEx(void *fn, cublasHandle_t handle, int transa, int 
                                int b_type, int ldb, const float *beta, CUdeviceptr c, int c_type, int ldc,
                                int compute_type, int algo);
 
+// cuBLASLt trampolines (libcublasLt.so.*). Descriptors are opaque pointers;
+// cublasLtMatmulHeuristicResult_t is declared from its documented fields:
+// the algorithm (cublasLtMatmulAlgo_t, 8 uint64), the workspace it needs,
+// its state and waves count, four reserved ints.
+typedef void *cublasLtHandle_t;
+typedef void *cublasLtMatmulDesc_t;
+typedef void *cublasLtMatrixLayout_t;
+typedef void *cublasLtMatmulPreference_t;
+typedef struct {
+	unsigned long long algo[8];
+	size_t workspaceSize;
+	cublasStatus_t state;
+	float wavesCount;
+	int reserved[4];
+} sb_lt_heuristic;
+cublasStatus_t sb_cublasLtCreate(void *fn, cublasLtHandle_t *handle);
+cublasStatus_t sb_cublasLtDestroy(void *fn, cublasLtHandle_t handle);
+size_t sb_cublasLtGetVersion(void *fn);
+cublasStatus_t sb_cublasLtMatmulDescCreate(void *fn, cublasLtMatmulDesc_t *desc, int compute_type, int scale_type);
+cublasStatus_t sb_cublasLtMatmulDescDestroy(void *fn, cublasLtMatmulDesc_t desc);
+cublasStatus_t sb_cublasLtMatmulDescSetAttribute(void *fn, cublasLtMatmulDesc_t desc, int attr, const void *buf,
+                                                 size_t size);
+cublasStatus_t sb_cublasLtMatrixLayoutCreate(void *fn, cublasLtMatrixLayout_t *layout, int type, unsigned long long rows,
+                                             unsigned long long cols, long long ld);
+cublasStatus_t sb_cublasLtMatrixLayoutDestroy(void *fn, cublasLtMatrixLayout_t layout);
+cublasStatus_t sb_cublasLtMatmulPreferenceCreate(void *fn, cublasLtMatmulPreference_t *pref);
+cublasStatus_t sb_cublasLtMatmulPreferenceDestroy(void *fn, cublasLtMatmulPreference_t pref);
+cublasStatus_t sb_cublasLtMatmulPreferenceSetAttribute(void *fn, cublasLtMatmulPreference_t pref, int attr,
+                                                       const void *buf, size_t size);
+cublasStatus_t sb_cublasLtMatmulAlgoGetHeuristic(void *fn, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                                 cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                 cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                                 cublasLtMatmulPreference_t pref, int requested,
+                                                 sb_lt_heuristic *results, int *returned);
+cublasStatus_t sb_cublasLtMatmul(void *fn, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const float *alpha,
+                                 CUdeviceptr a, cublasLtMatrixLayout_t a_desc, CUdeviceptr b,
+                                 cublasLtMatrixLayout_t b_desc, const float *beta, CUdeviceptr c,
+                                 cublasLtMatrixLayout_t c_desc, CUdeviceptr d, cublasLtMatrixLayout_t d_desc,
+                                 const sb_lt_heuristic *algo, CUdeviceptr workspace, size_t workspace_bytes,
+                                 CUstream stream);
+
 // NCCL trampolines (libnccl.so.2). ncclUniqueId is a struct of 128 bytes
 // passed by value: the trampoline takes a pointer to it.
 typedef int ncclResult_t;

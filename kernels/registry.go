@@ -54,6 +54,10 @@ func Families() []Family {
 		{Name: "gather_last", Source: "copy.cu", Twin: "GatherLast"},
 		{Name: "add_i32", Source: "copy.cu", Twin: "AddI32"},
 		{Name: "fill_dummy", Source: "dummy.cu", Twin: "FillDummyRows"},
+		{Name: "fp8_absmax_partial", Source: "fp8.cu", Twin: "AbsMaxBF16"},
+		{Name: "fp8_quant_tensor", Source: "fp8.cu", Twin: "QuantizeFP8"},
+		{Name: "fp8_quant_token", Source: "fp8.cu", Twin: "QuantizeFP8Token"},
+		{Name: "fp8_scale_out", Source: "fp8.cu", Twin: "ScaleFP8Out"},
 		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm"},
 		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 1},
 		{Name: "rope_kv_write2", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 2},
@@ -127,6 +131,11 @@ const (
 	// GridStrideThreads is the block size of the grid-stride kernels
 	// (silu_mul, fill_dummy, add_i32 at most).
 	GridStrideThreads = 256
+	// FP8Threads is the block size of every fp8.cu kernel (FP8_THREADS),
+	// FP8Partials the most blocks fp8_absmax_partial runs (FP8_PARTIALS):
+	// fp8_quant_tensor's blocks each reduce that many partial maxima.
+	FP8Threads  = 256
+	FP8Partials = 1024
 )
 
 // Launch choices made on the Go side only.

@@ -142,6 +142,8 @@ var launchConstants = []struct {
 	{"Decode2Threads", "attention.cu", `#define DEC_THREADS (\d+)`, Decode2Threads},
 	{"ArgmaxChunk", "sample.cu", `#define ARGMAX_CHUNK (\d+)`, ArgmaxChunk},
 	{"Argmax2Threads", "sample.cu", `#define ARGMAX_THREADS (\d+)`, Argmax2Threads},
+	{"FP8Threads", "fp8.cu", `#define FP8_THREADS (\d+)`, FP8Threads},
+	{"FP8Partials", "fp8.cu", `#define FP8_PARTIALS (\d+)`, FP8Partials},
 }
 
 func TestLaunchConstantsMatchSources(t *testing.T) {

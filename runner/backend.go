@@ -14,6 +14,7 @@ const (
 	BF16 DType = iota // raw bf16 bit patterns (uint16)
 	F32
 	I32
+	F8E4M3 // raw FP8 E4M3 bytes (uint8): quantized weights and activations
 )
 
 func (d DType) String() string {
@@ -24,14 +25,19 @@ func (d DType) String() string {
 		return "f32"
 	case I32:
 		return "i32"
+	case F8E4M3:
+		return "f8e4m3"
 	}
 	return "unknown"
 }
 
 // Size is the element size in bytes.
 func (d DType) Size() int {
-	if d == BF16 {
+	switch d {
+	case BF16:
 		return 2
+	case F8E4M3:
+		return 1
 	}
 	return 4
 }

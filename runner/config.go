@@ -30,6 +30,10 @@ type Config struct {
 	RopeScaling           *RopeScaling `json:"rope_scaling,omitempty"`
 	TieWordEmbeddings     bool         `json:"tie_word_embeddings"`
 	MaxPositionEmbeddings int          `json:"max_position_embeddings"`
+	// Quantization is how the linear layers are quantized (config.json's
+	// quantization_config, NVIDIA ModelOpt's hf_quant_config.json, or
+	// --quantization); nil: bf16.
+	Quantization *Quantization `json:"quantization,omitempty"`
 }
 
 // RopeScaling is HF's rope_scaling of type "llama3".
@@ -329,7 +333,26 @@ func LoadConfigFile(path string) (Config, error) {
 		return Config{}, input.Bad(fmt.Errorf("load config: %w", err))
 	}
 	c, err := parseHFConfig(path, data)
+	if err == nil && c.Quantization == nil {
+		c.Quantization, err = loadModelOptConfig(filepath.Join(filepath.Dir(path), ModelOptConfigFile))
+	}
 	return c, input.Bad(err)
+}
+
+// MaxQuantConfigBytes bounds hf_quant_config.json (a ModelOpt one is under 1 KB).
+const MaxQuantConfigBytes = 1 << 20
+
+// loadModelOptConfig reads a ModelOpt scheme when the model directory holds
+// one (nil, nil when it does not).
+func loadModelOptConfig(path string) (*Quantization, error) {
+	data, err := input.ReadFile(path, MaxQuantConfigBytes, "ModelOpt's "+ModelOptConfigFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	return parseModelOptFile("config "+path, data)
 }
 
 func parseHFConfig(path string, data []byte) (Config, error) {
@@ -365,6 +388,13 @@ func parseHFConfig(path string, data []byte) (Config, error) {
 	}
 	if err := parseRope(f, &c); err != nil {
 		return Config{}, err
+	}
+	if f.has("quantization_config") {
+		q, err := parseQuantizationConfig("config "+path, raw["quantization_config"])
+		if err != nil {
+			return Config{}, err
+		}
+		c.Quantization = q
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", path, err)

@@ -29,6 +29,14 @@ import (
 //	argmax         bytes: rows×vocab read, rows ids written;                 FLOPs: rows×vocab compares
 //	add_i32        bytes: 8 per element;                                     FLOPs 0
 //
+// A quantized model's FP8 projections (FP8 FLOPs are counted apart, in
+// FP8FLOPs, since tensor cores run them at twice the bf16 rate):
+//
+//	NAME_quant     bytes: m×k×2 read + m×k written + its scales (4 each);   FLOPs 3 per element
+//	               (a dynamic per-tensor scale's second read of x is not a minimum: left out)
+//	NAME (FP8)     bytes: m×k + n×k + m×n×2 + the scales (4 each);          FLOPs 2mnk, all FP8
+//	               (weight bytes n×k + the weight scales: 1 byte per parameter)
+//
 // A tensor-parallel rank (N ranks, PrefillCostTP, DecodeCostTP) costs its own
 // slices of the ops above, and:
 //
@@ -51,7 +59,9 @@ type OpCost struct {
 	Op    string  `json:"op"`
 	Calls int     `json:"calls"`
 	FLOPs float64 `json:"flops"`
-	Bytes float64 `json:"bytes"`
+	// FP8FLOPs is the part of FLOPs that FP8 tensor cores run (FP8 GEMMs).
+	FP8FLOPs float64 `json:"fp8_flops,omitempty"`
+	Bytes    float64 `json:"bytes"`
 	// CommBytes is what one GPU sends over the interconnect (collectives of
 	// tensor parallelism only).
 	CommBytes float64 `json:"comm_bytes,omitempty"`
@@ -64,6 +74,7 @@ type StepCost struct {
 	SeqLen      int     `json:"seq_len"`   // new tokens per sequence
 	StartPos    int     `json:"start_pos"` // cached tokens per sequence before the step
 	FLOPs       float64 `json:"flops"`
+	FP8FLOPs    float64 `json:"fp8_flops,omitempty"` // the part of FLOPs at the FP8 tensor-core rate
 	Bytes       float64 `json:"bytes"`
 	WeightBytes float64 `json:"weight_bytes"` // the part of Bytes that is parameters
 	// TPSize is the tensor-parallel size the step is costed for (1: one GPU);
@@ -187,6 +198,7 @@ func stepCost(cfg Config, tpSize int, phase string, batch, inputLen, seqLen, sta
 	for _, oc := range cb.ops {
 		sc.Ops = append(sc.Ops, *oc)
 		sc.FLOPs += oc.FLOPs
+		sc.FP8FLOPs += oc.FP8FLOPs
 		sc.Bytes += oc.Bytes
 		sc.CommBytes += oc.CommBytes
 	}
@@ -214,7 +226,10 @@ type costBackend struct {
 	tpSize      int // ranks of the collectives (1 outside tensor parallelism)
 }
 
-var _ Collectives = (*costBackend)(nil)
+var (
+	_ Collectives = (*costBackend)(nil)
+	_ FP8Backend  = (*costBackend)(nil)
+)
 
 type costBuffer struct {
 	dt DType
@@ -230,6 +245,12 @@ func (c *costBackend) add(flops, bytes, weightBytes float64) { c.addComm(flops, 
 
 // addComm is add with the bytes the call sends over the interconnect.
 func (c *costBackend) addComm(flops, bytes, weightBytes, commBytes float64) {
+	c.addOp(OpCost{FLOPs: flops, Bytes: bytes, CommBytes: commBytes}, weightBytes)
+}
+
+// addOp counts one call of the current op costing call (its Op and Calls
+// are set here).
+func (c *costBackend) addOp(call OpCost, weightBytes float64) {
 	if !c.counting {
 		return
 	}
@@ -240,10 +261,42 @@ func (c *costBackend) addComm(flops, bytes, weightBytes, commBytes float64) {
 		c.ops[c.label] = oc
 	}
 	oc.Calls++
-	oc.FLOPs += flops
-	oc.Bytes += bytes
-	oc.CommBytes += commBytes
-	c.calls = append(c.calls, OpCost{Op: c.label, Calls: 1, FLOPs: flops, Bytes: bytes, CommBytes: commBytes})
+	oc.FLOPs += call.FLOPs
+	oc.FP8FLOPs += call.FP8FLOPs
+	oc.Bytes += call.Bytes
+	oc.CommBytes += call.CommBytes
+	call.Op, call.Calls = c.label, 1
+	c.calls = append(c.calls, call)
+}
+
+func (c *costBackend) EnableFP8() error                     { return nil }
+func (c *costBackend) UploadFP8(Buffer, int, []uint8) error { return nil }
+func (c *costBackend) DownloadFP8(Buffer, []uint8) error    { return nil }
+func (c *costBackend) DownloadF32(Buffer, []float32) error  { return nil }
+
+func (c *costBackend) QuantizeFP8(_, _, _ Buffer, rows, cols int, mode ActQuant) error {
+	n := float64(rows) * float64(cols)
+	scales := 1.0
+	if mode == QuantDynamicToken {
+		scales = float64(rows)
+	}
+	c.add(3*n, 3*n+4*scales, 0)
+	return nil
+}
+
+func (c *costBackend) LinearFP8(_, _, _, _, _ Buffer, m, n, k int, xPerRow, wPerRow bool) error {
+	M, N, K := float64(m), float64(n), float64(k)
+	xScales, wScales := 1.0, 1.0
+	if xPerRow {
+		xScales = M
+	}
+	if wPerRow {
+		wScales = N
+	}
+	weight := N*K + 4*wScales
+	flops := 2 * M * N * K
+	c.addOp(OpCost{FLOPs: flops, FP8FLOPs: flops, Bytes: M*K + weight + 2*M*N + 4*xScales}, weight)
+	return nil
 }
 
 // allReduce counts an in-place all-reduce of n elements of elemBytes each.

@@ -29,6 +29,7 @@ type cpuBuffer struct {
 	b16 []uint16
 	f32 []float32
 	i32 []int32
+	u8  []uint8 // F8E4M3
 	// wide is the float32 copy of a bf16 weight matrix (PrepareWeights);
 	// any write to the buffer drops it.
 	wide []float32
@@ -57,6 +58,8 @@ func (b *cpuBuffer) Len() int {
 		return len(b.b16)
 	case F32:
 		return len(b.f32)
+	case F8E4M3:
+		return len(b.u8)
 	}
 	return len(b.i32)
 }
@@ -95,6 +98,8 @@ func (*CPU) Alloc(dt DType, n int) (Buffer, error) {
 		b.f32 = make([]float32, n)
 	case I32:
 		b.i32 = make([]int32, n)
+	case F8E4M3:
+		b.u8 = make([]uint8, n)
 	default:
 		return nil, fmt.Errorf("alloc: unknown dtype %d", dt)
 	}

@@ -21,6 +21,8 @@ type Engine struct {
 	// a tensor-parallel rank); coll, set for a rank, runs the collectives.
 	tp   TPLayout
 	coll Collectives
+	// fp8 runs the FP8 projections of a quantized model (nil otherwise).
+	fp8 FP8Backend
 
 	// Shape of the current run.
 	batch, inputLen, outputLen, maxSeq int
@@ -58,6 +60,9 @@ type RangeMarker interface {
 type activations struct {
 	x, normed, qkv, q, attn, o, gateUp, act, down Buffer // per token
 	lastX, lastDown, lastNormed, logits           Buffer // per sequence
+	// A quantized model's FP8 projection input and its scales (F32: one
+	// per token for per-token scales, else one).
+	xq, xScale Buffer
 }
 
 // NewEngine loads the weights on be.
@@ -69,7 +74,9 @@ func NewEngine(cfg Config, be Backend, src WeightSource, progress func(done, tot
 	if err != nil {
 		return nil, fmt.Errorf("load weights: %w", err)
 	}
-	return &Engine{cfg: cfg, be: be, w: w, tp: cfg.FullLayout()}, nil
+	e := &Engine{cfg: cfg, be: be, w: w, tp: cfg.FullLayout()}
+	e.fp8, _ = be.(FP8Backend)
+	return e, nil
 }
 
 // NewEngineRank loads one tensor-parallel rank's share of the weights (see
@@ -95,7 +102,9 @@ func NewEngineRank(cfg Config, layout TPLayout, be Backend, src WeightSource, pr
 	if err != nil {
 		return nil, fmt.Errorf("load rank %d's weights: %w", layout.Rank, err)
 	}
-	return &Engine{cfg: cfg, be: be, w: w, tp: layout, coll: coll}, nil
+	e := &Engine{cfg: cfg, be: be, w: w, tp: layout, coll: coll}
+	e.fp8, _ = be.(FP8Backend)
+	return e, nil
 }
 
 // Layout is the engine's share of the model.
@@ -185,6 +194,10 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 	alloc(&a.lastDown, BF16, batch*h, "last down")
 	alloc(&a.lastNormed, BF16, batch*h, "last normed")
 	alloc(&a.logits, BF16, batch*lay.Vocab, "logits")
+	if c.Quantization != nil {
+		alloc(&a.xq, F8E4M3, tokens*max(h, lay.Heads*D, lay.Inter), "FP8 projection input")
+		alloc(&a.xScale, F32, max(tokens, 1), "FP8 activation scales")
+	}
 	alloc(&e.posBuf, I32, 1, "position")
 	alloc(&e.ids, I32, tokens, "input ids")
 	alloc(&e.next, I32, batch, "next ids")
@@ -221,7 +234,7 @@ func (e *Engine) freeRunBuffers() error {
 	}
 	a := &e.act
 	for _, b := range []*Buffer{&a.x, &a.normed, &a.qkv, &a.q, &a.attn, &a.o, &a.gateUp, &a.act, &a.down,
-		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &e.posBuf, &e.ids, &e.next, &e.keys} {
+		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &a.xq, &a.xScale, &e.posBuf, &e.ids, &e.next, &e.keys} {
 		free(b)
 	}
 	for l := range e.kCache {
@@ -345,6 +358,10 @@ func (e *Engine) endOpRange() {
 type layerStep struct {
 	name string
 	run  func(l int) error
+	// skip, when set, leaves the op out of layer l (a projection of the
+	// layer that the quantization's ignore list keeps in bf16 needs no
+	// quantized input).
+	skip func(l int) bool
 }
 
 // layerSteps are the ops of one decoder layer for shape s. A tensor-parallel
@@ -356,32 +373,66 @@ func (e *Engine) layerSteps(s AttnShape) []layerStep {
 	qDim, qkvDim := e.tp.Heads*c.HeadDim, e.tp.QKVDim(c.HeadDim)
 	eps := float32(c.RMSNormEps)
 	steps := []layerStep{
-		{"input_norm", func(l int) error {
+		{name: "input_norm", run: func(l int) error {
 			var add Buffer
 			if l > 0 {
 				add = a.down
 			}
 			return be.AddRMSNorm(a.normed, a.x, add, w.layers[l].inputNorm, T, h, eps)
 		}},
-		{"qkv_proj", func(l int) error { return be.Linear(a.qkv, a.normed, w.layers[l].qkv, T, qkvDim, h) }},
-		{"rope_kv_write", func(l int) error {
+	}
+	steps = append(steps, e.projection("qkv_proj", a.qkv, a.normed, func(l int) linearWeight { return w.layers[l].qkv }, T, qkvDim, h)...)
+	steps = append(steps, []layerStep{
+		{name: "rope_kv_write", run: func(l int) error {
 			return be.RopeKVWrite(a.q, e.kCache[l], e.vCache[l], a.qkv, w.invFreq, e.posBuf, s)
 		}},
-		{"attention", func(l int) error { return be.Attention(a.attn, a.q, e.kCache[l], e.vCache[l], e.posBuf, s) }},
-		{"o_proj", func(l int) error { return be.Linear(a.o, a.attn, w.layers[l].o, T, h, qDim) }},
-		{"attn_all_reduce", func(int) error { return e.coll.AllReduceSum(a.o, T*h) }},
-		{"post_attention_norm", func(l int) error {
+		{name: "attention", run: func(l int) error { return be.Attention(a.attn, a.q, e.kCache[l], e.vCache[l], e.posBuf, s) }},
+	}...)
+	steps = append(steps, e.projection("o_proj", a.o, a.attn, func(l int) linearWeight { return w.layers[l].o }, T, h, qDim)...)
+	steps = append(steps, []layerStep{
+		{name: "attn_all_reduce", run: func(int) error { return e.coll.AllReduceSum(a.o, T*h) }},
+		{name: "post_attention_norm", run: func(l int) error {
 			return be.AddRMSNorm(a.normed, a.x, a.o, w.layers[l].postNorm, T, h, eps)
 		}},
-		{"gate_up_proj", func(l int) error { return be.Linear(a.gateUp, a.normed, w.layers[l].gateUp, T, 2*inter, h) }},
-		{"silu_mul", func(l int) error { return be.SiluMul(a.act, a.gateUp, T, inter) }},
-		{"down_proj", func(l int) error { return be.Linear(a.down, a.act, w.layers[l].down, T, h, inter) }},
-		{"mlp_all_reduce", func(int) error { return e.coll.AllReduceSum(a.down, T*h) }},
-	}
+	}...)
+	steps = append(steps, e.projection("gate_up_proj", a.gateUp, a.normed, func(l int) linearWeight { return w.layers[l].gateUp }, T, 2*inter, h)...)
+	steps = append(steps, layerStep{name: "silu_mul", run: func(l int) error { return be.SiluMul(a.act, a.gateUp, T, inter) }})
+	steps = append(steps, e.projection("down_proj", a.down, a.act, func(l int) linearWeight { return w.layers[l].down }, T, h, inter)...)
+	steps = append(steps, layerStep{name: "mlp_all_reduce", run: func(int) error { return e.coll.AllReduceSum(a.down, T*h) }})
 	if e.coll == nil {
 		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return strings.HasSuffix(st.name, "_all_reduce") })
 	}
 	return steps
+}
+
+// projection is the steps of one projection, out[m,n] = x[m,k]·wᵀ: for
+// a quantized model's FP8 weights, NAME_quant (x to E4M3 with its scale)
+// before NAME (the FP8 GEMM); Backend.Linear for bf16 weights.
+func (e *Engine) projection(name string, out, x Buffer, lw func(l int) linearWeight, m, n, k int) []layerStep {
+	var steps []layerStep
+	if e.cfg.Quantization != nil {
+		steps = append(steps, layerStep{name: name + "_quant", skip: func(l int) bool { return !lw(l).fp8() },
+			run: func(l int) error {
+				w := lw(l)
+				return e.fp8.QuantizeFP8(e.act.xq, e.xScaleOf(w), x, m, k, w.act)
+			}})
+	}
+	return append(steps, layerStep{name: name, run: func(l int) error {
+		w := lw(l)
+		if !w.fp8() {
+			return e.be.Linear(out, x, w.w, m, n, k)
+		}
+		return e.fp8.LinearFP8(out, e.act.xq, e.xScaleOf(w), w.w, w.scale, m, n, k, w.act == QuantDynamicToken, w.perChannel)
+	}})
+}
+
+// xScaleOf is where w's activation scale lives: its static input scale, or
+// the activations' scale buffer that a dynamic quantization writes.
+func (e *Engine) xScaleOf(w linearWeight) Buffer {
+	if w.act == QuantStatic {
+		return w.inputScale
+	}
+	return e.act.xScale
 }
 
 // forward runs every layer over batch×seqLen new tokens whose ids are in
@@ -397,6 +448,9 @@ func (e *Engine) forward(ids Buffer, seqLen int) error {
 	steps := e.layerSteps(s)
 	for l := 0; l < c.NumHiddenLayers; l++ {
 		for _, st := range steps {
+			if st.skip != nil && st.skip(l) {
+				continue
+			}
 			e.op(st.name)
 			if err := st.run(l); err != nil {
 				return fmt.Errorf("layer %d %s: %w", l, st.name, err)

@@ -231,7 +231,7 @@ func TestEnginePositionsRule(t *testing.T) {
 func TestDummyWeightsFollowGenerator(t *testing.T) {
 	e := tinyEngine(t)
 	got := make([]uint16, 16)
-	if err := e.be.DownloadBF16(e.w.layers[1].qkv, got); err != nil {
+	if err := e.be.DownloadBF16(e.w.layers[1].qkv.w, got); err != nil {
 		t.Fatal(err)
 	}
 	want := make([]uint16, 16)

@@ -143,6 +143,12 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"model_type": "llama", "hidden_size": 1048576, "intermediate_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1, "head_dim": 2, "vocab_size": 2047}`))
 	f.Add([]byte(`{"architectures": ["LlamaForCausalLM"], "rope_parameters": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192, "rope_theta": 1e300}}`))
 	f.Add([]byte(`[]`))
+	tiny := `"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100`
+	f.Add([]byte(`{` + tiny + `, "quantization_config": {"quant_method": "fp8", "activation_scheme": "static", "ignored_layers": ["lm_head"]}}`))
+	f.Add([]byte(`{` + tiny + `, "quantization_config": {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"g": {"targets": ["Linear"],
+		"weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false},
+		"input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": true, "dynamic": true}}}, "ignore": ["lm_head", "re:.*down_proj"]}}`))
+	f.Add([]byte(`{` + tiny + `, "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8", "ignore": ["model.layers.*.mlp*"]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := parseHFConfig("fuzz/config.json", data)
 		if err != nil {

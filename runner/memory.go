@@ -98,11 +98,55 @@ func EstimateMemoryRank(c Config, l TPLayout, batch, tokens, maxSeq int) MemoryE
 	if l.Size > 1 {
 		i32 = satAdd(i32, satMul(2, B)) // the argmax keys
 	}
-	return MemoryEstimate{
+	est := MemoryEstimate{
 		WeightBytes:     satAdd(satMul(2, c.rankParamCount(l)), satMul(4, D/2)),
 		KVCacheBytes:    satMul(2, 2, int64(c.NumHiddenLayers), B, int64(maxSeq), int64(l.KVHeads), D),
 		ActivationBytes: satAdd(satMul(2, satAdd(satMul(T, perToken), satMul(B, satAdd(3*h, int64(l.Vocab))))), satMul(4, i32)),
 	}
+	if c.Quantization != nil {
+		fp8, scales, largest := c.fp8Params(l)
+		// An FP8 parameter is 1 byte (2 in bf16); quantizing at load also
+		// holds the largest matrix in bf16 for a moment.
+		est.WeightBytes = satAdd(est.WeightBytes-fp8, satMul(4, scales))
+		if !c.Quantization.Serialized() {
+			est.WeightBytes = satAdd(est.WeightBytes, satMul(2, largest))
+		}
+		widest := max(h, int64(l.Heads)*D, int64(l.Inter))
+		est.ActivationBytes = satAdd(est.ActivationBytes, satMul(T, widest), satMul(4, max(T, 1)))
+	}
+	return est
+}
+
+// fp8Params counts a quantized model's FP8 parameters on a rank of layout
+// l (the projections its ignore list does not keep in bf16), their scales
+// and the largest FP8 matrix's parameters. Every factor is bounded by
+// Validate, so these products do not overflow.
+func (c Config) fp8Params(l TPLayout) (params, scales, largest int64) {
+	h, D := int64(c.HiddenSize), int64(c.HeadDim)
+	q := c.Quantization
+	for i := 0; i < c.NumHiddenLayers; i++ {
+		pre := fmt.Sprintf("model.layers.%d.", i)
+		for _, m := range []struct {
+			module     string
+			rows, cols int64
+		}{
+			{"self_attn.q_proj", int64(l.QKVDim(c.HeadDim)), h},
+			{"self_attn.o_proj", h, int64(l.Heads) * D},
+			{"mlp.gate_proj", 2 * int64(l.Inter), h},
+			{"mlp.down_proj", h, int64(l.Inter)},
+		} {
+			if q.Ignored(pre + m.module) {
+				continue
+			}
+			params += m.rows * m.cols
+			largest = max(largest, m.rows*m.cols)
+			scales += 2 // a weight scale and an input scale
+			if q.WeightScales == ScalesChannel {
+				scales += m.rows
+			}
+		}
+	}
+	return params, scales, largest
 }
 
 // hostMemoryHeadroomBytes is kept free of a cpu run's estimate: the Go

@@ -52,8 +52,11 @@ func safetensorsDTypeBytes(dtype string) (size int, known bool) {
 }
 
 func supportedSafetensorsDType(dtype string) bool {
-	return dtype == "BF16" || dtype == "F16" || dtype == "F32"
+	return floatDType(dtype) || dtype == "F8_E4M3" || dtype == "F8_E5M2"
 }
+
+// floatDType is a dtype BF16 converts: the bf16 tensors' and the scales'.
+func floatDType(dtype string) bool { return dtype == "BF16" || dtype == "F16" || dtype == "F32" }
 
 // TensorSpec is one tensor the model needs, by HF name.
 type TensorSpec struct {
@@ -313,7 +316,7 @@ func parseSafetensorsEntry(raw json.RawMessage, dataLen int64) (safetensorsTenso
 	case !known:
 		return safetensorsTensor{}, fmt.Errorf("unknown dtype %q", dtype)
 	case !supportedSafetensorsDType(dtype):
-		return safetensorsTensor{}, fmt.Errorf("unsupported dtype %s (BF16, F16 and F32 are supported)", dtype)
+		return safetensorsTensor{}, fmt.Errorf("unsupported dtype %s (BF16, F16, F32 and, in FP8 models, F8_E4M3 are supported)", dtype)
 	}
 	if entry.Shape == nil {
 		return safetensorsTensor{}, errors.New("shape is missing")
@@ -406,6 +409,14 @@ func (m *SafetensorsModel) check(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("check weights in %s: %w", m.dir, err)
 	}
+	if err := m.checkShapes(cfg); err != nil {
+		return err
+	}
+	return m.checkQuantized(cfg)
+}
+
+// checkShapes checks every expected tensor is there with its shape.
+func (m *SafetensorsModel) checkShapes(cfg Config) error {
 	const maxReported = 8 // a wrong config mismatches hundreds of tensors
 	var errs []error
 	mismatches := 0
@@ -478,8 +489,56 @@ func (m *SafetensorsModel) BF16(name string) ([]uint16, error) {
 		}
 		return out, nil
 	}
-	// Unreachable: parseSafetensorsEntry admits only the dtypes above.
-	return nil, fmt.Errorf("safetensors %s: tensor %q: unsupported dtype %s", f.path, name, t.DType)
+	// Check refuses FP8 tensors where bf16 is read.
+	return nil, fmt.Errorf("safetensors %s: tensor %q: dtype %s is not a bf16, f16 or f32 tensor", f.path, name, t.DType)
+}
+
+// E4M3 returns an F8_E4M3 tensor's bytes, in memory of their own.
+func (m *SafetensorsModel) E4M3(name string) ([]uint8, error) {
+	f, ok := m.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("tensor %q: not in %s", name, m.source)
+	}
+	t := f.tensors[name]
+	if t.DType != "F8_E4M3" {
+		return nil, fmt.Errorf("safetensors %s: tensor %q: dtype %s, want F8_E4M3", f.path, name, t.DType)
+	}
+	out := make([]uint8, t.End-t.Begin)
+	return out, f.read(name, t, out)
+}
+
+// Scales returns a float tensor (F32, BF16 or F16) as float32, flattened:
+// the quantization scales.
+func (m *SafetensorsModel) Scales(name string) ([]float32, error) {
+	f, ok := m.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("tensor %q: not in %s", name, m.source)
+	}
+	t := f.tensors[name]
+	raw := make([]byte, t.End-t.Begin)
+	if err := f.read(name, t, raw); err != nil {
+		return nil, err
+	}
+	switch t.DType {
+	case "F32":
+		out := make([]float32, len(raw)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		return out, nil
+	case "BF16", "F16":
+		out := make([]float32, len(raw)/2)
+		for i := range out {
+			b := binary.LittleEndian.Uint16(raw[2*i:])
+			if t.DType == "BF16" {
+				out[i] = ref.BF16ToF32(b)
+			} else {
+				out[i] = f16ToF32(b)
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("safetensors %s: tensor %q: dtype %s is not a float scale (F32, BF16 or F16)", f.path, name, t.DType)
 }
 
 // read reads tensor t's bytes into dst.

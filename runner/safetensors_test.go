@@ -389,9 +389,9 @@ var malformedSafetensors = []struct {
 	{"I8 unsupported", func(*testing.T, string) []byte {
 		return stRaw(`{"w": {"dtype": "I8", "shape": [2], "data_offsets": [0, 2]}}`, 2)
 	}, "w", "unsupported dtype I8"},
-	{"F8_E4M3 unsupported", func(*testing.T, string) []byte {
-		return stRaw(`{"w": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}}`, 2)
-	}, "w", "unsupported dtype F8_E4M3"},
+	{"U16 unsupported", func(*testing.T, string) []byte {
+		return stRaw(`{"w": {"dtype": "U16", "shape": [2], "data_offsets": [0, 4]}}`, 4)
+	}, "w", "unsupported dtype U16"},
 	{"missing dtype", func(*testing.T, string) []byte {
 		return stRaw(`{"w": {"shape": [2], "data_offsets": [0, 4]}}`, 4)
 	}, "w", "dtype is missing"},

@@ -10,11 +10,11 @@ import (
 // layerWeights holds one decoder layer on the backend, with q/k/v and
 // gate/up fused into one matrix each so each is a single GEMM.
 type layerWeights struct {
-	inputNorm, postNorm Buffer // [hidden]
-	qkv                 Buffer // [(H+2KV)*D, hidden]: q rows, then k rows, then v rows
-	o                   Buffer // [hidden, H*D]
-	gateUp              Buffer // [2*inter, hidden]: gate rows, then up rows
-	down                Buffer // [hidden, inter]
+	inputNorm, postNorm Buffer       // [hidden]
+	qkv                 linearWeight // [(H+2KV)*D, hidden]: q rows, then k rows, then v rows
+	o                   linearWeight // [hidden, H*D]
+	gateUp              linearWeight // [2*inter, hidden]: gate rows, then up rows
+	down                linearWeight // [hidden, inter]
 }
 
 // Weights is a model's parameters on a backend.
@@ -79,6 +79,7 @@ func LoadWeights(be Backend, cfg Config, src WeightSource, progress func(done, t
 // weightLoader allocates and fills one rank's parameters.
 type weightLoader struct {
 	be          Backend
+	cfg         Config
 	src         WeightSource
 	w           *Weights
 	done, total int
@@ -91,31 +92,41 @@ func (ld *weightLoader) alloc(n int, parts ...part) (Buffer, error) {
 		return nil, fmt.Errorf("allocate %s (%d bf16): %w", parts[0].name, n, err)
 	}
 	ld.w.owned = append(ld.w.owned, b)
-	names := make([]string, len(parts))
-	for i, p := range parts {
-		names[i] = p.name
-	}
-	nameBuffer(ld.be, b, strings.Join(names, " + "))
+	nameBuffer(ld.be, b, strings.Join(partNames(parts), " + "))
 	for _, p := range parts {
 		if err := fillPart(ld.be, b, p, ld.src); err != nil {
 			return nil, err
 		}
-		ld.done++
-		if ld.progress != nil {
-			ld.progress(ld.done, ld.total)
-		}
+		ld.step()
 	}
 	return b, nil
+}
+
+// step counts one HF tensor loaded.
+func (ld *weightLoader) step() {
+	ld.done++
+	if ld.progress != nil {
+		ld.progress(ld.done, ld.total)
+	}
 }
 
 // loadWeights loads layout's share of the model: the whole of it for
 // cfg.FullLayout(). The embedding and the norms are whole on every rank.
 func loadWeights(be Backend, cfg Config, lay TPLayout, src WeightSource, progress func(done, total int)) (*Weights, error) {
 	h, V := cfg.HiddenSize, cfg.VocabSize
-	ld := &weightLoader{be: be, src: src, w: &Weights{}, progress: progress,
+	ld := &weightLoader{be: be, cfg: cfg, src: src, w: &Weights{}, progress: progress,
 		total: 3 + 9*cfg.NumHiddenLayers} // embed, lm_head, norm; 9 HF tensors per layer
 	w := ld.w
 	var err error
+	if cfg.Quantization != nil {
+		fb, ok := be.(FP8Backend)
+		if !ok {
+			return nil, fmt.Errorf("%s backend: %w", be.Name(), ErrNoFP8)
+		}
+		if err := fb.EnableFP8(); err != nil {
+			return nil, err
+		}
+	}
 	if w.embed, err = ld.alloc(V*h, whole("model.embed_tokens.weight", 0, V, h, ref.DummyUniform)); err != nil {
 		return nil, w.freeOnError(be, err)
 	}
@@ -157,11 +168,16 @@ func loadWeights(be Backend, cfg Config, lay TPLayout, src WeightSource, progres
 	return w, nil
 }
 
-// matrices are the weights Linear reads: every layer's projections and lm_head.
+// matrices are the weights Linear reads: lm_head and every layer's bf16
+// projections (an FP8 one is LinearFP8's).
 func (w *Weights) matrices() []Buffer {
 	out := []Buffer{w.lmHead}
 	for _, l := range w.layers {
-		out = append(out, l.qkv, l.o, l.gateUp, l.down)
+		for _, lw := range []linearWeight{l.qkv, l.o, l.gateUp, l.down} {
+			if !lw.fp8() {
+				out = append(out, lw.w)
+			}
+		}
 	}
 	return out
 }
@@ -175,19 +191,24 @@ func (ld *weightLoader) layer(cfg Config, lay TPLayout, i int) (layerWeights, er
 	qRows, kvRows := lay.Heads*D, lay.KVHeads*D
 	pre := fmt.Sprintf("model.layers.%d.", i)
 	var lw layerWeights
+	var err error
+	if lw.inputNorm, err = ld.alloc(h, whole(pre+"input_layernorm.weight", 0, 1, h, ref.DummyOnes)); err != nil {
+		return lw, err
+	}
+	if lw.postNorm, err = ld.alloc(h, whole(pre+"post_attention_layernorm.weight", 0, 1, h, ref.DummyOnes)); err != nil {
+		return lw, err
+	}
 	steps := []struct {
-		dst   *Buffer
+		dst   *linearWeight
 		n     int
 		parts []part
 	}{
-		{&lw.inputNorm, h, []part{whole(pre+"input_layernorm.weight", 0, 1, h, ref.DummyOnes)}},
 		{&lw.qkv, (qRows + 2*kvRows) * h, []part{
 			rowBlock(pre+"self_attn.q_proj.weight", 0, H*D, h, lay.HeadStart*D, qRows),
 			rowBlock(pre+"self_attn.k_proj.weight", qRows*h, KV*D, h, lay.KVHeadStart*D, kvRows),
 			rowBlock(pre+"self_attn.v_proj.weight", (qRows+kvRows)*h, KV*D, h, lay.KVHeadStart*D, kvRows),
 		}},
 		{&lw.o, h * qRows, []part{colBlock(pre+"self_attn.o_proj.weight", 0, h, H*D, lay.HeadStart*D, qRows)}},
-		{&lw.postNorm, h, []part{whole(pre+"post_attention_layernorm.weight", 0, 1, h, ref.DummyOnes)}},
 		{&lw.gateUp, 2 * lay.Inter * h, []part{
 			rowBlock(pre+"mlp.gate_proj.weight", 0, inter, h, lay.InterStart, lay.Inter),
 			rowBlock(pre+"mlp.up_proj.weight", lay.Inter*h, inter, h, lay.InterStart, lay.Inter),
@@ -195,8 +216,7 @@ func (ld *weightLoader) layer(cfg Config, lay TPLayout, i int) (layerWeights, er
 		{&lw.down, h * lay.Inter, []part{colBlock(pre+"mlp.down_proj.weight", 0, h, inter, lay.InterStart, lay.Inter)}},
 	}
 	for _, s := range steps {
-		var err error
-		if *s.dst, err = ld.alloc(s.n, s.parts...); err != nil {
+		if *s.dst, err = ld.linear(s.n, s.parts...); err != nil {
 			return lw, err
 		}
 	}

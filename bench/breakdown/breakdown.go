@@ -282,7 +282,7 @@ func (t *opTotals) phase(name string, costs []runner.OpCost, roof *roofline.Roof
 		if seconds > 0 {
 			row.BytesPerSecond, row.FLOPsPerSecond = c.Bytes/seconds, c.FLOPs/seconds
 			if roof != nil {
-				row.Attainment = roof.Floor(c.FLOPs, c.Bytes).Seconds / seconds
+				row.Attainment = roof.FloorWork(c.FLOPs, c.FP8FLOPs, c.Bytes, 0).Seconds / seconds
 			}
 		}
 		p.Rows = append(p.Rows, row)

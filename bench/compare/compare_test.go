@@ -15,6 +15,7 @@ import (
 	"stepbench/bench"
 	"stepbench/bench/report"
 	"stepbench/bench/stats"
+	"stepbench/runner"
 )
 
 // syntheticShape is a shape whose prefill and decode host and device times
@@ -202,6 +203,27 @@ func TestCompareWarnsOnEnvironmentAndShapes(t *testing.T) {
 		if strings.Contains(joined, unwanted) {
 			t.Errorf("warnings mention %q, which did not change what was measured:\n%s", unwanted, joined)
 		}
+	}
+}
+
+// An FP8 run against a bf16 one of the same model: the quantization is
+// named (from the model's configuration and from --quantization), the
+// model is not called different.
+func TestCompareWarnsOnQuantization(t *testing.T) {
+	oldReport, newReport := syntheticReport(1, 1, 0.01, 10), syntheticReport(2, 1, 0.01, 10)
+	oldReport.Config.Model.Name, newReport.Config.Model.Name = "llama-3-8b", "llama-3-8b"
+	newReport.Config.Model.Quantization = runner.QuantizeAtLoad()
+	oldReport.Config.Flags = map[string]string{"quantization": ""}
+	newReport.Config.Flags = map[string]string{"quantization": "fp8"}
+	joined := strings.Join(mustCompare(t, oldReport, newReport, Options{}).Warnings, "\n")
+	for _, want := range []string{`quantization differs: OLD "none (bf16)", NEW "fp8 (quantized-at-load): E4M3 weights scaled per tensor, activations dynamic per tensor"`,
+		`--quantization OLD "" NEW "fp8"`} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("warnings lack %q:\n%s", want, joined)
+		}
+	}
+	if strings.Contains(joined, "model differs") {
+		t.Errorf("a quantization of the same model is called another model:\n%s", joined)
 	}
 }
 

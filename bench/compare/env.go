@@ -40,7 +40,12 @@ func environmentWarnings(oldReport, newReport report.Report) []string {
 		}
 	}
 	oc, nc := oldReport.Config, newReport.Config
-	if !reflect.DeepEqual(oc.Model, nc.Model) {
+	if oq, nq := oc.Model.Quantization.String(), nc.Model.Quantization.String(); oq != nq {
+		warnings = append(warnings, fmt.Sprintf("quantization differs: OLD %q, NEW %q", oq, nq))
+	}
+	om, nm := oc.Model, nc.Model
+	om.Quantization, nm.Quantization = nil, nil
+	if !reflect.DeepEqual(om, nm) {
 		warnings = append(warnings, fmt.Sprintf("model differs: OLD %q, NEW %q (or their configurations)", oc.Model.Name, nc.Model.Name))
 	}
 	if oc.LoadFormat != nc.LoadFormat {

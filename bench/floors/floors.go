@@ -22,6 +22,11 @@ type ShapeFloors struct {
 // tpSize 0, else on one GPU of tpSize tensor-parallel ranks (its share of
 // the work, its all-reduces at g's link bandwidth).
 func Floors(cfg runner.Config, g roofline.Preset, tpSize int, batches, inputLens, outputLens []int) ([]ShapeFloors, error) {
+	if cfg.Quantization != nil {
+		if err := g.CheckFP8(); err != nil {
+			return nil, err
+		}
+	}
 	var shapes []ShapeFloors
 	for _, b := range batches {
 		for _, in := range inputLens {
@@ -45,6 +50,9 @@ func Floors(cfg runner.Config, g roofline.Preset, tpSize int, batches, inputLens
 func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, tpSize int, shapes []ShapeFloors) error {
 	fmt.Fprintf(stdout, "roofline: %s (%.2f B parameters) on %s — datasheet %.1f TFLOP/s bf16 dense, %.2f TB/s; ridge %.1f FLOP/byte\n",
 		cfg.Name, float64(cfg.ParamCount())/1e9, g.Description, g.PeakFLOPsPerSec/1e12, g.PeakBytesPerSec/1e12, g.Roof().RidgeFLOPsPerByte)
+	if q := cfg.Quantization; q != nil {
+		fmt.Fprintf(stdout, "weights %s; FP8 GEMMs at %.1f TFLOP/s FP8 dense, 1 byte per FP8 parameter\n", q, g.PeakFP8FLOPsPerSec/1e12)
+	}
 	comm := tpSize > 0
 	if comm {
 		fmt.Fprintf(stdout, "per GPU of %d tensor-parallel GPUs; all-reduce bytes = 2(N-1)/N × activation bytes, 2 per layer, sent at %.0f GB/s per direction (the link)\n",
@@ -53,6 +61,9 @@ func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, tp
 		fmt.Fprintln(stdout, "collectives = all-reduces per step; each also pays the link's latency (microseconds), which no floor includes")
 	} else {
 		fmt.Fprintln(stdout, "floor = max(FLOPs / peak FLOP/s, bytes / peak bytes/s); bytes = every input read once, every output written once (derived, not measured)")
+	}
+	if cfg.Quantization != nil {
+		fmt.Fprintln(stdout, "FLOPs / peak FLOP/s = FP8 GEMM FLOPs / FP8 peak + the other FLOPs / bf16 peak")
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := "batch\tinput\toutput\tstep\tkv_len\tGFLOP\tGB\tweight_GB\tFLOP/byte\tfloor_ms\tbound\t"
@@ -100,7 +111,7 @@ func WriteOpFloorsTable(stdout io.Writer, g roofline.Preset, s ShapeFloors) erro
 	fmt.Fprintln(tw, "step\top\tcalls\tGFLOP\tMB\tFLOP/byte\tfloor_us\tbound\t")
 	for _, st := range steps {
 		for _, o := range st.Ops {
-			f := g.Roof().FloorComm(o.FLOPs, o.Bytes, o.CommBytes)
+			f := g.Roof().FloorWork(o.FLOPs, o.FP8FLOPs, o.Bytes, o.CommBytes)
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.2f\t%.2f\t%.1f\t%s\t\n", st.Phase, o.Op, o.Calls, o.FLOPs/1e9, o.Bytes/1e6, intensity(o), f.Seconds*1e6, f.Bound)
 		}
 	}

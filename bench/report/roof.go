@@ -23,7 +23,24 @@ const (
 //     the preset matching its name; no roof without a GPU.
 //
 // known lists every roof env allows, the chosen one first, for the report.
-func ChooseRoof(env Environment, choice, calibrationDir string) (roof *roofline.Roof, known []roofline.Roof, err error) {
+//
+// Only an FP8 model's roofs keep their FP8 ceilings (fp8): nothing of a
+// bf16 run runs at that rate.
+func ChooseRoof(env Environment, choice, calibrationDir string, fp8 bool) (roof *roofline.Roof, known []roofline.Roof, err error) {
+	roof, known, err = chooseRoof(env, choice, calibrationDir)
+	if err != nil || fp8 {
+		return roof, known, err
+	}
+	for i := range known {
+		known[i] = known[i].WithoutFP8()
+	}
+	if len(known) > 0 && roof != nil {
+		roof = &known[0]
+	}
+	return roof, known, nil
+}
+
+func chooseRoof(env Environment, choice, calibrationDir string) (roof *roofline.Roof, known []roofline.Roof, err error) {
 	var preset *roofline.Preset
 	switch choice {
 	case RoofNone, RoofAuto:

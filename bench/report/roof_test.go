@@ -38,7 +38,7 @@ func TestChooseRoof(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			roof, known, err := ChooseRoof(tc.env, tc.choice, tc.dir)
+			roof, known, err := ChooseRoof(tc.env, tc.choice, tc.dir, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,10 +54,10 @@ func TestChooseRoof(t *testing.T) {
 			}
 		})
 	}
-	if roof, _, _ := ChooseRoof(h100, "h200", ""); roof == nil || roof.PeakBytesPerSec != 4.8e12 {
+	if roof, _, _ := ChooseRoof(h100, "h200", "", false); roof == nil || roof.PeakBytesPerSec != 4.8e12 {
 		t.Errorf("--gpu h200 on an H100: %+v, want the H200's datasheet", roof)
 	}
-	if _, _, err := ChooseRoof(h100, "h300", ""); err == nil {
+	if _, _, err := ChooseRoof(h100, "h300", "", false); err == nil {
 		t.Error("an unknown preset was accepted")
 	}
 }

@@ -32,6 +32,9 @@ func WriteRunText(w io.Writer, r Report, o TextOptions) error {
 			b.printf(w, "%s\n", line)
 		}
 	}
+	if q := r.Config.Model.Quantization; q != nil {
+		b.printf(w, "weights: %s\n", q)
+	}
 	if env.Roof != nil {
 		b.printf(w, "%s", Wrap("summary (attainment derived by the cost model under the "+env.Roof.Label()+")", SummaryColumns))
 	} else {

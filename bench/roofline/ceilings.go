@@ -33,6 +33,20 @@ func DenseBF16FLOPsPerClockPerSM(major, minor int) (float64, error) {
 	return 0, fmt.Errorf("no dense bf16 tensor-core rate known for compute capability %d.%d", major, minor)
 }
 
+// DenseFP8FLOPsPerClockPerSM is the tensor cores' dense FP8 rate per SM per
+// clock: FP8Ratio × the bf16 rate on Ada, Hopper and Blackwell (H100 SXM
+// 1979 TFLOP/s = 132 × 1830 MHz × 8192), 0 below compute capability 8.9.
+func DenseFP8FLOPsPerClockPerSM(major, minor int) float64 {
+	if major*10+minor < 89 {
+		return 0
+	}
+	bf16, err := DenseBF16FLOPsPerClockPerSM(major, minor)
+	if err != nil {
+		return 0
+	}
+	return FP8Ratio * bf16
+}
+
 // DeviceCeilings are the roofs derived from the device:
 // peak FLOP/s = SM count × dense bf16 FLOP/clock/SM × SM clock (Hz);
 // peak bytes/s = memory clock (Hz) × bus width (bits) / 8 × 2 (double data rate).
@@ -47,6 +61,8 @@ type DeviceCeilings struct {
 	PeakBytesPerSec     float64 `json:"peak_bytes_per_second"`
 	RidgeFLOPsPerByte   float64 `json:"ridge_flops_per_byte"`
 	ClockSourceDescribe string  `json:"clock_source,omitempty"` // e.g. "median NVML SM clock during the run"
+	// PeakFP8FLOPsPerSec is SM count × DenseFP8FLOPsPerClockPerSM × SM clock.
+	PeakFP8FLOPsPerSec float64 `json:"peak_fp8_flops_per_second,omitempty"`
 }
 
 // ComputeDeviceCeilings applies DeviceCeilings' formulas.
@@ -66,13 +82,16 @@ func ComputeDeviceCeilings(smCount, major, minor int, smClockMHz, memoryClockMHz
 		PeakBytesPerSec: memoryClockMHz * 1e6 * float64(busWidthBits) / 8 * 2,
 	}
 	c.RidgeFLOPsPerByte = c.PeakFLOPsPerSec / c.PeakBytesPerSec
+	c.PeakFP8FLOPsPerSec = float64(smCount) * DenseFP8FLOPsPerClockPerSM(major, minor) * smClockMHz * 1e6
 	return c, nil
 }
 
 // Roof returns the ceilings as a Roof.
 func (c DeviceCeilings) Roof() Roof {
-	return NewRoof(SourceDevice, fmt.Sprintf("%d SMs × %.0f FLOP/clk × %.0f MHz; %.0f MHz × %d bit × 2",
+	r := NewRoof(SourceDevice, fmt.Sprintf("%d SMs × %.0f FLOP/clk × %.0f MHz; %.0f MHz × %d bit × 2",
 		c.SMCount, c.FLOPsPerClockPerSM, c.SMClockMHz, c.MemoryClockMHz, c.MemoryBusWidthBits), c.PeakFLOPsPerSec, c.PeakBytesPerSec)
+	r.PeakFP8FLOPsPerSec = c.PeakFP8FLOPsPerSec
+	return r
 }
 
 // Calibration is what `stepbench calibrate` measured on one GPU.
@@ -91,12 +110,31 @@ type Calibration struct {
 	GEMMSize        int       `json:"gemm_size"`
 	GEMMSeconds     []float64 `json:"gemm_seconds"`
 	SMClockMHz      float64   `json:"sm_clock_mhz,omitempty"` // NVML, after the measurement, when available
+	// FP8GEMMFLOPsPerSec is 2·n³ per second of a cuBLASLt FP8 E4M3 n×n×n
+	// GEMM (fp32 accumulate, bf16 out; median of FP8GEMMSeconds), on GPUs
+	// with FP8 tensor cores.
+	FP8GEMMFLOPsPerSec float64   `json:"fp8_gemm_flops_per_second,omitempty"`
+	FP8GEMMSeconds     []float64 `json:"fp8_gemm_seconds,omitempty"`
 }
 
 // Roof returns the measured ceilings as a Roof.
 func (c Calibration) Roof() Roof {
-	return NewRoof(SourceMeasured, fmt.Sprintf("cuBLAS bf16 GEMM %d³ and device copy %d MiB on %s, %s",
+	r := NewRoof(SourceMeasured, fmt.Sprintf("cuBLAS bf16 GEMM %d³ and device copy %d MiB on %s, %s",
 		c.GEMMSize, c.CopyBytes>>20, c.GPUName, c.MeasuredAt), c.GEMMFLOPsPerSec, c.CopyBytesPerSec)
+	r.PeakFP8FLOPsPerSec = c.FP8GEMMFLOPsPerSec
+	return r
+}
+
+// AddFP8GEMM records a cuBLASLt FP8 n×n×n GEMM's times (n the bf16 GEMM's
+// size): rate = 2·n³ / median time.
+func (c *Calibration) AddFP8GEMM(seconds []float64) error {
+	m := stats.Median(seconds)
+	if !(m > 0) {
+		return fmt.Errorf("calibration: no positive FP8 GEMM times (median %v s)", m)
+	}
+	n := float64(c.GEMMSize)
+	c.FP8GEMMSeconds, c.FP8GEMMFLOPsPerSec = seconds, 2*n*n*n/m
+	return nil
 }
 
 var uuidFileName = regexp.MustCompile(`[^A-Za-z0-9._-]`)

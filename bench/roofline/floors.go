@@ -67,7 +67,7 @@ func ComputeFloorsTP(cfg runner.Config, tpSize int, roof Roof, batch, inputLen, 
 	if sf.Prefill, err = costs.Prefill(cfg, batch, inputLen); err != nil {
 		return sf, err
 	}
-	sf.PrefillFloor = roof.FloorComm(sf.Prefill.FLOPs, sf.Prefill.Bytes, sf.Prefill.CommBytes)
+	sf.PrefillFloor = roof.FloorWork(sf.Prefill.FLOPs, sf.Prefill.FP8FLOPs, sf.Prefill.Bytes, sf.Prefill.CommBytes)
 	sf.IterationSeconds = sf.PrefillFloor.Seconds
 	// Decode costs are affine in the position; cost two points and
 	// interpolate the rest exactly rather than run the model per step.
@@ -89,6 +89,7 @@ func ComputeFloorsTP(cfg runner.Config, tpSize int, roof Roof, batch, inputLen, 
 				t := float64(i) / float64(steps-1)
 				c.StartPos = inputLen + i
 				c.FLOPs = first.FLOPs + t*(last.FLOPs-first.FLOPs)
+				c.FP8FLOPs = first.FP8FLOPs + t*(last.FP8FLOPs-first.FP8FLOPs)
 				c.Bytes = first.Bytes + t*(last.Bytes-first.Bytes)
 				c.CommBytes = first.CommBytes + t*(last.CommBytes-first.CommBytes)
 				c.Ops = nil
@@ -96,7 +97,7 @@ func ComputeFloorsTP(cfg runner.Config, tpSize int, roof Roof, batch, inputLen, 
 					c = last
 				}
 			}
-			f := roof.FloorComm(c.FLOPs, c.Bytes, c.CommBytes)
+			f := roof.FloorWork(c.FLOPs, c.FP8FLOPs, c.Bytes, c.CommBytes)
 			sf.Decode = append(sf.Decode, c)
 			sf.DecodeFloors = append(sf.DecodeFloors, f)
 			sf.IterationSeconds += f.Seconds

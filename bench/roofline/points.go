@@ -2,6 +2,7 @@ package roofline
 
 import (
 	"fmt"
+	"math"
 	"sort"
 
 	"stepbench/runner"
@@ -18,9 +19,11 @@ type Point struct {
 	Position  int    `json:"position"`       // KV length the cost was computed at
 	Roof      string `json:"roof,omitempty"` // the roof's Source
 	// The cost model's work and the measured (median device) time.
-	FLOPs   float64 `json:"flops"`
-	Bytes   float64 `json:"bytes"`
-	Seconds float64 `json:"seconds"`
+	FLOPs float64 `json:"flops"`
+	// FP8FLOPs is the part of FLOPs FP8 GEMMs do (at the roof's FP8 rate).
+	FP8FLOPs float64 `json:"fp8_flops,omitempty"`
+	Bytes    float64 `json:"bytes"`
+	Seconds  float64 `json:"seconds"`
 	// CommBytes is what one GPU of a tensor-parallel step sends to its
 	// peers; its time at the roof's link bandwidth is in the floor.
 	CommBytes float64 `json:"comm_bytes,omitempty"`
@@ -45,7 +48,14 @@ func NewPoint(roof *Roof, flops, bytes, seconds float64) Point {
 // NewCommPoint is NewPoint for a tensor-parallel GPU's step that also sends
 // commBytes (its floor is Roof.FloorComm).
 func NewCommPoint(roof *Roof, flops, bytes, commBytes, seconds float64) Point {
-	p := Point{FLOPs: flops, Bytes: bytes, Seconds: seconds, CommBytes: commBytes}
+	return NewWorkPoint(roof, flops, 0, bytes, commBytes, seconds)
+}
+
+// NewWorkPoint is NewCommPoint for work of which fp8FLOPs are FP8 GEMMs':
+// its floor computes them at the FP8 rate, and its attainable FLOP/s is the
+// roofline with the step's own compute peak, FLOPs / Roof.ComputeSeconds.
+func NewWorkPoint(roof *Roof, flops, fp8FLOPs, bytes, commBytes, seconds float64) Point {
+	p := Point{FLOPs: flops, FP8FLOPs: fp8FLOPs, Bytes: bytes, Seconds: seconds, CommBytes: commBytes}
 	if bytes > 0 {
 		p.IntensityFLOPsPerByte = flops / bytes
 	}
@@ -58,7 +68,11 @@ func NewCommPoint(roof *Roof, flops, bytes, commBytes, seconds float64) Point {
 	}
 	p.Roof = roof.Source
 	p.AttainableFLOPsPerSec = roof.AttainableFLOPsPerSec(p.IntensityFLOPsPerByte)
-	f := roof.FloorComm(flops, bytes, commBytes)
+	if fp8FLOPs > 0 {
+		peak := flops / roof.ComputeSeconds(flops, fp8FLOPs)
+		p.AttainableFLOPsPerSec = math.Min(peak, p.IntensityFLOPsPerByte*roof.PeakBytesPerSec)
+	}
+	f := roof.FloorWork(flops, fp8FLOPs, bytes, commBytes)
 	p.FloorSeconds, p.Bound = f.Seconds, f.Bound
 	if seconds > 0 {
 		p.AttainmentFraction = f.Seconds / seconds
@@ -83,7 +97,7 @@ func (c Costs) StepPoints(cfg runner.Config, roof *Roof, batch, inputLen, output
 		if err != nil {
 			return nil, fmt.Errorf("roofline point: %w", err)
 		}
-		p := NewCommPoint(roof, cost.FLOPs, cost.Bytes, cost.CommBytes, prefillSeconds)
+		p := NewWorkPoint(roof, cost.FLOPs, cost.FP8FLOPs, cost.Bytes, cost.CommBytes, prefillSeconds)
 		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen = fmt.Sprintf("prefill b=%d", batch), runner.PhasePrefill, batch, inputLen, outputLen
 		points = append(points, p)
 	}
@@ -93,7 +107,7 @@ func (c Costs) StepPoints(cfg runner.Config, roof *Roof, batch, inputLen, output
 		if err != nil {
 			return nil, fmt.Errorf("roofline point: %w", err)
 		}
-		p := NewCommPoint(roof, cost.FLOPs, cost.Bytes, cost.CommBytes, decodeSeconds)
+		p := NewWorkPoint(roof, cost.FLOPs, cost.FP8FLOPs, cost.Bytes, cost.CommBytes, decodeSeconds)
 		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen, p.Position = fmt.Sprintf("decode b=%d", batch), runner.PhaseDecode, batch, inputLen, outputLen, position
 		points = append(points, p)
 	}
@@ -109,7 +123,7 @@ func OpPoints(roof *Roof, step runner.StepCost, opSeconds map[string]float64) []
 		if !ok || !(seconds > 0) {
 			continue
 		}
-		p := NewPoint(roof, op.FLOPs, op.Bytes, seconds)
+		p := NewWorkPoint(roof, op.FLOPs, op.FP8FLOPs, op.Bytes, 0, seconds)
 		p.Label = fmt.Sprintf("%s %s b=%d", step.Phase, op.Op, step.Batch)
 		p.Phase, p.Op, p.Batch, p.Position = step.Phase, op.Op, step.Batch, step.StartPos
 		points = append(points, p)

@@ -84,6 +84,11 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if res.FP8GEMMSeconds != nil {
+		if err := c.AddFP8GEMM(res.FP8GEMMSeconds); err != nil {
+			return err
+		}
+	}
 	if m, err := nvml.Open(props.UUID); err == nil {
 		c.SMClockMHz = m.Read().SMClockMHz
 		m.Close()
@@ -122,4 +127,8 @@ func printCalibration(w io.Writer, c roofline.Calibration, note string, emulated
 		report.SI(c.CopyBytesPerSec, "B/s"), len(c.CopySeconds), c.CopyBytes>>20)
 	fmt.Fprintf(w, "  cuBLAS bf16 GEMM %d³:   %s (median of %d)\n", c.GEMMSize, report.SI(c.GEMMFLOPsPerSec, "FLOP/s"), len(c.GEMMSeconds))
 	fmt.Fprintf(w, "  ridge: %.3g FLOP/byte\n", c.GEMMFLOPsPerSec/c.CopyBytesPerSec)
+	if c.FP8GEMMFLOPsPerSec > 0 {
+		fmt.Fprintf(w, "  cuBLASLt FP8 GEMM %d³: %s (E4M3 in, bf16 out, median of %d; the ceiling of FP8 models' GEMMs)\n",
+			c.GEMMSize, report.SI(c.FP8GEMMFLOPsPerSec, "FLOP/s"), len(c.FP8GEMMSeconds))
+	}
 }

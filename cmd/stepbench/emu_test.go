@@ -142,6 +142,13 @@ func TestEmulatedVerify(t *testing.T) {
 	if !strings.Contains(stdout, "checks passed") {
 		t.Errorf("verify output:\n%s", stdout)
 	}
+	// The emulated GPU has FP8 (9.0): the FP8 GEMM against its twin, and
+	// llama-tiny quantized at load end to end against the cpu backend.
+	for _, want := range []string{"linear_fp8 (cuBLASLt)", "llama-tiny-fp8 prompt 2"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("verify output lacks %q:\n%s", want, stdout)
+		}
+	}
 }
 
 func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
@@ -161,7 +168,8 @@ func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
 	// Emulated rates are thousands of times below a GPU's: printed in the
 	// unit that fits (GFLOP/s, GB/s), never as 0.0 TFLOP/s.
 	stdout, _ = mustRun(t, "calibrate", "--copy-mib", "4", "--gemm-size", "128", "--repeats", "3", "--force")
-	rates := regexp.MustCompile(`copy: [1-9][0-9.]* [kMG]?B/s .*\n.*GEMM 128³: +[1-9][0-9.]* [kMG]?FLOP/s .*\n +ridge: [0-9.e+-]+ FLOP/byte`)
+	rates := regexp.MustCompile(`copy: [1-9][0-9.]* [kMG]?B/s .*\n.*GEMM 128³: +[1-9][0-9.]* [kMG]?FLOP/s .*\n +ridge: [0-9.e+-]+ FLOP/byte\n` +
+		` +cuBLASLt FP8 GEMM 128³: [1-9][0-9.]* [kMG]?FLOP/s \(E4M3`)
 	if !strings.Contains(stdout, "not GPU times") || !rates.MatchString(stdout) || strings.Contains(stdout, " 0.0 ") {
 		t.Errorf("calibrate output (said emulated, rates in units that fit):\n%s", stdout)
 	}

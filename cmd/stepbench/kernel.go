@@ -107,7 +107,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	if f.abMode() {
 		return f.runAB(fs, kernelArm{be, env, v}, gates[1], cfg, op, shapes, est, stdout, stderr)
 	}
-	roof, _, err := report.ChooseRoof(env, f.gpuName, "")
+	roof, _, err := report.ChooseRoof(env, f.gpuName, "", false)
 	if err != nil {
 		return usagef("--gpu: %v", err)
 	}

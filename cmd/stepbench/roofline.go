@@ -18,6 +18,8 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	ops := fs.Bool("ops", false, "also print every op's FLOPs, bytes and floor for prefill and the first decode step")
 	format := fs.String("format", "text", "output format: text or json")
 	tpSize := fs.Int("tp-size", 0, "floors of one GPU of this many tensor-parallel GPUs: its share of the work and its all-reduces at the preset's link bandwidth (0: the whole model on one GPU)")
+	var quantization string
+	registerQuantization(fs, &quantization)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -32,12 +34,20 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg, err = applyQuantization(cfg, quantization); err != nil {
+		return err
+	}
 	if err := sh.validate(cfg); err != nil {
 		return err
 	}
 	if fs.Changed("tp-size") {
 		if err := cfg.CheckTP(*tpSize); err != nil {
 			return usagef("--tp-size: %v", err)
+		}
+	}
+	if cfg.Quantization != nil {
+		if err := g.CheckFP8(); err != nil {
+			return usagef("--gpu: %v", err)
 		}
 	}
 	shapes, err := floors.Floors(cfg, g, *tpSize, sh.batch, sh.input, sh.output)

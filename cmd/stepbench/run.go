@@ -23,6 +23,7 @@ type runFlags struct {
 	shapes        shapeFlags
 	sampling      samplingFlags
 	loadFormat    string
+	quantization  string
 	device        string
 	seed          uint64
 	runName       string
@@ -51,6 +52,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.model.register(fs)
 	f.shapes.register(fs, []int{1024}, []int{16})
 	fs.StringVar(&f.loadFormat, "load-format", "auto", "weights: auto (safetensors with --model-path, else dummy), dummy, safetensors")
+	registerQuantization(fs, &f.quantization)
 	fs.StringVar(&f.device, "device", "auto", "backend: auto (cuda when a GPU is usable, else cpu), cuda, cpu")
 	fs.Uint64Var(&f.seed, "seed", 42, "seed of the dummy weights and of every prompt's token ids")
 	fs.StringVar(&f.runName, "run-name", "default", "run_name field of --result-filename records")
@@ -121,6 +123,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--device cpu: %w", err)
 		}
 	}
+	if err := checkFP8Device(be, setup.cfg); err != nil {
+		return err
+	}
 	verification := report.Verification{Status: report.VerificationReference}
 	if g, ok := be.(*gpu.Backend); ok && !f.correctness {
 		// Checked before the weights load: a wrong kernel costs no load.
@@ -163,6 +168,9 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 	}
 
 	if s.cfg, err = f.model.resolve(); err != nil {
+		return s, err
+	}
+	if s.cfg, err = applyQuantization(s.cfg, f.quantization); err != nil {
 		return s, err
 	}
 	if f.tp.grouped(fs) {
@@ -302,8 +310,8 @@ func (f *runFlags) loadEngine(s runSetup, be runner.Backend, stderr io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stderr, "stepbench: %s weights (%s, %s bf16) on %s in %.1f s\n", s.cfg.Name, s.loadFormat,
-		report.Bytes(s.est.WeightBytes), be.Name(), time.Since(loadStart).Seconds())
+	fmt.Fprintf(stderr, "stepbench: %s weights (%s, %s) on %s in %.1f s\n", s.cfg.Name, s.loadFormat,
+		weightsLabel(s.cfg, s.est), be.Name(), time.Since(loadStart).Seconds())
 	return engine, nil
 }
 

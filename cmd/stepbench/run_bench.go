@@ -61,7 +61,7 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	opt := f.benchOptions(s, d, textOut, stderr)
 	opt.Context = in.ctx
 	tel := startTelemetry(f.telemetry, d, &d.env, &opt, stderr)
-	roof, roofs, err := report.ChooseRoof(d.env, f.gpu, d.calibrations)
+	roof, roofs, err := report.ChooseRoof(d.env, f.gpu, d.calibrations, s.cfg.Quantization != nil)
 	if err != nil {
 		tel.finish(&d.env, stderr)
 		return usagef("--gpu: %v", err)
@@ -210,9 +210,13 @@ func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, st
 		}
 	}
 	if f.format == "gobench" {
-		errs = append(errs, report.WriteGoBench(stdout, final.Config.Model.Name, report.GoBenchConfig{"backend": env.Backend,
+		cfg := report.GoBenchConfig{"backend": env.Backend,
 			"gpu": env.GPUName, "driver": env.DriverVersion, "goos": runtime.GOOS, "goarch": runtime.GOARCH,
-			"emulated": yesIf(env.Emulated != ""), "verified": noIf(final.Verified != nil && !*final.Verified)}, shapes))
+			"emulated": yesIf(env.Emulated != ""), "verified": noIf(final.Verified != nil && !*final.Verified)}
+		if q := final.Config.Model.Quantization; q != nil {
+			cfg["quantization"] = q.String()
+		}
+		errs = append(errs, report.WriteGoBench(stdout, final.Config.Model.Name, cfg, shapes))
 	}
 	return errs
 }

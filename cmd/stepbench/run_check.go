@@ -140,7 +140,7 @@ func (s *samplingFlags) options(opt *bench.Options) {
 
 // correctnessFlags are the flags --correctness-test uses; it refuses the
 // others rather than ignore them.
-var correctnessFlags = []string{"model", "model-path", "load-format", "device", "seed", "correctness-test", "prompt-ids",
+var correctnessFlags = []string{"model", "model-path", "load-format", "quantization", "device", "seed", "correctness-test", "prompt-ids",
 	"prompt", "prompt-file", "chat", "stop-at-eos", "logits-out", "output-len", "kernels-dir", "include", "op", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
 	"tp-size", "nnodes", "node-rank", "dist-init-addr", "dist-timeout", "nccl"}
 

@@ -189,6 +189,10 @@ func runVerify(be *gpu.Backend, cfg runner.Config, seed uint64, opts gpu.VerifyO
 			return err
 		}
 		checks += verifyEndToEnd(be, tiny, seed, v.row)
+		if be.CheckFP8() == nil { // and FP8: dummy weights quantized at load, cuBLASLt's GEMMs
+			tiny.Name, tiny.Quantization = tiny.Name+"-fp8", runner.QuantizeAtLoad()
+			checks += verifyEndToEnd(be, tiny, seed, v.row)
+		}
 	}
 	if err := v.tw.Flush(); err != nil {
 		return err

@@ -317,8 +317,8 @@ API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
     case 39: v = 2048; break;                         // MAX_THREADS_PER_MULTIPROCESSOR
     case 40: v = 2; break;                            // ASYNC_ENGINE_COUNT
     case 41: v = 1; break;                            // UNIFIED_ADDRESSING
-    case 75: v = 9; break;                            // COMPUTE_CAPABILITY_MAJOR
-    case 76: v = 0; break;                            // COMPUTE_CAPABILITY_MINOR
+    case 75: v = s.cc_major; break;                   // COMPUTE_CAPABILITY_MAJOR
+    case 76: v = s.cc_minor; break;                   // COMPUTE_CAPABILITY_MINOR
     case 81: v = 233472; break;                       // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
     case 82: v = 65536; break;                        // MAX_REGISTERS_PER_MULTIPROCESSOR
     case 83: v = 0; break;                            // MANAGED_MEMORY: none here
@@ -765,10 +765,14 @@ API CUresult cuModuleLoadData(void **module, const void *image) {
         close(fd);
         return Err(kInvalidImage, "not an image of this emulator version (compile it with the emulated NVRTC of the same build)");
     }
-    if (desc->arch / 10 != 9 || desc->arch % 10 > 0) {
+    // A cubin runs on its major architecture from its minor up, as on a GPU
+    // (sm_80 on 8.0 and 8.9; sm_90 on 9.0 only).
+    const Settings &st = D().settings;
+    if (desc->arch / 10 != st.cc_major || desc->arch % 10 > st.cc_minor) {
         dlclose(dl);
         close(fd);
-        return Err(kNoBinaryForGPU, "the image was compiled for sm_" + std::to_string(desc->arch) + "; the emulated GPU is sm_90");
+        return Err(kNoBinaryForGPU, "the image was compiled for sm_" + std::to_string(desc->arch) + "; the emulated GPU is sm_" +
+                                        std::to_string(st.cc_major * 10 + st.cc_minor));
     }
     auto *m = new Module;
     m->ctx = c;

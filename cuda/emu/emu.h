@@ -83,6 +83,7 @@ struct Settings {
     uint64_t mem_bytes = 0;       // 0: host MemTotal
     bool strict_lazy_loading = true;
     int sms = 132;
+    int cc_major = 9, cc_minor = 0; // STEPBENCH_EMU_CC: the compute capability reported
     std::string counters_path;    // STEPBENCH_EMU_COUNTERS: access counters, a JSON line per launch
 };
 // Load reads the environment; an error names the variable.

@@ -1,4 +1,5 @@
 // settings.cpp — STEPBENCH_EMU_* environment variables, and CUresult names.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -93,6 +94,15 @@ Result LoadSettings(Settings *s) {
     if (const char *v = getenv("STEPBENCH_EMU_SMS"); v && *v) {
         if (!ParseUint(v, &n) || n < 1 || n > 1024) return Bad("STEPBENCH_EMU_SMS", v, "1..1024");
         s->sms = (int)n;
+    }
+    if (const char *v = getenv("STEPBENCH_EMU_CC"); v && *v) {
+        // MAJOR.MINOR, e.g. 8.0: what the device reports as its compute capability.
+        unsigned major = 0, minor = 0;
+        char rest = 0;
+        if (sscanf(v, "%u.%u%c", &major, &minor, &rest) != 2 || major < 7 || major > 12 || minor > 9) {
+            return Bad("STEPBENCH_EMU_CC", v, "a compute capability MAJOR.MINOR such as 8.0 or 9.0");
+        }
+        s->cc_major = (int)major, s->cc_minor = (int)minor;
     }
     return Result::Ok();
 }

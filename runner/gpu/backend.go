@@ -74,6 +74,10 @@ type Info struct {
 	// OpLibraries are the libraries that replace ops (Options.Ops).
 	OpLibraries         []OpLibraryInfo
 	CublasWorkspaceSize int
+	// CublasLtPath and CublasLtVersion are the cuBLASLt of the FP8 GEMMs,
+	// once EnableFP8 opened it ("" and 0 before).
+	CublasLtPath    string
+	CublasLtVersion int
 	// Emulated describes the emulated CUDA device when that is what runs the
 	// kernels (cuda/emu: times are not GPU times); "" on a GPU.
 	Emulated string
@@ -106,6 +110,8 @@ type Backend struct {
 	// argmax version 2's workspace, grown outside captures like attention's.
 	argmaxWorkspace      cuda.DevPtr
 	argmaxWorkspaceBytes int
+
+	fp8 *fp8State // the FP8 path (EnableFP8); nil until a quantized model needs it
 
 	events    []*cuda.Event
 	capturing bool
@@ -440,6 +446,7 @@ func (c *Backend) Close() error {
 	}
 	c.events = nil
 	add(c.leaveGroup()) // after AbortCollectives, nothing to leave
+	add(c.closeFP8())
 	// The handle goes before its workspace: cuBLAS may use the workspace
 	// until the handle is destroyed.
 	if c.handle != nil {
@@ -494,6 +501,12 @@ func (c *Backend) VerifyKernels(models []kernels.ModelShape, seed uint64, opts V
 	v := NewVerifier(c.ctx, c.stream, c.set, seed)
 	if err := v.Only(opts.Only...); err != nil {
 		return nil, err
+	}
+	if v.wants("fp8") && c.CheckFP8() == nil {
+		if err := c.EnableFP8(); err != nil {
+			return nil, fmt.Errorf("verify kernels: %w", err)
+		}
+		v.fp8 = c.fp8
 	}
 	if opts.Long {
 		v.IncludeLong()

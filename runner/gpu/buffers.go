@@ -26,7 +26,7 @@ func (c *Backend) Alloc(dt runner.DType, n int) (runner.Buffer, error) {
 	if err := c.notCapturing("alloc"); err != nil {
 		return nil, err
 	}
-	if dt != runner.BF16 && dt != runner.F32 && dt != runner.I32 {
+	if dt != runner.BF16 && dt != runner.F32 && dt != runner.I32 && dt != runner.F8E4M3 {
 		return nil, fmt.Errorf("alloc: unknown dtype %d", dt)
 	}
 	if n < 0 || int64(n) > math.MaxInt64/8 {
@@ -150,7 +150,7 @@ func (c *Backend) download(op string, dst []byte, src cuda.DevPtr) error {
 	return nil
 }
 
-func asBytes[T uint16 | int32 | float32](s []T) []byte {
+func asBytes[T uint8 | uint16 | int32 | float32](s []T) []byte {
 	if len(s) == 0 {
 		return nil
 	}

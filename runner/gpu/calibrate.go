@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"unsafe"
 
 	"stepbench/cuda"
 	"stepbench/kernels/ref"
@@ -46,6 +47,10 @@ type CalibrateResult struct {
 	CopySeconds      []float64
 	GEMMSize         int
 	GEMMSeconds      []float64
+	// FP8GEMMSeconds are a cuBLASLt FP8 E4M3 GEMM's (n×n×n, bf16 out) on
+	// GPUs with FP8 tensor cores (compute capability 8.9 and later); nil
+	// elsewhere.
+	FP8GEMMSeconds []float64
 }
 
 // Calibrate measures a device-to-device copy and a cuBLAS bf16 GEMM
@@ -81,7 +86,69 @@ func Calibrate(drv *cuda.Driver, blas *cuda.Cublas, opt CalibrateOptions) (res C
 	if res.GEMMSeconds, err = m.measureGEMM(blas); err != nil {
 		return res, fmt.Errorf("calibrate GEMM: %w", err)
 	}
+	if props.Major*10+props.Minor >= MinFP8Arch {
+		if res.FP8GEMMSeconds, err = m.measureFP8GEMM(blas); err != nil {
+			return res, fmt.Errorf("calibrate FP8 GEMM: %w", err)
+		}
+	}
 	return res, nil
+}
+
+// measureFP8GEMM times n×n×n cuBLASLt FP8 GEMMs (E4M3 in, fp32
+// accumulate, bf16 out, unit scales) on random non-zero E4M3 data.
+func (m *calibration) measureFP8GEMM(blas *cuda.Cublas) ([]float64, error) {
+	n := m.opt.GEMMSize
+	lt, err := cuda.OpenCublasLt(blas)
+	if err != nil {
+		return nil, err
+	}
+	var a, b, d, ws cuda.DevPtr
+	for _, x := range []struct {
+		dst   *cuda.DevPtr
+		bytes int
+	}{{&a, n * n}, {&b, n * n}, {&d, 2 * n * n}, {&ws, ltWorkspaceBytes}} {
+		if *x.dst, err = m.alloc(x.bytes); err != nil {
+			return nil, err
+		}
+	}
+	rng := rand.New(rand.NewPCG(m.opt.Seed, 0x6670386361)) // "fp8ca"
+	for _, p := range []cuda.DevPtr{a, b} {
+		if err := uploadRandomE4M3(m.ctx, m.stream, p, n*n, rng); err != nil {
+			return nil, fmt.Errorf("inputs: %w", err)
+		}
+	}
+	handle, err := lt.NewHandle()
+	if err != nil {
+		return nil, err
+	}
+	m.cleanup = append(m.cleanup, handle.Destroy)
+	mm := cuda.FP8Matmul{M: n, N: n, K: n, A: a, Lda: n, B: b, Ldb: n, D: d, Ldd: n, Workspace: ws, WorkspaceBytes: ltWorkspaceBytes}
+	if n%16 != 0 {
+		return nil, fmt.Errorf("--gemm-size %d: cuBLASLt's FP8 GEMM needs a multiple of 16", n)
+	}
+	return m.timed("cuBLASLt FP8 GEMM", func() error { return handle.MatmulFP8(m.stream, mm) })
+}
+
+// uploadRandomE4M3 fills count E4M3 bytes at dst with uniform values in
+// ±[1/16, 1) (never zero).
+func uploadRandomE4M3(ctx *cuda.Context, s *cuda.Stream, dst cuda.DevPtr, count int, rng *rand.Rand) (err error) {
+	host, err := ctx.AllocHost(count)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, ctx.FreeHost(host)) }()
+	vals := unsafe.Slice((*uint8)(host.Ptr), count)
+	for i := range vals {
+		v := float32(1.0/16 + rng.Float64()*(1-1.0/16))
+		if rng.IntN(2) == 0 {
+			v = -v
+		}
+		vals[i] = ref.F32ToE4M3(v)
+	}
+	if err := s.CopyHtoD(dst, host.Ptr, count); err != nil {
+		return err
+	}
+	return s.Sync()
 }
 
 // calibration holds one measurement's context, stream, events and

@@ -61,6 +61,9 @@ func TestCalibrateOnGPU(t *testing.T) {
 	bw := 2 * float64(opt.CopyBytes) / copyMedian
 	flops := 2 * float64(opt.GEMMSize*opt.GEMMSize*opt.GEMMSize) / gemmMedian
 	t.Logf("%s: copy %.2f TB/s, bf16 GEMM %d³ %.1f TFLOP/s", res.DeviceName, bw/1e12, opt.GEMMSize, flops/1e12)
+	if props, _ := drv.Props(0); props.Major*10+props.Minor >= MinFP8Arch && len(res.FP8GEMMSeconds) != 5 {
+		t.Errorf("compute capability %d.%d: %d FP8 GEMM times, want 5", props.Major, props.Minor, len(res.FP8GEMMSeconds))
+	}
 	if emulated {
 		if !(bw > 0) || !(flops > 0) {
 			t.Errorf("emulated device: rates %.3g B/s, %.3g FLOP/s, want positive", bw, flops)

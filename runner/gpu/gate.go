@@ -60,6 +60,8 @@ func checkForFamily(family string) string {
 		return "argmax_keys"
 	case strings.HasPrefix(family, "argmax"):
 		return "argmax"
+	case strings.HasPrefix(family, "fp8_"):
+		return "fp8"
 	}
 	return family
 }

@@ -56,6 +56,8 @@ type Verifier struct {
 	// (CountAccesses); modelBytes is the current check's cost-model bytes.
 	counters   *counterReader
 	modelBytes float64
+	// fp8 runs the FP8 GEMM checks (cuBLASLt); nil on a GPU without FP8.
+	fp8 *fp8State
 }
 
 // CountAccesses attaches to every check the access counters the emulated
@@ -95,7 +97,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 	}{
 		{"embed", v.verifyEmbed}, {"add_rmsnorm", v.verifyAddRMSNorm}, {"silu_mul", v.verifySiluMul},
 		{"gather_last", v.verifyGatherLast}, {"argmax", v.verifyArgmax}, {"rope_kv_write", v.verifyRope},
-		{"argmax_keys", v.verifyArgmaxKeys}, {"linear", v.verifyLinear},
+		{"argmax_keys", v.verifyArgmaxKeys}, {"linear", v.verifyLinear}, {"fp8", v.verifyFP8},
 	}
 	for _, m := range models {
 		for _, c := range perModel {
@@ -137,7 +139,7 @@ var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA con
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
 // covers decode and prefill) and decode_graph for the replayed decode step.
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.
