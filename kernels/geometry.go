@@ -1,5 +1,7 @@
 package kernels
 
+import "strings"
+
 // AttnShape describes one attention call over the KV cache (runner.AttnShape
 // is this type). Every sequence holds StartPos cached tokens and brings
 // SeqLen new ones: token (b, s) sits at position StartPos+s and row
@@ -96,7 +98,27 @@ const (
 	// Argmax2Threads its block size.
 	ArgmaxChunk    = 4096
 	Argmax2Threads = 256
+	// GemvThreads and GemvRows are linear version 2's block size and the
+	// output columns (rows of w) one block owns (GEMV_THREADS, GEMV_ROWS in
+	// gemv.cu); GemvMaxRows is the most token rows it takes (gemv_t16).
+	GemvThreads = 128
+	GemvRows    = 16
+	GemvMaxRows = 16
 )
+
+// GemvEntryPoint is linear version 2's entry point for m token rows
+// (gemv_t8 up to 8, gemv_t16 up to 16); silu names the gate_up kernel
+// with SiLU·mul fused (gemv_silu_t8, gemv_silu_t16).
+func GemvEntryPoint(m int, silu bool) string {
+	name := "gemv_t16"
+	if m <= 8 {
+		name = "gemv_t8"
+	}
+	if silu {
+		return strings.Replace(name, "gemv_", "gemv_silu_", 1)
+	}
+	return name
+}
 
 // PrefillTCSharedBytes mirrors attn_prefill_tc's dynamic shared layout: the
 // bf16 q tile and two k and two v tiles (double buffering).

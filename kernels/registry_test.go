@@ -142,6 +142,8 @@ var launchConstants = []struct {
 	{"Decode2Threads", "attention.cu", `#define DEC_THREADS (\d+)`, Decode2Threads},
 	{"ArgmaxChunk", "sample.cu", `#define ARGMAX_CHUNK (\d+)`, ArgmaxChunk},
 	{"Argmax2Threads", "sample.cu", `#define ARGMAX_THREADS (\d+)`, Argmax2Threads},
+	{"GemvThreads", "gemv.cu", `#define GEMV_THREADS (\d+)`, GemvThreads},
+	{"GemvRows", "gemv.cu", `#define GEMV_ROWS (\d+)`, GemvRows},
 }
 
 func TestLaunchConstantsMatchSources(t *testing.T) {

@@ -16,6 +16,7 @@ const (
 	OpAttnDecode  = "attn_decode"
 	OpRope        = "rope_kv_write"
 	OpArgmax      = "argmax"
+	OpLinear      = "linear"
 )
 
 // OpVersion describes one version of an op.
@@ -37,6 +38,8 @@ func OpVersions() []OpVersion {
 		{OpRope, 2, "16-byte accesses; head_dim a multiple of 16, <= 256"},
 		{OpArgmax, 1, "one block per row"},
 		{OpArgmax, 2, "rows split over blocks of 4096 logits, then merged; vocab a multiple of 8"},
+		{OpLinear, 1, "cuBLAS (cublasGemmEx, bf16 in and out, fp32 compute)"},
+		{OpLinear, 2, "decode's 1..16 rows on our tensor-core skinny GEMM (16-byte weight streams), gate_up with SiLU·mul fused; more rows (prefill) run version 1; k a multiple of 8"},
 	}
 }
 
@@ -158,6 +161,23 @@ func (s Selection) ArgmaxVersion(vocab int) (int, error) {
 	})
 }
 
+// LinearVersion is the linear version to run for products over k (the
+// inner dimension): version 2 needs k a multiple of 8. Version 2 names our
+// kernel for the products of GemvMaxRows rows or fewer (LinearUsesGemv);
+// products of more rows (a prefill's) run cuBLAS under either version.
+func (s Selection) LinearVersion(k int) (int, error) {
+	return s.pick(OpLinear, func(v int) error {
+		if v == 2 && k%8 != 0 {
+			return fmt.Errorf("k = %d (version 2 takes multiples of 8)", k)
+		}
+		return nil
+	})
+}
+
+// LinearUsesGemv reports whether linear version 2 runs a product of m rows
+// on its own kernel (gemv.cu) rather than on cuBLAS.
+func LinearUsesGemv(m int) bool { return m >= 1 && m <= GemvMaxRows }
+
 // pick returns the chosen version of op if it supports the shape (else an
 // error naming why), or the newest version that supports it.
 func (s Selection) pick(op string, supports func(version int) error) (int, error) {
@@ -177,7 +197,7 @@ func (s Selection) pick(op string, supports func(version int) error) (int, error
 }
 
 // Resolve is the version every op with versions runs at the shapes of m,
-// "argmax=2 attn_decode=2 attn_prefill=2 rope_kv_write=2", or an error
+// "argmax=2 attn_decode=2 attn_prefill=2 linear=2 rope_kv_write=2", or an error
 // naming the first chosen version that cannot run them.
 func (s Selection) Resolve(m ModelShape) (string, error) {
 	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim}
@@ -185,7 +205,13 @@ func (s Selection) Resolve(m ModelShape) (string, error) {
 		OpArgmax:      func() (int, error) { return s.ArgmaxVersion(m.Vocab) },
 		OpAttnDecode:  func() (int, error) { return s.DecodeVersion(a) },
 		OpAttnPrefill: func() (int, error) { return s.PrefillVersion(a) },
-		OpRope:        func() (int, error) { return s.RopeVersion(m.HeadDim) },
+		OpLinear: func() (int, error) {
+			if v, err := s.LinearVersion(m.Hidden); err != nil || v == 1 {
+				return v, err
+			}
+			return s.LinearVersion(m.Inter)
+		},
+		OpRope: func() (int, error) { return s.RopeVersion(m.HeadDim) },
 	}
 	var parts []string
 	for _, op := range VersionedOps() {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -16,8 +17,8 @@ import (
 
 // buildFlags are the flags of 'stepbench build'.
 type buildFlags struct {
-	kernelsDir, nvrtcPath, counters, model, cacheDir string
-	archs                                            []int
+	kernelsDir, nvrtcPath, counters, model, cacheDir, cubinDir string
+	archs                                                      []int
 }
 
 // buildCmd compiles the kernels and prints each entry point's ptxas report
@@ -34,6 +35,7 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.counters, "counters", "", "emulated device only: run the kernel checks with access counters into this JSONL file and print them beside the ptxas report (about a minute)")
 	fs.StringVar(&f.model, "model", "llama-tiny", "with --counters: the preset whose shapes the checks run at")
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "cubin cache (default: <user cache dir>/stepbench/cubin)")
+	fs.StringVar(&f.cubinDir, "cubin-dir", "", "also write each source's cubin to DIR/sm_XY/NAME.cubin (for cuobjdump -sass; scripts/sass-mix counts its instructions)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -117,6 +119,9 @@ func (f buildFlags) writeTable(w io.Writer, nv *cuda.NVRTC, srcs map[string]stri
 		if err != nil {
 			return err
 		}
+		if err := f.writeCubins(compiled, arch); err != nil {
+			return err
+		}
 		var rows []kernels.KernelResources
 		for _, c := range compiled {
 			rows = append(rows, c.Report...)
@@ -134,6 +139,24 @@ func (f buildFlags) writeTable(w io.Writer, nv *cuda.NVRTC, srcs map[string]stri
 		}
 	}
 	return tw.Flush()
+}
+
+// writeCubins writes each compiled source's cubin under --cubin-dir.
+func (f buildFlags) writeCubins(compiled []kernels.Compiled, arch int) error {
+	if f.cubinDir == "" {
+		return nil
+	}
+	dir := filepath.Join(f.cubinDir, fmt.Sprintf("sm_%d", arch))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--cubin-dir: %w", err)
+	}
+	for _, c := range compiled {
+		path := filepath.Join(dir, strings.TrimSuffix(c.Name, ".cu")+".cubin")
+		if err := os.WriteFile(path, c.Cubin, 0o644); err != nil {
+			return fmt.Errorf("--cubin-dir: write %s's cubin: %w", c.Name, err)
+		}
+	}
+	return nil
 }
 
 func counterColumns(k gpu.KernelCounters) string {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -82,5 +84,25 @@ func TestBuildPrintsThePtxasReport(t *testing.T) {
 	row := regexp.MustCompile(`(?m)^attn_prefill_tc_d128 +sm_90 +[1-9][0-9]* +0 +0$`)
 	if code != 0 || !row.MatchString(stdout) || !strings.Contains(stdout, "registers") {
 		t.Errorf("build: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
+
+// build --cubin-dir writes every source's cubin, what cuobjdump -sass reads
+// (an ELF file, as NVRTC makes it).
+func TestBuildWritesCubins(t *testing.T) {
+	t.Setenv("STEPBENCH_CUDA_LIBS", "")
+	dir := t.TempDir()
+	code, _, stderr := run(t, "build", "--arch", "90", "--cubin-dir", dir)
+	if code != 0 && strings.Contains(stderr, "no NVRTC") {
+		t.Skipf("no NVRTC installed: %s", stderr)
+	}
+	if code != 0 {
+		t.Fatalf("build: exit %d\n%s", code, stderr)
+	}
+	for _, name := range []string{"gemv", "attention", "norm"} {
+		data, err := os.ReadFile(filepath.Join(dir, "sm_90", name+".cubin"))
+		if err != nil || !bytes.HasPrefix(data, []byte("\x7fELF")) {
+			t.Errorf("%s.cubin: %v, %d bytes, want an ELF cubin", name, err, len(data))
+		}
 	}
 }

@@ -217,7 +217,8 @@ var emuSelection = func() kernels.Selection {
 }()
 
 // TestEmulatorSchedules runs every kernel check at the odd widths, and
-// attention and the replayed decode step at llama-3-8b's shapes too, with
+// attention, the replayed decode step and linear version 2 at llama-3-8b's
+// shapes too, with
 // the threads of each block run in reverse and in a seeded random order: a
 // kernel whose output depends on the order has a race. (TestGPU runs every
 // check at both shapes in the default, forward order.)
@@ -231,7 +232,7 @@ func TestEmulatorSchedules(t *testing.T) {
 		if len(emuSelection) == 0 { // every version at the odd widths, the newest at llama-3-8b's
 			emuSelection = kernels.Selection{kernels.OpAttnPrefill: 2, kernels.OpAttnDecode: 2}
 		}
-		failures = append(failures, verifyOnEmulator(t, mustSources(t), testModelShapes[1:], cache, "attention", "decode_graph")...)
+		failures = append(failures, verifyOnEmulator(t, mustSources(t), testModelShapes[1:], cache, "attention", "decode_graph", "linear")...)
 		for _, f := range failures {
 			t.Error(f)
 		}

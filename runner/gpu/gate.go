@@ -60,6 +60,8 @@ func checkForFamily(family string) string {
 		return "argmax_keys"
 	case strings.HasPrefix(family, "argmax"):
 		return "argmax"
+	case strings.HasPrefix(family, "gemv"):
+		return "linear"
 	}
 	return family
 }
@@ -222,6 +224,9 @@ func (v *Verifier) gateRowWise(m kernels.ModelShape, shapes []RunShape) {
 	for _, b := range batches {
 		if v.wants("argmax") && v.dead == nil {
 			v.gateArgmax(m, b)
+		}
+		if v.wants("linear") && v.dead == nil {
+			v.gateLinear(m, b)
 		}
 	}
 }

@@ -34,7 +34,8 @@ func (c *Backend) AddRMSNorm(out, residual, add, weight runner.Buffer, rows, hid
 	return c.set.AddRMSNorm(c.stream, pOut, pRes, pAdd, pW, rows, hidden, eps)
 }
 
-// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ through cuBLAS: in column-major terms
+// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ: linear version 2's kernel for a
+// decode step's few rows (Kernels.Linear), else cuBLAS: in column-major terms
 // C(n×m) = op(A)·B with A = w seen as k×n (transposed), B = x seen as k×m.
 func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	if m < 0 || n < 1 || k < 1 {
@@ -46,6 +47,10 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	pW := o.get(w, runner.BF16, n*k, "w")
 	if o.err != nil || m == 0 {
 		return o.err
+	}
+	// Linear version 2 (kernels/gemv.cu) takes decode's few rows; the rest is cuBLAS's.
+	if ran, err := c.set.Linear(c.stream, pOut, pX, pW, m, n, k); ran || err != nil {
+		return err
 	}
 	if err := c.handle.GemmBF16(true, false, n, m, k, 1, pW, k, pX, k, 0, pOut, n); err != nil {
 		return fmt.Errorf("linear: %w", c.rootCause(err))

@@ -95,7 +95,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 	}{
 		{"embed", v.verifyEmbed}, {"add_rmsnorm", v.verifyAddRMSNorm}, {"silu_mul", v.verifySiluMul},
 		{"gather_last", v.verifyGatherLast}, {"argmax", v.verifyArgmax}, {"rope_kv_write", v.verifyRope},
-		{"argmax_keys", v.verifyArgmaxKeys},
+		{"argmax_keys", v.verifyArgmaxKeys}, {"linear", v.verifyLinear},
 	}
 	for _, m := range models {
 		for _, c := range perModel {
@@ -124,6 +124,9 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 	if v.wants("fill_dummy") {
 		v.verifyFillDummy()
 	}
+	if v.wants("linear") {
+		v.verifyLinearEdges()
+	}
 	if v.dead != nil {
 		v.results = append(v.results, CheckResult{Check: "remaining checks", Err: ErrContextLost})
 	}
@@ -135,9 +138,10 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA context unusable")
 
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
-// covers decode and prefill) and decode_graph for the replayed decode step.
+// covers decode and prefill, linear version 2's kernels of gemv.cu) and
+// decode_graph for the replayed decode step.
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.
