@@ -40,24 +40,47 @@
 // lm_head 128256x4096): 15.01 GB of weights (the cost model's), x and out
 // under 0.1% of it; 2 FLOP per weight per token row. At the datasheet peaks
 // the floor is 4.48 ms (H100 SXM, 3.35 TB/s) and 3.13 ms (H200, 4.8 TB/s);
-// with m = 16 the FLOPs are 481 GFLOP = 0.49 ms at 989 TFLOP/s: still
+// with m = 16 the FLOPs are 240 GFLOP = 0.24 ms at 989 TFLOP/s: still
 // bandwidth-bound. Predicted (not measured: no GPU was lent): 90% of the
-// HBM roof for blocks of >= 256 (the share other streaming kernels of this
-// shape reach on Hopper), i.e. 4.98 ms (H100) / 3.48 ms (H200) for a step's
-// projections at batch 1..16; per launch at H200: qkv 11.6 us, o 7.8 us,
-// gate_up 54.4 us, down 27.2 us, lm_head 243 us (each bytes / (0.9 x 4.8
-// TB/s)).
+// HBM roof while a launch streams (the share well-fed streaming kernels
+// reach on Hopper; 3.0 of 3.35 TB/s on an H100, 4.3 of 4.8 on an H200, as
+// the copy this workplace measured on an H200) plus about 1 us of fill and
+// drain per launch, i.e. 4.98 + 0.13 = 5.11 ms (H100) / 3.48 + 0.13 = 3.61
+// ms (H200) for a step's 129 projections at batch 1..16; per launch at
+// H200: qkv 12.6 us, o 8.8 us, gate_up 55.4 us, down 28.2 us, lm_head 244
+// us (bytes / (0.9 x 4.8 TB/s) + 1 us); at H100: 17.7, 12.1, 78.9, 39.9,
+// 350 us.
 //
 // Extra traffic this split pays: x is re-read by every block (from L1/L2,
 // not DRAM): m/16 of the weight bytes (6% at m = 1, 100% at m = 16), which
 // is why version 2 stops at 16 rows (at 32 it would be twice the weight
 // stream through L2).
 //
-// ptxas (NVRTC 11.8, sm_90, stepbench build --nvrtc .../libnvrtc.so.11.2)
-// and SASS (cuobjdump -sass of stepbench build --cubin-dir, scripts/sass-mix):
-// see the table at the end of this header, filled from those tools.
-//
-// PTXAS-SASS-TABLE
+// Evidence without a GPU (how each figure was made; no figure here is a
+// GPU measurement):
+//  - ptxas, NVRTC 11.8 for sm_90 (stepbench build --nvrtc
+//    /usr/lib/x86_64-linux-gnu/libnvrtc.so.11.2 --arch 90): gemv_t8 122
+//    registers, gemv_t16 162, gemv_silu_t8 124, gemv_silu_t16 164; 0 spill
+//    bytes; static shared 2112 / 4224 B (the warps' partial sums). At 162
+//    registers 3 blocks (12 warps) fit an SM.
+//  - SASS (stepbench build --cubin-dir, cuobjdump -sass of Debian's
+//    nvidia-cuda-toolkit 11.8, scripts/sass-mix), the whole-chunk loop per
+//    64-element chunk of a warp, i.e. per 2 KB of weights: gemv_t8 36.1
+//    instructions (4 HMMA, 4 LDG.E.NA.128 of weights + 2 LDG.E.128 of x,
+//    16 MOV assembling A fragments, 5 integer, 5 branch; ptxas unrolls two
+//    rings: 289 per trip of 8 chunks); gemv_t16 60 (8 HMMA, 4 + 4
+//    LDG.128, 32.5 MOV, 6 integer, 5 branch; 240 per trip of 4). Streaming
+//    at 4.8 TB/s an SM takes 18.4 B/clock (132 SMs at 1.98 GHz), 2 KB per
+//    111 clocks: 0.33 (t8) and 0.54 (t16) instructions per clock of the 4 an
+//    SM issues. No FFMA in the loop: the products are on tensor cores.
+//  - Access counters (EMULATED, stepbench verify --check linear --counters,
+//    llama-tiny and odd widths): global loads 16 sectors per request with
+//    every byte used where the 8 token rows are distinct (m >= 8); at m = 1
+//    11.3 (the weight requests 16, x's 2: the 8 lane groups read token 0's
+//    64 bytes), every byte used; stores 1-2 sectors per request, 100% used
+//    at full 16-column tiles; shared stores 0-0.125 bank conflicts per
+//    request, loads 0. Sector bytes over the cost model's bytes: 1.06 at
+//    m = 1, 1.9 at m = 16 (x re-read by every block, from L1/L2).
 
 #define GEMV_THREADS 128
 #define GEMV_ROWS 16

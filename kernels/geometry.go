@@ -44,16 +44,31 @@ func DecodePlan(a AttnShape, smCount int) (chunkKeys, splits int) {
 	return chunkKeys, CeilDiv(keys, chunkKeys)
 }
 
-// AttentionWorkspaceBytes is the float32 workspace decode attention needs
-// for shape a on a GPU with smCount SMs: one partial (HeadDim sums, a max
-// and a sum) per batch, head and split; zero for prefill (SeqLen > 1). It
+// AttentionWorkspaceBytes is the workspace decode attention needs for shape
+// a on a GPU with smCount SMs: one float32 partial (HeadDim sums, a max and
+// a sum) per batch, head and split, then version 3's block counters
+// (DecodeCounterBytes); zero for prefill (SeqLen > 1). It
 // depends on Batch, Heads, KVHeads, HeadDim and MaxSeq, never on StartPos.
 func AttentionWorkspaceBytes(a AttnShape, smCount int) int {
 	if a.SeqLen != 1 || a.Batch <= 0 || a.Heads <= 0 || a.HeadDim <= 0 {
 		return 0
 	}
 	_, splits := DecodePlan(a, smCount)
+	return DecodePartialBytes(a, splits) + DecodeCounterBytes(a)
+}
+
+// DecodePartialBytes is the float32 partials' part of the decode workspace:
+// HeadDim sums, a max and a sum per batch, head and split.
+func DecodePartialBytes(a AttnShape, splits int) int {
 	return a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
+}
+
+// DecodeCounterBytes is the part after the partials that attn_decode
+// version 3 counts its blocks in: one int per sequence and kv head, rounded
+// up to 16 bytes. It must be zero before the first launch (the backend
+// zeroes a workspace it allocates); each launch leaves it zero.
+func DecodeCounterBytes(a AttnShape) int {
+	return CeilDiv(a.Batch*a.KVHeads*4, 16) * 16
 }
 
 // DecodeSharedBytes mirrors attn_decode_split's dynamic shared layout: q

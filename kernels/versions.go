@@ -34,6 +34,7 @@ func OpVersions() []OpVersion {
 		{OpAttnPrefill, 2, "FlashAttention-2 on tensor cores (mma.sync bf16), cp.async double buffering; head_dim 64, 128"},
 		{OpAttnDecode, 1, "flash-decoding, one thread per key; head_dim 32, 64, 128"},
 		{OpAttnDecode, 2, "flash-decoding with 16-byte coalesced K/V loads, all heads of a kv head in one pass; head_dim 64, 128, up to 8 query heads per kv head"},
+		{OpAttnDecode, 3, "version 2 with the combine fused in (the last block of each kv head merges the splits): one launch instead of two; head_dim 64, 128, up to 8 query heads per kv head"},
 		{OpRope, 1, "2-byte accesses; even head_dim <= 256"},
 		{OpRope, 2, "16-byte accesses; head_dim a multiple of 16, <= 256"},
 		{OpArgmax, 1, "one block per row"},
@@ -129,12 +130,12 @@ func (s Selection) PrefillVersion(a AttnShape) (int, error) {
 // DecodeVersion is the attn_decode version to run for a (see PrefillVersion).
 func (s Selection) DecodeVersion(a AttnShape) (int, error) {
 	return s.pick(OpAttnDecode, func(v int) error {
-		if v == 2 {
+		if v >= 2 {
 			if !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
-				return fmt.Errorf("head_dim %d (version 2 takes %v)", a.HeadDim, TensorCoreHeadDims)
+				return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, TensorCoreHeadDims)
 			}
 			if g := a.Heads / max(a.KVHeads, 1); g > Decode2Groups[len(Decode2Groups)-1] {
-				return fmt.Errorf("%d query heads per kv head (version 2 takes up to %d)", g, Decode2Groups[len(Decode2Groups)-1])
+				return fmt.Errorf("%d query heads per kv head (version %d takes up to %d)", g, v, Decode2Groups[len(Decode2Groups)-1])
 			}
 		}
 		return nil

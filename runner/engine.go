@@ -349,7 +349,9 @@ type layerStep struct {
 
 // layerSteps are the ops of one decoder layer for shape s. A tensor-parallel
 // rank runs its slices of the projections and attention (its Layout) and
-// all-reduces the partial sums of o_proj and down_proj.
+// all-reduces the partial sums of o_proj and down_proj. Where the backend
+// fuses silu_mul into gate_up_proj at s (GateUpFuser), gate_up_proj is the
+// fused op and there is no silu_mul step.
 func (e *Engine) layerSteps(s AttnShape) []layerStep {
 	c, be, w, a := e.cfg, e.be, e.w, &e.act
 	T, h, inter := s.Tokens(), c.HiddenSize, e.tp.Inter
@@ -380,6 +382,15 @@ func (e *Engine) layerSteps(s AttnShape) []layerStep {
 	}
 	if e.coll == nil {
 		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return strings.HasSuffix(st.name, "_all_reduce") })
+	}
+	if f, ok := be.(GateUpFuser); ok && f.FusesGateUp(T, inter, h) {
+		// One op for both: SiLU·mul in the gate_up product's epilogue.
+		for i := range steps {
+			if steps[i].name == "gate_up_proj" {
+				steps[i].run = func(l int) error { return f.LinearSiluMul(a.act, a.normed, w.layers[l].gateUp, T, inter, h) }
+			}
+		}
+		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return st.name == "silu_mul" })
 	}
 	return steps
 }

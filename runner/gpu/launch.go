@@ -23,6 +23,18 @@ type Kernels struct {
 	// sel picks the version of the ops that have several (kernels.Ops);
 	// With gives the same kernels another selection.
 	sel kernels.Selection
+	// launched counts the kernels enqueued (captures included), shared by
+	// the copies With makes.
+	launched *int64
+}
+
+// Launched is how many kernels have been enqueued through k and every copy
+// With made of it.
+func (k *Kernels) Launched() int64 {
+	if k.launched == nil {
+		return 0
+	}
+	return *k.launched
 }
 
 // With returns the same loaded kernels (Close stays the original's) with
@@ -43,7 +55,7 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 	if smCount < 1 {
 		return nil, fmt.Errorf("load kernels: SM count %d < 1", smCount)
 	}
-	k := &Kernels{smCount: smCount, fn: map[string]*cuda.Function{}}
+	k := &Kernels{smCount: smCount, fn: map[string]*cuda.Function{}, launched: new(int64)}
 	byFile := map[string]*cuda.Module{}
 	var errs []error
 	for _, c := range compiled {
@@ -188,6 +200,9 @@ func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3,
 	}
 	if err := s.Launch(f, grid, block, sharedBytes, args...); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
+	}
+	if k.launched != nil {
+		*k.launched++
 	}
 	return nil
 }
@@ -369,19 +384,23 @@ func (k *Kernels) prefill(s *cuda.Stream, op string, out, q, kCache, vCache, pos
 }
 
 // decode launches the attn_decode version the selection picks for a, then
-// the combine of the splits (both versions write the same partials).
+// (versions 1 and 2) the combine of the splits; version 3 combines in its
+// own last block of each kv head.
 func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
 	version, err := k.sel.DecodeVersion(a)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
 	}
 	chunkKeys, splits := kernels.DecodePlan(a, k.smCount)
-	need := a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
+	need := kernels.DecodePartialBytes(a, splits)
 	name, shared, threads := kernels.EntryPoint("attn_decode_split", a.HeadDim), kernels.DecodeSharedBytes(a, chunkKeys), kernels.DecodeThreads
-	if version == 2 {
+	if version >= 2 {
 		g := kernels.Decode2Group(a)
 		name, shared = kernels.GroupEntryPoint("attn_decode2", a.HeadDim, g), kernels.Decode2SharedBytes(a.HeadDim, g)
 		threads = kernels.Decode2Threads
+	}
+	if version == 3 {
+		name, need = kernels.GroupEntryPoint("attn_decode3", a.HeadDim, kernels.Decode2Group(a)), need+kernels.DecodeCounterBytes(a)
 	}
 	c.pointer("workspace", workspace, 16)
 	c.require(workspaceBytes >= need, "workspace has %d bytes, need %d (see AttentionWorkspaceBytes)", workspaceBytes, need)
@@ -391,9 +410,12 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 	if err := c.err(); err != nil {
 		return err
 	}
-	if err := k.launch(s, c.op, name,
-		cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)},
-		cuda.Dim3{X: uint32(threads), Y: 1, Z: 1}, shared,
+	grid, block := cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)}, cuda.Dim3{X: uint32(threads), Y: 1, Z: 1}
+	if version == 3 {
+		return k.launch(s, c.op, name, grid, block, shared, out, workspace, q, kCache, vCache, pos, int32(a.Batch),
+			int32(a.Heads), int32(a.KVHeads), int32(a.MaxSeq), int32(chunkKeys), int32(splits))
+	}
+	if err := k.launch(s, c.op, name, grid, block, shared,
 		workspace, q, kCache, vCache, pos, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
 		int32(a.MaxSeq), int32(chunkKeys), int32(splits)); err != nil {
 		return err
@@ -403,6 +425,19 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 		cuda.Dim3{X: threadsFor(a.HeadDim, 128), Y: 1, Z: 1}, 0,
 		out, workspace, pos, int32(a.MaxSeq), int32(a.Batch), int32(a.Heads), int32(a.HeadDim),
 		int32(chunkKeys), int32(splits))
+}
+
+// ZeroAttentionWorkspace clears a decode workspace just allocated: attn_decode
+// version 3's block counters (kernels.DecodeCounterBytes) must start at zero
+// (each launch leaves them so). Call it outside captures, once per allocation.
+func (k *Kernels) ZeroAttentionWorkspace(s *cuda.Stream, workspace cuda.DevPtr, workspaceBytes int) error {
+	if workspace == 0 || workspaceBytes < 4 {
+		return nil
+	}
+	if err := s.Memset32(workspace, 0, workspaceBytes/4); err != nil {
+		return fmt.Errorf("attention: zero the decode workspace: %w", err)
+	}
+	return nil
 }
 
 // SiluMul: out[r, i] = bf16(bf16(silu(gate[r, i])) * up[r, i]) with gateUp

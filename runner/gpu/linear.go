@@ -11,16 +11,25 @@ import (
 // of a few token rows. The backend's Linear asks Linear first and runs
 // cuBLAS (version 1) when it launched nothing.
 
-// gemvRuns reports whether the selection runs an m-row product over k on
-// gemv.cu's kernels: version 2 chosen or newest, 1..GemvMaxRows rows, and
-// x and w 16-byte aligned (a chosen version 2 with unaligned operands is an
-// error: it would silently time cuBLAS).
-func (k *Kernels) gemvRuns(op string, m, kk int, x, w cuda.DevPtr) (bool, error) {
+// GemvTakes reports whether the selection runs an m-row product over k on
+// gemv.cu's kernels (version 2 chosen or newest, 1..GemvMaxRows rows), given
+// 16-byte aligned operands; an error when a chosen version cannot take k.
+func (k *Kernels) GemvTakes(m, kk int) (bool, error) {
 	version, err := k.sel.LinearVersion(kk)
+	if err != nil {
+		return false, err
+	}
+	return version == 2 && kernels.LinearUsesGemv(m), nil
+}
+
+// gemvRuns is GemvTakes with x and w 16-byte aligned (a chosen version 2
+// with unaligned operands is an error: it would silently time cuBLAS).
+func (k *Kernels) gemvRuns(op string, m, kk int, x, w cuda.DevPtr) (bool, error) {
+	takes, err := k.GemvTakes(m, kk)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
 	}
-	if version != 2 || !kernels.LinearUsesGemv(m) {
+	if !takes {
 		return false, nil
 	}
 	if x%16 != 0 || w%16 != 0 {

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"stepbench/kernels"
 
@@ -55,7 +56,35 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	if err := c.handle.GemmBF16(true, false, n, m, k, 1, pW, k, pX, k, 0, pOut, n); err != nil {
 		return fmt.Errorf("linear: %w", c.rootCause(err))
 	}
+	c.gemms++
 	return nil
+}
+
+// FusesGateUp reports whether LinearSiluMul takes these shapes: linear
+// version 2 at m rows over k (runner.GateUpFuser).
+func (c *Backend) FusesGateUp(m, inter, k int) bool {
+	takes, err := c.set.GemvTakes(m, k)
+	return err == nil && takes && inter > 0
+}
+
+// LinearSiluMul is gate_up_proj and silu_mul in one kernel (gemv_silu_*):
+// out[m, inter] = SiLU(gate)·up of x[m, k] · w[2*inter, k]ᵀ.
+func (c *Backend) LinearSiluMul(out, x, w runner.Buffer, m, inter, k int) error {
+	if m < 0 || inter < 1 || k < 1 {
+		return fmt.Errorf("linear_silu_mul: m=%d inter=%d k=%d", m, inter, k)
+	}
+	o := operands{op: "linear_silu_mul"}
+	pOut := o.get(out, runner.BF16, m*inter, "out")
+	pX := o.get(x, runner.BF16, m*k, "x")
+	pW := o.get(w, runner.BF16, 2*inter*k, "w")
+	if o.err != nil || m == 0 {
+		return o.err
+	}
+	ran, err := c.set.LinearSiluMul(c.stream, pOut, pX, pW, m, inter, k)
+	if err == nil && !ran {
+		err = fmt.Errorf("linear_silu_mul: linear version 2 does not take m=%d k=%d with these buffers (FusesGateUp said it would)", m, k)
+	}
+	return err
 }
 
 // rootCause adds the stream's sticky error to a library call's failure:
@@ -107,6 +136,9 @@ func (c *Backend) ReserveAttention(s runner.AttnShape) error {
 	p, err := c.ctx.Alloc(need)
 	if err != nil {
 		return fmt.Errorf("attention workspace: %w", err)
+	}
+	if err := c.set.ZeroAttentionWorkspace(c.stream, p, need); err != nil {
+		return errors.Join(err, c.ctx.Free(p))
 	}
 	if c.attnWorkspace != 0 {
 		c.retiredWorkspaces = append(c.retiredWorkspaces, c.attnWorkspace)

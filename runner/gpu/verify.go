@@ -648,6 +648,7 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 		op, name = kernels.OpAttnPrefill, "attention prefill"
 	}
 	var in *attentionCase
+	outs := map[int][]uint16{}
 	for _, ver := range v.versions(op) {
 		set := v.pinned(op, ver)
 		var supported error
@@ -662,7 +663,13 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 		if in == nil { // inputs and the reference, shared by the versions
 			in = v.newAttentionCase(a)
 		}
-		v.verifyAttentionAt(set, versioned(name, ver), in)
+		// Decode version 3 is version 2 with the combine moved into the
+		// last block, the same sums in the same order: the same bits.
+		var sameAs []uint16
+		if op == kernels.OpAttnDecode && ver == 3 {
+			sameAs = outs[2]
+		}
+		outs[ver] = v.verifyAttentionAt(set, versioned(name, ver), in, sameAs)
 	}
 }
 
@@ -688,10 +695,18 @@ func (v *Verifier) drawAttentionInputs(a kernels.AttnShape) *attentionCase {
 		want: make([]uint16, tokens*qWidth)}
 }
 
-// verifyAttentionAt checks one attention version at one case.
-func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCase) {
-	rel, err := closeBF16(v.runAttention(set, c), c.want)
+// verifyAttentionAt checks one attention version at one case, and that
+// its output has the bits of sameAs when that is set, and returns it.
+func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCase, sameAs []uint16) []uint16 {
+	got := v.runAttention(set, c)
+	rel, err := closeBF16(got, c.want)
+	if sameAs != nil {
+		if e := equalBits(got, sameAs); e != nil {
+			err = errors.Join(err, fmt.Errorf("not bit-identical to version 2: %w", e))
+		}
+	}
 	v.record(check, FormatShape(c.a), rel, false, err)
+	return got
 }
 
 // runAttention launches one attention version on c's inputs (output
@@ -702,6 +717,7 @@ func (v *Verifier) runAttention(set *Kernels, c *attentionCase) []uint16 {
 	var ws cuda.DevPtr
 	if wsBytes > 0 {
 		ws = v.alloc(wsBytes)
+		v.launch(func() error { return set.ZeroAttentionWorkspace(v.stream, ws, wsBytes) })
 	}
 	out := v.poisoned(len(c.want))
 	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
@@ -736,6 +752,7 @@ func (v *Verifier) decodeGraphAt(m kernels.ModelShape, batch, start, replays, ma
 	q, out := v.alloc(2*batch*qWidth), v.alloc(2*batch*qWidth)
 	wsBytes := v.set.AttentionWorkspaceBytes(a)
 	ws := v.alloc(wsBytes)
+	v.launch(func() error { return v.set.ZeroAttentionWorkspace(v.stream, ws, wsBytes) })
 	shape := fmt.Sprintf("%s b=%d pos=%d..%d max=%d", m.Name, batch, start, start+replays-1, a.MaxSeq)
 
 	step := func() error {
