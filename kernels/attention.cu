@@ -22,6 +22,9 @@
 //    queries x 32 keys on fp32 CUDA cores.
 //  - attn_prefill 2, attn_prefill_tc_dD (D 64, 128): FlashAttention-2 on
 //    tensor cores (mma.sync m16n8k16 bf16), cp.async double-buffered tiles.
+//  - attn_prefill 3, attn_prefill3_dD (D 64, 128): version 2 with 128-row
+//    blocks of 8 warps sharing each K/V tile, addresses computed once
+//    outside the key loop, P packed by cvt.rn.bf16x2; bit-identical output.
 //
 // Napkin math at Llama-3-8B (32 heads, 8 kv heads, D 128), per launch (one
 // layer); peaks: H100 SXM 989 TFLOP/s bf16 dense, 3.35 TB/s; H200 989 TFLOP/s,
@@ -651,6 +654,370 @@ __device__ __noinline__ void attn_prefill_tc(unsigned short* __restrict__ out,
     }
 DEFINE_PREFILL_TC(64)
 DEFINE_PREFILL_TC(128)
+
+// Prefill attention v3: version 2's FlashAttention-2 on tensor cores with
+// the issue count per tile brought down (issue 19), head_dim 64 and 128.
+//
+// What changed against version 2 (attn_prefill_tc), and why:
+//  - Blocks of 8 warps (256 threads) own 128 query rows (16 per warp, as
+//    before): each 64-key K/V tile that lands in shared memory feeds twice
+//    the rows, so a thread issues half the cp.async per tile (4 for D = 128).
+//    Warps whose 16 rows lie wholly before a tile skip its arithmetic (they
+//    still copy and wait at its barriers), so no warp computes more tiles
+//    than version 2 would.
+//  - Every address is computed once, before the key loop: a thread copies
+//    chunks tid, tid + 256, ... of a tile, which share the 16-byte column and
+//    the swizzle (row & 7 is the same for all of them), so its cp.async
+//    destinations and sources are a base plus a fixed stride; and each
+//    lane's ldmatrix rows are one shared-window offset whose swizzled chunk
+//    for k-step kk is that offset XOR 32*kk (K) or XOR 16*nb (V), the rest an
+//    immediate. Version 2 recomputed both, with divisions, per tile.
+//  - P is rounded and packed by cvt.rn.bf16x2.f32 (one instruction per
+//    pair, round to nearest even as f32_to_bf16_rne for every non-NaN value;
+//    P is never NaN), which gives the A fragments directly and, widened
+//    back, the values the row sums add.
+//  - The output is rescaled only when a row maximum moved in this tile
+//    (a warp vote): multiplying by exactly 1 changes nothing.
+// The sums are version 2's, in the same order (a tile that masks a row
+// whole adds exact zeros): the output is bit-identical to version 2's,
+// which verify checks.
+//
+// Double buffering's protocol is version 2's, checked by the warp-serial
+// schedules: the end-of-tile barrier comes before the next prefetch
+// refills the buffer, then smem_retire marks the consumed tile dead.
+//
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas (NVRTC 11.8): attn_prefill3_d128 174 registers on sm_90 (178 on
+//    sm_80), _d64 119 (126); 0 spills; 96 KB (D 128) / 48 KB (D 64) of
+//    dynamic shared memory: one 256-thread block per SM at D 128 (version 2:
+//    two of 128 threads at 173 registers and 80 KB), the same 8 warps.
+//  - SASS (cuobjdump -sass, scripts/sass-mix), the key loop per warp and
+//    64-key tile at D 128: 945 static instructions (24 of them never-taken
+//    @!PT LDS that ptxas pads cp.async with), 128 HMMA, 72 LDSM (32 K + 32 V
+//    + 8 of Q, issued once), 8 LDGSTS (4 K + 4 V chunks per thread), 16
+//    F2FP.BF16.PACK_AB, 34 MUFU.EX2, 261 integer (version 2: 1732 static
+//    with 978 integer, plus two cp.async loops of about 121 per 4 chunks run
+//    twice each per tile: about 1,900 a tile; issue 19 counted 1,710); off
+//    the diagonal the mask's 33 ISETP and 32 FSEL are skipped: about 840.
+//    HMMA are 15% of the issued instructions instead of 6.5%.
+//  - Predicted (not measured): version 2 issue-bound at about 1,900
+//    instructions per 128 HMMA, version 3 near the mma.sync rate (about 0.6
+//    HMMA m16n8k16 per SM clock on Hopper, 62% of the wgmma peak in
+//    published microbenchmarks): from issue 19's estimate of 200-225
+//    TFLOP/s for version 2 to about 400 (350-500) at 1 x 8192, i.e. the 17.6
+//    TFLOP of a Llama-3-8B 8k prefill's attention from about 83 ms to about
+//    44 ms on an H100/H200 (the same tensor-core rate), and 1.3 to 0.7 ms at
+//    1 x 1024.
+
+#define FA3_BQ 128
+#define FA3_BK 64
+#define FA3_THREADS 256
+
+// ldsm_x4 / ldsm_x4_trans: ldmatrix from a tile at a byte offset (the
+// shared-window address of the tile computed by the caller once).
+__device__ __forceinline__ void ldsm_x4(unsigned r[4], const unsigned short* tile, unsigned tile_addr, unsigned off) {
+#ifdef __SBEMU__
+    (void)tile_addr;
+    ldmatrix_x4(r, (const char*)tile + off);
+#else
+    (void)tile;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tile_addr + off));
+#endif
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(unsigned r[4], const unsigned short* tile, unsigned tile_addr,
+                                              unsigned off) {
+#ifdef __SBEMU__
+    (void)tile_addr;
+    ldmatrix_x4_trans(r, (const char*)tile + off);
+#else
+    (void)tile;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tile_addr + off));
+#endif
+}
+
+// pack_bf16x2_rn rounds lo and hi to bf16 (nearest even) and packs them, lo
+// in the low half: cvt.rn.bf16x2.f32 on a GPU, pack2 on the emulated device
+// (the same bits for every non-NaN input).
+__device__ __forceinline__ unsigned pack_bf16x2_rn(float lo, float hi) {
+#ifdef __SBEMU__
+    return pack2(lo, hi);
+#else
+    unsigned d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+#endif
+}
+
+// fa3_plan is one thread's share of copying a 64-row tile: chunks tid,
+// tid + FA3_THREADS, ... of its BK x D/8 16-byte chunks all sit in column
+// ch = tid % (D/8) of rows row0 + i * (FA3_THREADS / (D/8)), whose swizzle
+// (row & 7) is row0's: a shared byte offset and a global element offset
+// that advance by fixed strides.
+template <int D>
+struct fa3_plan {
+    static constexpr int CPT = FA3_BK * (D / 8) / FA3_THREADS;  // chunks per thread
+    static constexpr int ROWS_PER_STEP = FA3_THREADS / (D / 8);
+    int row0;
+    unsigned smem_off;  // bytes, chunk 0's
+    long long src_off;  // elements, chunk 0's (row0's row, column ch)
+};
+
+template <int D>
+__device__ __forceinline__ fa3_plan<D> fa3_make_plan(long long stride) {
+    fa3_plan<D> p;
+    const int ch = threadIdx.x % (D / 8);
+    p.row0 = threadIdx.x / (D / 8);
+    p.smem_off = (unsigned)(p.row0 * (D / 8) + (ch ^ (p.row0 & 7))) * 16;
+    p.src_off = p.row0 * stride + ch * 8;
+    return p;
+}
+
+// fa3_load_tile starts one tile's copy per the plan: rows [0, valid) from
+// src (row r at src + r*stride), the rest zero-filled. full: every row valid.
+template <int D>
+__device__ __forceinline__ void fa3_load_tile(unsigned short* dst, const unsigned short* src, long long stride,
+                                              const fa3_plan<D>& p, int valid, bool full) {
+    constexpr int STEP_BYTES = fa3_plan<D>::ROWS_PER_STEP * D * 2;
+    const long long step_src = fa3_plan<D>::ROWS_PER_STEP * stride;
+    char* d = (char*)dst + p.smem_off;
+    const unsigned short* s = src + p.src_off;
+#pragma unroll
+    for (int i = 0; i < fa3_plan<D>::CPT; i++) {
+        if (full || p.row0 + i * fa3_plan<D>::ROWS_PER_STEP < valid) {
+            cp_async16(d + i * STEP_BYTES, s + i * step_src);
+        } else {
+            *(u32x4*)(d + i * STEP_BYTES) = u32x4{0, 0, 0, 0};
+        }
+    }
+}
+
+// fa3_tile adds one 64-key tile to a warp's 16 rows: S = Q·Kᵀ, the causal
+// mask on the diagonal, the online softmax and O += P·V, in version 2's
+// order. kt/vt (and their shared-window addresses) are the tile's K and V,
+// k_base/v_base the lane's ldmatrix offsets before the per-step XOR.
+template <int D>
+__device__ __forceinline__ void fa3_tile(float o[D / 8][4], float& m0, float& m1, float& l0, float& l1,
+                                         const unsigned qa[D / 16][4], const unsigned short* kt, unsigned kt_addr,
+                                         const unsigned short* vt, unsigned vt_addr, unsigned k_base,
+                                         unsigned v_base, int k0, int qpos0, int qpos1, int t, float scale_log2) {
+    float s[FA3_BK / 8][4];
+#pragma unroll
+    for (int j = 0; j < FA3_BK / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const unsigned off = k_base ^ (32u * kk);
+#pragma unroll
+        for (int j = 0; j < FA3_BK / 8; j += 2) {
+            unsigned kb[4];
+            ldsm_x4(kb, kt, kt_addr, off + 16u * j * D);
+            mma_m16n8k16_bf16(s[j], qa[kk], kb, s[j]);
+            mma_m16n8k16_bf16(s[j + 1], qa[kk], kb + 2, s[j + 1]);
+        }
+    }
+    if (k0 + FA3_BK - 1 <= qpos0) {
+#pragma unroll
+        for (int j = 0; j < FA3_BK / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[j][i] *= scale_log2;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < FA3_BK / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + j * 8 + 2 * t + (i & 1);
+                const int qpos = i < 2 ? qpos0 : qpos1;
+                s[j][i] = key <= qpos ? s[j][i] * scale_log2 : neg_inf_f32();
+            }
+        }
+    }
+    float mx0 = neg_inf_f32(), mx1 = neg_inf_f32();
+#pragma unroll
+    for (int j = 0; j < FA3_BK / 8; j++) {
+        mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    // P as bf16 pairs: the A fragments of P·V, and (widened back) the terms
+    // of the row sums, added in version 2's order (key blocks j ascending).
+    unsigned pa[FA3_BK / 16][4];
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < FA3_BK / 16; kk++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int j = 2 * kk + half;
+            const unsigned p0 = pack_bf16x2_rn(exp2f(s[j][0] - mn0), exp2f(s[j][1] - mn0));
+            const unsigned p1 = pack_bf16x2_rn(exp2f(s[j][2] - mn1), exp2f(s[j][3] - mn1));
+            pa[kk][2 * half] = p0;
+            pa[kk][2 * half + 1] = p1;
+            sum0 += __uint_as_float(p0 << 16) + __uint_as_float(p0 & 0xffff0000u);
+            sum1 += __uint_as_float(p1 << 16) + __uint_as_float(p1 & 0xffff0000u);
+        }
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+    // Rescale only when a maximum of the warp's rows moved (alpha != 1).
+    if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha0;
+            o[i][1] *= alpha0;
+            o[i][2] *= alpha1;
+            o[i][3] *= alpha1;
+        }
+    }
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb += 2) {
+        const unsigned off = v_base ^ (16u * nb);
+#pragma unroll
+        for (int kk = 0; kk < FA3_BK / 16; kk++) {
+            unsigned vb[4];
+            ldsm_x4_trans(vb, vt, vt_addr, off + 32u * kk * D);
+            mma_m16n8k16_bf16(o[nb], pa[kk], vb, o[nb]);
+            mma_m16n8k16_bf16(o[nb + 1], pa[kk], vb + 2, o[nb + 1]);
+        }
+    }
+}
+
+template <int D>
+__device__ __noinline__ void attn_prefill3(unsigned short* __restrict__ out, const unsigned short* __restrict__ q,
+                                           const unsigned short* __restrict__ kCache,
+                                           const unsigned short* __restrict__ vCache,
+                                           const int* __restrict__ startPosPtr, int seqLen, int heads, int kvHeads,
+                                           int maxSeq) {
+    unsigned short* qs = (unsigned short*)dyn_smem;  // [FA3_BQ][D]
+    unsigned short* ks = qs + FA3_BQ * D;            // [2][FA3_BK][D]
+    unsigned short* vs = ks + 2 * FA3_BK * D;        // [2][FA3_BK][D]
+    constexpr int TILE = FA3_BK * D;                 // elements of one K or V tile
+
+    const int qtile = gridDim.x - 1 - blockIdx.x;  // heavy (late) tiles first
+    const int q0 = qtile * FA3_BQ, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3, r8 = lane & 7;
+    const int kvh = h / (heads / kvHeads);
+    const int startPos = *startPosPtr;
+    const int rows_here = min(FA3_BQ, seqLen - q0);
+    const int keys_here = min(startPos + q0 + rows_here, maxSeq);
+    const int ntiles = (keys_here + FA3_BK - 1) / FA3_BK;
+    const long long pos_stride = (long long)kvHeads * D;
+    const long long kv_base = (long long)b * maxSeq * pos_stride + (long long)kvh * D;
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+    const fa3_plan<D> plan = fa3_make_plan<D>(pos_stride);
+
+    // Q tile (rows past seqLen zero), then K/V tile 0: one group.
+    {
+        const long long q_stride = (long long)heads * D;
+        const unsigned short* qsrc = q + ((long long)b * seqLen + q0) * q_stride + (long long)h * D;
+        for (int c = tid; c < FA3_BQ * (D / 8); c += FA3_THREADS) {
+            const int row = c / (D / 8), ch = c - row * (D / 8);
+            u32x4* d = (u32x4*)qs + fa_chunk<D>(row, ch);
+            if (row < rows_here) {
+                cp_async16(d, qsrc + row * q_stride + ch * 8);
+            } else {
+                *d = u32x4{0, 0, 0, 0};
+            }
+        }
+    }
+    fa3_load_tile<D>(ks, kCache + kv_base, pos_stride, plan, min(FA3_BK, keys_here), keys_here >= FA3_BK);
+    fa3_load_tile<D>(vs, vCache + kv_base, pos_stride, plan, min(FA3_BK, keys_here), keys_here >= FA3_BK);
+    cp_async_commit();
+
+    // This thread's two rows; rows past seqLen act as the last real row so
+    // that none is ever fully masked. The warp's rows end at its first row's
+    // position + 15 (or the last real row).
+    const int r0 = warp * 16 + g, r1 = r0 + 8;
+    const int qpos0 = startPos + q0 + min(r0, rows_here - 1);
+    const int qpos1 = startPos + q0 + min(r1, rows_here - 1);
+    const int warp_last = startPos + q0 + min(warp * 16 + 15, rows_here - 1);
+
+    // ldmatrix offsets within a tile (bytes), before the per-step XOR: K's
+    // rows are keys 8*(lane>>4) + r8 (+ 8j: an immediate) at chunk
+    // 2kk + ((lane>>3)&1); V's keys 8*((lane>>3)&1) + r8 (+ 16kk) at chunk
+    // nb + (lane>>4). With r8 = key & 7, chunk ^ r8 = step ^ z, z the lane's
+    // constant: offset(step) = base ^ (16 * step), base < a row's bytes.
+    const unsigned k_base = (unsigned)((8 * (lane >> 4) + r8) * D * 2) +
+                            16u * (unsigned)((r8 & 6) | ((((lane >> 3) & 1) ^ r8) & 1));
+    const unsigned v_base = (unsigned)((8 * ((lane >> 3) & 1) + r8) * D * 2) +
+                            16u * (unsigned)((r8 & 6) | (((lane >> 4) ^ r8) & 1));
+    const unsigned ks_addr = smem_addr(ks), vs_addr = smem_addr(vs);
+
+    unsigned qa[D / 16][4];
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = neg_inf_f32(), m1 = neg_inf_f32(), l0 = 0.0f, l1 = 0.0f;
+
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int k0 = tile * FA3_BK;
+        if (tile + 1 < ntiles) {
+            const int nb = (tile + 1) & 1;
+            const long long at = kv_base + (long long)(k0 + FA3_BK) * pos_stride;
+            const int valid = min(FA3_BK, keys_here - (k0 + FA3_BK));
+            fa3_load_tile<D>(ks + nb * TILE, kCache + at, pos_stride, plan, valid, valid == FA3_BK);
+            fa3_load_tile<D>(vs + nb * TILE, vCache + at, pos_stride, plan, valid, valid == FA3_BK);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // tile `tile` has landed for every thread
+        if (tile == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                ldmatrix_x4(qa[kk], qs + fa_chunk<D>(warp * 16 + (lane & 15), 2 * kk + (lane >> 4)) * 8);
+            }
+        }
+        const unsigned short* kt = ks + (tile & 1) * TILE;
+        const unsigned short* vt = vs + (tile & 1) * TILE;
+        const unsigned kt_addr = ks_addr + (tile & 1) * TILE * 2, vt_addr = vs_addr + (tile & 1) * TILE * 2;
+        if (k0 <= warp_last) {  // else every key of the tile is past this warp's rows: nothing to add
+            fa3_tile<D>(o, m0, m1, l0, l1, qa, kt, kt_addr, vt, vt_addr, k_base, v_base, k0, qpos0, qpos1, t,
+                        scale_log2);
+        }
+        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it
+        smem_retire(kt, TILE * 2);
+        smem_retire(vt, TILE * 2);
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const long long q_stride = (long long)heads * D;
+    if (r0 < rows_here) {
+        unsigned* dst = (unsigned*)(out + ((long long)b * seqLen + q0 + r0) * q_stride + (long long)h * D);
+#pragma unroll
+        for (int nb = 0; nb < D / 8; nb++) dst[nb * 4 + t] = pack2(o[nb][0] * inv0, o[nb][1] * inv0);
+    }
+    if (r1 < rows_here) {
+        unsigned* dst = (unsigned*)(out + ((long long)b * seqLen + q0 + r1) * q_stride + (long long)h * D);
+#pragma unroll
+        for (int nb = 0; nb < D / 8; nb++) dst[nb * 4 + t] = pack2(o[nb][2] * inv1, o[nb][3] * inv1);
+    }
+}
+
+#define DEFINE_PREFILL3(D)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS) attn_prefill3_d##D(                            \
+        unsigned short* out, const unsigned short* q, const unsigned short* kCache,                          \
+        const unsigned short* vCache, const int* startPos, int seqLen, int heads, int kvHeads, int maxSeq) { \
+        attn_prefill3<D>(out, q, kCache, vCache, startPos, seqLen, heads, kvHeads, maxSeq);                  \
+    }
+DEFINE_PREFILL3(64)
+DEFINE_PREFILL3(128)
 
 // Decode attention v2: flash-decoding bound by memory bandwidth.
 //

@@ -107,6 +107,11 @@ const (
 	PrefillTCThreads   = 128
 	PrefillTCQueryTile = 64
 	PrefillTCKeyTile   = 64
+	// PrefillV3Threads, PrefillV3QueryTile and PrefillV3KeyTile are
+	// attn_prefill3's (FA3_THREADS, FA3_BQ, FA3_BK).
+	PrefillV3Threads   = 256
+	PrefillV3QueryTile = 128
+	PrefillV3KeyTile   = 64
 	// Decode2Threads is attn_decode2's block size (DEC_THREADS).
 	Decode2Threads = 128
 	// ArgmaxChunk is how many logits one argmax2_partial block reduces;
@@ -139,6 +144,12 @@ func GemvEntryPoint(m int, silu bool) string {
 // bf16 q tile and two k and two v tiles (double buffering).
 func PrefillTCSharedBytes(headDim int) int {
 	return (PrefillTCQueryTile*headDim + 4*PrefillTCKeyTile*headDim) * 2
+}
+
+// PrefillV3SharedBytes mirrors attn_prefill3's dynamic shared layout: the
+// bf16 q tile of 128 rows and two k and two v tiles.
+func PrefillV3SharedBytes(headDim int) int {
+	return (PrefillV3QueryTile*headDim + 4*PrefillV3KeyTile*headDim) * 2
 }
 
 // Decode2Group is the smallest attn_decode2 group bound (Decode2Groups)

@@ -49,6 +49,7 @@ func Families() []Family {
 		{Name: "attn_decode_combine", Source: "attention.cu", Twin: "Attention"},
 		{Name: "attn_prefill", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims, Op: OpAttnPrefill, Version: 1},
 		{Name: "attn_prefill_tc", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Op: OpAttnPrefill, Version: 2},
+		{Name: "attn_prefill3", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Op: OpAttnPrefill, Version: 3},
 		{Name: "attn_decode2", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 2},
 		{Name: "attn_decode3", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 3},
 		{Name: "embed", Source: "copy.cu", Twin: "Embed"},

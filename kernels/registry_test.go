@@ -142,6 +142,9 @@ var launchConstants = []struct {
 	{"Decode2Threads", "attention.cu", `#define DEC_THREADS (\d+)`, Decode2Threads},
 	{"ArgmaxChunk", "sample.cu", `#define ARGMAX_CHUNK (\d+)`, ArgmaxChunk},
 	{"Argmax2Threads", "sample.cu", `#define ARGMAX_THREADS (\d+)`, Argmax2Threads},
+	{"PrefillV3Threads", "attention.cu", `#define FA3_THREADS (\d+)`, PrefillV3Threads},
+	{"PrefillV3QueryTile", "attention.cu", `#define FA3_BQ (\d+)`, PrefillV3QueryTile},
+	{"PrefillV3KeyTile", "attention.cu", `#define FA3_BK (\d+)`, PrefillV3KeyTile},
 	{"GemvThreads", "gemv.cu", `#define GEMV_THREADS (\d+)`, GemvThreads},
 	{"GemvRows", "gemv.cu", `#define GEMV_ROWS (\d+)`, GemvRows},
 }

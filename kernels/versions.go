@@ -32,6 +32,7 @@ func OpVersions() []OpVersion {
 	return []OpVersion{
 		{OpAttnPrefill, 1, "FlashAttention-2 tiles on fp32 CUDA cores; head_dim 32, 64, 128"},
 		{OpAttnPrefill, 2, "FlashAttention-2 on tensor cores (mma.sync bf16), cp.async double buffering; head_dim 64, 128"},
+		{OpAttnPrefill, 3, "version 2 with 128 query rows per block of 8 warps, addresses computed once outside the key loop, P packed by cvt.rn.bf16x2: fewer instructions per tile, the same bits; head_dim 64, 128"},
 		{OpAttnDecode, 1, "flash-decoding, one thread per key; head_dim 32, 64, 128"},
 		{OpAttnDecode, 2, "flash-decoding with 16-byte coalesced K/V loads, all heads of a kv head in one pass; head_dim 64, 128, up to 8 query heads per kv head"},
 		{OpAttnDecode, 3, "version 2 with the combine fused in (the last block of each kv head merges the splits): one launch instead of two; head_dim 64, 128, up to 8 query heads per kv head"},
@@ -120,8 +121,8 @@ func (s Selection) String() string {
 // (an error when it cannot take a), else the newest that can.
 func (s Selection) PrefillVersion(a AttnShape) (int, error) {
 	return s.pick(OpAttnPrefill, func(v int) error {
-		if v == 2 && !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
-			return fmt.Errorf("head_dim %d (version 2 takes %v)", a.HeadDim, TensorCoreHeadDims)
+		if v >= 2 && !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
+			return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, TensorCoreHeadDims)
 		}
 		return nil
 	})

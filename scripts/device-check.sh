@@ -2,8 +2,8 @@
 # device-check.sh — the device bundle's one run on a GPU machine (no Go, no
 # network): devices, verify, a short llama-3-8b dummy sweep and the roofline
 # floors for the same shapes, a per-op breakdown with launch counts, A/Bs of
-# the newest decode attention and linear kernels against their predecessors,
-# an 8k prefill, a tensor-parallel run of one rank
+# the newest decode attention, linear and prefill attention kernels against
+# their predecessors, a tensor-parallel run of one rank
 # through the real NCCL, a profiler window under nsys (where installed),
 # verify under compute-sanitizer
 # (memcheck, racecheck), and the HF transformers comparison where torch is
@@ -135,9 +135,10 @@ fi
 # Budgets in seconds (sum 345). The benchmark steps come before the sanitizers,
 # so that a slow sanitizer can only cost itself and the steps after it. (Issue 19
 # rebalanced them: verify gained 10 s for linear version 2's checks at 8B shapes, the
-# attention A/B became two A/Bs of the newest versions against their predecessors and
-# an 8k prefill was added; devices, roofline, the A/A pair, tp1, nsys, the sanitizers
-# and the HF comparison gave the time back.)
+# attention A/B became three A/Bs of the newest versions against their predecessors
+# (decode attention, linear, prefill attention at 1k and 8k); devices, roofline, the A/A
+# pair, tp1, nsys (not on these machines' PATH), the sanitizers and the HF comparison gave
+# the time back.)
 run devices 11 "$STEPBENCH" devices
 run verify 40 "$STEPBENCH" verify
 # -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
@@ -150,15 +151,16 @@ run breakdown 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 
 # Each new kernel version (A) against its predecessor (B), paired on the same prompts (8 pairs:
 # the fewest whose sign test can reach p < 0.05 is 6); both arms hold the 8B weights (2 x 16 GB).
 # Decode attention 3 (combine fused) against 2, at batch 1 and 32 over 1k keys:
-run ab-decode 35 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=3 --baseline-kernel attn_decode=2 \
+run ab-decode 30 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=3 --baseline-kernel attn_decode=2 \
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 # Linear 2 (our skinny GEMM, gate_up with SiLU·mul) against cuBLAS, at batch 1 and 16 (it takes up to
 # 16 rows: at 32 both arms would run cuBLAS); the prefills are cuBLAS's in both arms.
-run ab-linear 35 "$STEPBENCH" ab --model llama-3-8b --kernel linear=2 --baseline-kernel linear=1 \
+run ab-linear 30 "$STEPBENCH" ab --model llama-3-8b --kernel linear=2 --baseline-kernel linear=1 \
   --batch-size 1,16 --input-len 1024 --output-len 8 --num-iters 8
-# The 8k prefill (llama-3.1-8b: 8192 positions fit its 131072): prefill attention's share at length.
-run prefill-8k 15 "$STEPBENCH" run --device cuda --model llama-3.1-8b --batch-size 1 --input-len 8192 --output-len 1 \
-  --num-iters 3 --result-filename "$OUT/prefill8k.jsonl"
+# Prefill attention 3 against 2 on the prefill alone (--output-len 1), 1 x 1024 and 1 x 8192
+# (llama-3.1-8b: 8192 positions fit its 131072; 6 pairs, the fewest for p < 0.05).
+run ab-prefill 40 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
+  --batch-size 1 --input-len 1024,8192 --output-len 1 --num-iters 6
 # Run-to-run drift: the same embedded kernels in two separate processes, compared with no floor
 # (--threshold 0); the ratio intervals say how far apart two runs of nothing changed lie on this
 # GPU, the evidence behind compare's default GPU floor (3%).
@@ -176,7 +178,7 @@ run tp1 12 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch
 nsys="$(command -v nsys || true)"
 [[ -z "$nsys" && -x /usr/local/cuda/bin/nsys ]] && nsys=/usr/local/cuda/bin/nsys
 if [[ -n "$nsys" ]]; then
-  run nsys 17 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
+  run nsys 10 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
       --force-overwrite=true -o "$2/nsys-decode" "$3" run --device cuda --model llama-3-8b --batch-size 1 \
       --input-len 1024 --output-len 8 --num-iters 1 --no-telemetry --profile --profile-phase decode \
       --profile-start-step 2 --profile-steps 3 &&
@@ -189,8 +191,8 @@ if [[ -n "$sanitizer" ]]; then
   # Kernels run 10-100x slower under the sanitizers: smaller models keep them in budget and
   # still cover both attention paths (3B: head_dim 128, GQA 3:1; 1B: head_dim 64, GQA 4:1);
   # the plain verify above covers the 8B shapes.
-  run memcheck 25 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
-  run racecheck 20 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
+  run memcheck 20 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
+  run racecheck 17 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
 else
   echo "compute-sanitizer not found on PATH or in /usr/local/cuda/bin: memcheck and racecheck skipped" >"$OUT/sanitizer.log"
 fi
@@ -229,18 +231,14 @@ for jsonl in "$OUT/sweep.jsonl"; do
       "$(ms "$(field median_decode_latency "$rec")")"
   done <"$jsonl"
 done
-for ab in "ab-decode:attn_decode=3 against attn_decode=2" "ab-linear:linear=2 against linear=1 (cuBLAS)"; do
+for ab in "ab-decode:attn_decode=3 against attn_decode=2" "ab-linear:linear=2 against linear=1 (cuBLAS)" \
+  "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone"; do
   step="${ab%%:*}"
   if grep -q '^| ' "$OUT/$step.log" 2>/dev/null; then
     echo
     echo "$step (stepbench ab: ${ab#*:}):"
     grep '^| ' "$OUT/$step.log" | cut -d'|' -f2-5,10,12
   fi
-done
-for jsonl in "$OUT/prefill8k.jsonl"; do
-  [[ -s "$jsonl" ]] || continue
-  echo
-  echo "llama-3.1-8b prefill 1 x 8192: $(ms "$(field prefill_latency "$(head -n 1 "$jsonl")")") ms"
 done
 if grep -q 'replays a CUDA graph of' "$OUT/sweep.log" 2>/dev/null; then
   echo

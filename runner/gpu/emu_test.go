@@ -301,6 +301,11 @@ var barrierBugs = []seededBug{
 		old: "        __syncthreads();  // the buffer is refilled by the next iteration's prefetch\n", new: ""},
 	{name: "no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
 		old: "            cp_async_wait<0>();\n        }\n        __syncthreads();\n", new: "            cp_async_wait<0>();\n        }\n"},
+	// attn_prefill3's two, the same protocol with 8 warps.
+	{name: "v3: no barrier before the refill", file: "attention.cu", kernel: "attention",
+		old: "        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it\n", new: ""},
+	{name: "v3: no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
+		old: "        __syncthreads();  // tile `tile` has landed for every thread\n", new: ""},
 }
 
 func TestWarpSerialRevealsDroppedBarriers(t *testing.T) {
@@ -348,6 +353,15 @@ func TestRetiredBufferRevealsMissingZeroFill(t *testing.T) {
 	joined := strings.Join(failures, "\n")
 	if !strings.Contains(joined, "b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
 		t.Errorf("the prefill whose sixth tile is partial passed:\n%s", joined)
+	}
+	// attn_prefill3's own tile copy, zero-fill dropped: the same prefill fails in version 3.
+	bug3 := seededBug{name: "v3: no zero-fill of a partial tile", file: "attention.cu", kernel: "attention",
+		old: "            cp_async16(d + i * STEP_BYTES, s + i * step_src);\n        } else {\n            *(u32x4*)(d + i * STEP_BYTES) = u32x4{0, 0, 0, 0};\n        }",
+		new: "            cp_async16(d + i * STEP_BYTES, s + i * step_src);\n        }"}
+	failures = verifyOnEmulator(t, bug3.seed(t), tinyShapes, testCache(), bug3.kernel)
+	joined = strings.Join(failures, "\n")
+	if !strings.Contains(joined, "attention prefill v3 [b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
+		t.Errorf("version 3's prefill whose sixth tile is partial passed:\n%s", joined)
 	}
 }
 

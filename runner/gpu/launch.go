@@ -92,10 +92,12 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		}
 	}
 	for _, d := range kernels.TensorCoreHeadDims {
-		pre := k.fn[kernels.EntryPoint("attn_prefill_tc", d)]
-		if shared := kernels.PrefillTCSharedBytes(d); pre != nil && shared > kernels.DefaultSharedLimitBytes {
-			if err := pre.SetMaxDynamicShared(shared); err != nil {
-				errs = append(errs, fmt.Errorf("load kernel attn_prefill_tc_d%d: %w", d, err))
+		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d)} {
+			pre := k.fn[kernels.EntryPoint(name, d)]
+			if pre != nil && shared > kernels.DefaultSharedLimitBytes {
+				if err := pre.SetMaxDynamicShared(shared); err != nil {
+					errs = append(errs, fmt.Errorf("load kernel %s_d%d: %w", name, d, err))
+				}
 			}
 		}
 	}
@@ -372,9 +374,13 @@ func (k *Kernels) prefill(s *cuda.Stream, op string, out, q, kCache, vCache, pos
 	}
 	name, tile := kernels.EntryPoint("attn_prefill", a.HeadDim), kernels.PrefillQueryTile
 	threads, shared := kernels.PrefillThreads, kernels.PrefillSharedBytes(a.HeadDim)
-	if version == 2 {
+	switch version {
+	case 2:
 		name, tile = kernels.EntryPoint("attn_prefill_tc", a.HeadDim), kernels.PrefillTCQueryTile
 		threads, shared = kernels.PrefillTCThreads, kernels.PrefillTCSharedBytes(a.HeadDim)
+	case 3:
+		name, tile = kernels.EntryPoint("attn_prefill3", a.HeadDim), kernels.PrefillV3QueryTile
+		threads, shared = kernels.PrefillV3Threads, kernels.PrefillV3SharedBytes(a.HeadDim)
 	}
 	return k.launch(s, op, name,
 		cuda.Dim3{X: uint32(kernels.CeilDiv(a.SeqLen, tile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},

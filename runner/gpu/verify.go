@@ -663,10 +663,11 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 		if in == nil { // inputs and the reference, shared by the versions
 			in = v.newAttentionCase(a)
 		}
-		// Decode version 3 is version 2 with the combine moved into the
-		// last block, the same sums in the same order: the same bits.
+		// Version 3 of either op is version 2's sums in version 2's order
+		// (decode: the combine moved into the last block; prefill: a tile
+		// that masks a row whole adds exact zeros): the same bits.
 		var sameAs []uint16
-		if op == kernels.OpAttnDecode && ver == 3 {
+		if ver == 3 {
 			sameAs = outs[2]
 		}
 		outs[ver] = v.verifyAttentionAt(set, versioned(name, ver), in, sameAs)
