@@ -18,8 +18,8 @@ func TestParseSelection(t *testing.T) {
 		{[]string{"argmax=2", "attn_decode=1", "argmax=2"}, "argmax=2 attn_decode=1", ""},
 		{[]string{"attn_prefill"}, "", "want OP=VERSION"},
 		{[]string{"silu_mul=1"}, "", "silu_mul has no versions"},
-		{[]string{"attn_prefill=3"}, "", "attn_prefill has versions [1 2]"},
-		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2]"},
+		{[]string{"attn_prefill=4"}, "", "attn_prefill has versions [1 2 3]"},
+		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2 3]"},
 		{[]string{"argmax=1", "argmax=2"}, "", "argmax is already set to 1"},
 	}
 	for _, tt := range tests {
@@ -50,11 +50,12 @@ func TestSelectionResolve(t *testing.T) {
 		want    string
 		wantErr string
 	}{
-		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=3 attn_prefill=2 linear=2 rope_kv_write=2", ""},
+		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=3 attn_prefill=3 linear=2 rope_kv_write=2", ""},
 		{"pinned at 8B", []string{"attn_prefill=1", "argmax=1", "linear=1"}, llama8B, "argmax=1 attn_decode=3 attn_prefill=1 linear=1 rope_kv_write=2", ""},
 		{"odd widths fall back", nil, odd, "argmax=1 attn_decode=1 attn_prefill=1 linear=1 rope_kv_write=2", ""},
-		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=2 linear=2 rope_kv_write=2", ""},
+		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=3 linear=2 rope_kv_write=2", ""},
 		{"tensor cores refuse head_dim 32", []string{"attn_prefill=2"}, odd, "", "attn_prefill=2 cannot run head_dim 32"},
+		{"prefill v3 refuses head_dim 32", []string{"attn_prefill=3"}, odd, "", "attn_prefill=3 cannot run head_dim 32 (version 3 takes [64 128])"},
 		{"decode v2 refuses 32 heads per kv head", []string{"attn_decode=2"}, wideGroups, "", "32 query heads per kv head"},
 		{"decode v3 refuses 32 heads per kv head", []string{"attn_decode=3"}, wideGroups, "", "32 query heads per kv head (version 3 takes up to 8)"},
 		{"argmax v2 refuses vocab 1003", []string{"argmax=2"}, odd, "", "vocab 1003"},
