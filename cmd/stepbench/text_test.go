@@ -327,7 +327,7 @@ func TestRunPromptFile(t *testing.T) {
 	}
 	native := filepath.Join(dir, "n.json")
 	stdout, stderr := mustProcess(t, "run", "--device", "cpu", "--model-path", model, "--prompt-file", file, "--batch-size", "2",
-		"--input-len", "24", "--output-len", "3", "--num-iters", "2", "--json-out", native)
+		"--input-len", "24", "--output-len", "3", "--num-iters", "2", "--json-out", native, "-v")
 	if !strings.Contains(stdout, "Prefill. latency:") || !regexp.MustCompile(`--prompt-file \S+: 3 prompts, \d+ tokens`).MatchString(stderr) {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}

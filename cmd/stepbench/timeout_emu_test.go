@@ -117,7 +117,7 @@ func TestEmulatedInterruptStuckStep(t *testing.T) {
 			}
 		}
 	}
-	waitFor("iteration 1/1") // the prefill that never ends has begun
+	waitFor("shape 1/1:") // the shape whose prefill never ends has begun
 	time.Sleep(200 * time.Millisecond)
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

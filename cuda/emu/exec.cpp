@@ -595,6 +595,20 @@ bool RunFiber(Worker &w, Fiber &f) {
     return w.block.error_code == 0;
 }
 
+// RoundOver ends a scheduling round: the access counters fold what every
+// lane passed; true when the block is done, or stuck (a deadlock, recorded).
+bool RoundOver(Worker &w, bool ran) {
+    Block &b = w.block;
+    FlushCounters(w);
+    if (b.live == 0) return true;
+    if (!ran) {
+        b.error_code = kLaunchFailed;
+        b.error = DescribeDeadlock(w);
+        return true;
+    }
+    return false;
+}
+
 // RunWarpSerial runs each warp alone, in warp order (or reversed), until all
 // of its lanes wait at the block barrier or have exited; its lanes meet at
 // warp collectives as in every schedule. A barrier's release starts the next
@@ -619,18 +633,11 @@ void RunWarpSerial(Worker &w, bool reverse) {
                 }
             }
         }
-        FlushCounters(w);
-        if (b.live == 0) return;
-        if (!ran) {
-            b.error_code = kLaunchFailed;
-            b.error = DescribeDeadlock(w);
-            return;
-        }
+        if (RoundOver(w, ran)) return;
     }
 }
 
 void RunFibers(Worker &w, std::vector<unsigned> &order, uint64_t seed) {
-    Block &b = w.block;
     const Schedule schedule = D().settings.schedule;
     if (schedule == Schedule::WarpSerial || schedule == Schedule::WarpSerialReverse) {
         RunWarpSerial(w, schedule == Schedule::WarpSerialReverse);
@@ -646,13 +653,7 @@ void RunFibers(Worker &w, std::vector<unsigned> &order, uint64_t seed) {
             ran = true;
             if (!RunFiber(w, f)) return;
         }
-        FlushCounters(w);
-        if (b.live == 0) return;
-        if (!ran) {
-            b.error_code = kLaunchFailed;
-            b.error = DescribeDeadlock(w);
-            return;
-        }
+        if (RoundOver(w, ran)) return;
     }
 }
 

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"testing"
 
-	"stepbench/cuda"
 	"stepbench/cuda/emutest"
 	"stepbench/kernels"
 )
@@ -70,31 +69,8 @@ func TestEmulatorCountsKernelAccesses(t *testing.T) {
 // device whose checks carry the access counters appended to file.
 func countingVerifier(t *testing.T, file string) *Verifier {
 	t.Helper()
-	drv, err := cuda.OpenDriver()
-	if err != nil {
-		t.Fatal(err)
-	}
-	props, err := drv.Props(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compiled, err := kernels.Compile(openNVRTCForTest(t), mustSources(t), props.Major*10+props.Minor, testCache())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := drv.NewContext(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, stream, set := emulatorKernels(t, mustSources(t), testCache())
 	t.Cleanup(func() { ctx.Close() })
-	stream, err := ctx.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := LoadKernels(ctx, compiled, props.SMCount)
-	if err != nil {
-		t.Fatal(err)
-	}
 	v := NewVerifier(ctx, stream, set, 1)
 	v.CountAccesses(file)
 	t.Cleanup(func() { v.Close() })

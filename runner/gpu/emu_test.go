@@ -95,6 +95,27 @@ func (b seededBug) seed(t *testing.T) map[string]string {
 // failure as "check [shape]: error".
 func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.ModelShape, cacheDir string, only ...string) []string {
 	t.Helper()
+	ctx, stream, set := emulatorKernels(t, srcs, cacheDir)
+	// Releasing the primary context resets the device: the next bug starts clean.
+	defer ctx.Close()
+	set = set.With(emuSelection)
+	v := NewVerifier(ctx, stream, set, 1)
+	if err := v.Only(only...); err != nil {
+		t.Fatal(err)
+	}
+	var failures []string
+	for _, r := range v.VerifyAll(shapes) {
+		if r.Err != nil {
+			failures = append(failures, fmt.Sprintf("%s [%s]: %v", r.Check, r.Shape, r.Err))
+		}
+	}
+	return failures
+}
+
+// emulatorKernels compiles srcs for the emulated device and loads them in a
+// fresh context (the caller closes it) with a stream.
+func emulatorKernels(t *testing.T, srcs map[string]string, cacheDir string) (*cuda.Context, *cuda.Stream, *Kernels) {
+	t.Helper()
 	drv, err := cuda.OpenDriver()
 	if err != nil {
 		t.Fatal(err)
@@ -111,28 +132,17 @@ func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.Mod
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Releasing the primary context resets the device: the next bug starts clean.
-	defer ctx.Close()
 	stream, err := ctx.NewStream()
 	if err != nil {
+		ctx.Close()
 		t.Fatal(err)
 	}
 	set, err := LoadKernels(ctx, compiled, props.SMCount)
 	if err != nil {
+		ctx.Close()
 		t.Fatal(err)
 	}
-	set = set.With(emuSelection)
-	v := NewVerifier(ctx, stream, set, 1)
-	if err := v.Only(only...); err != nil {
-		t.Fatal(err)
-	}
-	var failures []string
-	for _, r := range v.VerifyAll(shapes) {
-		if r.Err != nil {
-			failures = append(failures, fmt.Sprintf("%s [%s]: %v", r.Check, r.Shape, r.Err))
-		}
-	}
-	return failures
+	return ctx, stream, set
 }
 
 func TestEmulatorCatchesSeededBugs(t *testing.T) {
