@@ -18,6 +18,8 @@
 //  - attn_decode 3, attn_decode3_dD_gG: version 2 with the combine fused in:
 //    the block of each kv head that finishes last merges the splits (one
 //    launch per layer instead of two; output bit-identical to version 2).
+//  - attn_decode 4, attn_decode4_dD_gG: flash-decoding on tensor cores
+//    (the kv head's query heads as M), combine fused as in version 3.
 //  - attn_prefill 1, attn_prefill_dD: FlashAttention-2 style tiles of 64
 //    queries x 32 keys on fp32 CUDA cores.
 //  - attn_prefill 2, attn_prefill_tc_dD (D 64, 128): FlashAttention-2 on
@@ -1233,18 +1235,16 @@ DEFINE_DECODE2(128, 8)
 // instructions, the combine's loops, run by one block per kv head. Emulated:
 // verify's decode v3 check also demands version 2's bits at every decode
 // shape; a counter left unreset (a seeded bug) fails the replayed graph.
+// decode_combine_last is version 3's tail, after a block wrote its
+// partial: it counts the block in its kv head's counter and, in the block
+// that counts last, merges the live splits of the kv head's query heads
+// into out (attn_decode_combine's sums, in its order) and resets the counter.
 template <int D, int G>
-__device__ __noinline__ void attn_decode3(unsigned short* __restrict__ out, float* __restrict__ ws,
-                                          const unsigned short* __restrict__ q,
-                                          const unsigned short* __restrict__ kCache,
-                                          const unsigned short* __restrict__ vCache,
-                                          const int* __restrict__ startPos, int batch, int heads,
-                                          int kvHeads, int maxSeq, int chunk, int splits) {
+__device__ __forceinline__ void decode_combine_last(unsigned short* __restrict__ out, float* __restrict__ ws,
+                                                    const int* __restrict__ startPos, int batch, int heads,
+                                                    int kvHeads, int maxSeq, int chunk, int splits) {
     __shared__ int is_last;
     __shared__ float norm_s[G][2];
-    if (!decode2_partial<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
-        return;
-    }
     const int kvh = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
     const int group = heads / kvHeads;
     const int live = decode_live_splits(startPos, maxSeq, chunk, splits);
@@ -1257,15 +1257,28 @@ __device__ __noinline__ void attn_decode3(unsigned short* __restrict__ out, floa
     if (!is_last) return;  // uniform across the block
     __threadfence();  // the other blocks' partials, after their tickets
     const long long bh0 = (long long)b * heads + (long long)kvh * group;
-    for (int g = tid; g < group; g += DEC_THREADS) {
+    for (int g = tid; g < group; g += blockDim.x) {
         decode_head_norm(ws, bh0 + g, live, batch, heads, D, splits, &norm_s[g][0], &norm_s[g][1]);
     }
     __syncthreads();
-    for (int idx = tid; idx < group * D; idx += DEC_THREADS) {
+    for (int idx = tid; idx < group * D; idx += blockDim.x) {
         const int g = idx / D;
         decode_head_dim(out, ws, bh0 + g, live, batch, heads, D, splits, norm_s[g][0], norm_s[g][1], idx - g * D);
     }
     if (tid == 0) *counter = 0;  // every live block has counted: none reads it again this launch
+}
+
+template <int D, int G>
+__device__ __noinline__ void attn_decode3(unsigned short* __restrict__ out, float* __restrict__ ws,
+                                          const unsigned short* __restrict__ q,
+                                          const unsigned short* __restrict__ kCache,
+                                          const unsigned short* __restrict__ vCache,
+                                          const int* __restrict__ startPos, int batch, int heads,
+                                          int kvHeads, int maxSeq, int chunk, int splits) {
+    if (!decode2_partial<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
+        return;
+    }
+    decode_combine_last<D, G>(out, ws, startPos, batch, heads, kvHeads, maxSeq, chunk, splits);
 }
 
 #define DEFINE_DECODE3(D, G)                                                                                 \
@@ -1283,3 +1296,245 @@ DEFINE_DECODE3(128, 1)
 DEFINE_DECODE3(128, 2)
 DEFINE_DECODE3(128, 4)
 DEFINE_DECODE3(128, 8)
+
+// Decode attention v4: flash-decoding on tensor cores, the combine fused
+// as in version 3 (issue 19: decode attention for batches of 8 and more,
+// where version 2's 890 instructions per 4 KB of K/V bound it, with the
+// kv head's query heads as the M dimension of mma.m16n8k16).
+//
+// Block (split, kv head, sequence), 4 warps; the split's keys go to the
+// warps in sub-tiles of 16 (warp w takes sub-tiles w, w+4, ...), each warp
+// an online softmax of its own, merged through shared memory at the end
+// into version 2's partial (so version 3's last-block combine finishes it).
+// Per sub-tile and warp:
+//  - S = Q·Kᵀ: Q (the G <= 8 heads as rows g of the A tile, rows g+8 zero)
+//    and K go straight from global memory into fragments: lane (g, t) loads
+//    16 bytes of key row g at d = 32c + 8t, the k-slots {2t, 2t+1, 2t+8,
+//    2t+9} of two mma (as gemv.cu; the same permutation of d in Q and K):
+//    16 sectors per request, every byte used, no shared memory.
+//  - V goes through a warp-private shared tile (cp.async, swizzled as the
+//    prefill's), read by ldmatrix.trans as B fragments; keys past the split
+//    are zero-filled (P is 0 there, and 0·NaN of a stale row would not be).
+//  - P is rounded by cvt.rn.bf16x2.f32 into the A fragments of P·V;
+//    the output is rescaled only when the maximum moved.
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas (NVRTC 11.8): attn_decode4_d128_gG 176 registers on sm_90 (184
+//    on sm_80), _d64 106; 0 spills; dynamic shared 16 KB of V tiles + the
+//    merge's 4 x G x D floats (33 KB at D 128, G 8).
+//  - SASS (cuobjdump, scripts/sass-mix), d128_g4: the sub-tile loop issues
+//    362 instructions per warp and 16 keys (8 KB of K and V): 32 HMMA, 8
+//    LDG.E.128 (K), 8 LDGSTS (V), 8 LDSM.T, 72 fp32, 5 MUFU, 122 integer;
+//    version 2's key loop 883 per 4 KB, i.e. 4.9x the instructions per byte.
+//    Streaming 8 KB per SM at 4.8 TB/s takes 445 clocks (18.4 B/clock/SM):
+//    0.8 instructions per clock of the 4 an SM issues, so the kernel is
+//    predicted bandwidth-bound where version 2 was issue-bound (issue 19:
+//    +0.77 ms per step at batch 32).
+//  - Predicted (not measured), Llama-3-8B batch 32 over 1k keys: K and V
+//    134 MB per layer at 85% of 4.8 TB/s: 33 us per layer, 1.05 ms per
+//    step, against issue 19's 1.66 ms for version 2 (its 0.89 ms floor +
+//    0.77); at batch 1 (4.2 MB per layer, latency-bound) about version 3's.
+//  - Access counters (EMULATED, verify --counters, b=1 pos=300 d128 g4): V's
+//    cp.async 15.9 sectors per request, every byte used; K's loads are 16
+//    sectors per request by construction (8 rows x 64 bytes), averaged in
+//    the kernel's global loads (7.9) with the fused combine's 1-sector
+//    broadcast reads of the partials.
+//  - Numerics: P is rounded to bf16 before P·V (as in the prefill kernels),
+//    so version 4 is within 2.3e-3 of the twin where versions 2 and 3 keep
+//    P in fp32 (within 2e-4): the bf16 tolerance either way.
+//
+// Only the warp's own lanes touch its V tile: __syncwarp after the
+// cp.async wait (every lane's copies visible to the others) and after the
+// ldmatrix (before the next sub-tile's copies refill it) is the protocol.
+
+#define DEC4_SUB 16
+#define DEC4_WARPS 4
+
+// decode4_sub adds one 16-key sub-tile (keys kb0..kb0+15 of [.., j1)) to a
+// warp's state: o (O's D fragments, rows g), m and l (row g's).
+template <int D>
+__device__ __forceinline__ void decode4_sub(float o[D / 8][4], float& m, float& l, const unsigned qa[D / 32][2][4],
+                                            const unsigned short* __restrict__ krow0, const unsigned short* __restrict__ vrow0,
+                                            long long pos_stride, unsigned short* vt, int kb0, int j1,
+                                            float scale_log2) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    // V sub-tile copy: chunk c = lane + 32i of 16 rows x D/8 chunks.
+#pragma unroll
+    for (int i = 0; i < DEC4_SUB * (D / 8) / 32; i++) {
+        const int c = lane + 32 * i, row = c / (D / 8), ch = c % (D / 8);
+        u32x4* d = (u32x4*)vt + fa_chunk<D>(row, ch);
+        if (kb0 + row < j1) {
+            cp_async16(d, vrow0 + (long long)(kb0 + row) * pos_stride + ch * 8);
+        } else {
+            *d = u32x4{0, 0, 0, 0};
+        }
+    }
+    cp_async_commit();
+    // S for keys kb0 + 8nb + g (clamped into the split: masked below).
+    float s[2][4];
+#pragma unroll
+    for (int nb = 0; nb < 2; nb++) {
+        const int key = min(kb0 + 8 * nb + g, j1 - 1);
+        const unsigned short* kr = krow0 + (long long)key * pos_stride + 8 * t;
+        u32x4 kv[D / 32];
+#pragma unroll
+        for (int c = 0; c < D / 32; c++) kv[c] = *(const u32x4*)(kr + 32 * c);
+        s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++) {
+            const unsigned b_lo[2] = {kv[c].x, kv[c].y};
+            const unsigned b_hi[2] = {kv[c].z, kv[c].w};
+            mma_m16n8k16_bf16(s[nb], qa[c][0], b_lo, s[nb]);
+            mma_m16n8k16_bf16(s[nb], qa[c][1], b_hi, s[nb]);
+        }
+    }
+    // Row g's scores: keys kb0 + 8nb + 2t + i (i = 0, 1); rows g+8 are padding.
+    float mx = neg_inf_f32();
+#pragma unroll
+    for (int nb = 0; nb < 2; nb++) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            s[nb][i] = kb0 + 8 * nb + 2 * t + i < j1 ? s[nb][i] * scale_log2 : neg_inf_f32();
+            mx = fmaxf(mx, s[nb][i]);
+        }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m, mx);  // the sub-tile's first key lies in the split: finite
+    const float alpha = exp2f(m - mn);
+    m = mn;
+    unsigned pa[4];
+    pa[0] = pack_bf16x2_rn(exp2f(s[0][0] - mn), exp2f(s[0][1] - mn));
+    pa[2] = pack_bf16x2_rn(exp2f(s[1][0] - mn), exp2f(s[1][1] - mn));
+    pa[1] = pa[3] = 0u;  // rows g+8: no heads
+    l = l * alpha + (__uint_as_float(pa[0] << 16) + __uint_as_float(pa[0] & 0xffff0000u)) +
+        (__uint_as_float(pa[2] << 16) + __uint_as_float(pa[2] & 0xffff0000u));
+    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha;
+            o[i][1] *= alpha;
+        }
+    }
+    cp_async_wait<0>();
+    __syncwarp();  // every lane's V rows have landed
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb += 2) {
+        unsigned vb[4];
+        ldmatrix_x4_trans(vb, vt + fa_chunk<D>(((lane >> 3) & 1) * 8 + (lane & 7), nb + (lane >> 4)) * 8);
+        mma_m16n8k16_bf16(o[nb], pa, vb, o[nb]);
+        mma_m16n8k16_bf16(o[nb + 1], pa, vb + 2, o[nb + 1]);
+    }
+    __syncwarp();  // the V tile is read: the next sub-tile may refill it
+    smem_retire(vt, DEC4_SUB * D * 2);
+}
+
+// decode4_partial is version 4's work of one block before the combine: the
+// warps' sub-tiles, then their merge into version 2's partial of each query
+// head; false when the split holds no keys (uniform across the block).
+template <int D, int G>
+__device__ __forceinline__ bool decode4_partial(float* __restrict__ ws, const unsigned short* __restrict__ q,
+                                                const unsigned short* __restrict__ kCache,
+                                                const unsigned short* __restrict__ vCache,
+                                                const int* __restrict__ startPos, int batch, int heads,
+                                                int kvHeads, int maxSeq, int chunk, int splits) {
+    const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int keys = min(*startPos + 1, maxSeq);
+    const int j0 = split * chunk;
+    if (j0 >= keys) return false;
+    const int j1 = min(j0 + chunk, keys);
+    const int group = heads / kvHeads;  // <= G <= 8, the wrapper guarantees it
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+    // Shared: each warp's V tile [16][D] bf16, then the merge's [warps][G][D]
+    // sums and [warps][G] maxima and sums (floats).
+    unsigned short* vt = (unsigned short*)dyn_smem + warp * DEC4_SUB * D;
+    float* sacc = (float*)((unsigned short*)dyn_smem + DEC4_WARPS * DEC4_SUB * D);
+    float* sm = sacc + DEC4_WARPS * G * D;
+    float* sl = sm + DEC4_WARPS * G;
+
+    // Q's A fragments, rows g (heads; g >= group zero), d permuted as K's.
+    unsigned qa[D / 32][2][4];
+    {
+        const u32x4 zero = {0, 0, 0, 0};
+        const unsigned short* qr = q + ((long long)b * heads + (long long)kvh * group + min(g, group - 1)) * D + 8 * t;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++) {
+            const u32x4 v = g < group ? *(const u32x4*)(qr + 32 * c) : zero;
+            qa[c][0][0] = v.x, qa[c][0][1] = 0u, qa[c][0][2] = v.y, qa[c][0][3] = 0u;
+            qa[c][1][0] = v.z, qa[c][1][1] = 0u, qa[c][1][2] = v.w, qa[c][1][3] = 0u;
+        }
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m = neg_inf_f32(), l = 0.0f;
+    const long long pos_stride = (long long)kvHeads * D;
+    const long long base = (long long)b * maxSeq * pos_stride + (long long)kvh * D;
+    for (int kb0 = j0 + warp * DEC4_SUB; kb0 < j1; kb0 += DEC4_WARPS * DEC4_SUB) {
+        decode4_sub<D>(o, m, l, qa, kCache + base, vCache + base, pos_stride, vt, kb0, j1, scale_log2);
+    }
+    // Row sums over the 4 lanes of a row; the warp's state to shared memory.
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (g < G) {
+#pragma unroll
+        for (int nb = 0; nb < D / 8; nb++) {
+            sacc[(warp * G + g) * D + 8 * nb + 2 * t] = o[nb][0];
+            sacc[(warp * G + g) * D + 8 * nb + 2 * t + 1] = o[nb][1];
+        }
+        if (t == 0) {
+            sm[warp * G + g] = m;
+            sl[warp * G + g] = l;
+        }
+    }
+    __syncthreads();
+    const long long part0 = ((long long)b * heads + (long long)kvh * group) * splits + split;
+    float* ws_acc = ws;
+    float* ws_ml = ws + (long long)batch * heads * splits * D;
+    for (int idx = tid; idx < group * D; idx += DEC4_WARPS * 32) {
+        const int hg = idx / D, d = idx - hg * D;
+        float mx = neg_inf_f32();
+        for (int w = 0; w < DEC4_WARPS; w++) mx = fmaxf(mx, sm[w * G + hg]);
+        float a = 0.0f, sum = 0.0f;
+        for (int w = 0; w < DEC4_WARPS; w++) {
+            const float wt = exp2f(sm[w * G + hg] - mx);  // a warp with no keys: exp2(-inf) = 0
+            a += wt * sacc[(w * G + hg) * D + d];
+            sum += wt * sl[w * G + hg];
+        }
+        ws_acc[(part0 + (long long)hg * splits) * D + d] = a;
+        if (d == 0) {
+            ws_ml[(part0 + (long long)hg * splits) * 2] = mx * 0.6931471805599453f;
+            ws_ml[(part0 + (long long)hg * splits) * 2 + 1] = sum;
+        }
+    }
+    return true;
+}
+
+template <int D, int G>
+__device__ __noinline__ void attn_decode4(unsigned short* __restrict__ out, float* __restrict__ ws,
+                                          const unsigned short* __restrict__ q,
+                                          const unsigned short* __restrict__ kCache,
+                                          const unsigned short* __restrict__ vCache,
+                                          const int* __restrict__ startPos, int batch, int heads,
+                                          int kvHeads, int maxSeq, int chunk, int splits) {
+    if (!decode4_partial<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
+        return;
+    }
+    decode_combine_last<D, G>(out, ws, startPos, batch, heads, kvHeads, maxSeq, chunk, splits);
+}
+
+#define DEFINE_DECODE4(D, G)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(DEC4_WARPS * 32) attn_decode4_d##D##_g##G(                  \
+        unsigned short* out, float* ws, const unsigned short* q, const unsigned short* kCache,               \
+        const unsigned short* vCache, const int* startPos, int batch, int heads, int kvHeads, int maxSeq,    \
+        int chunk, int splits) {                                                                             \
+        attn_decode4<D, G>(out, ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits); \
+    }
+DEFINE_DECODE4(64, 1)
+DEFINE_DECODE4(64, 2)
+DEFINE_DECODE4(64, 4)
+DEFINE_DECODE4(64, 8)
+DEFINE_DECODE4(128, 1)
+DEFINE_DECODE4(128, 2)
+DEFINE_DECODE4(128, 4)
+DEFINE_DECODE4(128, 8)

@@ -114,6 +114,10 @@ const (
 	PrefillV3KeyTile   = 64
 	// Decode2Threads is attn_decode2's block size (DEC_THREADS).
 	Decode2Threads = 128
+	// Decode4Warps and Decode4SubKeys are attn_decode4's warps per block
+	// and keys per warp sub-tile (DEC4_WARPS, DEC4_SUB).
+	Decode4Warps   = 4
+	Decode4SubKeys = 16
 	// ArgmaxChunk is how many logits one argmax2_partial block reduces;
 	// Argmax2Threads its block size.
 	ArgmaxChunk    = 4096
@@ -170,6 +174,13 @@ func Decode2Group(a AttnShape) int {
 func Decode2SharedBytes(headDim, group int) int {
 	groups := (Decode2Threads / 32) * (32 / (headDim / 8))
 	return (groups*group*headDim + 2*groups*group) * 4
+}
+
+// Decode4SharedBytes mirrors attn_decode4's dynamic shared layout: each
+// warp's bf16 V sub-tile [Decode4SubKeys][D], then the merge's float32
+// [warps][group][D] sums and [warps][group] maxima and sums.
+func Decode4SharedBytes(headDim, group int) int {
+	return Decode4Warps*Decode4SubKeys*headDim*2 + (Decode4Warps*group*headDim+2*Decode4Warps*group)*4
 }
 
 // ArgmaxWorkspaceBytes is what argmax version 2 needs for rows of vocab

@@ -36,6 +36,7 @@ func OpVersions() []OpVersion {
 		{OpAttnDecode, 1, "flash-decoding, one thread per key; head_dim 32, 64, 128"},
 		{OpAttnDecode, 2, "flash-decoding with 16-byte coalesced K/V loads, all heads of a kv head in one pass; head_dim 64, 128, up to 8 query heads per kv head"},
 		{OpAttnDecode, 3, "version 2 with the combine fused in (the last block of each kv head merges the splits): one launch instead of two; head_dim 64, 128, up to 8 query heads per kv head"},
+		{OpAttnDecode, 4, "on tensor cores (mma.sync, the kv head's query heads as M), K straight into fragments, V through ldmatrix, the combine fused as in version 3; head_dim 64, 128, up to 8 query heads per kv head"},
 		{OpRope, 1, "2-byte accesses; even head_dim <= 256"},
 		{OpRope, 2, "16-byte accesses; head_dim a multiple of 16, <= 256"},
 		{OpArgmax, 1, "one block per row"},

@@ -135,11 +135,11 @@ fi
 # Budgets in seconds (sum 345). The benchmark steps come before the sanitizers,
 # so that a slow sanitizer can only cost itself and the steps after it. (Issue 19
 # rebalanced them: verify gained 10 s for linear version 2's checks at 8B shapes, the
-# attention A/B became three A/Bs of the newest versions against their predecessors
-# (decode attention, linear, prefill attention at 1k and 8k); devices, roofline, the A/A
+# attention A/B became four A/Bs of each new version against its predecessor (decode
+# attention 4-3 and 3-2, linear 2-1, prefill attention 3-2 at 1k and 8k); devices, roofline, the A/A
 # pair, tp1, nsys (not on these machines' PATH), the sanitizers and the HF comparison gave
 # the time back.)
-run devices 11 "$STEPBENCH" devices
+run devices 9 "$STEPBENCH" devices
 run verify 40 "$STEPBENCH" verify
 # -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
 run sweep 35 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
@@ -150,9 +150,12 @@ run breakdown 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 
   --num-iters 1 --disable-cuda-graph --breakdown
 # Each new kernel version (A) against its predecessor (B), paired on the same prompts (8 pairs:
 # the fewest whose sign test can reach p < 0.05 is 6); both arms hold the 8B weights (2 x 16 GB).
-# Decode attention 3 (combine fused) against 2, at batch 1 and 32 over 1k keys:
-run ab-decode 30 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=3 --baseline-kernel attn_decode=2 \
+# Decode attention 4 (tensor cores) against 3, at batch 1 and 32 over 1k keys; then 3 (combine
+# fused) against 2 at batch 1, where a launch saved weighs most:
+run ab-decode 30 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
+run ab-fused 20 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=3 --baseline-kernel attn_decode=2 \
+  --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
 # Linear 2 (our skinny GEMM, gate_up with SiLU·mul) against cuBLAS, at batch 1 and 16 (it takes up to
 # 16 rows: at 32 both arms would run cuBLAS); the prefills are cuBLAS's in both arms.
 run ab-linear 30 "$STEPBENCH" ab --model llama-3-8b --kernel linear=2 --baseline-kernel linear=1 \
@@ -164,21 +167,21 @@ run ab-prefill 40 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 -
 # Run-to-run drift: the same embedded kernels in two separate processes, compared with no floor
 # (--threshold 0); the ratio intervals say how far apart two runs of nothing changed lie on this
 # GPU, the evidence behind compare's default GPU floor (3%).
-run aa-first 12 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
+run aa-first 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
   --num-iters 10 --json-out "$OUT/aa-first.json"
-run aa-second 12 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
+run aa-second 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
   --num-iters 10 --json-out "$OUT/aa-second.json"
 run aa-compare 2 "$STEPBENCH" compare "$OUT/aa-first.json" "$OUT/aa-second.json" --threshold 0
 # Real NCCL on one GPU: a tensor-parallel group of one rank, its decode step captured with the
 # all-reduces inside (the emulated NCCL is all the tests have).
-run tp1 12 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
+run tp1 10 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
   --output-len 8 --num-iters 2
 # The profiler window under Nsight Systems (where installed): decode steps 2..4 of the first timed
 # iteration, then the kernel and NVTX summaries of exactly that window.
 nsys="$(command -v nsys || true)"
 [[ -z "$nsys" && -x /usr/local/cuda/bin/nsys ]] && nsys=/usr/local/cuda/bin/nsys
 if [[ -n "$nsys" ]]; then
-  run nsys 10 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
+  run nsys 5 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
       --force-overwrite=true -o "$2/nsys-decode" "$3" run --device cuda --model llama-3-8b --batch-size 1 \
       --input-len 1024 --output-len 8 --num-iters 1 --no-telemetry --profile --profile-phase decode \
       --profile-start-step 2 --profile-steps 3 &&
@@ -191,8 +194,8 @@ if [[ -n "$sanitizer" ]]; then
   # Kernels run 10-100x slower under the sanitizers: smaller models keep them in budget and
   # still cover both attention paths (3B: head_dim 128, GQA 3:1; 1B: head_dim 64, GQA 4:1);
   # the plain verify above covers the 8B shapes.
-  run memcheck 20 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
-  run racecheck 17 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
+  run memcheck 17 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
+  run racecheck 15 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
 else
   echo "compute-sanitizer not found on PATH or in /usr/local/cuda/bin: memcheck and racecheck skipped" >"$OUT/sanitizer.log"
 fi
@@ -201,7 +204,7 @@ fi
 # LlamaForCausalLM, greedy tokens and logits compared with stepbench's on cuda and on cpu.
 if timeout 20 python3 -c 'import torch, transformers' >/dev/null 2>&1 && [[ -f "$here/hf-check.py" ]]; then
   hf="$OUT/hf-model"
-  run hf-make 15 python3 "$here/hf-check.py" make "$hf"
+  run hf-make 13 python3 "$here/hf-check.py" make "$hf"
   for dev in cuda cpu; do
     rm -f "$OUT/correctness-$dev.jsonl"
     run "correct-$dev" 15 "$STEPBENCH" run --device "$dev" --model-path "$hf" \
@@ -231,7 +234,8 @@ for jsonl in "$OUT/sweep.jsonl"; do
       "$(ms "$(field median_decode_latency "$rec")")"
   done <"$jsonl"
 done
-for ab in "ab-decode:attn_decode=3 against attn_decode=2" "ab-linear:linear=2 against linear=1 (cuBLAS)" \
+for ab in "ab-decode:attn_decode=4 against attn_decode=3" "ab-fused:attn_decode=3 against attn_decode=2" \
+  "ab-linear:linear=2 against linear=1 (cuBLAS)" \
   "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone"; do
   step="${ab%%:*}"
   if grep -q '^| ' "$OUT/$step.log" 2>/dev/null; then

@@ -277,8 +277,8 @@ func TestEmulatorSchedules(t *testing.T) {
 	}
 }
 
-// endToEndOnEmulator runs llama-tiny through the cuda backend against the
-// cpu backend under the process's schedule.
+// endToEndOnEmulator runs llama-tiny and a head_dim-64 llama-tiny through
+// the cuda backend against the cpu backend under the process's schedule.
 func endToEndOnEmulator(t *testing.T, cache string) {
 	t.Helper()
 	cfg, err := runner.Preset("llama-tiny")
@@ -290,13 +290,22 @@ func endToEndOnEmulator(t *testing.T, cache string) {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	results, err := runner.CompareWithCPU(be, cfg, 3, [][]int32{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {42}}, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range results {
-		if r.MaxLogitsRelErr > 2e-2 || !r.TokensMatch() {
-			t.Errorf("end to end, prompt %d: logits rel err %.3g, tokens %v, cpu %v", i, r.MaxLogitsRelErr, r.Tokens, r.RefTokens)
+	// llama-tiny (head_dim 32: attention version 1), then its head_dim-64
+	// twin, which the newest attention versions (tensor cores) take.
+	wide := cfg
+	wide.HiddenSize, wide.IntermediateSize, wide.HeadDim = 256, 512, 64
+	for _, c := range []struct {
+		cfg  runner.Config
+		seed uint64
+	}{{cfg, 3}, {wide, 7}} {
+		results, err := runner.CompareWithCPU(be, c.cfg, c.seed, [][]int32{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {42}}, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range results {
+			if r.MaxLogitsRelErr > 2e-2 || !r.TokensMatch() {
+				t.Errorf("end to end, head_dim %d, prompt %d: logits rel err %.3g, tokens %v, cpu %v", c.cfg.HeadDim, i, r.MaxLogitsRelErr, r.Tokens, r.RefTokens)
+			}
 		}
 	}
 }

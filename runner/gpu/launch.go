@@ -390,8 +390,8 @@ func (k *Kernels) prefill(s *cuda.Stream, op string, out, q, kCache, vCache, pos
 }
 
 // decode launches the attn_decode version the selection picks for a, then
-// (versions 1 and 2) the combine of the splits; version 3 combines in its
-// own last block of each kv head.
+// (versions 1 and 2) the combine of the splits; versions 3 and 4 combine in
+// their own last block of each kv head.
 func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
 	version, err := k.sel.DecodeVersion(a)
 	if err != nil {
@@ -405,8 +405,13 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 		name, shared = kernels.GroupEntryPoint("attn_decode2", a.HeadDim, g), kernels.Decode2SharedBytes(a.HeadDim, g)
 		threads = kernels.Decode2Threads
 	}
-	if version == 3 {
+	switch version {
+	case 3:
 		name, need = kernels.GroupEntryPoint("attn_decode3", a.HeadDim, kernels.Decode2Group(a)), need+kernels.DecodeCounterBytes(a)
+	case 4:
+		g := kernels.Decode2Group(a)
+		name, need = kernels.GroupEntryPoint("attn_decode4", a.HeadDim, g), need+kernels.DecodeCounterBytes(a)
+		shared, threads = kernels.Decode4SharedBytes(a.HeadDim, g), kernels.Decode4Warps*32
 	}
 	c.pointer("workspace", workspace, 16)
 	c.require(workspaceBytes >= need, "workspace has %d bytes, need %d (see AttentionWorkspaceBytes)", workspaceBytes, need)
@@ -417,7 +422,7 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 		return err
 	}
 	grid, block := cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)}, cuda.Dim3{X: uint32(threads), Y: 1, Z: 1}
-	if version == 3 {
+	if version >= 3 { // the combine is fused: one launch
 		return k.launch(s, c.op, name, grid, block, shared, out, workspace, q, kCache, vCache, pos, int32(a.Batch),
 			int32(a.Heads), int32(a.KVHeads), int32(a.MaxSeq), int32(chunkKeys), int32(splits))
 	}

@@ -166,8 +166,8 @@ func (v *Verifier) wants(kernel string) bool {
 func supportedHeadDim(d int) bool { return slices.Contains(kernels.SupportedHeadDims, d) }
 
 // attentionShapes are edge cases (one split, many splits with a short last
-// chunk, keys far below MaxSeq so most splits are empty, MHA at D=32, cached
-// prefixes in prefill) plus a decode and a prefill at each model's heads;
+// chunk, keys far below MaxSeq so most splits are empty, MHA at D=32 and 64,
+// 8 query heads per kv head, cached prefixes in prefill) plus a decode and a prefill at each model's heads;
 // long adds the slow prompt lengths (promptLengthShapes).
 func attentionShapes(models []kernels.ModelShape, long bool) []kernels.AttnShape {
 	shapes := []kernels.AttnShape{
@@ -178,6 +178,9 @@ func attentionShapes(models []kernels.ModelShape, long bool) []kernels.AttnShape
 		{Batch: 8, SeqLen: 1, StartPos: 1000, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 1100},
 		{Batch: 2, SeqLen: 1, StartPos: 0, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 8},
 		{Batch: 2, SeqLen: 1, StartPos: 300, Heads: 8, KVHeads: 8, HeadDim: 32, MaxSeq: 512},
+		// The group bounds of the version 2+ decode kernels at their ends: MHA (1 query head per kv head) and 8.
+		{Batch: 2, SeqLen: 1, StartPos: 300, Heads: 8, KVHeads: 8, HeadDim: 64, MaxSeq: 512},
+		{Batch: 1, SeqLen: 1, StartPos: 777, Heads: 16, KVHeads: 2, HeadDim: 128, MaxSeq: 1024},
 		{Batch: 2, SeqLen: 17, StartPos: 0, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 32},
 		{Batch: 1, SeqLen: 128, StartPos: 200, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 512},
 		{Batch: 2, SeqLen: 70, StartPos: 5, Heads: 6, KVHeads: 3, HeadDim: 32, MaxSeq: 80},
