@@ -41,6 +41,7 @@ type driverAPI struct {
 	cuFuncSetAttribute, cuFuncGetAttribute, cuLaunchKernel                unsafe.Pointer
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags unsafe.Pointer
 	cuGraphDestroy, cuGraphLaunch, cuGraphExecDestroy                     unsafe.Pointer
+	cuGraphGetNodes                                                       unsafe.Pointer // optional
 	cuProfilerStart, cuProfilerStop                                       unsafe.Pointer // optional
 
 	// The names cuDeviceGetUuid and cuEventElapsedTime were found under
@@ -95,6 +96,7 @@ func (a *driverAPI) slots() []symbolSlot {
 		{name: "cuGraphDestroy", dst: &a.cuGraphDestroy},
 		{name: "cuGraphLaunch", dst: &a.cuGraphLaunch},
 		{name: "cuGraphExecDestroy", dst: &a.cuGraphExecDestroy},
+		{name: "cuGraphGetNodes", dst: &a.cuGraphGetNodes, optional: true},
 		{name: "cuProfilerStart", dst: &a.cuProfilerStart, optional: true},
 		{name: "cuProfilerStop", dst: &a.cuProfilerStop, optional: true},
 	}

@@ -3,6 +3,8 @@ package cuda
 // #include "shim.h"
 import "C"
 
+import "errors"
+
 // streamCaptureModeThreadLocal is CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: only
 // unsafe calls from this thread break the capture, so other threads (NVML
 // readers, say) may keep using CUDA.
@@ -52,6 +54,21 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 		return nil, err
 	}
 	return ge, nil
+}
+
+// NodeCount is the number of nodes of the graph (cuGraphGetNodes): every
+// kernel launch, memset, copy and library call captured in it, a library's
+// own kernels each one.
+func (g *Graph) NodeCount() (int, error) {
+	d := g.ctx.drv
+	if d.api.cuGraphGetNodes == nil {
+		return 0, errors.New("cuGraphGetNodes: not exported by this driver")
+	}
+	var n C.size_t
+	if err := d.check(C.sb_cuGraphGetNodes(d.api.cuGraphGetNodes, g.graph, &n), "cuGraphGetNodes"); err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }
 
 // Destroy releases the graph; executable graphs made from it stay valid.

@@ -141,6 +141,10 @@ CUresult sb_cuGraphInstantiateWithFlags(void *fn, CUgraphExec *exec, CUgraph gra
 	return ((CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))fn)(exec, graph, flags);
 }
 CUresult sb_cuGraphDestroy(void *fn, CUgraph graph) { return ((CUresult(*)(CUgraph))fn)(graph); }
+/* cuGraphGetNodes(graph, NULL, &count) only counts. */
+CUresult sb_cuGraphGetNodes(void *fn, CUgraph graph, size_t *count) {
+    return ((CUresult(*)(CUgraph, void *, size_t *))fn)(graph, NULL, count);
+}
 CUresult sb_cuGraphLaunch(void *fn, CUgraphExec exec, CUstream stream) {
 	return ((CUresult(*)(CUgraphExec, CUstream))fn)(exec, stream);
 }

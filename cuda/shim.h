@@ -86,6 +86,7 @@ CUresult sb_cuStreamBeginCapture(void *fn, CUstream stream, int mode);
 CUresult sb_cuStreamEndCapture(void *fn, CUstream stream, CUgraph *graph);
 CUresult sb_cuGraphInstantiateWithFlags(void *fn, CUgraphExec *exec, CUgraph graph, unsigned long long flags);
 CUresult sb_cuGraphDestroy(void *fn, CUgraph graph);
+CUresult sb_cuGraphGetNodes(void *fn, CUgraph graph, size_t *count);
 CUresult sb_cuGraphLaunch(void *fn, CUgraphExec exec, CUstream stream);
 CUresult sb_cuGraphExecDestroy(void *fn, CUgraphExec exec);
 

@@ -15,10 +15,18 @@
 //    bandwidth-bound flash-decoding, 16-byte coalesced K and V loads, every
 //    query head of the kv head in one pass, DEC_UNROLL keys in flight per
 //    lane group; the same partials and combine.
+//  - attn_decode 3, attn_decode3_dD_gG: version 2 with the combine fused in:
+//    the block of each kv head that finishes last merges the splits (one
+//    launch per layer instead of two; output bit-identical to version 2).
+//  - attn_decode 4, attn_decode4_dD_gG: flash-decoding on tensor cores
+//    (the kv head's query heads as M), combine fused as in version 3.
 //  - attn_prefill 1, attn_prefill_dD: FlashAttention-2 style tiles of 64
 //    queries x 32 keys on fp32 CUDA cores.
 //  - attn_prefill 2, attn_prefill_tc_dD (D 64, 128): FlashAttention-2 on
 //    tensor cores (mma.sync m16n8k16 bf16), cp.async double-buffered tiles.
+//  - attn_prefill 3, attn_prefill3_dD (D 64, 128): version 2 with 128-row
+//    blocks of 8 warps sharing each K/V tile, addresses computed once
+//    outside the key loop, P packed by cvt.rn.bf16x2; bit-identical output.
 //
 // Napkin math at Llama-3-8B (32 heads, 8 kv heads, D 128), per launch (one
 // layer); peaks: H100 SXM 989 TFLOP/s bf16 dense, 3.35 TB/s; H200 989 TFLOP/s,
@@ -184,6 +192,39 @@ DEFINE_DECODE(32)
 DEFINE_DECODE(64)
 DEFINE_DECODE(128)
 
+// decode_live_splits is how many splits of chunk keys hold keys at this
+// step (the others wrote nothing).
+__device__ __forceinline__ int decode_live_splits(const int* startPos, int maxSeq, int chunk, int splits) {
+    const int keys = min(*startPos + 1, maxSeq);
+    return min(splits, (keys + chunk - 1) / chunk);
+}
+
+// decode_head_norm is the merge's max and sum over the live splits of one
+// (sequence, head) bh: M = max_i m_i, L = sum_i exp(m_i - M) l_i, in split
+// order (__ldcg: another block of the same launch may have written them).
+__device__ __forceinline__ void decode_head_norm(const float* __restrict__ ws, long long bh, int live, int batch,
+                                                 int heads, int headDim, int splits, float* m_all, float* l_all) {
+    const float* ml = ws + (long long)batch * heads * splits * headDim + bh * splits * 2;
+    float m = neg_inf_f32();
+    for (int i = 0; i < live; i++) m = fmaxf(m, __ldcg(ml + 2 * i));
+    float l = 0.0f;
+    for (int i = 0; i < live; i++) l += expf(__ldcg(ml + 2 * i) - m) * __ldcg(ml + 2 * i + 1);
+    *m_all = m;
+    *l_all = l;
+}
+
+// decode_head_dim merges dimension d of bh's partials: out = sum_i
+// exp(m_i - M) acc_i[d] / L, rounded to bf16.
+__device__ __forceinline__ void decode_head_dim(unsigned short* __restrict__ out, const float* __restrict__ ws,
+                                                long long bh, int live, int batch, int heads, int headDim,
+                                                int splits, float m_all, float l_all, int d) {
+    const float* ml = ws + (long long)batch * heads * splits * headDim + bh * splits * 2;
+    const float* acc = ws + bh * splits * headDim;
+    float o = 0.0f;
+    for (int i = 0; i < live; i++) o += expf(__ldcg(ml + 2 * i) - m_all) * __ldcg(acc + i * headDim + d);
+    out[bh * headDim + d] = f32_to_bf16_rne(o / l_all);
+}
+
 // attn_decode_combine: grid (heads, batch). Merges the partials of the
 // splits that held keys (the others wrote nothing this step):
 // out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i, M = max_i m_i.
@@ -193,19 +234,12 @@ extern "C" __global__ void attn_decode_combine(unsigned short* __restrict__ out,
                                                int batch, int heads, int headDim, int chunk,
                                                int splits) {
     const int h = blockIdx.x, b = blockIdx.y;
-    const int keys = min(*startPos + 1, maxSeq);
-    const int live = min(splits, (keys + chunk - 1) / chunk);
+    const int live = decode_live_splits(startPos, maxSeq, chunk, splits);
     const long long bh = (long long)b * heads + h;
-    const float* ml = ws + (long long)batch * heads * splits * headDim + bh * splits * 2;
-    const float* acc = ws + bh * splits * headDim;
-    float m_all = neg_inf_f32();
-    for (int i = 0; i < live; i++) m_all = fmaxf(m_all, ml[2 * i]);
-    float l_all = 0.0f;
-    for (int i = 0; i < live; i++) l_all += expf(ml[2 * i] - m_all) * ml[2 * i + 1];
+    float m_all, l_all;
+    decode_head_norm(ws, bh, live, batch, heads, headDim, splits, &m_all, &l_all);
     for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
-        float o = 0.0f;
-        for (int i = 0; i < live; i++) o += expf(ml[2 * i] - m_all) * acc[i * headDim + d];
-        out[bh * headDim + d] = f32_to_bf16_rne(o / l_all);
+        decode_head_dim(out, ws, bh, live, batch, heads, headDim, splits, m_all, l_all, d);
     }
 }
 
@@ -623,6 +657,370 @@ __device__ __noinline__ void attn_prefill_tc(unsigned short* __restrict__ out,
 DEFINE_PREFILL_TC(64)
 DEFINE_PREFILL_TC(128)
 
+// Prefill attention v3: version 2's FlashAttention-2 on tensor cores with
+// the issue count per tile brought down (issue 19), head_dim 64 and 128.
+//
+// What changed against version 2 (attn_prefill_tc), and why:
+//  - Blocks of 8 warps (256 threads) own 128 query rows (16 per warp, as
+//    before): each 64-key K/V tile that lands in shared memory feeds twice
+//    the rows, so a thread issues half the cp.async per tile (4 for D = 128).
+//    Warps whose 16 rows lie wholly before a tile skip its arithmetic (they
+//    still copy and wait at its barriers), so no warp computes more tiles
+//    than version 2 would.
+//  - Every address is computed once, before the key loop: a thread copies
+//    chunks tid, tid + 256, ... of a tile, which share the 16-byte column and
+//    the swizzle (row & 7 is the same for all of them), so its cp.async
+//    destinations and sources are a base plus a fixed stride; and each
+//    lane's ldmatrix rows are one shared-window offset whose swizzled chunk
+//    for k-step kk is that offset XOR 32*kk (K) or XOR 16*nb (V), the rest an
+//    immediate. Version 2 recomputed both, with divisions, per tile.
+//  - P is rounded and packed by cvt.rn.bf16x2.f32 (one instruction per
+//    pair, round to nearest even as f32_to_bf16_rne for every non-NaN value;
+//    P is never NaN), which gives the A fragments directly and, widened
+//    back, the values the row sums add.
+//  - The output is rescaled only when a row maximum moved in this tile
+//    (a warp vote): multiplying by exactly 1 changes nothing.
+// The sums are version 2's, in the same order (a tile that masks a row
+// whole adds exact zeros): the output is bit-identical to version 2's,
+// which verify checks.
+//
+// Double buffering's protocol is version 2's, checked by the warp-serial
+// schedules: the end-of-tile barrier comes before the next prefetch
+// refills the buffer, then smem_retire marks the consumed tile dead.
+//
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas (NVRTC 11.8): attn_prefill3_d128 174 registers on sm_90 (178 on
+//    sm_80), _d64 119 (126); 0 spills; 96 KB (D 128) / 48 KB (D 64) of
+//    dynamic shared memory: one 256-thread block per SM at D 128 (version 2:
+//    two of 128 threads at 173 registers and 80 KB), the same 8 warps.
+//  - SASS (cuobjdump -sass, scripts/sass-mix), the key loop per warp and
+//    64-key tile at D 128: 945 static instructions (24 of them never-taken
+//    @!PT LDS that ptxas pads cp.async with), 128 HMMA, 72 LDSM (32 K + 32 V
+//    + 8 of Q, issued once), 8 LDGSTS (4 K + 4 V chunks per thread), 16
+//    F2FP.BF16.PACK_AB, 34 MUFU.EX2, 261 integer (version 2: 1732 static
+//    with 978 integer, plus two cp.async loops of about 121 per 4 chunks run
+//    twice each per tile: about 1,900 a tile; issue 19 counted 1,710); off
+//    the diagonal the mask's 33 ISETP and 32 FSEL are skipped: about 840.
+//    HMMA are 15% of the issued instructions instead of 6.5%.
+//  - Predicted (not measured): version 2 issue-bound at about 1,900
+//    instructions per 128 HMMA, version 3 near the mma.sync rate (about 0.6
+//    HMMA m16n8k16 per SM clock on Hopper, 62% of the wgmma peak in
+//    published microbenchmarks): from issue 19's estimate of 200-225
+//    TFLOP/s for version 2 to about 400 (350-500) at 1 x 8192, i.e. the 17.6
+//    TFLOP of a Llama-3-8B 8k prefill's attention from about 83 ms to about
+//    44 ms on an H100/H200 (the same tensor-core rate), and 1.3 to 0.7 ms at
+//    1 x 1024.
+
+#define FA3_BQ 128
+#define FA3_BK 64
+#define FA3_THREADS 256
+
+// ldsm_x4 / ldsm_x4_trans: ldmatrix from a tile at a byte offset (the
+// shared-window address of the tile computed by the caller once).
+__device__ __forceinline__ void ldsm_x4(unsigned r[4], const unsigned short* tile, unsigned tile_addr, unsigned off) {
+#ifdef __SBEMU__
+    (void)tile_addr;
+    ldmatrix_x4(r, (const char*)tile + off);
+#else
+    (void)tile;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tile_addr + off));
+#endif
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(unsigned r[4], const unsigned short* tile, unsigned tile_addr,
+                                              unsigned off) {
+#ifdef __SBEMU__
+    (void)tile_addr;
+    ldmatrix_x4_trans(r, (const char*)tile + off);
+#else
+    (void)tile;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tile_addr + off));
+#endif
+}
+
+// pack_bf16x2_rn rounds lo and hi to bf16 (nearest even) and packs them, lo
+// in the low half: cvt.rn.bf16x2.f32 on a GPU, pack2 on the emulated device
+// (the same bits for every non-NaN input).
+__device__ __forceinline__ unsigned pack_bf16x2_rn(float lo, float hi) {
+#ifdef __SBEMU__
+    return pack2(lo, hi);
+#else
+    unsigned d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+#endif
+}
+
+// fa3_plan is one thread's share of copying a 64-row tile: chunks tid,
+// tid + FA3_THREADS, ... of its BK x D/8 16-byte chunks all sit in column
+// ch = tid % (D/8) of rows row0 + i * (FA3_THREADS / (D/8)), whose swizzle
+// (row & 7) is row0's: a shared byte offset and a global element offset
+// that advance by fixed strides.
+template <int D>
+struct fa3_plan {
+    static constexpr int CPT = FA3_BK * (D / 8) / FA3_THREADS;  // chunks per thread
+    static constexpr int ROWS_PER_STEP = FA3_THREADS / (D / 8);
+    int row0;
+    unsigned smem_off;  // bytes, chunk 0's
+    long long src_off;  // elements, chunk 0's (row0's row, column ch)
+};
+
+template <int D>
+__device__ __forceinline__ fa3_plan<D> fa3_make_plan(long long stride) {
+    fa3_plan<D> p;
+    const int ch = threadIdx.x % (D / 8);
+    p.row0 = threadIdx.x / (D / 8);
+    p.smem_off = (unsigned)(p.row0 * (D / 8) + (ch ^ (p.row0 & 7))) * 16;
+    p.src_off = p.row0 * stride + ch * 8;
+    return p;
+}
+
+// fa3_load_tile starts one tile's copy per the plan: rows [0, valid) from
+// src (row r at src + r*stride), the rest zero-filled. full: every row valid.
+template <int D>
+__device__ __forceinline__ void fa3_load_tile(unsigned short* dst, const unsigned short* src, long long stride,
+                                              const fa3_plan<D>& p, int valid, bool full) {
+    constexpr int STEP_BYTES = fa3_plan<D>::ROWS_PER_STEP * D * 2;
+    const long long step_src = fa3_plan<D>::ROWS_PER_STEP * stride;
+    char* d = (char*)dst + p.smem_off;
+    const unsigned short* s = src + p.src_off;
+#pragma unroll
+    for (int i = 0; i < fa3_plan<D>::CPT; i++) {
+        if (full || p.row0 + i * fa3_plan<D>::ROWS_PER_STEP < valid) {
+            cp_async16(d + i * STEP_BYTES, s + i * step_src);
+        } else {
+            *(u32x4*)(d + i * STEP_BYTES) = u32x4{0, 0, 0, 0};
+        }
+    }
+}
+
+// fa3_tile adds one 64-key tile to a warp's 16 rows: S = Q·Kᵀ, the causal
+// mask on the diagonal, the online softmax and O += P·V, in version 2's
+// order. kt/vt (and their shared-window addresses) are the tile's K and V,
+// k_base/v_base the lane's ldmatrix offsets before the per-step XOR.
+template <int D>
+__device__ __forceinline__ void fa3_tile(float o[D / 8][4], float& m0, float& m1, float& l0, float& l1,
+                                         const unsigned qa[D / 16][4], const unsigned short* kt, unsigned kt_addr,
+                                         const unsigned short* vt, unsigned vt_addr, unsigned k_base,
+                                         unsigned v_base, int k0, int qpos0, int qpos1, int t, float scale_log2) {
+    float s[FA3_BK / 8][4];
+#pragma unroll
+    for (int j = 0; j < FA3_BK / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const unsigned off = k_base ^ (32u * kk);
+#pragma unroll
+        for (int j = 0; j < FA3_BK / 8; j += 2) {
+            unsigned kb[4];
+            ldsm_x4(kb, kt, kt_addr, off + 16u * j * D);
+            mma_m16n8k16_bf16(s[j], qa[kk], kb, s[j]);
+            mma_m16n8k16_bf16(s[j + 1], qa[kk], kb + 2, s[j + 1]);
+        }
+    }
+    if (k0 + FA3_BK - 1 <= qpos0) {
+#pragma unroll
+        for (int j = 0; j < FA3_BK / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[j][i] *= scale_log2;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < FA3_BK / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + j * 8 + 2 * t + (i & 1);
+                const int qpos = i < 2 ? qpos0 : qpos1;
+                s[j][i] = key <= qpos ? s[j][i] * scale_log2 : neg_inf_f32();
+            }
+        }
+    }
+    float mx0 = neg_inf_f32(), mx1 = neg_inf_f32();
+#pragma unroll
+    for (int j = 0; j < FA3_BK / 8; j++) {
+        mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    // P as bf16 pairs: the A fragments of P·V, and (widened back) the terms
+    // of the row sums, added in version 2's order (key blocks j ascending).
+    unsigned pa[FA3_BK / 16][4];
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < FA3_BK / 16; kk++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int j = 2 * kk + half;
+            const unsigned p0 = pack_bf16x2_rn(exp2f(s[j][0] - mn0), exp2f(s[j][1] - mn0));
+            const unsigned p1 = pack_bf16x2_rn(exp2f(s[j][2] - mn1), exp2f(s[j][3] - mn1));
+            pa[kk][2 * half] = p0;
+            pa[kk][2 * half + 1] = p1;
+            sum0 += __uint_as_float(p0 << 16) + __uint_as_float(p0 & 0xffff0000u);
+            sum1 += __uint_as_float(p1 << 16) + __uint_as_float(p1 & 0xffff0000u);
+        }
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+    // Rescale only when a maximum of the warp's rows moved (alpha != 1).
+    if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha0;
+            o[i][1] *= alpha0;
+            o[i][2] *= alpha1;
+            o[i][3] *= alpha1;
+        }
+    }
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb += 2) {
+        const unsigned off = v_base ^ (16u * nb);
+#pragma unroll
+        for (int kk = 0; kk < FA3_BK / 16; kk++) {
+            unsigned vb[4];
+            ldsm_x4_trans(vb, vt, vt_addr, off + 32u * kk * D);
+            mma_m16n8k16_bf16(o[nb], pa[kk], vb, o[nb]);
+            mma_m16n8k16_bf16(o[nb + 1], pa[kk], vb + 2, o[nb + 1]);
+        }
+    }
+}
+
+template <int D>
+__device__ __noinline__ void attn_prefill3(unsigned short* __restrict__ out, const unsigned short* __restrict__ q,
+                                           const unsigned short* __restrict__ kCache,
+                                           const unsigned short* __restrict__ vCache,
+                                           const int* __restrict__ startPosPtr, int seqLen, int heads, int kvHeads,
+                                           int maxSeq) {
+    unsigned short* qs = (unsigned short*)dyn_smem;  // [FA3_BQ][D]
+    unsigned short* ks = qs + FA3_BQ * D;            // [2][FA3_BK][D]
+    unsigned short* vs = ks + 2 * FA3_BK * D;        // [2][FA3_BK][D]
+    constexpr int TILE = FA3_BK * D;                 // elements of one K or V tile
+
+    const int qtile = gridDim.x - 1 - blockIdx.x;  // heavy (late) tiles first
+    const int q0 = qtile * FA3_BQ, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3, r8 = lane & 7;
+    const int kvh = h / (heads / kvHeads);
+    const int startPos = *startPosPtr;
+    const int rows_here = min(FA3_BQ, seqLen - q0);
+    const int keys_here = min(startPos + q0 + rows_here, maxSeq);
+    const int ntiles = (keys_here + FA3_BK - 1) / FA3_BK;
+    const long long pos_stride = (long long)kvHeads * D;
+    const long long kv_base = (long long)b * maxSeq * pos_stride + (long long)kvh * D;
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+    const fa3_plan<D> plan = fa3_make_plan<D>(pos_stride);
+
+    // Q tile (rows past seqLen zero), then K/V tile 0: one group.
+    {
+        const long long q_stride = (long long)heads * D;
+        const unsigned short* qsrc = q + ((long long)b * seqLen + q0) * q_stride + (long long)h * D;
+        for (int c = tid; c < FA3_BQ * (D / 8); c += FA3_THREADS) {
+            const int row = c / (D / 8), ch = c - row * (D / 8);
+            u32x4* d = (u32x4*)qs + fa_chunk<D>(row, ch);
+            if (row < rows_here) {
+                cp_async16(d, qsrc + row * q_stride + ch * 8);
+            } else {
+                *d = u32x4{0, 0, 0, 0};
+            }
+        }
+    }
+    fa3_load_tile<D>(ks, kCache + kv_base, pos_stride, plan, min(FA3_BK, keys_here), keys_here >= FA3_BK);
+    fa3_load_tile<D>(vs, vCache + kv_base, pos_stride, plan, min(FA3_BK, keys_here), keys_here >= FA3_BK);
+    cp_async_commit();
+
+    // This thread's two rows; rows past seqLen act as the last real row so
+    // that none is ever fully masked. The warp's rows end at its first row's
+    // position + 15 (or the last real row).
+    const int r0 = warp * 16 + g, r1 = r0 + 8;
+    const int qpos0 = startPos + q0 + min(r0, rows_here - 1);
+    const int qpos1 = startPos + q0 + min(r1, rows_here - 1);
+    const int warp_last = startPos + q0 + min(warp * 16 + 15, rows_here - 1);
+
+    // ldmatrix offsets within a tile (bytes), before the per-step XOR: K's
+    // rows are keys 8*(lane>>4) + r8 (+ 8j: an immediate) at chunk
+    // 2kk + ((lane>>3)&1); V's keys 8*((lane>>3)&1) + r8 (+ 16kk) at chunk
+    // nb + (lane>>4). With r8 = key & 7, chunk ^ r8 = step ^ z, z the lane's
+    // constant: offset(step) = base ^ (16 * step), base < a row's bytes.
+    const unsigned k_base = (unsigned)((8 * (lane >> 4) + r8) * D * 2) +
+                            16u * (unsigned)((r8 & 6) | ((((lane >> 3) & 1) ^ r8) & 1));
+    const unsigned v_base = (unsigned)((8 * ((lane >> 3) & 1) + r8) * D * 2) +
+                            16u * (unsigned)((r8 & 6) | (((lane >> 4) ^ r8) & 1));
+    const unsigned ks_addr = smem_addr(ks), vs_addr = smem_addr(vs);
+
+    unsigned qa[D / 16][4];
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = neg_inf_f32(), m1 = neg_inf_f32(), l0 = 0.0f, l1 = 0.0f;
+
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int k0 = tile * FA3_BK;
+        if (tile + 1 < ntiles) {
+            const int nb = (tile + 1) & 1;
+            const long long at = kv_base + (long long)(k0 + FA3_BK) * pos_stride;
+            const int valid = min(FA3_BK, keys_here - (k0 + FA3_BK));
+            fa3_load_tile<D>(ks + nb * TILE, kCache + at, pos_stride, plan, valid, valid == FA3_BK);
+            fa3_load_tile<D>(vs + nb * TILE, vCache + at, pos_stride, plan, valid, valid == FA3_BK);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // tile `tile` has landed for every thread
+        if (tile == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                ldmatrix_x4(qa[kk], qs + fa_chunk<D>(warp * 16 + (lane & 15), 2 * kk + (lane >> 4)) * 8);
+            }
+        }
+        const unsigned short* kt = ks + (tile & 1) * TILE;
+        const unsigned short* vt = vs + (tile & 1) * TILE;
+        const unsigned kt_addr = ks_addr + (tile & 1) * TILE * 2, vt_addr = vs_addr + (tile & 1) * TILE * 2;
+        if (k0 <= warp_last) {  // else every key of the tile is past this warp's rows: nothing to add
+            fa3_tile<D>(o, m0, m1, l0, l1, qa, kt, kt_addr, vt, vt_addr, k_base, v_base, k0, qpos0, qpos1, t,
+                        scale_log2);
+        }
+        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it
+        smem_retire(kt, TILE * 2);
+        smem_retire(vt, TILE * 2);
+    }
+
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const long long q_stride = (long long)heads * D;
+    if (r0 < rows_here) {
+        unsigned* dst = (unsigned*)(out + ((long long)b * seqLen + q0 + r0) * q_stride + (long long)h * D);
+#pragma unroll
+        for (int nb = 0; nb < D / 8; nb++) dst[nb * 4 + t] = pack2(o[nb][0] * inv0, o[nb][1] * inv0);
+    }
+    if (r1 < rows_here) {
+        unsigned* dst = (unsigned*)(out + ((long long)b * seqLen + q0 + r1) * q_stride + (long long)h * D);
+#pragma unroll
+        for (int nb = 0; nb < D / 8; nb++) dst[nb * 4 + t] = pack2(o[nb][2] * inv1, o[nb][3] * inv1);
+    }
+}
+
+#define DEFINE_PREFILL3(D)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS) attn_prefill3_d##D(                            \
+        unsigned short* out, const unsigned short* q, const unsigned short* kCache,                          \
+        const unsigned short* vCache, const int* startPos, int seqLen, int heads, int kvHeads, int maxSeq) { \
+        attn_prefill3<D>(out, q, kCache, vCache, startPos, seqLen, heads, kvHeads, maxSeq);                  \
+    }
+DEFINE_PREFILL3(64)
+DEFINE_PREFILL3(128)
+
 // Decode attention v2: flash-decoding bound by memory bandwidth.
 //
 // Block (split, kv head, sequence), 128 threads. A key row of D bf16 is
@@ -647,19 +1045,22 @@ DEFINE_PREFILL_TC(128)
 #define DEC_THREADS 128
 #define DEC_UNROLL 4
 
+// decode2_partial is version 2's work of one block: it writes the block's
+// partial of every query head of its kv head, or returns false at once when
+// its split holds no keys at this step (uniform across the block).
 template <int D, int G>
-__device__ __noinline__ void attn_decode2(float* __restrict__ ws, const unsigned short* __restrict__ q,
-                                          const unsigned short* __restrict__ kCache,
-                                          const unsigned short* __restrict__ vCache,
-                                          const int* __restrict__ startPos, int batch, int heads,
-                                          int kvHeads, int maxSeq, int chunk, int splits) {
+__device__ __forceinline__ bool decode2_partial(float* __restrict__ ws, const unsigned short* __restrict__ q,
+                                                const unsigned short* __restrict__ kCache,
+                                                const unsigned short* __restrict__ vCache,
+                                                const int* __restrict__ startPos, int batch, int heads,
+                                                int kvHeads, int maxSeq, int chunk, int splits) {
     constexpr int LPK = D / 8;           // lanes per key row
     constexpr int KPW = 32 / LPK;        // key rows per warp per load
     constexpr int GROUPS = (DEC_THREADS / 32) * KPW;
     const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int keys = min(*startPos + 1, maxSeq);
     const int j0 = split * chunk;
-    if (j0 >= keys) return;  // uniform across the block
+    if (j0 >= keys) return false;  // uniform across the block
     const int j1 = min(j0 + chunk, keys);
     const int group = heads / kvHeads;  // <= G, the wrapper guarantees it
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -778,6 +1179,16 @@ __device__ __noinline__ void attn_decode2(float* __restrict__ ws, const unsigned
             ws_ml[(part0 + (long long)g * splits) * 2 + 1] = sum;
         }
     }
+    return true;
+}
+
+template <int D, int G>
+__device__ __noinline__ void attn_decode2(float* __restrict__ ws, const unsigned short* __restrict__ q,
+                                          const unsigned short* __restrict__ kCache,
+                                          const unsigned short* __restrict__ vCache,
+                                          const int* __restrict__ startPos, int batch, int heads,
+                                          int kvHeads, int maxSeq, int chunk, int splits) {
+    decode2_partial<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits);
 }
 
 #define DEFINE_DECODE2(D, G)                                                                            \
@@ -794,3 +1205,336 @@ DEFINE_DECODE2(128, 1)
 DEFINE_DECODE2(128, 2)
 DEFINE_DECODE2(128, 4)
 DEFINE_DECODE2(128, 8)
+
+// Decode attention v3: version 2 with the combine fused in, one launch per
+// layer instead of two. Each block writes its partial as v2 does, then
+// counts itself in (b, kv head)'s counter (an int after the partials,
+// zero between launches: AttentionWorkspaceBytes includes the counters, the
+// backend zeroes a workspace once when it allocates it, and the block that
+// combines puts its counter back to 0). The block that counts last (of the
+// splits that hold keys) merges the partials of its kv head's query heads
+// exactly as attn_decode_combine does, in the same order: the output is
+// bit-identical to version 2's. Ordering: every thread fences its partial
+// writes (__threadfence) before the barrier after which one thread takes
+// the ticket; the last block fences again before reading the others'
+// partials through L2 (__ldcg).
+//
+// What it saves, per decode step of Llama-3-8B: 32 launches (and 32 graph
+// nodes), about 2-3 us each of launch latency and 1.5 us of inter-node gap
+// on an H100/H200 class GPU (the issue's estimate: 32 x ~3.5 us = 0.11 ms
+// per step at batch 1, predicted, not measured), for one block per kv head
+// reading live x group x (D + 2) x 4 bytes of partials from L2 (17 x 4 x
+// 130 x 4 = 35 KB at batch 1 and 1k keys) at the end of the launch.
+//
+// Evidence without a GPU: ptxas (NVRTC 11.8, sm_90) attn_decode3_d128_g1/
+// g2/g4/g8 71/95/128/245 registers (version 2: 69/96/157/241), 0 spills,
+// 16-80 B static shared (the ticket and the heads' max and sum). SASS
+// (cuobjdump, scripts/sass-mix): the key loop is version 2's (d128_g4: 891
+// instructions per trip of 4 keys per lane group, 8 LDG.E.128 = 4 KB of K/V
+// per warp, against 883); the function grows from 1942 to 2783 static
+// instructions, the combine's loops, run by one block per kv head. Emulated:
+// verify's decode v3 check also demands version 2's bits at every decode
+// shape; a counter left unreset (a seeded bug) fails the replayed graph.
+// decode_combine_last is version 3's tail, after a block wrote its
+// partial: it counts the block in its kv head's counter and, in the block
+// that counts last, merges the live splits of the kv head's query heads
+// into out (attn_decode_combine's sums, in its order) and resets the counter.
+template <int D, int G>
+__device__ __forceinline__ void decode_combine_last(unsigned short* __restrict__ out, float* __restrict__ ws,
+                                                    const int* __restrict__ startPos, int batch, int heads,
+                                                    int kvHeads, int maxSeq, int chunk, int splits) {
+    __shared__ int is_last;
+    __shared__ float norm_s[G][2];
+    const int kvh = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+    const int group = heads / kvHeads;
+    const int live = decode_live_splits(startPos, maxSeq, chunk, splits);
+    int* counters = (int*)(ws + (long long)batch * heads * splits * (D + 2));
+    int* counter = counters + (long long)b * kvHeads + kvh;
+    __threadfence();  // this thread's partial writes, before the ticket
+    __syncthreads();
+    if (tid == 0) is_last = atomicAdd(counter, 1) == live - 1;
+    __syncthreads();
+    if (!is_last) return;  // uniform across the block
+    __threadfence();  // the other blocks' partials, after their tickets
+    const long long bh0 = (long long)b * heads + (long long)kvh * group;
+    for (int g = tid; g < group; g += blockDim.x) {
+        decode_head_norm(ws, bh0 + g, live, batch, heads, D, splits, &norm_s[g][0], &norm_s[g][1]);
+    }
+    __syncthreads();
+    for (int idx = tid; idx < group * D; idx += blockDim.x) {
+        const int g = idx / D;
+        decode_head_dim(out, ws, bh0 + g, live, batch, heads, D, splits, norm_s[g][0], norm_s[g][1], idx - g * D);
+    }
+    if (tid == 0) *counter = 0;  // every live block has counted: none reads it again this launch
+}
+
+template <int D, int G>
+__device__ __noinline__ void attn_decode3(unsigned short* __restrict__ out, float* __restrict__ ws,
+                                          const unsigned short* __restrict__ q,
+                                          const unsigned short* __restrict__ kCache,
+                                          const unsigned short* __restrict__ vCache,
+                                          const int* __restrict__ startPos, int batch, int heads,
+                                          int kvHeads, int maxSeq, int chunk, int splits) {
+    if (!decode2_partial<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
+        return;
+    }
+    decode_combine_last<D, G>(out, ws, startPos, batch, heads, kvHeads, maxSeq, chunk, splits);
+}
+
+#define DEFINE_DECODE3(D, G)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(DEC_THREADS) attn_decode3_d##D##_g##G(                      \
+        unsigned short* out, float* ws, const unsigned short* q, const unsigned short* kCache,               \
+        const unsigned short* vCache, const int* startPos, int batch, int heads, int kvHeads, int maxSeq,    \
+        int chunk, int splits) {                                                                             \
+        attn_decode3<D, G>(out, ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits); \
+    }
+DEFINE_DECODE3(64, 1)
+DEFINE_DECODE3(64, 2)
+DEFINE_DECODE3(64, 4)
+DEFINE_DECODE3(64, 8)
+DEFINE_DECODE3(128, 1)
+DEFINE_DECODE3(128, 2)
+DEFINE_DECODE3(128, 4)
+DEFINE_DECODE3(128, 8)
+
+// Decode attention v4: flash-decoding on tensor cores, the combine fused
+// as in version 3 (issue 19: decode attention for batches of 8 and more,
+// where version 2's 890 instructions per 4 KB of K/V bound it, with the
+// kv head's query heads as the M dimension of mma.m16n8k16).
+//
+// Block (split, kv head, sequence), 4 warps; the split's keys go to the
+// warps in sub-tiles of 16 (warp w takes sub-tiles w, w+4, ...), each warp
+// an online softmax of its own, merged through shared memory at the end
+// into version 2's partial (so version 3's last-block combine finishes it).
+// Per sub-tile and warp:
+//  - S = Q·Kᵀ: Q (the G <= 8 heads as rows g of the A tile, rows g+8 zero)
+//    and K go straight from global memory into fragments: lane (g, t) loads
+//    16 bytes of key row g at d = 32c + 8t, the k-slots {2t, 2t+1, 2t+8,
+//    2t+9} of two mma (as gemv.cu; the same permutation of d in Q and K):
+//    16 sectors per request, every byte used, no shared memory.
+//  - V goes through a warp-private shared tile (cp.async, swizzled as the
+//    prefill's), read by ldmatrix.trans as B fragments; keys past the split
+//    are zero-filled (P is 0 there, and 0·NaN of a stale row would not be).
+//  - P is rounded by cvt.rn.bf16x2.f32 into the A fragments of P·V;
+//    the output is rescaled only when the maximum moved.
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas (NVRTC 11.8): attn_decode4_d128_gG 176 registers on sm_90 (184
+//    on sm_80), _d64 106; 0 spills; dynamic shared 16 KB of V tiles + the
+//    merge's 4 x G x D floats (33 KB at D 128, G 8).
+//  - SASS (cuobjdump, scripts/sass-mix), d128_g4: the sub-tile loop issues
+//    362 instructions per warp and 16 keys (8 KB of K and V): 32 HMMA, 8
+//    LDG.E.128 (K), 8 LDGSTS (V), 8 LDSM.T, 72 fp32, 5 MUFU, 122 integer;
+//    version 2's key loop 883 per 4 KB, i.e. 4.9x the instructions per byte.
+//    Streaming 8 KB per SM at 4.8 TB/s takes 445 clocks (18.4 B/clock/SM):
+//    0.8 instructions per clock of the 4 an SM issues, so the kernel is
+//    predicted bandwidth-bound where version 2 was issue-bound (issue 19:
+//    +0.77 ms per step at batch 32).
+//  - Predicted (not measured), Llama-3-8B batch 32 over 1k keys: K and V
+//    134 MB per layer at 85% of 4.8 TB/s: 33 us per layer, 1.05 ms per
+//    step, against issue 19's 1.66 ms for version 2 (its 0.89 ms floor +
+//    0.77); at batch 1 (4.2 MB per layer, latency-bound) about version 3's.
+//  - Access counters (EMULATED, verify --counters, b=1 pos=300 d128 g4): V's
+//    cp.async 15.9 sectors per request, every byte used; K's loads are 16
+//    sectors per request by construction (8 rows x 64 bytes), averaged in
+//    the kernel's global loads (7.9) with the fused combine's 1-sector
+//    broadcast reads of the partials.
+//  - Numerics: P is rounded to bf16 before P·V (as in the prefill kernels),
+//    so version 4 is within 2.3e-3 of the twin where versions 2 and 3 keep
+//    P in fp32 (within 2e-4): the bf16 tolerance either way.
+//
+// Only the warp's own lanes touch its V tile: __syncwarp after the
+// cp.async wait (every lane's copies visible to the others) and after the
+// ldmatrix (before the next sub-tile's copies refill it) is the protocol.
+
+#define DEC4_SUB 16
+#define DEC4_WARPS 4
+
+// decode4_sub adds one 16-key sub-tile (keys kb0..kb0+15 of [.., j1)) to a
+// warp's state: o (O's D fragments, rows g), m and l (row g's).
+template <int D>
+__device__ __forceinline__ void decode4_sub(float o[D / 8][4], float& m, float& l, const unsigned qa[D / 32][2][4],
+                                            const unsigned short* __restrict__ krow0, const unsigned short* __restrict__ vrow0,
+                                            long long pos_stride, unsigned short* vt, int kb0, int j1,
+                                            float scale_log2) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    // V sub-tile copy: chunk c = lane + 32i of 16 rows x D/8 chunks.
+#pragma unroll
+    for (int i = 0; i < DEC4_SUB * (D / 8) / 32; i++) {
+        const int c = lane + 32 * i, row = c / (D / 8), ch = c % (D / 8);
+        u32x4* d = (u32x4*)vt + fa_chunk<D>(row, ch);
+        if (kb0 + row < j1) {
+            cp_async16(d, vrow0 + (long long)(kb0 + row) * pos_stride + ch * 8);
+        } else {
+            *d = u32x4{0, 0, 0, 0};
+        }
+    }
+    cp_async_commit();
+    // S for keys kb0 + 8nb + g (clamped into the split: masked below).
+    float s[2][4];
+#pragma unroll
+    for (int nb = 0; nb < 2; nb++) {
+        const int key = min(kb0 + 8 * nb + g, j1 - 1);
+        const unsigned short* kr = krow0 + (long long)key * pos_stride + 8 * t;
+        u32x4 kv[D / 32];
+#pragma unroll
+        for (int c = 0; c < D / 32; c++) kv[c] = *(const u32x4*)(kr + 32 * c);
+        s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++) {
+            const unsigned b_lo[2] = {kv[c].x, kv[c].y};
+            const unsigned b_hi[2] = {kv[c].z, kv[c].w};
+            mma_m16n8k16_bf16(s[nb], qa[c][0], b_lo, s[nb]);
+            mma_m16n8k16_bf16(s[nb], qa[c][1], b_hi, s[nb]);
+        }
+    }
+    // Row g's scores: keys kb0 + 8nb + 2t + i (i = 0, 1); rows g+8 are padding.
+    float mx = neg_inf_f32();
+#pragma unroll
+    for (int nb = 0; nb < 2; nb++) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            s[nb][i] = kb0 + 8 * nb + 2 * t + i < j1 ? s[nb][i] * scale_log2 : neg_inf_f32();
+            mx = fmaxf(mx, s[nb][i]);
+        }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m, mx);  // the sub-tile's first key lies in the split: finite
+    const float alpha = exp2f(m - mn);
+    m = mn;
+    unsigned pa[4];
+    pa[0] = pack_bf16x2_rn(exp2f(s[0][0] - mn), exp2f(s[0][1] - mn));
+    pa[2] = pack_bf16x2_rn(exp2f(s[1][0] - mn), exp2f(s[1][1] - mn));
+    pa[1] = pa[3] = 0u;  // rows g+8: no heads
+    l = l * alpha + (__uint_as_float(pa[0] << 16) + __uint_as_float(pa[0] & 0xffff0000u)) +
+        (__uint_as_float(pa[2] << 16) + __uint_as_float(pa[2] & 0xffff0000u));
+    if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= alpha;
+            o[i][1] *= alpha;
+        }
+    }
+    cp_async_wait<0>();
+    __syncwarp();  // every lane's V rows have landed
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb += 2) {
+        unsigned vb[4];
+        ldmatrix_x4_trans(vb, vt + fa_chunk<D>(((lane >> 3) & 1) * 8 + (lane & 7), nb + (lane >> 4)) * 8);
+        mma_m16n8k16_bf16(o[nb], pa, vb, o[nb]);
+        mma_m16n8k16_bf16(o[nb + 1], pa, vb + 2, o[nb + 1]);
+    }
+    __syncwarp();  // the V tile is read: the next sub-tile may refill it
+    smem_retire(vt, DEC4_SUB * D * 2);
+}
+
+// decode4_partial is version 4's work of one block before the combine: the
+// warps' sub-tiles, then their merge into version 2's partial of each query
+// head; false when the split holds no keys (uniform across the block).
+template <int D, int G>
+__device__ __forceinline__ bool decode4_partial(float* __restrict__ ws, const unsigned short* __restrict__ q,
+                                                const unsigned short* __restrict__ kCache,
+                                                const unsigned short* __restrict__ vCache,
+                                                const int* __restrict__ startPos, int batch, int heads,
+                                                int kvHeads, int maxSeq, int chunk, int splits) {
+    const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int keys = min(*startPos + 1, maxSeq);
+    const int j0 = split * chunk;
+    if (j0 >= keys) return false;
+    const int j1 = min(j0 + chunk, keys);
+    const int group = heads / kvHeads;  // <= G <= 8, the wrapper guarantees it
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+    // Shared: each warp's V tile [16][D] bf16, then the merge's [warps][G][D]
+    // sums and [warps][G] maxima and sums (floats).
+    unsigned short* vt = (unsigned short*)dyn_smem + warp * DEC4_SUB * D;
+    float* sacc = (float*)((unsigned short*)dyn_smem + DEC4_WARPS * DEC4_SUB * D);
+    float* sm = sacc + DEC4_WARPS * G * D;
+    float* sl = sm + DEC4_WARPS * G;
+
+    // Q's A fragments, rows g (heads; g >= group zero), d permuted as K's.
+    unsigned qa[D / 32][2][4];
+    {
+        const u32x4 zero = {0, 0, 0, 0};
+        const unsigned short* qr = q + ((long long)b * heads + (long long)kvh * group + min(g, group - 1)) * D + 8 * t;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++) {
+            const u32x4 v = g < group ? *(const u32x4*)(qr + 32 * c) : zero;
+            qa[c][0][0] = v.x, qa[c][0][1] = 0u, qa[c][0][2] = v.y, qa[c][0][3] = 0u;
+            qa[c][1][0] = v.z, qa[c][1][1] = 0u, qa[c][1][2] = v.w, qa[c][1][3] = 0u;
+        }
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m = neg_inf_f32(), l = 0.0f;
+    const long long pos_stride = (long long)kvHeads * D;
+    const long long base = (long long)b * maxSeq * pos_stride + (long long)kvh * D;
+    for (int kb0 = j0 + warp * DEC4_SUB; kb0 < j1; kb0 += DEC4_WARPS * DEC4_SUB) {
+        decode4_sub<D>(o, m, l, qa, kCache + base, vCache + base, pos_stride, vt, kb0, j1, scale_log2);
+    }
+    // Row sums over the 4 lanes of a row; the warp's state to shared memory.
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (g < G) {
+#pragma unroll
+        for (int nb = 0; nb < D / 8; nb++) {
+            sacc[(warp * G + g) * D + 8 * nb + 2 * t] = o[nb][0];
+            sacc[(warp * G + g) * D + 8 * nb + 2 * t + 1] = o[nb][1];
+        }
+        if (t == 0) {
+            sm[warp * G + g] = m;
+            sl[warp * G + g] = l;
+        }
+    }
+    __syncthreads();
+    const long long part0 = ((long long)b * heads + (long long)kvh * group) * splits + split;
+    float* ws_acc = ws;
+    float* ws_ml = ws + (long long)batch * heads * splits * D;
+    for (int idx = tid; idx < group * D; idx += DEC4_WARPS * 32) {
+        const int hg = idx / D, d = idx - hg * D;
+        float mx = neg_inf_f32();
+        for (int w = 0; w < DEC4_WARPS; w++) mx = fmaxf(mx, sm[w * G + hg]);
+        float a = 0.0f, sum = 0.0f;
+        for (int w = 0; w < DEC4_WARPS; w++) {
+            const float wt = exp2f(sm[w * G + hg] - mx);  // a warp with no keys: exp2(-inf) = 0
+            a += wt * sacc[(w * G + hg) * D + d];
+            sum += wt * sl[w * G + hg];
+        }
+        ws_acc[(part0 + (long long)hg * splits) * D + d] = a;
+        if (d == 0) {
+            ws_ml[(part0 + (long long)hg * splits) * 2] = mx * 0.6931471805599453f;
+            ws_ml[(part0 + (long long)hg * splits) * 2 + 1] = sum;
+        }
+    }
+    return true;
+}
+
+template <int D, int G>
+__device__ __noinline__ void attn_decode4(unsigned short* __restrict__ out, float* __restrict__ ws,
+                                          const unsigned short* __restrict__ q,
+                                          const unsigned short* __restrict__ kCache,
+                                          const unsigned short* __restrict__ vCache,
+                                          const int* __restrict__ startPos, int batch, int heads,
+                                          int kvHeads, int maxSeq, int chunk, int splits) {
+    if (!decode4_partial<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
+        return;
+    }
+    decode_combine_last<D, G>(out, ws, startPos, batch, heads, kvHeads, maxSeq, chunk, splits);
+}
+
+#define DEFINE_DECODE4(D, G)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(DEC4_WARPS * 32) attn_decode4_d##D##_g##G(                  \
+        unsigned short* out, float* ws, const unsigned short* q, const unsigned short* kCache,               \
+        const unsigned short* vCache, const int* startPos, int batch, int heads, int kvHeads, int maxSeq,    \
+        int chunk, int splits) {                                                                             \
+        attn_decode4<D, G>(out, ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits); \
+    }
+DEFINE_DECODE4(64, 1)
+DEFINE_DECODE4(64, 2)
+DEFINE_DECODE4(64, 4)
+DEFINE_DECODE4(64, 8)
+DEFINE_DECODE4(128, 1)
+DEFINE_DECODE4(128, 2)
+DEFINE_DECODE4(128, 4)
+DEFINE_DECODE4(128, 8)

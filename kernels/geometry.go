@@ -1,5 +1,7 @@
 package kernels
 
+import "strings"
+
 // AttnShape describes one attention call over the KV cache (runner.AttnShape
 // is this type). Every sequence holds StartPos cached tokens and brings
 // SeqLen new ones: token (b, s) sits at position StartPos+s and row
@@ -42,16 +44,31 @@ func DecodePlan(a AttnShape, smCount int) (chunkKeys, splits int) {
 	return chunkKeys, CeilDiv(keys, chunkKeys)
 }
 
-// AttentionWorkspaceBytes is the float32 workspace decode attention needs
-// for shape a on a GPU with smCount SMs: one partial (HeadDim sums, a max
-// and a sum) per batch, head and split; zero for prefill (SeqLen > 1). It
+// AttentionWorkspaceBytes is the workspace decode attention needs for shape
+// a on a GPU with smCount SMs: one float32 partial (HeadDim sums, a max and
+// a sum) per batch, head and split, then version 3's block counters
+// (DecodeCounterBytes); zero for prefill (SeqLen > 1). It
 // depends on Batch, Heads, KVHeads, HeadDim and MaxSeq, never on StartPos.
 func AttentionWorkspaceBytes(a AttnShape, smCount int) int {
 	if a.SeqLen != 1 || a.Batch <= 0 || a.Heads <= 0 || a.HeadDim <= 0 {
 		return 0
 	}
 	_, splits := DecodePlan(a, smCount)
+	return DecodePartialBytes(a, splits) + DecodeCounterBytes(a)
+}
+
+// DecodePartialBytes is the float32 partials' part of the decode workspace:
+// HeadDim sums, a max and a sum per batch, head and split.
+func DecodePartialBytes(a AttnShape, splits int) int {
 	return a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
+}
+
+// DecodeCounterBytes is the part after the partials that attn_decode
+// version 3 counts its blocks in: one int per sequence and kv head, rounded
+// up to 16 bytes. It must be zero before the first launch (the backend
+// zeroes a workspace it allocates); each launch leaves it zero.
+func DecodeCounterBytes(a AttnShape) int {
+	return CeilDiv(a.Batch*a.KVHeads*4, 16) * 16
 }
 
 // DecodeSharedBytes mirrors attn_decode_split's dynamic shared layout: q
@@ -90,18 +107,53 @@ const (
 	PrefillTCThreads   = 128
 	PrefillTCQueryTile = 64
 	PrefillTCKeyTile   = 64
+	// PrefillV3Threads, PrefillV3QueryTile and PrefillV3KeyTile are
+	// attn_prefill3's (FA3_THREADS, FA3_BQ, FA3_BK).
+	PrefillV3Threads   = 256
+	PrefillV3QueryTile = 128
+	PrefillV3KeyTile   = 64
 	// Decode2Threads is attn_decode2's block size (DEC_THREADS).
 	Decode2Threads = 128
+	// Decode4Warps and Decode4SubKeys are attn_decode4's warps per block
+	// and keys per warp sub-tile (DEC4_WARPS, DEC4_SUB).
+	Decode4Warps   = 4
+	Decode4SubKeys = 16
 	// ArgmaxChunk is how many logits one argmax2_partial block reduces;
 	// Argmax2Threads its block size.
 	ArgmaxChunk    = 4096
 	Argmax2Threads = 256
+	// GemvThreads and GemvRows are linear version 2's block size and the
+	// output columns (rows of w) one block owns (GEMV_THREADS, GEMV_ROWS in
+	// gemv.cu); GemvMaxRows is the most token rows it takes (gemv_t16).
+	GemvThreads = 128
+	GemvRows    = 16
+	GemvMaxRows = 16
 )
+
+// GemvEntryPoint is linear version 2's entry point for m token rows
+// (gemv_t8 up to 8, gemv_t16 up to 16); silu names the gate_up kernel
+// with SiLU·mul fused (gemv_silu_t8, gemv_silu_t16).
+func GemvEntryPoint(m int, silu bool) string {
+	name := "gemv_t16"
+	if m <= 8 {
+		name = "gemv_t8"
+	}
+	if silu {
+		return strings.Replace(name, "gemv_", "gemv_silu_", 1)
+	}
+	return name
+}
 
 // PrefillTCSharedBytes mirrors attn_prefill_tc's dynamic shared layout: the
 // bf16 q tile and two k and two v tiles (double buffering).
 func PrefillTCSharedBytes(headDim int) int {
 	return (PrefillTCQueryTile*headDim + 4*PrefillTCKeyTile*headDim) * 2
+}
+
+// PrefillV3SharedBytes mirrors attn_prefill3's dynamic shared layout: the
+// bf16 q tile of 128 rows and two k and two v tiles.
+func PrefillV3SharedBytes(headDim int) int {
+	return (PrefillV3QueryTile*headDim + 4*PrefillV3KeyTile*headDim) * 2
 }
 
 // Decode2Group is the smallest attn_decode2 group bound (Decode2Groups)
@@ -122,6 +174,13 @@ func Decode2Group(a AttnShape) int {
 func Decode2SharedBytes(headDim, group int) int {
 	groups := (Decode2Threads / 32) * (32 / (headDim / 8))
 	return (groups*group*headDim + 2*groups*group) * 4
+}
+
+// Decode4SharedBytes mirrors attn_decode4's dynamic shared layout: each
+// warp's bf16 V sub-tile [Decode4SubKeys][D], then the merge's float32
+// [warps][group][D] sums and [warps][group] maxima and sums.
+func Decode4SharedBytes(headDim, group int) int {
+	return Decode4Warps*Decode4SubKeys*headDim*2 + (Decode4Warps*group*headDim+2*Decode4Warps*group)*4
 }
 
 // ArgmaxWorkspaceBytes is what argmax version 2 needs for rows of vocab

@@ -15,7 +15,8 @@ func TestDecodePlanCoversMaxSeqWithinWorkspace(t *testing.T) {
 					if splits*chunk < maxSeq || (splits-1)*chunk >= maxSeq {
 						t.Errorf("%+v sm=%d: %d splits of %d keys do not tile %d positions (an empty or missing split)", a, smCount, splits, chunk, maxSeq)
 					}
-					need := batch * a.Heads * splits * (a.HeadDim + 2) * 4
+					// The partials, then version 3's counters: an int per sequence and kv head, to 16 bytes.
+					need := batch*a.Heads*splits*(a.HeadDim+2)*4 + (batch*kvHeads*4+15)/16*16
 					if have := AttentionWorkspaceBytes(a, smCount); have != need {
 						t.Errorf("%+v sm=%d: workspace %d bytes, want %d", a, smCount, have, need)
 					}

@@ -25,8 +25,12 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		return Launch{PrefillTCThreads, PrefillTCSharedBytes(d), ""}, true
 	case scan(entry, "attn_prefill_d%d", &d):
 		return Launch{PrefillThreads, PrefillSharedBytes(d), ""}, true
-	case scan(entry, "attn_decode2_d%d_g%d", &d, &g):
+	case scan(entry, "attn_decode2_d%d_g%d", &d, &g), scan(entry, "attn_decode3_d%d_g%d", &d, &g):
 		return Launch{Decode2Threads, Decode2SharedBytes(d, g), ""}, true
+	case scan(entry, "attn_decode4_d%d_g%d", &d, &g):
+		return Launch{Decode4Warps * 32, Decode4SharedBytes(d, g), ""}, true
+	case scan(entry, "attn_prefill3_d%d", &d):
+		return Launch{PrefillV3Threads, PrefillV3SharedBytes(d), ""}, true
 	}
 	fixed := map[string]Launch{
 		"attn_decode_combine": {128, 0, "head_dim 128"},
@@ -43,6 +47,14 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		"argmax2_final":       {32, 0, ""},
 		"argmax_keys":         {ArgmaxThreads, 0, ""},
 		"key_index":           {128, 0, ""},
+		"gemv_t8":             {GemvThreads, 0, ""},
+		"gemv_t16":            {GemvThreads, 0, ""},
+		"gemv_silu_t8":        {GemvThreads, 0, ""},
+		"gemv_silu_t16":       {GemvThreads, 0, ""},
+		"fp8_absmax_partial":  {FP8Threads, 0, "tensors of 256 values or more"},
+		"fp8_quant_tensor":    {FP8Threads, 0, "tensors of 256 values or more"},
+		"fp8_quant_token":     {FP8Threads, 0, "rows of 2048 values or more"},
+		"fp8_scale_out":       {FP8Threads, 0, "products of 256 values or more"},
 	}
 	l, ok := fixed[entry]
 	return l, ok

@@ -144,6 +144,13 @@ var launchConstants = []struct {
 	{"Argmax2Threads", "sample.cu", `#define ARGMAX_THREADS (\d+)`, Argmax2Threads},
 	{"FP8Threads", "fp8.cu", `#define FP8_THREADS (\d+)`, FP8Threads},
 	{"FP8Partials", "fp8.cu", `#define FP8_PARTIALS (\d+)`, FP8Partials},
+	{"PrefillV3Threads", "attention.cu", `#define FA3_THREADS (\d+)`, PrefillV3Threads},
+	{"PrefillV3QueryTile", "attention.cu", `#define FA3_BQ (\d+)`, PrefillV3QueryTile},
+	{"PrefillV3KeyTile", "attention.cu", `#define FA3_BK (\d+)`, PrefillV3KeyTile},
+	{"Decode4Warps", "attention.cu", `#define DEC4_WARPS (\d+)`, Decode4Warps},
+	{"Decode4SubKeys", "attention.cu", `#define DEC4_SUB (\d+)`, Decode4SubKeys},
+	{"GemvThreads", "gemv.cu", `#define GEMV_THREADS (\d+)`, GemvThreads},
+	{"GemvRows", "gemv.cu", `#define GEMV_ROWS (\d+)`, GemvRows},
 }
 
 func TestLaunchConstantsMatchSources(t *testing.T) {

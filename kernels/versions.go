@@ -16,6 +16,7 @@ const (
 	OpAttnDecode  = "attn_decode"
 	OpRope        = "rope_kv_write"
 	OpArgmax      = "argmax"
+	OpLinear      = "linear"
 )
 
 // OpVersion describes one version of an op.
@@ -31,12 +32,17 @@ func OpVersions() []OpVersion {
 	return []OpVersion{
 		{OpAttnPrefill, 1, "FlashAttention-2 tiles on fp32 CUDA cores; head_dim 32, 64, 128"},
 		{OpAttnPrefill, 2, "FlashAttention-2 on tensor cores (mma.sync bf16), cp.async double buffering; head_dim 64, 128"},
+		{OpAttnPrefill, 3, "version 2 with 128 query rows per block of 8 warps, addresses computed once outside the key loop, P packed by cvt.rn.bf16x2: fewer instructions per tile, the same bits; head_dim 64, 128"},
 		{OpAttnDecode, 1, "flash-decoding, one thread per key; head_dim 32, 64, 128"},
 		{OpAttnDecode, 2, "flash-decoding with 16-byte coalesced K/V loads, all heads of a kv head in one pass; head_dim 64, 128, up to 8 query heads per kv head"},
+		{OpAttnDecode, 3, "version 2 with the combine fused in (the last block of each kv head merges the splits): one launch instead of two; head_dim 64, 128, up to 8 query heads per kv head"},
+		{OpAttnDecode, 4, "on tensor cores (mma.sync, the kv head's query heads as M), K straight into fragments, V through ldmatrix, the combine fused as in version 3; head_dim 64, 128, up to 8 query heads per kv head"},
 		{OpRope, 1, "2-byte accesses; even head_dim <= 256"},
 		{OpRope, 2, "16-byte accesses; head_dim a multiple of 16, <= 256"},
 		{OpArgmax, 1, "one block per row"},
 		{OpArgmax, 2, "rows split over blocks of 4096 logits, then merged; vocab a multiple of 8"},
+		{OpLinear, 1, "cuBLAS (cublasGemmEx, bf16 in and out, fp32 compute)"},
+		{OpLinear, 2, "decode's 1..16 rows on our tensor-core skinny GEMM (16-byte weight streams), gate_up with SiLU·mul fused; more rows (prefill) run version 1; k a multiple of 8"},
 	}
 }
 
@@ -116,8 +122,8 @@ func (s Selection) String() string {
 // (an error when it cannot take a), else the newest that can.
 func (s Selection) PrefillVersion(a AttnShape) (int, error) {
 	return s.pick(OpAttnPrefill, func(v int) error {
-		if v == 2 && !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
-			return fmt.Errorf("head_dim %d (version 2 takes %v)", a.HeadDim, TensorCoreHeadDims)
+		if v >= 2 && !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
+			return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, TensorCoreHeadDims)
 		}
 		return nil
 	})
@@ -126,12 +132,12 @@ func (s Selection) PrefillVersion(a AttnShape) (int, error) {
 // DecodeVersion is the attn_decode version to run for a (see PrefillVersion).
 func (s Selection) DecodeVersion(a AttnShape) (int, error) {
 	return s.pick(OpAttnDecode, func(v int) error {
-		if v == 2 {
+		if v >= 2 {
 			if !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
-				return fmt.Errorf("head_dim %d (version 2 takes %v)", a.HeadDim, TensorCoreHeadDims)
+				return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, TensorCoreHeadDims)
 			}
 			if g := a.Heads / max(a.KVHeads, 1); g > Decode2Groups[len(Decode2Groups)-1] {
-				return fmt.Errorf("%d query heads per kv head (version 2 takes up to %d)", g, Decode2Groups[len(Decode2Groups)-1])
+				return fmt.Errorf("%d query heads per kv head (version %d takes up to %d)", g, v, Decode2Groups[len(Decode2Groups)-1])
 			}
 		}
 		return nil
@@ -158,6 +164,23 @@ func (s Selection) ArgmaxVersion(vocab int) (int, error) {
 	})
 }
 
+// LinearVersion is the linear version to run for products over k (the
+// inner dimension): version 2 needs k a multiple of 8. Version 2 names our
+// kernel for the products of GemvMaxRows rows or fewer (LinearUsesGemv);
+// products of more rows (a prefill's) run cuBLAS under either version.
+func (s Selection) LinearVersion(k int) (int, error) {
+	return s.pick(OpLinear, func(v int) error {
+		if v == 2 && k%8 != 0 {
+			return fmt.Errorf("k = %d (version 2 takes multiples of 8)", k)
+		}
+		return nil
+	})
+}
+
+// LinearUsesGemv reports whether linear version 2 runs a product of m rows
+// on its own kernel (gemv.cu) rather than on cuBLAS.
+func LinearUsesGemv(m int) bool { return m >= 1 && m <= GemvMaxRows }
+
 // pick returns the chosen version of op if it supports the shape (else an
 // error naming why), or the newest version that supports it.
 func (s Selection) pick(op string, supports func(version int) error) (int, error) {
@@ -177,7 +200,7 @@ func (s Selection) pick(op string, supports func(version int) error) (int, error
 }
 
 // Resolve is the version every op with versions runs at the shapes of m,
-// "argmax=2 attn_decode=2 attn_prefill=2 rope_kv_write=2", or an error
+// "argmax=2 attn_decode=2 attn_prefill=2 linear=2 rope_kv_write=2", or an error
 // naming the first chosen version that cannot run them.
 func (s Selection) Resolve(m ModelShape) (string, error) {
 	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim}
@@ -185,7 +208,13 @@ func (s Selection) Resolve(m ModelShape) (string, error) {
 		OpArgmax:      func() (int, error) { return s.ArgmaxVersion(m.Vocab) },
 		OpAttnDecode:  func() (int, error) { return s.DecodeVersion(a) },
 		OpAttnPrefill: func() (int, error) { return s.PrefillVersion(a) },
-		OpRope:        func() (int, error) { return s.RopeVersion(m.HeadDim) },
+		OpLinear: func() (int, error) {
+			if v, err := s.LinearVersion(m.Hidden); err != nil || v == 1 {
+				return v, err
+			}
+			return s.LinearVersion(m.Inter)
+		},
+		OpRope: func() (int, error) { return s.RopeVersion(m.HeadDim) },
 	}
 	var parts []string
 	for _, op := range VersionedOps() {

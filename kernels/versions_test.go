@@ -18,8 +18,8 @@ func TestParseSelection(t *testing.T) {
 		{[]string{"argmax=2", "attn_decode=1", "argmax=2"}, "argmax=2 attn_decode=1", ""},
 		{[]string{"attn_prefill"}, "", "want OP=VERSION"},
 		{[]string{"silu_mul=1"}, "", "silu_mul has no versions"},
-		{[]string{"attn_prefill=3"}, "", "attn_prefill has versions [1 2]"},
-		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2]"},
+		{[]string{"attn_prefill=4"}, "", "attn_prefill has versions [1 2 3]"},
+		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2 3]"},
 		{[]string{"argmax=1", "argmax=2"}, "", "argmax is already set to 1"},
 	}
 	for _, tt := range tests {
@@ -40,9 +40,9 @@ func TestParseSelection(t *testing.T) {
 }
 
 func TestSelectionResolve(t *testing.T) {
-	llama8B := ModelShape{Name: "llama-3-8b", Vocab: 128256, Heads: 32, KVHeads: 8, HeadDim: 128}
-	odd := ModelShape{Name: "odd", Vocab: 1003, Heads: 4, KVHeads: 2, HeadDim: 32}
-	wideGroups := ModelShape{Name: "mqa", Vocab: 4096, Heads: 32, KVHeads: 1, HeadDim: 128}
+	llama8B := ModelShape{Name: "llama-3-8b", Hidden: 4096, Inter: 14336, Vocab: 128256, Heads: 32, KVHeads: 8, HeadDim: 128}
+	odd := ModelShape{Name: "odd", Hidden: 256, Inter: 172, Vocab: 1003, Heads: 4, KVHeads: 2, HeadDim: 32}
+	wideGroups := ModelShape{Name: "mqa", Hidden: 4096, Inter: 11008, Vocab: 4096, Heads: 32, KVHeads: 1, HeadDim: 128}
 	tests := []struct {
 		name    string
 		items   []string
@@ -50,13 +50,17 @@ func TestSelectionResolve(t *testing.T) {
 		want    string
 		wantErr string
 	}{
-		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=2 attn_prefill=2 rope_kv_write=2", ""},
-		{"pinned at 8B", []string{"attn_prefill=1", "argmax=1"}, llama8B, "argmax=1 attn_decode=2 attn_prefill=1 rope_kv_write=2", ""},
-		{"odd widths fall back", nil, odd, "argmax=1 attn_decode=1 attn_prefill=1 rope_kv_write=2", ""},
-		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=2 rope_kv_write=2", ""},
+		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 linear=2 rope_kv_write=2", ""},
+		{"pinned at 8B", []string{"attn_prefill=1", "argmax=1", "linear=1"}, llama8B, "argmax=1 attn_decode=4 attn_prefill=1 linear=1 rope_kv_write=2", ""},
+		{"odd widths fall back", nil, odd, "argmax=1 attn_decode=1 attn_prefill=1 linear=1 rope_kv_write=2", ""},
+		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=3 linear=2 rope_kv_write=2", ""},
 		{"tensor cores refuse head_dim 32", []string{"attn_prefill=2"}, odd, "", "attn_prefill=2 cannot run head_dim 32"},
+		{"prefill v3 refuses head_dim 32", []string{"attn_prefill=3"}, odd, "", "attn_prefill=3 cannot run head_dim 32 (version 3 takes [64 128])"},
 		{"decode v2 refuses 32 heads per kv head", []string{"attn_decode=2"}, wideGroups, "", "32 query heads per kv head"},
+		{"decode v3 refuses 32 heads per kv head", []string{"attn_decode=3"}, wideGroups, "", "32 query heads per kv head (version 3 takes up to 8)"},
+		{"decode v4 refuses head_dim 32", []string{"attn_decode=4"}, odd, "", "attn_decode=4 cannot run head_dim 32 (version 4 takes [64 128])"},
 		{"argmax v2 refuses vocab 1003", []string{"argmax=2"}, odd, "", "vocab 1003"},
+		{"linear v2 refuses an intermediate size of 172", []string{"linear=2"}, odd, "", "linear=2 cannot run k = 172"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -121,6 +121,19 @@ type WeightPreparer interface {
 	PrepareWeights(matrices []Buffer) error
 }
 
+// GateUpFuser is implemented by backends that can run gate_up_proj and
+// silu_mul as one op at some shapes (the cuda backend's linear version 2 at
+// a decode step's rows): the engine then runs LinearSiluMul, labelled
+// gate_up_proj, and no silu_mul.
+type GateUpFuser interface {
+	// FusesGateUp reports whether LinearSiluMul takes m rows, inter outputs
+	// and an inner dimension of k.
+	FusesGateUp(m, inter, k int) bool
+	// LinearSiluMul: out[m, inter] = SiluMul(x[m, k] · w[2*inter, k]ᵀ), the
+	// gate_up product rounded to bf16 before the SiLU (ref.GemvSiluMul).
+	LinearSiluMul(out, x, w Buffer, m, inter, k int) error
+}
+
 // BufferNamer is implemented by backends that can label a buffer for their
 // own diagnostics: the emulated CUDA device names it in fault messages.
 type BufferNamer interface {

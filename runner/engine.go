@@ -366,7 +366,9 @@ type layerStep struct {
 
 // layerSteps are the ops of one decoder layer for shape s. A tensor-parallel
 // rank runs its slices of the projections and attention (its Layout) and
-// all-reduces the partial sums of o_proj and down_proj.
+// all-reduces the partial sums of o_proj and down_proj. Where the backend
+// fuses silu_mul into gate_up_proj at s (GateUpFuser) and the weights are
+// bf16, gate_up_proj is the fused op and there is no silu_mul step.
 func (e *Engine) layerSteps(s AttnShape) []layerStep {
 	c, be, w, a := e.cfg, e.be, e.w, &e.act
 	T, h, inter := s.Tokens(), c.HiddenSize, e.tp.Inter
@@ -401,6 +403,17 @@ func (e *Engine) layerSteps(s AttnShape) []layerStep {
 	steps = append(steps, layerStep{name: "mlp_all_reduce", run: func(int) error { return e.coll.AllReduceSum(a.down, T*h) }})
 	if e.coll == nil {
 		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return strings.HasSuffix(st.name, "_all_reduce") })
+	}
+	// Not for a quantized model: its gate_up weights may be FP8, a path of
+	// their own (FP8Backend) that the bf16 kernel cannot run.
+	if f, ok := be.(GateUpFuser); ok && e.cfg.Quantization == nil && f.FusesGateUp(T, inter, h) {
+		// One op for both: SiLU·mul in the gate_up product's epilogue.
+		for i := range steps {
+			if steps[i].name == "gate_up_proj" {
+				steps[i].run = func(l int) error { return f.LinearSiluMul(a.act, a.normed, w.layers[l].gateUp.w, T, inter, h) }
+			}
+		}
+		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return st.name == "silu_mul" })
 	}
 	return steps
 }

@@ -1,8 +1,10 @@
 package runner
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // The decode-graph cache lives beside Engine: the engine owns the buffers a
@@ -26,6 +28,40 @@ type StepCapturer interface {
 type CapturedStep interface {
 	Launch() error // enqueue one replay
 	Destroy() error
+}
+
+// NodeCounter is a captured step that knows its node count (a CUDA graph's
+// cuGraphGetNodes): every kernel launch and library call recorded in it.
+type NodeCounter interface {
+	Nodes() int
+}
+
+// LaunchCounter is a backend that counts the device work it enqueues:
+// kernel launches and library calls (a cuBLAS GEMM counts one), captured or
+// not. The per-op breakdown reads it at every op boundary.
+type LaunchCounter interface {
+	Launches() int64
+}
+
+// GraphNodes is one captured decode step's size: the batch and cache
+// length it was captured for, and its node count.
+type GraphNodes struct {
+	Batch, MaxSeq, Nodes int
+}
+
+// DecodeGraphNodes lists the captured decode steps of the current buffers
+// whose backend counts their nodes (NodeCounter), by batch then cache length.
+func (e *Engine) DecodeGraphNodes() []GraphNodes {
+	var out []GraphNodes
+	for k, s := range e.graphs.steps {
+		if nc, ok := s.(NodeCounter); ok && nc.Nodes() > 0 {
+			out = append(out, GraphNodes{Batch: k.batch, MaxSeq: k.maxSeq, Nodes: nc.Nodes()})
+		}
+	}
+	slices.SortFunc(out, func(a, b GraphNodes) int {
+		return cmp.Or(cmp.Compare(a.Batch, b.Batch), cmp.Compare(a.MaxSeq, b.MaxSeq))
+	})
+	return out
 }
 
 // graphKey is what a captured decode step depends on besides the buffers

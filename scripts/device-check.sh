@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # device-check.sh — the device bundle's one run on a GPU machine (no Go, no
 # network): devices, verify, a short llama-3-8b dummy sweep and the roofline
-# floors for the same shapes, a per-op breakdown, an A/B of the newest
-# attention kernels against version 1, a tensor-parallel run of one rank
-# through the real NCCL, the example op libraries (the C one always, the
-# nvcc and Triton recipes built here when nvcc or Triton is installed:
-# docs/byok.md), a profiler window under nsys (where installed),
+# floors for the same shapes, a per-op breakdown with launch counts, A/Bs of
+# the newest decode attention, linear and prefill attention kernels against
+# their predecessors, a tensor-parallel run of one rank through the real
+# NCCL, the example op libraries (the C one always, the nvcc and Triton
+# recipes built here when nvcc or Triton is installed: docs/byok.md), a
+# profiler window under nsys (where installed),
 # verify under compute-sanitizer
 # (memcheck, racecheck), and the HF transformers comparison where torch is
 # installed.
@@ -135,35 +136,47 @@ fi
 
 # Budgets in seconds (sum 345). The benchmark steps come before the sanitizers,
 # so that a slow sanitizer can only cost itself and the steps after it. The
-# op-library steps' 50 s came from devices (15 -> 8), roofline (10 -> 5),
-# ab-attention (45 -> 41), nsys (20 -> 16), the sanitizers (30 -> 27, 25 -> 22)
-# and the HF steps (make 20 -> 14, correct-* 20 -> 14, hf-vs-* 10 -> 7): each
-# of those took well under its old budget where measured, none is measured
-# on an H200 yet.
+# budgets are guesses (none is measured on an H200 yet) rebalanced as steps
+# came: issue 21's op-library steps (40 s) and issue 19's four A/Bs of each new
+# kernel version against its predecessor (decode attention 4-3 and 3-2,
+# linear 2-1, prefill attention 3-2 at 1k and 8k: 100 s, where one A/B of 41 s
+# was) took their time from every other step, within the same 345 s.
 run devices 8 "$STEPBENCH" devices
-run verify 30 "$STEPBENCH" verify
-run sweep 35 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
-  --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl"
+run verify 35 "$STEPBENCH" verify
+# -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
+run sweep 30 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
+  --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl" -v
 run roofline 5 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
-# Where the time goes, per op (an eager pass with an event at every op boundary).
+# Where the time goes, per op, with each op's launches (an eager pass with an event at every op boundary).
 run breakdown 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 4 \
   --num-iters 1 --disable-cuda-graph --breakdown
-# The newest attention kernels (A: tensor-core prefill, 16-byte decode) against version 1 (B),
-# paired on the same prompts (8 pairs: the fewest whose sign test can reach p < 0.05 is 6);
-# both arms hold the 8B weights (2 x 16 GB).
-run ab-attention 41 "$STEPBENCH" ab --model llama-3-8b --kernel attn_prefill=2,attn_decode=2 \
-  --baseline-kernel attn_prefill=1,attn_decode=1 --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
+# Each new kernel version (A) against its predecessor (B), paired on the same prompts (8 pairs:
+# the fewest whose sign test can reach p < 0.05 is 6); both arms hold the 8B weights (2 x 16 GB).
+# Decode attention 4 (tensor cores) against 3, at batch 1 and 32 over 1k keys; then 3 (combine
+# fused) against 2 at batch 1, where a launch saved weighs most:
+run ab-decode 25 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
+  --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
+run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=3 --baseline-kernel attn_decode=2 \
+  --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
+# Linear 2 (our skinny GEMM, gate_up with SiLU·mul) against cuBLAS, at batch 1 and 16 (it takes up to
+# 16 rows: at 32 both arms would run cuBLAS); the prefills are cuBLAS's in both arms.
+run ab-linear 25 "$STEPBENCH" ab --model llama-3-8b --kernel linear=2 --baseline-kernel linear=1 \
+  --batch-size 1,16 --input-len 1024 --output-len 8 --num-iters 8
+# Prefill attention 3 against 2 on the prefill alone (--output-len 1), 1 x 1024 and 1 x 8192
+# (llama-3.1-8b: 8192 positions fit its 131072; 6 pairs, the fewest for p < 0.05).
+run ab-prefill 35 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
+  --batch-size 1 --input-len 1024,8192 --output-len 1 --num-iters 6
 # Run-to-run drift: the same embedded kernels in two separate processes, compared with no floor
 # (--threshold 0); the ratio intervals say how far apart two runs of nothing changed lie on this
 # GPU, the evidence behind compare's default GPU floor (3%).
-run aa-first 14 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
+run aa-first 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
   --num-iters 10 --json-out "$OUT/aa-first.json"
-run aa-second 14 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
+run aa-second 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
   --num-iters 10 --json-out "$OUT/aa-second.json"
 run aa-compare 2 "$STEPBENCH" compare "$OUT/aa-first.json" "$OUT/aa-second.json" --threshold 0
 # Real NCCL on one GPU: a tensor-parallel group of one rank, its decode step captured with the
 # all-reduces inside (the emulated NCCL is all the tests have).
-run tp1 15 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
+run tp1 10 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
   --output-len 8 --num-iters 2
 # Op libraries (docs/byok.md): the C example (built by make bundle with gcc) checked at the
 # 8B's decode shapes, then timed against the built-in decode attention launch by launch;
@@ -171,7 +184,7 @@ run tp1 15 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch
 # nvcc or Triton is there, each checked the same way.
 ex="$here/examples"
 if [[ -f "$ex/libattn_decode.so" ]]; then
-  run op-c 12 bash -c '"$1" verify --model llama-3-8b --op attn_decode="$2/libattn_decode.so" --check attention,decode_graph \
+  run op-c 10 bash -c '"$1" verify --model llama-3-8b --op attn_decode="$2/libattn_decode.so" --check attention,decode_graph \
       --batch-size 1,32 --input-len 1024 --output-len 8 &&
     "$1" kernel attention --model llama-3-8b --shape batch=32,seq=1,pos=1024 --op attn_decode="$2/libattn_decode.so" \
       --baseline-builtin --timeout 3s' op-c "$STEPBENCH" "$ex"
@@ -179,7 +192,7 @@ else
   echo "no examples/libattn_decode.so beside the script (make bundle builds it): the op-library step was skipped" >"$OUT/op-c.log"
 fi
 if command -v nvcc >/dev/null 2>&1 && [[ -d "$ex/nvcc" ]]; then
-  run op-nvcc 20 bash -c 'nvcc -O3 -arch=native -Xcompiler -fPIC -shared -I"$2/include" -o "$3/libattn_decode_nvcc.so" \
+  run op-nvcc 15 bash -c 'nvcc -O3 -arch=native -Xcompiler -fPIC -shared -I"$2/include" -o "$3/libattn_decode_nvcc.so" \
       "$2/nvcc/attn_decode_bf16.cu" &&
     "$1" verify --model llama-3-8b --op attn_decode="$3/libattn_decode_nvcc.so" --check attention,decode_graph \
       --batch-size 1 --input-len 1024 --output-len 8' op-nvcc "$STEPBENCH" "$ex" "$OUT"
@@ -187,7 +200,7 @@ else
   echo "nvcc not on PATH (or no examples/nvcc): the nvcc recipe was skipped" >"$OUT/op-nvcc.log"
 fi
 if timeout 20 python3 -c 'import triton' >/dev/null 2>&1 && [[ -d "$ex/triton" ]]; then
-  run op-triton 18 bash -c 'bash "$2/triton/build.sh" "$3/libattn_decode_triton.so" &&
+  run op-triton 15 bash -c 'bash "$2/triton/build.sh" "$3/libattn_decode_triton.so" &&
     "$1" verify --model llama-3-8b --op attn_decode="$3/libattn_decode_triton.so" --check attention,decode_graph \
       --batch-size 1 --input-len 1024 --output-len 8' op-triton "$STEPBENCH" "$ex" "$OUT"
 else
@@ -198,7 +211,7 @@ fi
 nsys="$(command -v nsys || true)"
 [[ -z "$nsys" && -x /usr/local/cuda/bin/nsys ]] && nsys=/usr/local/cuda/bin/nsys
 if [[ -n "$nsys" ]]; then
-  run nsys 16 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
+  run nsys 5 bash -c '"$1" profile --capture-range=cudaProfilerApi --capture-range-end=stop --trace=cuda,nvtx \
       --force-overwrite=true -o "$2/nsys-decode" "$3" run --device cuda --model llama-3-8b --batch-size 1 \
       --input-len 1024 --output-len 8 --num-iters 1 --no-telemetry --profile --profile-phase decode \
       --profile-start-step 2 --profile-steps 3 &&
@@ -211,8 +224,8 @@ if [[ -n "$sanitizer" ]]; then
   # Kernels run 10-100x slower under the sanitizers: smaller models keep them in budget and
   # still cover both attention paths (3B: head_dim 128, GQA 3:1; 1B: head_dim 64, GQA 4:1);
   # the plain verify above covers the 8B shapes.
-  run memcheck 27 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
-  run racecheck 22 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
+  run memcheck 15 --refusal "$refusal_re" "$sanitizer" --tool memcheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-3b
+  run racecheck 13 --refusal "$refusal_re" "$sanitizer" --tool racecheck --error-exitcode 3 "$STEPBENCH" verify --model llama-3.2-1b
 else
   echo "compute-sanitizer not found on PATH or in /usr/local/cuda/bin: memcheck and racecheck skipped" >"$OUT/sanitizer.log"
 fi
@@ -221,7 +234,7 @@ fi
 # LlamaForCausalLM, greedy tokens and logits compared with stepbench's on cuda and on cpu.
 if timeout 20 python3 -c 'import torch, transformers' >/dev/null 2>&1 && [[ -f "$here/hf-check.py" ]]; then
   hf="$OUT/hf-model"
-  run hf-make 14 python3 "$here/hf-check.py" make "$hf"
+  run hf-make 10 python3 "$here/hf-check.py" make "$hf"
   for dev in cuda cpu; do
     rm -f "$OUT/correctness-$dev.jsonl"
     run "correct-$dev" 14 "$STEPBENCH" run --device "$dev" --model-path "$hf" \
@@ -251,10 +264,25 @@ for jsonl in "$OUT/sweep.jsonl"; do
       "$(ms "$(field median_decode_latency "$rec")")"
   done <"$jsonl"
 done
-if grep -q '^| ' "$OUT/ab-attention.log" 2>/dev/null; then
+for ab in "ab-decode:attn_decode=4 against attn_decode=3" "ab-fused:attn_decode=3 against attn_decode=2" \
+  "ab-linear:linear=2 against linear=1 (cuBLAS)" \
+  "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone"; do
+  step="${ab%%:*}"
+  if grep -q '^| ' "$OUT/$step.log" 2>/dev/null; then
+    echo
+    echo "$step (stepbench ab: ${ab#*:}):"
+    grep '^| ' "$OUT/$step.log" | cut -d'|' -f2-5,10,12
+  fi
+done
+if grep -q 'replays a CUDA graph of' "$OUT/sweep.log" 2>/dev/null; then
   echo
-  echo "attention versions (stepbench ab: new = attn_prefill=2,attn_decode=2, old = version 1):"
-  grep '^| ' "$OUT/ab-attention.log" | cut -d'|' -f2-5,10,12
+  echo "decode graphs (launches per replayed step):"
+  grep -o 'decode step of batch .* nodes' "$OUT/sweep.log" | sed 's/^/  /'
+fi
+if grep -q 'breakdown: ' "$OUT/breakdown.log" 2>/dev/null; then
+  echo
+  echo "breakdown: launches and device time per step (eager; the tables are in breakdown.log):"
+  awk '/ breakdown: /{split($0, a, " \\("); hdr=a[1]} $1 == "step" {printf "  %-60s launches %s, %s us\n", hdr, $3, $4}' "$OUT/breakdown.log"
 fi
 if grep -q '^| ' "$OUT/aa-compare.log" 2>/dev/null; then
   echo

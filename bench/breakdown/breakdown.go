@@ -24,8 +24,13 @@ import (
 // Row is one op's share of a step, per step (decode rows are means
 // over the pass's decode steps).
 type Row struct {
-	Op                   string  `json:"op"`
-	CallsPerStep         float64 `json:"calls_per_step"`
+	Op           string  `json:"op"`
+	CallsPerStep float64 `json:"calls_per_step"`
+	// LaunchesPerStep counts the kernel launches and library calls (a cuBLAS
+	// GEMM counts one) the op enqueued, on backends that count them
+	// (runner.LaunchCounter; 0 elsewhere): a captured step has as many
+	// graph nodes.
+	LaunchesPerStep      float64 `json:"launches_per_step,omitempty"`
 	DeviceSecondsPerStep float64 `json:"device_seconds_per_step"`
 	ShareOfStep          float64 `json:"share_of_step"`  // 0..1 of the step's device time
 	FLOPsPerStep         float64 `json:"flops_per_step"` // the cost model's minimal work
@@ -44,7 +49,8 @@ type Phase struct {
 	StepDeviceSeconds    float64 `json:"step_device_seconds"`
 	OutsideOpsSeconds    float64 `json:"outside_ops_seconds"` // step time in no op interval, per step
 	OutsideOpsShare      float64 `json:"outside_ops_share"`
-	Rows                 []Row   `json:"rows"` // slowest first
+	LaunchesPerStep      float64 `json:"launches_per_step,omitempty"` // every op's, per step
+	Rows                 []Row   `json:"rows"`                        // slowest first
 	StepFLOPs, StepBytes float64 `json:"-"`
 }
 
@@ -145,10 +151,15 @@ type opRecorder struct {
 	boundaries         []runner.Event
 	labels             []string
 	recordErr          error
+	// launches is the backend's launch count at each boundary, and at the
+	// step's end last (nil when the backend does not count).
+	counter  runner.LaunchCounter
+	launches []int64
 }
 
 func newOpRecorder(e *runner.Engine, capacity int) (*opRecorder, error) {
 	r := &opRecorder{engine: e}
+	r.counter, _ = e.Backend().(runner.LaunchCounter)
 	var err error
 	if r.stepStart, err = e.NewEvent(); err != nil {
 		return nil, fmt.Errorf("create event: %w", err)
@@ -187,12 +198,15 @@ func (r *opRecorder) hook(op string) {
 		return
 	}
 	r.labels = append(r.labels, op)
+	if r.counter != nil {
+		r.launches = append(r.launches, r.counter.Launches())
+	}
 }
 
 // measureStep runs one step with a boundary event in front of every op and
 // adds its op intervals to totals.
 func (r *opRecorder) measureStep(step func() error, totals *opTotals) error {
-	r.labels, r.recordErr = r.labels[:0], nil
+	r.labels, r.recordErr, r.launches = r.labels[:0], nil, r.launches[:0]
 	if err := r.engine.Sync(); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}
@@ -207,6 +221,9 @@ func (r *opRecorder) measureStep(step func() error, totals *opTotals) error {
 	}
 	if r.recordErr != nil {
 		return r.recordErr
+	}
+	if r.counter != nil {
+		r.launches = append(r.launches, r.counter.Launches())
 	}
 	if err := r.stepEnd.Record(); err != nil {
 		return fmt.Errorf("record step end: %w", err)
@@ -229,7 +246,11 @@ func (r *opRecorder) measureStep(step func() error, totals *opTotals) error {
 		if err != nil {
 			return fmt.Errorf("%s elapsed: %w", op, err)
 		}
-		totals.add(op, d.Seconds())
+		launches := int64(0)
+		if r.counter != nil {
+			launches = r.launches[i+1] - r.launches[i]
+		}
+		totals.add(op, d.Seconds(), launches)
 	}
 	return nil
 }
@@ -238,20 +259,22 @@ func (r *opRecorder) measureStep(step func() error, totals *opTotals) error {
 type opTotals struct {
 	order       []string
 	calls       map[string]int
+	launches    map[string]int64
 	seconds     map[string]float64
 	steps       int
 	stepSeconds float64
 }
 
 func newOpTotals() *opTotals {
-	return &opTotals{calls: map[string]int{}, seconds: map[string]float64{}}
+	return &opTotals{calls: map[string]int{}, launches: map[string]int64{}, seconds: map[string]float64{}}
 }
 
-func (t *opTotals) add(op string, seconds float64) {
+func (t *opTotals) add(op string, seconds float64, launches int64) {
 	if _, seen := t.calls[op]; !seen {
 		t.order = append(t.order, op)
 	}
 	t.calls[op]++
+	t.launches[op] += launches
 	t.seconds[op] += seconds
 }
 
@@ -275,7 +298,8 @@ func (t *opTotals) phase(name string, costs []runner.OpCost, roof *roofline.Roof
 		covered += seconds
 		c := costByOp[op]
 		row := Row{Op: op, CallsPerStep: float64(t.calls[op]) / steps, DeviceSecondsPerStep: seconds,
-			FLOPsPerStep: c.FLOPs, BytesPerStep: c.Bytes}
+			FLOPsPerStep: c.FLOPs, BytesPerStep: c.Bytes, LaunchesPerStep: float64(t.launches[op]) / steps}
+		p.LaunchesPerStep += row.LaunchesPerStep
 		if p.StepDeviceSeconds > 0 {
 			row.ShareOfStep = seconds / p.StepDeviceSeconds
 		}

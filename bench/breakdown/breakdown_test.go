@@ -67,3 +67,57 @@ func TestBreakdownLlamaTinyCPU(t *testing.T) {
 		}
 	}
 }
+
+// countingBackend counts a launch per Linear and two per Attention (as
+// attention's split and combine kernels), like the cuda backend's counter.
+type countingBackend struct {
+	runner.Backend
+	launches int64
+}
+
+func (c *countingBackend) Launches() int64 { return c.launches }
+
+func (c *countingBackend) Linear(out, x, w runner.Buffer, m, n, k int) error {
+	c.launches++
+	return c.Backend.Linear(out, x, w, m, n, k)
+}
+
+func (c *countingBackend) Attention(out, q, kCache, vCache, pos runner.Buffer, s runner.AttnShape) error {
+	c.launches += 2
+	return c.Backend.Attention(out, q, kCache, vCache, pos, s)
+}
+
+// The breakdown attributes a backend's launches to the op that made them.
+func TestBreakdownCountsLaunchesPerOp(t *testing.T) {
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &countingBackend{Backend: runner.NewCPU()}
+	e, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	sb, err := Measure(e, bench.Shape{Batch: 1, InputLen: 8, OutputLen: 3}, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := float64(cfg.NumHiddenLayers)
+	want := map[string]float64{"qkv_proj": layers, "o_proj": layers, "attention": 2 * layers, "lm_head": 1, "embed": 0}
+	for _, p := range []Phase{sb.Prefill, sb.Decode} {
+		got := map[string]float64{}
+		for _, r := range p.Rows {
+			got[r.Op] = r.LaunchesPerStep
+		}
+		for op, n := range want {
+			if got[op] != n {
+				t.Errorf("%s %s: %g launches per step, want %g", p.Phase, op, got[op], n)
+			}
+		}
+		// Four projections and two attention launches per layer, and lm_head.
+		if wantStep := 6*layers + 1; p.LaunchesPerStep != wantStep {
+			t.Errorf("%s: %g launches per step, want %g", p.Phase, p.LaunchesPerStep, wantStep)
+		}
+	}
+}

@@ -12,9 +12,10 @@ import (
 )
 
 // WriteBreakdownTable writes one table per phase of sb: op, calls per step,
-// device µs per step, share of the step, GB/s and TFLOP/s of the cost
-// model's minimal work, and roofline attainment (derived), then the time
-// outside every op and the whole step.
+// launches per step (kernels and library calls; "-" where the backend does
+// not count them), device µs per step, share of the step, GB/s and TFLOP/s
+// of the cost model's minimal work, and roofline attainment (derived), then
+// the time outside every op and the whole step.
 func WriteBreakdownTable(w io.Writer, sb breakdown.Result, roof *roofline.Roof) error {
 	for _, p := range []breakdown.Phase{sb.Prefill, sb.Decode} {
 		if p.Steps == 0 {
@@ -23,21 +24,23 @@ func WriteBreakdownTable(w io.Writer, sb breakdown.Result, roof *roofline.Roof) 
 		fmt.Fprintf(w, "\n%s breakdown: batch_size=%d input_len=%d output_len=%d (per step, mean of %d step(s); %s)\n",
 			p.Phase, sb.Batch, sb.InputLen, sb.OutputLen, p.Steps, attainmentUnder(roof))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		writeRow(tw, []string{"op", "calls", "device_us", "share", "GB/s", "TFLOP/s", "attain(derived)"})
+		writeRow(tw, []string{"op", "calls", "launches", "device_us", "share", "GB/s", "TFLOP/s", "attain(derived)"})
+		counted := p.LaunchesPerStep > 0
 		for _, r := range p.Rows {
-			writeRow(tw, []string{r.Op, fmt.Sprintf("%.0f", r.CallsPerStep), fmt.Sprintf("%.1f", 1e6*r.DeviceSecondsPerStep),
+			writeRow(tw, []string{r.Op, fmt.Sprintf("%.0f", r.CallsPerStep), optional(r.LaunchesPerStep, "%.0f", counted),
+				fmt.Sprintf("%.1f", 1e6*r.DeviceSecondsPerStep),
 				fmt.Sprintf("%.1f%%", 100*r.ShareOfStep),
 				optional(r.BytesPerSecond/1e9, "%.1f", r.BytesPerSecond > 0),
 				optional(r.FLOPsPerSecond/1e12, "%.2f", r.FLOPsPerSecond > 0),
 				optional(100*r.Attainment, "%.1f%%", r.Attainment > 0)})
 		}
-		writeRow(tw, []string{"(outside ops)", "-", fmt.Sprintf("%.1f", 1e6*p.OutsideOpsSeconds),
+		writeRow(tw, []string{"(outside ops)", "-", "-", fmt.Sprintf("%.1f", 1e6*p.OutsideOpsSeconds),
 			fmt.Sprintf("%.1f%%", 100*p.OutsideOpsShare), "-", "-", "-"})
 		stepBytesPerSecond, stepFLOPsPerSecond := 0.0, 0.0
 		if p.StepDeviceSeconds > 0 {
 			stepBytesPerSecond, stepFLOPsPerSecond = p.StepBytes/p.StepDeviceSeconds, p.StepFLOPs/p.StepDeviceSeconds
 		}
-		writeRow(tw, []string{"step", "-", fmt.Sprintf("%.1f", 1e6*p.StepDeviceSeconds), "100.0%",
+		writeRow(tw, []string{"step", "-", optional(p.LaunchesPerStep, "%.0f", counted), fmt.Sprintf("%.1f", 1e6*p.StepDeviceSeconds), "100.0%",
 			optional(stepBytesPerSecond/1e9, "%.1f", stepBytesPerSecond > 0),
 			optional(stepFLOPsPerSecond/1e12, "%.2f", stepFLOPsPerSecond > 0), "-"})
 		if err := tw.Flush(); err != nil {

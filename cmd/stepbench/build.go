@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -17,9 +18,9 @@ import (
 
 // buildFlags are the flags of 'stepbench build'.
 type buildFlags struct {
-	kernelsDir, nvrtcPath, counters, model, cacheDir, format string
-	archs                                                    []int
-	include                                                  []string
+	kernelsDir, nvrtcPath, counters, model, cacheDir, format, cubinDir string
+	archs                                                              []int
+	include                                                            []string
 }
 
 // buildCmd compiles the kernels and prints each entry point's ptxas report
@@ -38,6 +39,7 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "cubin cache (default: <user cache dir>/stepbench/cubin)")
 	registerIncludeFlag(fs, &f.include)
 	fs.StringVar(&f.format, "format", "text", "output: text (a table) or json (one object per entry point and architecture)")
+	fs.StringVar(&f.cubinDir, "cubin-dir", "", "also write each source's cubin to DIR/sm_XY/NAME.cubin (for cuobjdump -sass; scripts/sass-mix counts its instructions)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -138,6 +140,9 @@ func (f buildFlags) buildRows(nv *cuda.NVRTC, srcs map[string]string, counted ma
 		if err != nil {
 			return nil, "", err
 		}
+		if err := f.writeCubins(compiled, arch); err != nil {
+			return nil, "", err
+		}
 		var res []kernels.KernelResources
 		for _, c := range compiled {
 			res = append(res, c.Report...)
@@ -219,6 +224,24 @@ func (f buildFlags) writeTable(w io.Writer, nv *cuda.NVRTC, srcs map[string]stri
 		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// writeCubins writes each compiled source's cubin under --cubin-dir.
+func (f buildFlags) writeCubins(compiled []kernels.Compiled, arch int) error {
+	if f.cubinDir == "" {
+		return nil
+	}
+	dir := filepath.Join(f.cubinDir, fmt.Sprintf("sm_%d", arch))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--cubin-dir: %w", err)
+	}
+	for _, c := range compiled {
+		path := filepath.Join(dir, strings.TrimSuffix(c.Name, ".cu")+".cubin")
+		if err := os.WriteFile(path, c.Cubin, 0o644); err != nil {
+			return fmt.Errorf("--cubin-dir: write %s's cubin: %w", c.Name, err)
+		}
+	}
+	return nil
 }
 
 func counterColumns(k gpu.KernelCounters) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -126,5 +127,25 @@ func TestBuildPrintsTheResourceTable(t *testing.T) {
 	code, _, stderr = run(t, "build", "--arch", "90", "--kernels-dir", dir)
 	if code != exitFailure || !strings.Contains(stderr, "compile error: norm.cu:1:") {
 		t.Errorf("build of a source that does not compile: exit %d\n%s", code, stderr)
+	}
+}
+
+// build --cubin-dir writes every source's cubin, what cuobjdump -sass reads
+// (an ELF file, as NVRTC makes it).
+func TestBuildWritesCubins(t *testing.T) {
+	t.Setenv("STEPBENCH_CUDA_LIBS", "")
+	dir := t.TempDir()
+	code, _, stderr := run(t, "build", "--arch", "90", "--cubin-dir", dir)
+	if code != 0 && strings.Contains(stderr, "no NVRTC") {
+		t.Skipf("no NVRTC installed: %s", stderr)
+	}
+	if code != 0 {
+		t.Fatalf("build: exit %d\n%s", code, stderr)
+	}
+	for _, name := range []string{"gemv", "attention", "norm"} {
+		data, err := os.ReadFile(filepath.Join(dir, "sm_90", name+".cubin"))
+		if err != nil || !bytes.HasPrefix(data, []byte("\x7fELF")) {
+			t.Errorf("%s.cubin: %v, %d bytes, want an ELF cubin", name, err, len(data))
+		}
 	}
 }

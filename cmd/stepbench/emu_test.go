@@ -85,8 +85,8 @@ func TestEmulatedRunGraphsAndEager(t *testing.T) {
 			t.Errorf("eager=%v: the native report's environment does not say emulated", eager)
 		}
 		// llama-tiny's head_dim 32 takes neither tensor-core attention
-		// version; its vocab and head_dim take the others' newest.
-		if want := `"kernel_versions": "argmax=2 attn_decode=1 attn_prefill=1 rope_kv_write=2"`; !strings.Contains(string(data), want) {
+		// version; its vocab, head_dim and widths take the others' newest.
+		if want := `"kernel_versions": "argmax=2 attn_decode=1 attn_prefill=1 linear=2 rope_kv_write=2"`; !strings.Contains(string(data), want) {
 			t.Errorf("eager=%v: the native report lacks %s", eager, want)
 		}
 	}
@@ -160,6 +160,7 @@ func TestEmulatedBreakdownKernelCalibrateAB(t *testing.T) {
 			t.Errorf("breakdown lacks %q:\n%s", want, stdout)
 		}
 	}
+	checkLaunchCounts(t, stdout)
 	stdout, _ = mustRun(t, "kernel", "attention", "--model", "llama-tiny", "--input-len", "32", "--min-samples", "3",
 		"--max-samples", "5", "--timeout", "10s")
 	if !strings.Contains(stdout, "attention") || !strings.Contains(stdout, "not GPU times") {
@@ -239,5 +240,30 @@ func TestEmulatedFaultKeepsFinishedShapes(t *testing.T) {
 	}
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatalf("native report is not valid JSON: %v", err)
+	}
+}
+
+// checkLaunchCounts: llama-tiny's eager decode step (the breakdown's) makes
+// as many launches as its replayed CUDA graph has nodes (run -v says), 42:
+// per layer two norms, qkv, rope, attention's split and combine (head_dim
+// 32: version 1), o, gate_up with SiLU·mul fused, down; then embed, the
+// final norm, lm_head, argmax's two kernels and the position's add_i32.
+func checkLaunchCounts(t *testing.T, breakdown string) {
+	t.Helper()
+	i := strings.Index(breakdown, "decode breakdown")
+	if i < 0 {
+		t.Fatalf("no decode breakdown:\n%s", breakdown)
+	}
+	step := regexp.MustCompile(`(?m)^ +step +- +(\d+) `).FindStringSubmatch(breakdown[i:])
+	if step == nil || step[1] != "42" {
+		t.Errorf("decode step launches %v, want 42:\n%s", step, breakdown[i:])
+	}
+	if strings.Contains(breakdown[i:], "silu_mul") {
+		t.Errorf("decode breakdown has a silu_mul row: gate_up_proj should fuse it")
+	}
+	_, stderr := mustRun(t, "run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "2", "--input-len", "16",
+		"--output-len", "4", "--num-iters", "1", "-v")
+	if !strings.Contains(stderr, "decode step of batch 2 (cache of 19 positions) replays a CUDA graph of 42 nodes") {
+		t.Errorf("run -v does not give the decode graph's 42 nodes:\n%s", stderr)
 	}
 }

@@ -71,7 +71,9 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 		TPSize: d.tpSize}
 	created := d.now()
 	writer := report.NewResultWriter(f.resultFiles(textOut), f.header(fs, s, d.env, d.toolVersion, created, d.verification))
+	graphNodes := f.graphNodesPrinter(d.engine, stderr)
 	opt.AfterShape = func(sh bench.ShapeResult) error {
+		graphNodes()
 		return guard.writing(func() error { return writer.AddShape(sh, build.Shape(sh)) })
 	}
 	opt.StepTimeout, opt.OnStepTimeout = f.stepTimeouts(s, d, guard, stderr)
@@ -219,6 +221,24 @@ func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, st
 		errs = append(errs, report.WriteGoBench(stdout, final.Config.Model.Name, cfg, shapes))
 	}
 	return errs
+}
+
+// graphNodesPrinter returns what, after each shape with -v, says how many
+// nodes each decode step's CUDA graph has (once per batch and cache length):
+// the launches of a replayed step, which --breakdown counts per op.
+func (f *runFlags) graphNodesPrinter(e *runner.Engine, stderr io.Writer) func() {
+	printed := map[runner.GraphNodes]bool{}
+	return func() {
+		if !f.output.verbose || e == nil {
+			return
+		}
+		for _, g := range e.DecodeGraphNodes() {
+			if !printed[g] {
+				printed[g] = true
+				fmt.Fprintf(stderr, "stepbench: decode step of batch %d (cache of %d positions) replays a CUDA graph of %d nodes\n", g.Batch, g.MaxSeq, g.Nodes)
+			}
+		}
+	}
 }
 
 func (f *runFlags) runBreakdown(engine *runner.Engine, shapes []bench.ShapeResult, roof *roofline.Roof, textOut io.Writer) error {

@@ -293,8 +293,8 @@ func TestEmulatedVerifyAtRunShapesSamplesLargePrefill(t *testing.T) {
 	onEmulator(t)
 	stdout, _ := mustProcess(t, "verify", "--model", "llama-3-8b", "--check", "attention", "--batch-size", "1", "--input-len", "520", "--output-len", "3")
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`attention prefill v2 +b=1 s=520 pos=0 h=32 kv=8 d=128 max=523 \(\d+ of 520 query rows compared, every row written\) .* ok`),
-		regexp.MustCompile(`attention decode v2 +b=1 s=1 pos=521 h=32 kv=8 d=128 max=523 .* ok`),
+		regexp.MustCompile(`attention prefill v3 +b=1 s=520 pos=0 h=32 kv=8 d=128 max=523 \(\d+ of 520 query rows compared, every row written\) .* ok`),
+		regexp.MustCompile(`attention decode v4 +b=1 s=1 pos=521 h=32 kv=8 d=128 max=523 .* ok`),
 		regexp.MustCompile(`all \d+ checks passed at the run shapes`),
 	} {
 		if !want.MatchString(stdout) {

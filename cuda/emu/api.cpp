@@ -1009,6 +1009,17 @@ API CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long
     return kSuccess;
 }
 
+API CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *numNodes) {
+    std::lock_guard<std::mutex> lock(D().mu);
+    if (int rc = RequireInit()) return rc;
+    auto *g = static_cast<Graph *>(graph);
+    if (!Live(g) || g->executable) return Err(kInvalidHandle, "not a live graph");
+    if (numNodes == nullptr) return Err(kInvalidValue, "null numNodes pointer");
+    if (nodes != nullptr) return Err(kInvalidValue, "cuGraphGetNodes with a node array is not emulated (count only)");
+    *numNodes = g->ops->size();
+    return kSuccess;
+}
+
 API CUresult cuGraphLaunch(void *exec, void *h) {
     std::lock_guard<std::mutex> lock(D().mu);
     Context *c = nullptr;

@@ -130,3 +130,27 @@ func TestLinearWideSameBitsAnyWorkers(t *testing.T) {
 		}
 	}
 }
+
+// Gemv is Linear, bit for bit, whatever the shape; GemvSiluMul is Linear
+// then SiluMul.
+func TestGemvIsLinear(t *testing.T) {
+	rng := newRand(19)
+	for _, s := range []struct{ m, n, k int }{{1, 300, 200}, {16, 1003, 136}, {5, 8, 4104}} {
+		x, w := randomBF16(rng, s.m*s.k, 1), randomBF16(rng, s.n*s.k, 1)
+		want, got := make([]uint16, s.m*s.n), make([]uint16, s.m*s.n)
+		Linear(want, x, w, s.m, s.n, s.k)
+		Gemv(got, x, w, s.m, s.n, s.k)
+		if !slices.Equal(got, want) {
+			t.Errorf("%+v: Gemv differs from Linear", s)
+		}
+		if s.n%2 == 0 {
+			inter := s.n / 2
+			wantAct, gotAct := make([]uint16, s.m*inter), make([]uint16, s.m*inter)
+			SiluMul(wantAct, want, s.m, inter)
+			GemvSiluMul(gotAct, x, w, s.m, inter, s.k)
+			if !slices.Equal(gotAct, wantAct) {
+				t.Errorf("%+v: GemvSiluMul differs from Linear then SiluMul", s)
+			}
+		}
+	}
+}

@@ -31,6 +31,8 @@ var (
 	_ runner.StepCapturer      = (*Backend)(nil)
 	_ runner.AttentionReserver = (*Backend)(nil)
 	_ runner.BufferNamer       = (*Backend)(nil)
+	_ runner.LaunchCounter     = (*Backend)(nil)
+	_ runner.GateUpFuser       = (*Backend)(nil)
 )
 
 // Options configure the cuda backend.
@@ -115,6 +117,8 @@ type Backend struct {
 
 	events    []*cuda.Event
 	capturing bool
+	// gemms counts the cuBLAS calls enqueued (Launches).
+	gemms int64
 	// comm is set by JoinGroup (this backend is a tensor-parallel rank);
 	// AbortCollectives reads it from other goroutines.
 	comm atomic.Pointer[cuda.NCCLComm]
@@ -321,6 +325,10 @@ func sameKind(driver, nvrtc, cublas string) error {
 		kind(driver), kind(nvrtc), kind(cublas))
 }
 
+// Launches is how many kernels and cuBLAS calls the backend has enqueued
+// (runner.LaunchCounter; a cuBLAS call counts one, whatever it launches).
+func (c *Backend) Launches() int64 { return c.set.Launched() + c.gemms }
+
 // Info describes the device and libraries the backend uses.
 func (c *Backend) Info() Info { return c.info }
 
@@ -409,6 +417,7 @@ func (c *Backend) EndCapture() (runner.CapturedStep, error) {
 	if err != nil {
 		return nil, fmt.Errorf("end capture: %w", err)
 	}
+	nodes, _ := g.NodeCount() // a count for reports only: a driver without cuGraphGetNodes gives none
 	exec, err := g.Instantiate()
 	if destroyErr := g.Destroy(); err != nil || destroyErr != nil {
 		if exec != nil {
@@ -416,13 +425,17 @@ func (c *Backend) EndCapture() (runner.CapturedStep, error) {
 		}
 		return nil, fmt.Errorf("end capture: %w", errors.Join(err, destroyErr))
 	}
-	return &graph{exec: exec, stream: c.stream}, nil
+	return &graph{exec: exec, stream: c.stream, nodes: nodes}, nil
 }
 
 type graph struct {
 	exec   *cuda.GraphExec
 	stream *cuda.Stream
+	nodes  int // cuGraphGetNodes of the captured graph; 0 where the driver cannot count
 }
+
+// Nodes is the captured step's node count (runner.NodeCounter).
+func (g *graph) Nodes() int { return g.nodes }
 
 func (g *graph) Launch() error {
 	if err := g.exec.Launch(g.stream); err != nil {

@@ -65,6 +65,15 @@ var seededBugs = []seededBug{
 		new:  "best_i = i; }\n        }\n    }\n    if ((threadIdx.x & 31) < 16) for (int off = 16; off > 0; off >>= 1) {\n        const float ov",
 		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "__shfl_xor_sync", "lanes 16-31"},
 	},
+	{
+		// attn_decode3's combining block leaves its counter at the split count:
+		// at the next launch (the first replay, after the eager step) no block
+		// counts last, nothing is combined, and the output keeps its poison.
+		name: "block counter not reset", file: "attention.cu", kernel: "decode_graph",
+		old:  "    if (tid == 0) *counter = 0;",
+		new:  "",
+		want: []string{"decode graph replay", "replay at position 60", "NaN"},
+	},
 }
 
 // seed returns the embedded sources with b applied (exactly once).
@@ -268,8 +277,8 @@ func TestEmulatorSchedules(t *testing.T) {
 	}
 }
 
-// endToEndOnEmulator runs llama-tiny through the cuda backend against the
-// cpu backend under the process's schedule.
+// endToEndOnEmulator runs llama-tiny and a head_dim-64 llama-tiny through
+// the cuda backend against the cpu backend under the process's schedule.
 func endToEndOnEmulator(t *testing.T, cache string) {
 	t.Helper()
 	cfg, err := runner.Preset("llama-tiny")
@@ -281,13 +290,22 @@ func endToEndOnEmulator(t *testing.T, cache string) {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	results, err := runner.CompareWithCPU(be, cfg, 3, [][]int32{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {42}}, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range results {
-		if r.MaxLogitsRelErr > 2e-2 || !r.TokensMatch() {
-			t.Errorf("end to end, prompt %d: logits rel err %.3g, tokens %v, cpu %v", i, r.MaxLogitsRelErr, r.Tokens, r.RefTokens)
+	// llama-tiny (head_dim 32: attention version 1), then its head_dim-64
+	// twin, which the newest attention versions (tensor cores) take.
+	wide := cfg
+	wide.HiddenSize, wide.IntermediateSize, wide.HeadDim = 256, 512, 64
+	for _, c := range []struct {
+		cfg  runner.Config
+		seed uint64
+	}{{cfg, 3}, {wide, 7}} {
+		results, err := runner.CompareWithCPU(be, c.cfg, c.seed, [][]int32{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {42}}, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range results {
+			if r.MaxLogitsRelErr > 2e-2 || !r.TokensMatch() {
+				t.Errorf("end to end, head_dim %d, prompt %d: logits rel err %.3g, tokens %v, cpu %v", c.cfg.HeadDim, i, r.MaxLogitsRelErr, r.Tokens, r.RefTokens)
+			}
 		}
 	}
 }
@@ -302,6 +320,11 @@ var barrierBugs = []seededBug{
 		old: "        __syncthreads();  // the buffer is refilled by the next iteration's prefetch\n", new: ""},
 	{name: "no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
 		old: "            cp_async_wait<0>();\n        }\n        __syncthreads();\n", new: "            cp_async_wait<0>();\n        }\n"},
+	// attn_prefill3's two, the same protocol with 8 warps.
+	{name: "v3: no barrier before the refill", file: "attention.cu", kernel: "attention",
+		old: "        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it\n", new: ""},
+	{name: "v3: no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
+		old: "        __syncthreads();  // tile `tile` has landed for every thread\n", new: ""},
 }
 
 func TestWarpSerialRevealsDroppedBarriers(t *testing.T) {
@@ -349,6 +372,15 @@ func TestRetiredBufferRevealsMissingZeroFill(t *testing.T) {
 	joined := strings.Join(failures, "\n")
 	if !strings.Contains(joined, "b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
 		t.Errorf("the prefill whose sixth tile is partial passed:\n%s", joined)
+	}
+	// attn_prefill3's own tile copy, zero-fill dropped: the same prefill fails in version 3.
+	bug3 := seededBug{name: "v3: no zero-fill of a partial tile", file: "attention.cu", kernel: "attention",
+		old: "            cp_async16(d + i * STEP_BYTES, s + i * step_src);\n        } else {\n            *(u32x4*)(d + i * STEP_BYTES) = u32x4{0, 0, 0, 0};\n        }",
+		new: "            cp_async16(d + i * STEP_BYTES, s + i * step_src);\n        }"}
+	failures = verifyOnEmulator(t, bug3.seed(t), tinyShapes, testCache(), bug3.kernel)
+	joined = strings.Join(failures, "\n")
+	if !strings.Contains(joined, "attention prefill v3 [b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
+		t.Errorf("version 3's prefill whose sixth tile is partial passed:\n%s", joined)
 	}
 }
 

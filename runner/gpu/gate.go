@@ -62,6 +62,8 @@ func checkForFamily(family string) string {
 		return "argmax"
 	case strings.HasPrefix(family, "fp8_"):
 		return "fp8"
+	case strings.HasPrefix(family, "gemv"):
+		return "linear"
 	}
 	return family
 }
@@ -212,7 +214,7 @@ func (v *Verifier) gateRowWise(m kernels.ModelShape, shapes []RunShape) {
 			v.siluMulAt(m, capRows(r, 2*m.Inter), r)
 		}
 		if v.wants("linear") && v.dead == nil {
-			v.linearAt(m, r)
+			v.libLinearAt(m, r)
 		}
 	}
 	for _, s := range shapes {
@@ -228,6 +230,9 @@ func (v *Verifier) gateRowWise(m kernels.ModelShape, shapes []RunShape) {
 	for _, b := range batches {
 		if v.wants("argmax") && v.dead == nil {
 			v.gateArgmax(m, b)
+		}
+		if v.wants("linear") && v.dead == nil {
+			v.gateLinear(m, b)
 		}
 	}
 }

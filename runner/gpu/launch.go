@@ -25,6 +25,18 @@ type Kernels struct {
 	sel kernels.Selection
 	// libs are the ops op libraries replace (WithOps); nil for none.
 	libs *opLibs
+	// launched counts the kernels enqueued (captures included), shared by
+	// the copies With makes.
+	launched *int64
+}
+
+// Launched is how many kernels have been enqueued through k and every copy
+// With made of it.
+func (k *Kernels) Launched() int64 {
+	if k.launched == nil {
+		return 0
+	}
+	return *k.launched
 }
 
 // With returns the same loaded kernels (Close stays the original's) with
@@ -45,7 +57,7 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 	if smCount < 1 {
 		return nil, fmt.Errorf("load kernels: SM count %d < 1", smCount)
 	}
-	k := &Kernels{smCount: smCount, fn: map[string]*cuda.Function{}}
+	k := &Kernels{smCount: smCount, fn: map[string]*cuda.Function{}, launched: new(int64)}
 	byFile := map[string]*cuda.Module{}
 	var errs []error
 	for _, c := range compiled {
@@ -82,10 +94,12 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		}
 	}
 	for _, d := range kernels.TensorCoreHeadDims {
-		pre := k.fn[kernels.EntryPoint("attn_prefill_tc", d)]
-		if shared := kernels.PrefillTCSharedBytes(d); pre != nil && shared > kernels.DefaultSharedLimitBytes {
-			if err := pre.SetMaxDynamicShared(shared); err != nil {
-				errs = append(errs, fmt.Errorf("load kernel attn_prefill_tc_d%d: %w", d, err))
+		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d)} {
+			pre := k.fn[kernels.EntryPoint(name, d)]
+			if pre != nil && shared > kernels.DefaultSharedLimitBytes {
+				if err := pre.SetMaxDynamicShared(shared); err != nil {
+					errs = append(errs, fmt.Errorf("load kernel %s_d%d: %w", name, d, err))
+				}
 			}
 		}
 	}
@@ -190,6 +204,9 @@ func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3,
 	}
 	if err := s.Launch(f, grid, block, sharedBytes, args...); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
+	}
+	if k.launched != nil {
+		*k.launched++
 	}
 	return nil
 }
@@ -384,9 +401,13 @@ func (k *Kernels) prefill(s *cuda.Stream, op string, out, q, kCache, vCache, pos
 	}
 	name, tile := kernels.EntryPoint("attn_prefill", a.HeadDim), kernels.PrefillQueryTile
 	threads, shared := kernels.PrefillThreads, kernels.PrefillSharedBytes(a.HeadDim)
-	if version == 2 {
+	switch version {
+	case 2:
 		name, tile = kernels.EntryPoint("attn_prefill_tc", a.HeadDim), kernels.PrefillTCQueryTile
 		threads, shared = kernels.PrefillTCThreads, kernels.PrefillTCSharedBytes(a.HeadDim)
+	case 3:
+		name, tile = kernels.EntryPoint("attn_prefill3", a.HeadDim), kernels.PrefillV3QueryTile
+		threads, shared = kernels.PrefillV3Threads, kernels.PrefillV3SharedBytes(a.HeadDim)
 	}
 	return k.launch(s, op, name,
 		cuda.Dim3{X: uint32(kernels.CeilDiv(a.SeqLen, tile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
@@ -396,19 +417,28 @@ func (k *Kernels) prefill(s *cuda.Stream, op string, out, q, kCache, vCache, pos
 }
 
 // decode launches the attn_decode version the selection picks for a, then
-// the combine of the splits (both versions write the same partials).
+// (versions 1 and 2) the combine of the splits; versions 3 and 4 combine in
+// their own last block of each kv head.
 func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
 	version, err := k.sel.DecodeVersion(a)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
 	}
 	chunkKeys, splits := kernels.DecodePlan(a, k.smCount)
-	need := a.Batch * a.Heads * splits * (a.HeadDim + 2) * 4
+	need := kernels.DecodePartialBytes(a, splits)
 	name, shared, threads := kernels.EntryPoint("attn_decode_split", a.HeadDim), kernels.DecodeSharedBytes(a, chunkKeys), kernels.DecodeThreads
-	if version == 2 {
+	if version >= 2 {
 		g := kernels.Decode2Group(a)
 		name, shared = kernels.GroupEntryPoint("attn_decode2", a.HeadDim, g), kernels.Decode2SharedBytes(a.HeadDim, g)
 		threads = kernels.Decode2Threads
+	}
+	switch version {
+	case 3:
+		name, need = kernels.GroupEntryPoint("attn_decode3", a.HeadDim, kernels.Decode2Group(a)), need+kernels.DecodeCounterBytes(a)
+	case 4:
+		g := kernels.Decode2Group(a)
+		name, need = kernels.GroupEntryPoint("attn_decode4", a.HeadDim, g), need+kernels.DecodeCounterBytes(a)
+		shared, threads = kernels.Decode4SharedBytes(a.HeadDim, g), kernels.Decode4Warps*32
 	}
 	c.pointer("workspace", workspace, 16)
 	c.require(workspaceBytes >= need, "workspace has %d bytes, need %d (see AttentionWorkspaceBytes)", workspaceBytes, need)
@@ -418,9 +448,12 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 	if err := c.err(); err != nil {
 		return err
 	}
-	if err := k.launch(s, c.op, name,
-		cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)},
-		cuda.Dim3{X: uint32(threads), Y: 1, Z: 1}, shared,
+	grid, block := cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)}, cuda.Dim3{X: uint32(threads), Y: 1, Z: 1}
+	if version >= 3 { // the combine is fused: one launch
+		return k.launch(s, c.op, name, grid, block, shared, out, workspace, q, kCache, vCache, pos, int32(a.Batch),
+			int32(a.Heads), int32(a.KVHeads), int32(a.MaxSeq), int32(chunkKeys), int32(splits))
+	}
+	if err := k.launch(s, c.op, name, grid, block, shared,
 		workspace, q, kCache, vCache, pos, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
 		int32(a.MaxSeq), int32(chunkKeys), int32(splits)); err != nil {
 		return err
@@ -430,6 +463,19 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 		cuda.Dim3{X: threadsFor(a.HeadDim, 128), Y: 1, Z: 1}, 0,
 		out, workspace, pos, int32(a.MaxSeq), int32(a.Batch), int32(a.Heads), int32(a.HeadDim),
 		int32(chunkKeys), int32(splits))
+}
+
+// ZeroAttentionWorkspace clears a decode workspace just allocated: attn_decode
+// version 3's block counters (kernels.DecodeCounterBytes) must start at zero
+// (each launch leaves them so). Call it outside captures, once per allocation.
+func (k *Kernels) ZeroAttentionWorkspace(s *cuda.Stream, workspace cuda.DevPtr, workspaceBytes int) error {
+	if workspace == 0 || workspaceBytes < 4 {
+		return nil
+	}
+	if err := s.Memset32(workspace, 0, workspaceBytes/4); err != nil {
+		return fmt.Errorf("attention: zero the decode workspace: %w", err)
+	}
+	return nil
 }
 
 // SiluMul: out[r, i] = bf16(bf16(silu(gate[r, i])) * up[r, i]) with gateUp

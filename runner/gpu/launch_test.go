@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 // TestWrappersRejectBadArguments needs no GPU: every check runs before a launch.
 func TestWrappersRejectBadArguments(t *testing.T) {
 	k := &Kernels{smCount: 132}
+	pinnedLinear := k.With(kernels.Selection{kernels.OpLinear: 2})
 	var s *cuda.Stream
 	const p = cuda.DevPtr(1 << 20) // a plausible, aligned device address
 	good := kernels.AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
@@ -65,6 +67,17 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		{"argmax misaligned out", "argmax", "out", func() error { return k.Argmax(s, p+2, p, p, 8, 1, 8) }},
 		{"fill unknown kind", "fill_dummy", "kind", func() error { return k.FillDummy(s, p, 8, 8, 1, 0, 0, ref.DummyKind(7)) }},
 		{"fill negative n", "fill_dummy", "n = -1", func() error { return k.FillDummy(s, p, -1, 1, 1, 0, 0, ref.DummyOnes) }},
+		{"linear zero n", "linear", "n = 0", func() error { _, err := k.Linear(s, p, p, p, 1, 0, 64); return err }},
+		{"linear null w", "linear", "w is a null pointer", func() error { _, err := k.Linear(s, p, p, 0, 1, 64, 64); return err }},
+		{"linear v2 pinned, k not /8", "linear", "linear=2 cannot run k = 100", func() error {
+			_, err := pinnedLinear.Linear(s, p, p, p, 1, 64, 100)
+			return err
+		}},
+		{"linear v2 pinned, misaligned x", "linear", "needs 16-byte aligned x and w", func() error {
+			_, err := pinnedLinear.Linear(s, p, p+2, p, 1, 64, 64)
+			return err
+		}},
+		{"linear_silu_mul odd out", "linear_silu_mul", "out = ", func() error { _, err := k.LinearSiluMul(s, p+1, p, p, 1, 64, 64); return err }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,9 +108,22 @@ func TestWrappersSkipEmptyWork(t *testing.T) {
 		"gather":    k.GatherLast(s, p, p, 0, 3, 64),
 		"argmax":    k.Argmax(s, p, p, p, 0, 0, 64),
 		"fill":      k.FillDummy(s, p, 0, 0, 1, 0, 0, ref.DummyUniform),
+		"linear":    ranNothing(k.Linear(s, p, p, p, 0, 64, 64)),
+		// Prefill's rows, and an unaligned x under the default choice, are cuBLAS's.
+		"linear prefill":   ranNothing(k.Linear(s, p, p, p, 17, 64, 64)),
+		"linear unaligned": ranNothing(k.Linear(s, p, p+2, p, 1, 64, 64)),
+		"linear v1":        ranNothing(k.With(kernels.Selection{kernels.OpLinear: 1}).Linear(s, p, p, p, 1, 64, 64)),
 	} {
 		if err != nil {
 			t.Errorf("%s with no work: %v", name, err)
 		}
 	}
+}
+
+// ranNothing is an error when a linear wrapper says it launched.
+func ranNothing(ran bool, err error) error {
+	if err == nil && ran {
+		return errors.New("launched a kernel")
+	}
+	return err
 }

@@ -185,9 +185,9 @@ func opTensor(p cuda.DevPtr, dt cuda.OpDType, shape []int) cuda.OpTensor {
 	return cuda.OpTensor{Ptr: p, DType: dt, Shape: s}
 }
 
-// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ by the op library that replaces
-// linear; without one it is an error (the backend's GEMMs are cuBLAS's).
-func (k *Kernels) Linear(s *cuda.Stream, out, x, w cuda.DevPtr, m, n, kd int) error {
+// LibLinear is out[m,n] = x[m,k]·w[n,k]ᵀ by the op library that replaces
+// linear; without one it is an error (Linear is linear version 2's).
+func (k *Kernels) LibLinear(s *cuda.Stream, out, x, w cuda.DevPtr, m, n, kd int) error {
 	o := k.opLib(OpLinear)
 	if o == nil {
 		return errors.New("linear: no op library replaces it (the built-in GEMM is cuBLAS, in the backend)")

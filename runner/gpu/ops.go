@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"stepbench/kernels"
 
@@ -34,7 +35,8 @@ func (c *Backend) AddRMSNorm(out, residual, add, weight runner.Buffer, rows, hid
 	return c.set.AddRMSNorm(c.stream, pOut, pRes, pAdd, pW, rows, hidden, eps)
 }
 
-// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ through cuBLAS: in column-major terms
+// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ: linear version 2's kernel for a
+// decode step's few rows (Kernels.Linear), else cuBLAS: in column-major terms
 // C(n×m) = op(A)·B with A = w seen as k×n (transposed), B = x seen as k×m.
 func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	if m < 0 || n < 1 || k < 1 {
@@ -47,13 +49,49 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	if o.err != nil || m == 0 {
 		return o.err
 	}
-	if c.set.Replaces(OpLinear) { // --op linear=LIB: the library, not cuBLAS
-		return c.set.Linear(c.stream, pOut, pX, pW, m, n, k)
+	if c.set.Replaces(OpLinear) { // --op linear=LIB: the library, not ours or cuBLAS
+		return c.set.LibLinear(c.stream, pOut, pX, pW, m, n, k)
+	}
+	// Linear version 2 (kernels/gemv.cu) takes decode's few rows; the rest is cuBLAS's.
+	if ran, err := c.set.Linear(c.stream, pOut, pX, pW, m, n, k); ran || err != nil {
+		return err
 	}
 	if err := c.handle.GemmBF16(true, false, n, m, k, 1, pW, k, pX, k, 0, pOut, n); err != nil {
 		return fmt.Errorf("linear: %w", c.rootCause(err))
 	}
+	c.gemms++
 	return nil
+}
+
+// FusesGateUp reports whether LinearSiluMul takes these shapes: linear
+// version 2 at m rows over k (runner.GateUpFuser), and no op library
+// replaces linear or silu_mul (the library's op must run as itself).
+func (c *Backend) FusesGateUp(m, inter, k int) bool {
+	if c.set.Replaces(OpLinear) || c.set.Replaces(OpSiluMul) {
+		return false
+	}
+	takes, err := c.set.GemvTakes(m, k)
+	return err == nil && takes && inter > 0
+}
+
+// LinearSiluMul is gate_up_proj and silu_mul in one kernel (gemv_silu_*):
+// out[m, inter] = SiLU(gate)·up of x[m, k] · w[2*inter, k]ᵀ.
+func (c *Backend) LinearSiluMul(out, x, w runner.Buffer, m, inter, k int) error {
+	if m < 0 || inter < 1 || k < 1 {
+		return fmt.Errorf("linear_silu_mul: m=%d inter=%d k=%d", m, inter, k)
+	}
+	o := operands{op: "linear_silu_mul"}
+	pOut := o.get(out, runner.BF16, m*inter, "out")
+	pX := o.get(x, runner.BF16, m*k, "x")
+	pW := o.get(w, runner.BF16, 2*inter*k, "w")
+	if o.err != nil || m == 0 {
+		return o.err
+	}
+	ran, err := c.set.LinearSiluMul(c.stream, pOut, pX, pW, m, inter, k)
+	if err == nil && !ran {
+		err = fmt.Errorf("linear_silu_mul: linear version 2 does not take m=%d k=%d with these buffers (FusesGateUp said it would)", m, k)
+	}
+	return err
 }
 
 // rootCause adds the stream's sticky error to a library call's failure:
@@ -105,6 +143,9 @@ func (c *Backend) ReserveAttention(s runner.AttnShape) error {
 	p, err := c.ctx.Alloc(need)
 	if err != nil {
 		return fmt.Errorf("attention workspace: %w", err)
+	}
+	if err := c.set.ZeroAttentionWorkspace(c.stream, p, need); err != nil {
+		return errors.Join(err, c.ctx.Free(p))
 	}
 	if c.attnWorkspace != 0 {
 		c.retiredWorkspaces = append(c.retiredWorkspaces, c.attnWorkspace)

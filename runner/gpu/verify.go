@@ -126,6 +126,9 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 	if v.wants("fill_dummy") {
 		v.verifyFillDummy()
 	}
+	if v.wants("linear") {
+		v.verifyLinearEdges()
+	}
 	if v.dead != nil {
 		v.results = append(v.results, CheckResult{Check: "remaining checks", Err: ErrContextLost})
 	}
@@ -137,7 +140,8 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA context unusable")
 
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
-// covers decode and prefill) and decode_graph for the replayed decode step.
+// covers decode and prefill, linear version 2's kernels of gemv.cu) and
+// decode_graph for the replayed decode step.
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
 	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8"}
 
@@ -164,8 +168,8 @@ func (v *Verifier) wants(kernel string) bool {
 func supportedHeadDim(d int) bool { return slices.Contains(kernels.SupportedHeadDims, d) }
 
 // attentionShapes are edge cases (one split, many splits with a short last
-// chunk, keys far below MaxSeq so most splits are empty, MHA at D=32, cached
-// prefixes in prefill) plus a decode and a prefill at each model's heads;
+// chunk, keys far below MaxSeq so most splits are empty, MHA at D=32 and 64,
+// 8 query heads per kv head, cached prefixes in prefill) plus a decode and a prefill at each model's heads;
 // long adds the slow prompt lengths (promptLengthShapes).
 func attentionShapes(models []kernels.ModelShape, long bool) []kernels.AttnShape {
 	shapes := []kernels.AttnShape{
@@ -176,6 +180,9 @@ func attentionShapes(models []kernels.ModelShape, long bool) []kernels.AttnShape
 		{Batch: 8, SeqLen: 1, StartPos: 1000, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 1100},
 		{Batch: 2, SeqLen: 1, StartPos: 0, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 8},
 		{Batch: 2, SeqLen: 1, StartPos: 300, Heads: 8, KVHeads: 8, HeadDim: 32, MaxSeq: 512},
+		// The group bounds of the version 2+ decode kernels at their ends: MHA (1 query head per kv head) and 8.
+		{Batch: 2, SeqLen: 1, StartPos: 300, Heads: 8, KVHeads: 8, HeadDim: 64, MaxSeq: 512},
+		{Batch: 1, SeqLen: 1, StartPos: 777, Heads: 16, KVHeads: 2, HeadDim: 128, MaxSeq: 1024},
 		{Batch: 2, SeqLen: 17, StartPos: 0, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 32},
 		{Batch: 1, SeqLen: 128, StartPos: 200, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 512},
 		{Batch: 2, SeqLen: 70, StartPos: 5, Heads: 6, KVHeads: 3, HeadDim: 32, MaxSeq: 80},
@@ -659,6 +666,7 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 		op, name = kernels.OpAttnPrefill, "attention prefill"
 	}
 	var in *attentionCase
+	outs := map[int][]uint16{}
 	for _, ver := range v.versions(op) {
 		set := v.pinned(op, ver)
 		var supported error
@@ -673,7 +681,15 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 		if in == nil { // inputs and the reference, shared by the versions
 			in = v.newAttentionCase(a)
 		}
-		v.verifyAttentionAt(set, v.checkName(op, name, ver), in)
+		// Version 3 of either op is version 2's sums in version 2's order
+		// (decode: the combine moved into the last block; prefill: a tile
+		// that masks a row whole adds exact zeros): the same bits. An op
+		// library is held to the bound only.
+		var sameAs []uint16
+		if ver == 3 && !v.set.Replaces(op) {
+			sameAs = outs[2]
+		}
+		outs[ver] = v.verifyAttentionAt(set, v.checkName(op, name, ver), in, sameAs)
 	}
 }
 
@@ -699,10 +715,18 @@ func (v *Verifier) drawAttentionInputs(a kernels.AttnShape) *attentionCase {
 		want: make([]uint16, tokens*qWidth)}
 }
 
-// verifyAttentionAt checks one attention version at one case.
-func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCase) {
-	rel, err := closeBF16(v.runAttention(set, c), c.want)
+// verifyAttentionAt checks one attention version at one case, and that
+// its output has the bits of sameAs when that is set, and returns it.
+func (v *Verifier) verifyAttentionAt(set *Kernels, check string, c *attentionCase, sameAs []uint16) []uint16 {
+	got := v.runAttention(set, c)
+	rel, err := closeBF16(got, c.want)
+	if sameAs != nil {
+		if e := equalBits(got, sameAs); e != nil {
+			err = errors.Join(err, fmt.Errorf("not bit-identical to version 2: %w", e))
+		}
+	}
 	v.record(check, FormatShape(c.a), rel, false, err)
+	return got
 }
 
 // runAttention launches one attention version on c's inputs (output
@@ -713,6 +737,7 @@ func (v *Verifier) runAttention(set *Kernels, c *attentionCase) []uint16 {
 	var ws cuda.DevPtr
 	if wsBytes > 0 {
 		ws = v.alloc(wsBytes)
+		v.launch(func() error { return set.ZeroAttentionWorkspace(v.stream, ws, wsBytes) })
 	}
 	out := v.poisoned(len(c.want))
 	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
@@ -747,6 +772,7 @@ func (v *Verifier) decodeGraphAt(m kernels.ModelShape, batch, start, replays, ma
 	q, out := v.alloc(2*batch*qWidth), v.alloc(2*batch*qWidth)
 	wsBytes := v.set.AttentionWorkspaceBytes(a)
 	ws := v.alloc(wsBytes)
+	v.launch(func() error { return v.set.ZeroAttentionWorkspace(v.stream, ws, wsBytes) })
 	shape := fmt.Sprintf("%s b=%d pos=%d..%d max=%d", m.Name, batch, start, start+replays-1, a.MaxSeq)
 
 	step := func() error {

@@ -5,35 +5,165 @@ import (
 
 	"stepbench/kernels"
 	"stepbench/kernels/ref"
+	"stepbench/runner"
 )
 
-// linearShapes are the model's GEMMs: name, n (output features), k (input).
-func linearShapes(m kernels.ModelShape) []struct {
+// linearMaxElements caps a checked weight matrix (rows of n are dropped
+// beyond it, k never is): the kernel's blocks each own 16 rows over the
+// whole of k, so more rows change only how many blocks run, and drawing
+// and multiplying Llama-3-8B's 525M-element lm_head in Go would take
+// minutes.
+const linearMaxElements = 1 << 25
+
+// linearShape is one projection of a model: out[m, n] = x[m, k] · w[n, k]ᵀ.
+type linearShape struct {
 	name string
 	n, k int
-} {
-	q, kv := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
-	return []struct {
-		name string
-		n, k int
-	}{{"qkv_proj", q + 2*kv, m.Hidden}, {"o_proj", m.Hidden, q}, {"gate_up_proj", 2 * m.Inter, m.Hidden},
-		{"down_proj", m.Hidden, m.Inter}, {"lm_head", m.Vocab, m.Hidden}}
 }
 
-// verifyLinear checks the op library that replaces linear at every GEMM of
-// m at 1 and 37 rows. The backend's own GEMMs are cuBLAS's, not stepbench's
-// kernels, and are not checked here.
-func (v *Verifier) verifyLinear(m kernels.ModelShape) {
-	for _, rows := range []int{1, 37} {
-		v.linearAt(m, rows)
+// linearShapes are the projections of m's decoder layer and its lm_head.
+func linearShapes(m kernels.ModelShape) []linearShape {
+	return []linearShape{
+		{"qkv_proj", (m.Heads + 2*m.KVHeads) * m.HeadDim, m.Hidden},
+		{"o_proj", m.Hidden, m.Heads * m.HeadDim},
+		{"gate_up_proj", 2 * m.Inter, m.Hidden},
+		{"down_proj", m.Hidden, m.Inter},
+		{"lm_head", m.Vocab, m.Hidden},
 	}
 }
 
-// linearAt checks every GEMM of m at rows rows (the run's count): each
+// linearEdgeShapes are products at the kernel's edges whatever the model:
+// a partial last k chunk (k % 64 != 0), n not a multiple of the block's 16
+// columns, 8 and 9 rows (one mma token block, then two), a single chunk.
+var linearEdgeShapes = []struct {
+	m int
+	linearShape
+}{
+	{3, linearShape{"edge", 40, 200}},
+	{8, linearShape{"edge", 1003, 136}},
+	{9, linearShape{"edge", 24, 72}},
+	{16, linearShape{"edge", 17, 8}},
+	{1, linearShape{"edge", 16, 4104}},
+}
+
+// linearRows are the row counts checked at every model's projections:
+// batch 1, an odd batch, and version 2's largest.
+var linearRows = []int{1, 5, kernels.GemvMaxRows}
+
+// verifyLinear checks an op library that replaces linear at 1 and 37 rows,
+// and linear version 2 (the one of ours: version 1 is cuBLAS, which the
+// verifier holds no handle of; the end-to-end comparison with the cpu
+// backend covers it) at the model's projections and the edge shapes, and
+// its gate_up kernel with SiLU·mul fused.
+func (v *Verifier) verifyLinear(m kernels.ModelShape) {
+	for _, rows := range []int{1, 37} {
+		v.libLinearAt(m, rows)
+	}
+	for _, ver := range v.versions(kernels.OpLinear) {
+		if ver == 1 {
+			continue
+		}
+		set := v.pinned(kernels.OpLinear, ver)
+		for _, rows := range linearRows {
+			for _, p := range linearShapes(m) {
+				v.linearAt(set, ver, m.Name, p, rows)
+			}
+			v.linearSiluAt(set, ver, m, rows)
+		}
+	}
+}
+
+// verifyLinearEdges checks the edge shapes once (VerifyAll).
+func (v *Verifier) verifyLinearEdges() {
+	for _, ver := range v.versions(kernels.OpLinear) {
+		if ver == 1 {
+			continue
+		}
+		for _, e := range linearEdgeShapes {
+			v.linearAt(v.pinned(kernels.OpLinear, ver), ver, "edge", e.linearShape, e.m)
+		}
+	}
+}
+
+// cappedN is n, or fewer rows (a multiple of 16) so that n×k stays within
+// linearMaxElements, and a label saying so.
+func cappedN(n, k int) (int, string) {
+	capped := max(kernels.GemvRows, linearMaxElements/max(k, 1)/kernels.GemvRows*kernels.GemvRows)
+	if n <= capped {
+		return n, fmt.Sprintf("n=%d", n)
+	}
+	return capped, fmt.Sprintf("n=%d (of %d: capped)", capped, n)
+}
+
+// linearAt checks one product of rows rows at projection p with set's
+// linear version (skipped where that version does not take k or the rows).
+func (v *Verifier) linearAt(set *Kernels, ver int, model string, p linearShape, rows int) {
+	if _, err := set.Selection().LinearVersion(p.k); err != nil || v.dead != nil || !kernels.LinearUsesGemv(rows) {
+		return
+	}
+	n, nLabel := cappedN(p.n, p.k)
+	x, w := RandomBF16(v.rng, rows*p.k, 0, 1), RandomBF16(v.rng, n*p.k, 0, 1)
+	want := make([]uint16, rows*n)
+	ref.Gemv(want, x, w, rows, n, p.k)
+	out, dX, dW := v.poisoned(rows*n), v.bf16(x), v.bf16(w)
+	v.launch(func() error { return ranLinear(set.Linear(v.stream, out, dX, dW, rows, n, p.k)) })
+	v.modelBytes = costBytes("linear", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.Linear(b(1), b(1), b(1), rows, n, p.k)
+	})
+	rel, err := closeBF16(v.getBF16(out, rows*n), want)
+	v.record(versioned("linear", ver), fmt.Sprintf("%s %s m=%d %s k=%d", model, p.name, rows, nLabel, p.k), rel, false, err)
+}
+
+// linearSiluAt checks gate_up_proj with SiLU·mul fused at rows rows.
+func (v *Verifier) linearSiluAt(set *Kernels, ver int, m kernels.ModelShape, rows int) {
+	if _, err := set.Selection().LinearVersion(m.Hidden); err != nil || v.dead != nil || !kernels.LinearUsesGemv(rows) {
+		return
+	}
+	// Capping drops whole columns of both halves: inter rows of gate, as many of up.
+	inter, label := cappedN(m.Inter, 2*m.Hidden)
+	if inter < m.Inter {
+		label = fmt.Sprintf("inter=%d (of %d: capped)", inter, m.Inter)
+	} else {
+		label = fmt.Sprintf("inter=%d", inter)
+	}
+	x, w := RandomBF16(v.rng, rows*m.Hidden, 0, 1), RandomBF16(v.rng, 2*inter*m.Hidden, 0, 1)
+	want := make([]uint16, rows*inter)
+	ref.GemvSiluMul(want, x, w, rows, inter, m.Hidden)
+	out, dX, dW := v.poisoned(rows*inter), v.bf16(x), v.bf16(w)
+	v.launch(func() error { return ranLinear(set.LinearSiluMul(v.stream, out, dX, dW, rows, inter, m.Hidden)) })
+	rel, err := closeBF16(v.getBF16(out, rows*inter), want)
+	v.record(versioned("linear silu_mul", ver), fmt.Sprintf("%s gate_up_proj m=%d %s k=%d", m.Name, rows, label, m.Hidden), rel, false, err)
+}
+
+// ranLinear turns a launch that ran nothing into an error: a check of
+// version 2 must run version 2's kernel.
+func ranLinear(ran bool, err error) error {
+	if err == nil && !ran {
+		return fmt.Errorf("linear version 2's kernel did not run")
+	}
+	return err
+}
+
+// gateLinear checks linear version 2 at a run's decode row count, when the
+// run's selection takes it there.
+func (v *Verifier) gateLinear(m kernels.ModelShape, rows int) {
+	ver, err := v.set.Selection().LinearVersion(m.Hidden)
+	if err != nil || ver != 2 || !kernels.LinearUsesGemv(rows) || v.set.Replaces(OpLinear) {
+		return
+	}
+	set := v.pinned(kernels.OpLinear, ver)
+	for _, p := range linearShapes(m) {
+		v.linearAt(set, ver, m.Name, p, rows)
+	}
+	v.linearSiluAt(set, ver, m, rows)
+}
+
+// libLinearAt checks the op library that replaces linear (--op linear=LIB)
+// at every GEMM of m at rows rows (the run's count): each
 // weight is capped at gateMaxElements (a 128k-row lm_head keeps its width,
 // loses rows), the rows likewise, and the reference computes a sample of
 // them once the whole would cost more than gateAttentionFLOPs.
-func (v *Verifier) linearAt(m kernels.ModelShape, rows int) {
+func (v *Verifier) libLinearAt(m kernels.ModelShape, rows int) {
 	if !v.set.Replaces(OpLinear) {
 		return
 	}
@@ -45,7 +175,7 @@ func (v *Verifier) linearAt(m kernels.ModelShape, rows int) {
 		r := capRows(rows, max(n, g.k))
 		x, w := RandomBF16(v.rng, r*g.k, 0, 1), RandomBF16(v.rng, n*g.k, 0, 0.05)
 		out, dX, dW := v.poisoned(r*n), v.bf16(x), v.bf16(w)
-		v.launch(func() error { return v.set.Linear(v.stream, out, dX, dW, r, n, g.k) })
+		v.launch(func() error { return v.set.LibLinear(v.stream, out, dX, dW, r, n, g.k) })
 		got := v.getBF16(out, r*n)
 		picked := sampleRows(r, int(gateAttentionFLOPs/float64(2*n*g.k)))
 		xs := pickRows(x, picked, g.k)
