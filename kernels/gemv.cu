@@ -1,8 +1,9 @@
-// gemv.cu — linear version 2: out[m, n] = x[m, k] · w[n, k]ᵀ for the few
-// token rows of a decode step (m <= 16), bf16 in and out, fp32 accumulation
-// on tensor cores; and the same product of the fused gate_up matrix with
-// SiLU(gate)·up in its epilogue (gemv_silu_*: one launch for gate_up_proj
-// and silu_mul).
+// gemv.cu — linear versions 2 and 3: out[m, n] = x[m, k] · w[n, k]ᵀ for the
+// few token rows of a decode step (version 2: m <= 16; version 3: the same
+// kernels for m <= 16 and gemv_t32 for 17..32, described after version 2's
+// code), bf16 in and out, fp32 accumulation on tensor cores; and the same
+// product of the fused gate_up matrix with SiLU(gate)·up in its epilogue
+// (gemv_silu_*: one launch for gate_up_proj and silu_mul).
 //
 // Why a kernel of ours: at m = 1..16 a projection is a stream of the weight
 // matrix (n·k·2 bytes) with 2m FLOPs per weight pair, far below any matrix
@@ -353,23 +354,52 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_silu_t16(unsigne
 //
 // Napkin math at Llama-3-8B bf16, one decode step at batch 32 (PREDICTED,
 // not measured: no GPU was lent). The weights are the same 15.01 GB as at
-// batch 1; x and out are 32 x (4096..28672) x 2 B per projection, 0.16 GB
-// over the step's 129 projections (1%), and x's re-reads come from L2
-// (n/32 passes, 1 x the weight bytes at m = 32). FLOPs: 2 x 32 x 7.5 G
-// weights = 480 GFLOP, 0.49 ms at the 989 TFLOP/s dense bf16 peak (about
-// 0.75 ms at the ~65% mma.sync reaches of it on Hopper): still under the
-// stream's 3.13 ms (H200) / 4.48 ms (H100) floor. Predicted at 90% of the
-// HBM roof plus about 1 us of fill and drain per launch, as version 2:
-// 3.48 + 0.13 = 3.61 ms (H200, 4.8 TB/s) and 4.98 + 0.13 = 5.11 ms (H100,
-// 3.35 TB/s) for a step's projections, against issue 19's estimate of
-// cuBLAS's 61-82% (4.1-5.1 ms at H200); per launch at H200: qkv 12.6 us,
-// o 8.8, gate_up 55.4, down 28.2, lm_head 244 us (bytes / (0.9 x 4.8 TB/s)
-// + 1 us). The one risk the model does not price: 128-block launches
-// (o_proj, down_proj) leave 4 SMs idle and depend on 64 KB in flight per
-// SM to reach the roof.
+// batch 1; x and out (gate_up's out being SiLU·mul's inter columns) are
+// 0.12 GB over the step's 129 projections (0.8%), and x's re-reads come
+// from L2 (n/32 passes: 1 x the weight bytes at m = 32, where version 2's
+// split would pass 2 x). Floor: 15.13 GB at 4.8 TB/s = 3.15 ms (H200), at
+// 3.35 TB/s = 4.52 ms (H100). FLOPs: 2 x 32 x 7.5 G weights = 480 GFLOP,
+// 0.49 ms at the 989 TFLOP/s dense bf16 peak (about 0.75 ms at the ~65% of
+// it mma.sync reaches on Hopper): bandwidth-bound still, with the tensor
+// cores busy a quarter of the time. Predicted as version 2: 90% of the HBM
+// roof while a launch streams plus about 1 us of fill and drain per launch,
+// 3.50 + 0.13 = 3.63 ms (H200) and 5.02 + 0.13 = 5.15 ms (H100) for the
+// step's projections (at 80% of the roof: 4.07 / 5.77 ms), against issue
+// 19's model of cuBLAS at batch 32 (61-82% of the bandwidth, about 4.65 ms
+// at H200); per launch at H200: qkv 12.8 us, o 8.9, gate_up with SiLU·mul
+// 55.6, down 28.5, lm_head 246 us (bytes / (0.9 x 4.8 TB/s) + 1 us); at
+// H100: 17.9, 12.3, 79.3, 40.3, 352 us. The risk the model does not
+// price: the 128-block launches (o_proj, down_proj, 6% of the bytes) leave
+// 4 SMs idle and need the 64 KB in flight per SM to reach the roof.
 //
-// Evidence without a GPU: see the figures at the end of this comment block
-// in the header (ptxas and SASS for gemv_t32 and gemv_silu_t32).
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas, NVRTC 11.8 for sm_90 (stepbench build --nvrtc
+//    /usr/lib/x86_64-linux-gnu/libnvrtc.so.11.2 --arch 90): gemv_t32 and
+//    gemv_silu_t32 194 registers, 0 spill bytes, 35,904 B static shared
+//    (8 warps x 34 slots x 33 floats); 1 block (8 warps) per SM, limited by
+//    registers. (A ring without predicates in its steady trips took 202
+//    registers and 185 MOV per trip: ptxas shuffled the sets.)
+//  - SASS (stepbench build --cubin-dir, cuobjdump -sass of Debian's
+//    nvidia-cuda-toolkit 11.8, scripts/sass-mix), gemv_t32's whole-chunk
+//    loop: 230 instructions per trip of 2 chunks (gemv_silu_t32 the same),
+//    i.e. per 64-element chunk of a warp (4 KB of weights, 32 tokens):
+//    115 = 32 HMMA, 8 LDG.E.NA.128 of weights + 8 LDG.E.128 of x, 36 MOV
+//    (assembling A fragments), 12.5 integer, 5.5 branch and 13 NOP of
+//    padding; version 2's gemv_t16 issues 60 per 2 KB, the same 29-30 per
+//    KB of weights. Streaming at 4.8 TB/s an SM takes 18.4 B/clock, 4 KB per
+//    222 clocks: 0.52 instructions per clock of the 4 an SM issues, and the
+//    tensor pipe 32 of those clocks at its peak. No FFMA in the loop.
+//  - Emulated (stepbench verify --check linear, every schedule): within
+//    bf16 tolerance of ref.Gemv / ref.GemvSiluMul at every Llama-3-8B
+//    projection (capped at 2^25 weights) at 17, 24 and 32 rows, worst
+//    5.2e-5 relative.
+//  - Access counters (EMULATED, stepbench verify --check linear --kernel
+//    linear=3 --counters, llama-tiny and odd widths): global loads 16
+//    sectors per request at 32 rows (14-14.3 at 17 and 24, where the lane
+//    groups past m read token 0's row), every byte used at whole tiles;
+//    stores 2 sectors per request, 100% used at whole 32-column blocks;
+//    shared loads 0 bank conflicts (the padding slot), stores 0.016 per
+//    request.
 
 #define GEMV32_THREADS 256
 #define GEMV32_COLS 32
