@@ -389,10 +389,12 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_silu_t16(unsigne
 //    KB of weights. Streaming at 4.8 TB/s an SM takes 18.4 B/clock, 4 KB per
 //    222 clocks: 0.52 instructions per clock of the 4 an SM issues, and the
 //    tensor pipe 32 of those clocks at its peak. No FFMA in the loop.
-//  - Emulated (stepbench verify --check linear, every schedule): within
-//    bf16 tolerance of ref.Gemv / ref.GemvSiluMul at every Llama-3-8B
-//    projection (capped at 2^25 weights) at 17, 24 and 32 rows, worst
-//    5.2e-5 relative.
+//  - Emulated (stepbench verify --check linear): within bf16 tolerance of
+//    ref.Gemv / ref.GemvSiluMul at every Llama-3-8B projection (capped at
+//    2^25 weights) at 17, 24 and 32 rows in forward order (worst 5.2e-5
+//    relative), and at llama-tiny's, the odd widths' and the edges under
+//    forward, reverse, random:5, warp-serial and warp-serial-reverse; the
+//    barrier after gemv32_stash removed fails 32 checks in every one.
 //  - Access counters (EMULATED, stepbench verify --check linear --kernel
 //    linear=3 --counters, llama-tiny and odd widths): global loads 16
 //    sectors per request at 32 rows (14-14.3 at 17 and 24, where the lane
