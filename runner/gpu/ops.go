@@ -35,7 +35,7 @@ func (c *Backend) AddRMSNorm(out, residual, add, weight runner.Buffer, rows, hid
 	return c.set.AddRMSNorm(c.stream, pOut, pRes, pAdd, pW, rows, hidden, eps)
 }
 
-// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ: linear version 2's kernel for a
+// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ: linear version 2's or 3's kernels for a
 // decode step's few rows (Kernels.Linear), else cuBLAS: in column-major terms
 // C(n×m) = op(A)·B with A = w seen as k×n (transposed), B = x seen as k×m.
 func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
