@@ -526,6 +526,9 @@ func (c *Backend) VerifyKernels(models []kernels.ModelShape, seed uint64, opts V
 		}
 		v.fp8 = c.fp8
 	}
+	if v.wants("gemm") {
+		v.gemmLt = c.linearLt
+	}
 	if opts.Long {
 		v.IncludeLong()
 	}

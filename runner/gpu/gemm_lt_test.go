@@ -204,3 +204,52 @@ func TestGemmV2RefusesToTuneWhileCapturing(t *testing.T) {
 		t.Fatalf("tuning while capturing: %v", err)
 	}
 }
+
+// verify's gemm check runs gemm version 2 (its tuning included) at a
+// model's projections with prefill rows, against ref.Linear; the
+// Llama-3-8B widths are capped to gemmMaxMACs and say so.
+func TestVerifyGemmV2(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	be, g := gemmLtBackend(t, &strings.Builder{})
+	defer closeBackend(t, be)
+	tiny, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	llama8B := kernels.ModelShape{Name: "llama-3-8b", Hidden: 4096, Inter: 14336, Vocab: 128256, Heads: 32, KVHeads: 8, HeadDim: 128}
+	results, err := be.VerifyKernels([]kernels.ModelShape{tiny.KernelShape(), llama8B}, 3, VerifyOptions{Only: []string{"gemm"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2 * len(gemmRows) * 5; len(results) != want {
+		t.Fatalf("%d gemm checks, want %d", len(results), want)
+	}
+	capped := 0
+	for _, r := range results {
+		if r.Check != "gemm v2" || r.Err != nil {
+			t.Errorf("%s %s: rel err %.3g, %v", r.Check, r.Shape, r.RelErr, r.Err)
+		}
+		if strings.Contains(r.Shape, "capped") {
+			capped++
+		}
+	}
+	if capped == 0 || g.tunings == 0 {
+		t.Errorf("%d capped checks, %d tunings: want Llama-3-8B's capped and the shapes tuned", capped, g.tunings)
+	}
+	t.Logf("%s %s: rel err %.3g", results[len(results)-1].Check, results[len(results)-1].Shape, results[len(results)-1].RelErr)
+}
+
+func TestGemmShapeCaps(t *testing.T) {
+	for _, tc := range []struct{ rows, n, k, wantRows, wantN int }{
+		{17, 96, 64, 17, 96},
+		{17, 6144, 4096, 17, 1920},
+		{64, 4096, 14336, 64, 144},
+		{8192, 16, 4096, 2048, 16},
+	} {
+		r, n, label := gemmShape(tc.rows, tc.n, tc.k)
+		if r != tc.wantRows || n != tc.wantN || r*n*tc.k > gemmMaxMACs && n > 16 {
+			t.Errorf("gemmShape(%d, %d, %d) = %d, %d (%s); want %d, %d", tc.rows, tc.n, tc.k, r, n, label, tc.wantRows, tc.wantN)
+		}
+	}
+}
