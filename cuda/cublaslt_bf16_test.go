@@ -105,8 +105,14 @@ func TestCublasLtBF16Matmul(t *testing.T) {
 			}
 		}
 	}
-	// Without workspace the heuristic leaves out what needs it, and an
-	// algorithm that needs more than given is refused before the call.
+	checkLtWorkspaceRules(t, g, h, m, n, k, dA, dB, dD, ws, wsBytes)
+}
+
+// checkLtWorkspaceRules: without workspace the heuristic leaves out what
+// needs it, an algorithm needing more than given is refused before the
+// call, and a forged algorithm is cuBLASLt's own refusal, named.
+func checkLtWorkspaceRules(t *testing.T, g *gpuEnv, h *LtHandle, m, n, k int, dA, dB, dD, ws DevPtr, wsBytes int) {
+	t.Helper()
 	p := BF16Matmul{M: m, N: n, K: k, TransA: true, A: dA, Lda: k, B: dB, Ldb: k, D: dD, Ldd: m}
 	algos, err := h.BF16Algos(p, 8)
 	if err != nil {
