@@ -168,9 +168,11 @@ run ab-linear 22 "$STEPBENCH" ab --model llama-3-8b --kernel linear=2 --baseline
 run ab-prefill 31 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
   --batch-size 1 --input-len 1024,8192 --output-len 1 --num-iters 6
 # Prefill GEMMs: gemm 2 (cuBLASLt, each shape's algorithm timed among the heuristic's top 8 at first
-# use; -v logs every choice) against gemm 1 (cublasGemmEx), on a 1 x 1024 prefill alone.
+# use) against gemm 1 (cublasGemmEx), on a 1 x 1024 prefill alone; the tuned choices (every
+# candidate's median µs) are the cache's JSON files, copied to $OUT/gemm-lt.
 run ab-gemm 16 "$STEPBENCH" ab --model llama-3-8b --kernel gemm=2 --baseline-kernel gemm=1 \
-  --batch-size 1 --input-len 1024 --output-len 1 --num-iters 6 -v
+  --batch-size 1 --input-len 1024 --output-len 1 --num-iters 6
+mkdir -p "$OUT/gemm-lt" && cp "${XDG_CACHE_HOME:-$HOME/.cache}"/stepbench/cubin/gemm-lt/*.json "$OUT/gemm-lt/" 2>/dev/null || true
 # Run-to-run drift: the same embedded kernels in two separate processes, compared with no floor
 # (--threshold 0); the ratio intervals say how far apart two runs of nothing changed lie on this
 # GPU, the evidence behind compare's default GPU floor (3%).

@@ -181,11 +181,11 @@ func (c *Backend) tuneGemm(g *gemmLtState, p cuda.BF16Matmul, key GemmKey, algos
 		return nil, fmt.Errorf("algorithm %d of %d: %w", ch.Index, len(algos), err)
 	}
 	ch.CheckRelErr = rel
-	path, err := storeGemmChoice(g.dir, ch)
-	if err != nil {
+	if path, err := storeGemmChoice(g.dir, ch); err != nil {
 		c.note(fmt.Sprintf("stepbench: gemm cache: not written (%v)", err))
+	} else {
+		ch.Path = path
 	}
-	ch.Path = path
 	return ch, nil
 }
 
