@@ -23,6 +23,7 @@ const (
 	ltDescAScalePointer     = 17 // CUBLASLT_MATMUL_DESC_A_SCALE_POINTER (const void*, device)
 	ltDescBScalePointer     = 18 // CUBLASLT_MATMUL_DESC_B_SCALE_POINTER
 	ltPrefMaxWorkspaceBytes = 1  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64)
+	ltPrefMinAlignmentA     = 5  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32; B, C, D follow)
 )
 
 // ltAPI holds cuBLASLt's entry points.
@@ -311,7 +312,7 @@ func (h *LtHandle) newDescs(sp planSpec) (*ltPlan, error) {
 // pickAlgo asks cublasLtMatmulAlgoGetHeuristic for one algorithm within
 // the workspace.
 func (h *LtHandle) pickAlgo(plan *ltPlan, wsBytes int) error {
-	found, err := h.heuristic(plan, wsBytes, 1)
+	found, err := h.heuristic(plan, wsBytes, 1, nil)
 	if err != nil {
 		return err
 	}
@@ -322,8 +323,10 @@ func (h *LtHandle) pickAlgo(plan *ltPlan, wsBytes int) error {
 // heuristic asks cublasLtMatmulAlgoGetHeuristic for up to requested
 // algorithms of plan within wsBytes of workspace, best first; the ones it
 // marks unusable (state other than success) are left out, and none at all
-// is an error.
-func (h *LtHandle) heuristic(plan *ltPlan, wsBytes, requested int) ([]C.sb_lt_heuristic, error) {
+// is an error. align, when given, is the alignment in bytes of A, B, C and
+// D (cuBLASLt assumes 256 otherwise and may offer an algorithm that refuses
+// a less aligned pointer).
+func (h *LtHandle) heuristic(plan *ltPlan, wsBytes, requested int, align []int) ([]C.sb_lt_heuristic, error) {
 	api := &h.lt.api
 	var pref C.cublasLtMatmulPreference_t
 	if err := cublasError(int(C.sb_cublasLtMatmulPreferenceCreate(api.prefCreate, &pref)), "cublasLtMatmulPreferenceCreate"); err != nil {
@@ -334,6 +337,13 @@ func (h *LtHandle) heuristic(plan *ltPlan, wsBytes, requested int) ([]C.sb_lt_he
 	if err := cublasError(int(C.sb_cublasLtMatmulPreferenceSetAttribute(api.prefSetAttr, pref, ltPrefMaxWorkspaceBytes,
 		unsafe.Pointer(&ws), C.size_t(unsafe.Sizeof(ws)))), "cublasLtMatmulPreferenceSetAttribute(max workspace)"); err != nil {
 		return nil, err
+	}
+	for i, a := range align {
+		v := C.uint(a)
+		if err := cublasError(int(C.sb_cublasLtMatmulPreferenceSetAttribute(api.prefSetAttr, pref, C.int(ltPrefMinAlignmentA+i),
+			unsafe.Pointer(&v), C.size_t(unsafe.Sizeof(v)))), "cublasLtMatmulPreferenceSetAttribute(min alignment %d: %d bytes)", i, a); err != nil {
+			return nil, err
+		}
 	}
 	results := make([]C.sb_lt_heuristic, requested)
 	var returned C.int

@@ -68,6 +68,20 @@ func (p BF16Matmul) Check() error {
 	return nil
 }
 
+// Alignments are the alignments in bytes (at most 256) of A, B and D, which
+// the heuristic is told (an algorithm it offers may need them) and a tuned
+// choice depends on.
+func (p BF16Matmul) Alignments() (a, b, d int) {
+	return ptrAlignment(p.A), ptrAlignment(p.B), ptrAlignment(p.D)
+}
+
+func ptrAlignment(p DevPtr) int {
+	if p == 0 {
+		return 256
+	}
+	return int(min(uint64(p)&-uint64(p), 256))
+}
+
 // LtAlgo is one algorithm cublasLtMatmulAlgoGetHeuristic offered for a
 // shape: cuBLASLt's opaque cublasLtMatmulAlgo_t (eight 64-bit words, which
 // it documents as reusable while the library version and the problem stay
@@ -91,7 +105,8 @@ func (h *LtHandle) BF16Algos(p BF16Matmul, max int) ([]LtAlgo, error) {
 	if err != nil {
 		return nil, err
 	}
-	found, err := h.heuristic(plan, p.WorkspaceBytes, max)
+	a, b, d := p.Alignments()
+	found, err := h.heuristic(plan, p.WorkspaceBytes, max, []int{a, b, d, d})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -135,6 +136,32 @@ func checkLtWorkspaceRules(t *testing.T, g *gpuEnv, h *LtHandle, m, n, k int, dA
 	}
 	if err := h.MatmulBF16(g.stream, p, *needy); err == nil || !strings.Contains(err.Error(), "bytes of workspace") {
 		t.Errorf("an algorithm needing workspace run without: %v", err)
+	}
+	// A's pointer 2 bytes off 16: the heuristic, told so, leaves out the
+	// algorithm that needs 16-byte operands, and that algorithm refuses the
+	// pointer if called anyway.
+	off := BF16Matmul{M: m, N: n, K: k - 1, TransA: true, A: dA + 2, Lda: k, B: dB, Ldb: k, D: dD, Ldd: m}
+	if a, _, _ := off.Alignments(); a != 2 {
+		t.Fatalf("alignment of A + 2: %d, want 2", a)
+	}
+	fewer, err := h.BF16Algos(off, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fewer) >= len(algos) {
+		t.Errorf("A 2-byte aligned: %d algorithms offered, want fewer than the aligned %d", len(fewer), len(algos))
+	}
+	for _, a := range algos {
+		if !slices.ContainsFunc(fewer, func(b LtAlgo) bool { return b.Data == a.Data }) {
+			if err := h.MatmulBF16(g.stream, off, a); err == nil {
+				t.Errorf("an algorithm left out for A's alignment ran with it")
+			}
+		}
+	}
+	for _, f := range fewer {
+		if err := h.MatmulBF16(g.stream, off, f); err != nil {
+			t.Errorf("an algorithm offered for a 2-byte aligned A: %v", err)
+		}
 	}
 	// A forged algorithm is cuBLASLt's own refusal, named.
 	var e *Error

@@ -68,6 +68,7 @@ struct Layout {
 
 struct Preference {
     uint64_t max_workspace = 0;
+    uint32_t min_alignment[4] = {256, 256, 256, 256};  // A, B, C, D bytes (cuBLASLt's default)
 };
 
 struct Algo {
@@ -211,10 +212,13 @@ int Validate(const MatmulDesc *d, const Layout *a, const Layout *b, const Layout
 // element in the same order (the same bits), over blocks of a different
 // number of rows of op(A), so that their timings differ and a tuner has a
 // real choice; the last one asks for workspace, so a preference below it
-// leaves it out.
+// leaves it out; the second needs 16-byte aligned operands (as real
+// vectorized kernels do), so a preference of less alignment leaves it out
+// and a call with a misaligned pointer is refused.
 constexpr int kBF16Algos = 4;
 constexpr int kBF16RowBlocks[kBF16Algos] = {16, 64, 4, 32};
 constexpr size_t kBF16AlgoWorkspace[kBF16Algos] = {0, 0, 0, 1u << 20};
+constexpr uint32_t kBF16AlgoAlignment[kBF16Algos] = {2, 16, 2, 2};
 
 struct Gemm {
     Problem p;
@@ -431,6 +435,10 @@ API int cublasLtMatmulPreferenceSetAttribute(Preference *p, int attr, const void
         if (size != 8) return kInvalidValue;
         memcpy(&p->max_workspace, buf, 8);
     }
+    if (attr >= 5 && attr <= 8) {  // MIN_ALIGNMENT_A..D_BYTES
+        if (size != 4) return kInvalidValue;
+        memcpy(&p->min_alignment[attr - 5], buf, 4);
+    }
     return kSuccess;
 }
 
@@ -452,6 +460,9 @@ API int cublasLtMatmulAlgoGetHeuristic(Handle *h, MatmulDesc *d, Layout *a, Layo
     }
     for (int id = 0; id < kBF16Algos && *returned < requested; id++) {
         if (kBF16AlgoWorkspace[id] > pref->max_workspace) continue;
+        bool aligned = true;
+        for (uint32_t a : pref->min_alignment) aligned = aligned && a >= kBF16AlgoAlignment[id];
+        if (!aligned) continue;
         HeuristicResult &r = results[*returned];
         memset(&r, 0, sizeof r);
         r.algo.data[0] = kAlgoMagic;
@@ -476,6 +487,9 @@ API int cublasLtMatmul(Handle *h, MatmulDesc *d, const void *alpha, const void *
     if (p.atype == kR16BF) {
         const uint64_t id = algo->data[1];
         if (id >= (uint64_t)kBF16Algos || workspace_bytes < kBF16AlgoWorkspace[id]) return kInvalidValue;
+        for (const void *ptr : {a, b, (const void *)dptr, c}) {
+            if ((uintptr_t)ptr % kBF16AlgoAlignment[id] != 0) return kNotSupported;
+        }
         row_block = kBF16RowBlocks[id];
     } else {
         if (algo->data[1] != 0) return kInvalidValue;

@@ -26,7 +26,8 @@ const gemmCacheFormat = "stepbench gemm-lt cache 1"
 
 // GemmKey is what a tuned choice depends on: the GPU (name and compute
 // capability), cuBLASLt (version, and the emulator's description on the
-// emulated device), and the product in cuBLAS's column-major terms.
+// emulated device), and the product in cuBLAS's column-major terms with its
+// operands' alignments.
 type GemmKey struct {
 	GPU               string `json:"gpu"`
 	ComputeCapability string `json:"compute_capability"`
@@ -40,7 +41,10 @@ type GemmKey struct {
 	Lda               int    `json:"lda"`
 	Ldb               int    `json:"ldb"`
 	Ldd               int    `json:"ldd"`
-	WorkspaceBytes    int    `json:"workspace_bytes"`
+	// AlignBytes are the alignments of A, B and D (at most 256), which the
+	// heuristic's candidates depend on.
+	AlignBytes     [3]int `json:"align_bytes"`
+	WorkspaceBytes int    `json:"workspace_bytes"`
 }
 
 // GemmChoice is one shape's tuned algorithm and how it was found.

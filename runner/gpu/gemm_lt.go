@@ -117,7 +117,8 @@ func ltAlgo(ch *GemmChoice) cuda.LtAlgo {
 // gemmKey is p's cache key on this device and cuBLASLt.
 func (c *Backend) gemmKey(g *gemmLtState, p cuda.BF16Matmul) GemmKey {
 	d := c.info.Device
-	return GemmKey{GPU: d.Name, ComputeCapability: fmt.Sprintf("%d.%d", d.Major, d.Minor), CublasLtVersion: g.lt.Version(),
+	a, b, o := p.Alignments()
+	return GemmKey{AlignBytes: [3]int{a, b, o}, GPU: d.Name, ComputeCapability: fmt.Sprintf("%d.%d", d.Major, d.Minor), CublasLtVersion: g.lt.Version(),
 		Emulated: g.lt.Emulated(), M: p.M, N: p.N, K: p.K, Layout: "TN", DType: "bf16 A, B, D; fp32 compute",
 		Lda: p.Lda, Ldb: p.Ldb, Ldd: p.Ldd, WorkspaceBytes: p.WorkspaceBytes}
 }
