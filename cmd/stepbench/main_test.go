@@ -228,7 +228,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"compare", "a.json", "b.json", "--alpha", "2"}, "--alpha"},
 		{[]string{"ab", "--kernels-dir", kernelsDir, "--num-iters", "0"}, "--num-iters"},
 		{[]string{"run", "--device", "cpu", "--kernel", "argmax=1"}, "--kernel: the cpu backend"},
-		{[]string{"run", "--kernel", "attn_prefill=9"}, "attn_prefill has versions [1 2]"},
+		{[]string{"run", "--kernel", "attn_prefill=9"}, "attn_prefill has versions [1 2 3]"},
 		{[]string{"verify", "--kernel", "silu_mul=1"}, "silu_mul has no versions"},
 		{[]string{"ab", "--model", "llama-tiny", "--kernel", "attn_prefill=2"}, "--kernel: llama-tiny: attn_prefill=2 cannot run head_dim 32"},
 		{[]string{"ab", "--model", "llama-tiny", "--kernel", "argmax=2"}, "the arms are the same (both run argmax=2"},
