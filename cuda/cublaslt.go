@@ -23,6 +23,7 @@ const (
 	ltDescAScalePointer     = 17 // CUBLASLT_MATMUL_DESC_A_SCALE_POINTER (const void*, device)
 	ltDescBScalePointer     = 18 // CUBLASLT_MATMUL_DESC_B_SCALE_POINTER
 	ltPrefMaxWorkspaceBytes = 1  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES (uint64)
+	ltPrefMinAlignmentA     = 5  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (uint32; B, C, D follow)
 )
 
 // ltAPI holds cuBLASLt's entry points.
@@ -50,7 +51,7 @@ func (a *ltAPI) slots() []symbolSlot {
 }
 
 // CublasLt is an opened cuBLASLt library: the FP8 GEMMs (cuBLAS's
-// cublasGemmEx takes no FP8 scales).
+// cublasGemmEx takes no FP8 scales) and the tuned bf16 GEMMs (gemm version 2).
 type CublasLt struct {
 	lib      *library
 	api      ltAPI
@@ -185,9 +186,9 @@ func (p FP8Matmul) Check() error {
 
 // ltKey is what a plan depends on.
 type ltKey struct {
-	m, n, k, lda, ldb, ldd int
-	outF32, transA, transB bool
-	wsBytes                int
+	m, n, k, lda, ldb, ldd       int
+	outF32, transA, transB, bf16 bool
+	wsBytes                      int
 }
 
 // ltPlan is one shape's descriptors and algorithm.
@@ -213,7 +214,7 @@ func (h *LtHandle) matmul(s *Stream, p FP8Matmul, transA, transB bool) error {
 	if s == nil {
 		return errors.New("cublasLtMatmul: nil stream")
 	}
-	key := ltKey{p.M, p.N, p.K, p.Lda, p.Ldb, p.Ldd, p.OutF32, transA, transB, p.WorkspaceBytes}
+	key := ltKey{p.M, p.N, p.K, p.Lda, p.Ldb, p.Ldd, p.OutF32, transA, transB, false, p.WorkspaceBytes}
 	plan, ok := h.plans[key]
 	if !ok {
 		var err error
@@ -242,6 +243,31 @@ func (h *LtHandle) matmul(s *Stream, p FP8Matmul, transA, transB bool) error {
 
 // newPlan makes p's descriptors and asks cuBLASLt for its best algorithm.
 func (h *LtHandle) newPlan(p FP8Matmul, transA, transB bool) (*ltPlan, error) {
+	dType := cudaR16BF
+	if p.OutF32 {
+		dType = cudaR32F
+	}
+	plan, err := h.newDescs(planSpec{p.M, p.N, p.K, p.Lda, p.Ldb, p.Ldd, transA, transB, cudaR8FE4M3, dType})
+	if err != nil {
+		return nil, err
+	}
+	if err := h.pickAlgo(plan, p.WorkspaceBytes); err != nil {
+		return nil, errors.Join(fmt.Errorf("%s: %w", p, err), h.destroyPlan(plan))
+	}
+	return plan, nil
+}
+
+// planSpec is what a plan's descriptors say: the shape in cuBLAS's
+// column-major terms, the transposes, the types of A and B (inType) and D.
+type planSpec struct {
+	m, n, k, lda, ldb, ldd int
+	transA, transB         bool
+	inType, dType          int
+}
+
+// newDescs makes the matmul descriptor (CUBLAS_COMPUTE_32F, fp32 scales)
+// and the layouts of A, B and D (C shares D's).
+func (h *LtHandle) newDescs(sp planSpec) (*ltPlan, error) {
 	api := &h.lt.api
 	plan := &ltPlan{}
 	fail := func(err error) (*ltPlan, error) { return nil, errors.Join(err, h.destroyPlan(plan)) }
@@ -252,7 +278,7 @@ func (h *LtHandle) newPlan(p FP8Matmul, transA, transB bool) (*ltPlan, error) {
 	for _, t := range []struct {
 		attr  int
 		trans bool
-	}{{ltDescTransA, transA}, {ltDescTransB, transB}} {
+	}{{ltDescTransA, sp.transA}, {ltDescTransB, sp.transB}} {
 		op := C.int(cublasOpN)
 		if t.trans {
 			op = cublasOpT
@@ -262,30 +288,23 @@ func (h *LtHandle) newPlan(p FP8Matmul, transA, transB bool) (*ltPlan, error) {
 			return fail(err)
 		}
 	}
-	aRows, aCols := p.M, p.K
-	if transA {
-		aRows, aCols = p.K, p.M
+	aRows, aCols := sp.m, sp.k
+	if sp.transA {
+		aRows, aCols = sp.k, sp.m
 	}
-	bRows, bCols := p.K, p.N
-	if transB {
-		bRows, bCols = p.N, p.K
-	}
-	dType := cudaR16BF
-	if p.OutF32 {
-		dType = cudaR32F
+	bRows, bCols := sp.k, sp.n
+	if sp.transB {
+		bRows, bCols = sp.n, sp.k
 	}
 	for _, l := range []struct {
 		dst             *C.cublasLtMatrixLayout_t
 		typ, rows, cols int
 		ld              int
-	}{{&plan.aDesc, cudaR8FE4M3, aRows, aCols, p.Lda}, {&plan.bDesc, cudaR8FE4M3, bRows, bCols, p.Ldb}, {&plan.dDesc, dType, p.M, p.N, p.Ldd}} {
+	}{{&plan.aDesc, sp.inType, aRows, aCols, sp.lda}, {&plan.bDesc, sp.inType, bRows, bCols, sp.ldb}, {&plan.dDesc, sp.dType, sp.m, sp.n, sp.ldd}} {
 		if err := cublasError(int(C.sb_cublasLtMatrixLayoutCreate(api.layoutCreate, l.dst, C.int(l.typ), C.ulonglong(l.rows),
 			C.ulonglong(l.cols), C.longlong(l.ld))), "cublasLtMatrixLayoutCreate(%d×%d, ld %d)", l.rows, l.cols, l.ld); err != nil {
 			return fail(err)
 		}
-	}
-	if err := h.pickAlgo(plan, p.WorkspaceBytes); err != nil {
-		return fail(fmt.Errorf("%s: %w", p, err))
 	}
 	return plan, nil
 }
@@ -293,26 +312,55 @@ func (h *LtHandle) newPlan(p FP8Matmul, transA, transB bool) (*ltPlan, error) {
 // pickAlgo asks cublasLtMatmulAlgoGetHeuristic for one algorithm within
 // the workspace.
 func (h *LtHandle) pickAlgo(plan *ltPlan, wsBytes int) error {
+	found, err := h.heuristic(plan, wsBytes, 1, nil)
+	if err != nil {
+		return err
+	}
+	plan.algo = found[0]
+	return nil
+}
+
+// heuristic asks cublasLtMatmulAlgoGetHeuristic for up to requested
+// algorithms of plan within wsBytes of workspace, best first; the ones it
+// marks unusable (state other than success) are left out, and none at all
+// is an error. align, when given, is the alignment in bytes of A, B, C and
+// D (cuBLASLt assumes 256 otherwise and may offer an algorithm that refuses
+// a less aligned pointer).
+func (h *LtHandle) heuristic(plan *ltPlan, wsBytes, requested int, align []int) ([]C.sb_lt_heuristic, error) {
 	api := &h.lt.api
 	var pref C.cublasLtMatmulPreference_t
 	if err := cublasError(int(C.sb_cublasLtMatmulPreferenceCreate(api.prefCreate, &pref)), "cublasLtMatmulPreferenceCreate"); err != nil {
-		return err
+		return nil, err
 	}
 	defer C.sb_cublasLtMatmulPreferenceDestroy(api.prefDestroy, pref)
 	ws := C.ulonglong(wsBytes)
 	if err := cublasError(int(C.sb_cublasLtMatmulPreferenceSetAttribute(api.prefSetAttr, pref, ltPrefMaxWorkspaceBytes,
 		unsafe.Pointer(&ws), C.size_t(unsafe.Sizeof(ws)))), "cublasLtMatmulPreferenceSetAttribute(max workspace)"); err != nil {
-		return err
+		return nil, err
 	}
+	for i, a := range align {
+		v := C.uint(a)
+		if err := cublasError(int(C.sb_cublasLtMatmulPreferenceSetAttribute(api.prefSetAttr, pref, C.int(ltPrefMinAlignmentA+i),
+			unsafe.Pointer(&v), C.size_t(unsafe.Sizeof(v)))), "cublasLtMatmulPreferenceSetAttribute(min alignment %d: %d bytes)", i, a); err != nil {
+			return nil, err
+		}
+	}
+	results := make([]C.sb_lt_heuristic, requested)
 	var returned C.int
 	if err := cublasError(int(C.sb_cublasLtMatmulAlgoGetHeuristic(api.heuristic, h.handle, plan.desc, plan.aDesc, plan.bDesc,
-		plan.dDesc, plan.dDesc, pref, 1, &plan.algo, &returned)), "cublasLtMatmulAlgoGetHeuristic"); err != nil {
-		return err
+		plan.dDesc, plan.dDesc, pref, C.int(requested), &results[0], &returned)), "cublasLtMatmulAlgoGetHeuristic"); err != nil {
+		return nil, err
 	}
-	if returned == 0 {
-		return errors.New("cublasLtMatmulAlgoGetHeuristic found no algorithm")
+	var out []C.sb_lt_heuristic
+	for _, r := range results[:min(int(returned), requested)] {
+		if r.state == 0 {
+			out = append(out, r)
+		}
 	}
-	return nil
+	if len(out) == 0 {
+		return nil, errors.New("cublasLtMatmulAlgoGetHeuristic found no algorithm")
+	}
+	return out, nil
 }
 
 func (h *LtHandle) destroyPlan(p *ltPlan) error {

@@ -318,6 +318,11 @@ func StoreCache(cacheDir string, c Compiled) error {
 	return writeCache(cacheDir, c.CacheKey, c.Cubin, c.Log)
 }
 
+// WriteAtomic writes data to path whole: a temporary file beside it, then a
+// rename, so that a reader never sees part of it (the cubin cache's
+// entries, runner/gpu's tuned GEMM choices).
+func WriteAtomic(path string, data []byte) error { return writeAtomic(path, data) }
+
 func writeAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {

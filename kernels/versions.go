@@ -17,6 +17,7 @@ const (
 	OpRope        = "rope_kv_write"
 	OpArgmax      = "argmax"
 	OpLinear      = "linear"
+	OpGemm        = "gemm"
 )
 
 // OpVersion describes one version of an op.
@@ -42,6 +43,8 @@ func OpVersions() []OpVersion {
 		{OpArgmax, 1, "one block per row"},
 		{OpArgmax, 2, "rows split over blocks of 4096 logits, then merged; vocab a multiple of 8"},
 		{OpLinear, 1, "cuBLAS (cublasGemmEx, bf16 in and out, fp32 compute)"},
+		{OpGemm, 1, "the products linear does not run on its own kernel (every prefill GEMM) through cuBLAS's cublasGemmEx, the default algorithm; the default version"},
+		{OpGemm, 2, "the same products through cuBLASLt: the heuristic's top candidates per shape timed once at first use, the fastest kept (checked against cublasGemmEx) and cached on disk beside the cubins"},
 		{OpLinear, 2, "decode's 1..16 rows on our tensor-core skinny GEMM (16-byte weight streams), gate_up with SiLU·mul fused; more rows (prefill) run version 1; k a multiple of 8"},
 		{OpLinear, 3, "version 2 for 1..16 rows, and 17..32 rows on blocks of 32 output columns (x re-read through L2 at most once per weight byte), gate_up with SiLU·mul fused at 1..32 rows; more rows (prefill) run version 1; k a multiple of 8"},
 	}
@@ -71,7 +74,8 @@ func VersionedOps() []string {
 }
 
 // Selection is the kernel version the user chose per op; an op not in it
-// runs its newest version where the shape allows, else the newest that does.
+// runs its newest version where the shape allows, else the newest that does
+// (gemm excepted: GemmVersion).
 type Selection map[string]int
 
 // ParseSelection reads "op=version" items (--kernel attn_prefill=1); an
@@ -196,6 +200,18 @@ func LinearGemvMaxRows(version int) int {
 // our kernels (gemv.cu) rather than on cuBLAS.
 func LinearUsesGemv(version, m int) bool { return m >= 1 && m <= LinearGemvMaxRows(version) }
 
+// GemmVersion is the gemm version to run: the chosen one, else version 1
+// (cublasGemmEx). gemm is the one op whose default is not its newest
+// version: version 2 (cuBLASLt tuned) is not shown faster on any GPU yet,
+// and its first use of a shape times candidates, which a default run should
+// not pay for unasked. Both versions take every shape.
+func (s Selection) GemmVersion() int {
+	if v, ok := s[OpGemm]; ok {
+		return v
+	}
+	return 1
+}
+
 // pick returns the chosen version of op if it supports the shape (else an
 // error naming why), or the newest version that supports it.
 func (s Selection) pick(op string, supports func(version int) error) (int, error) {
@@ -215,7 +231,7 @@ func (s Selection) pick(op string, supports func(version int) error) (int, error
 }
 
 // Resolve is the version every op with versions runs at the shapes of m,
-// "argmax=2 attn_decode=4 attn_prefill=3 linear=3 rope_kv_write=2", or an error
+// "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", or an error
 // naming the first chosen version that cannot run them.
 func (s Selection) Resolve(m ModelShape) (string, error) {
 	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim}
@@ -230,6 +246,7 @@ func (s Selection) Resolve(m ModelShape) (string, error) {
 			return s.LinearVersion(m.Inter)
 		},
 		OpRope: func() (int, error) { return s.RopeVersion(m.HeadDim) },
+		OpGemm: func() (int, error) { return s.GemmVersion(), nil },
 	}
 	var parts []string
 	for _, op := range VersionedOps() {

@@ -139,8 +139,9 @@ fi
 # budgets are guesses (none is measured on an H200 yet) rebalanced as steps
 # came: issue 21's op-library steps (40 s) and issue 19's four A/Bs of each new
 # kernel version against its predecessor (decode attention 4-3 and 3-2,
-# linear 3-2, prefill attention 3-2 at 1k and 8k: 100 s, where one A/B of 41 s
-# was) took their time from every other step, within the same 345 s.
+# linear 3-1, prefill attention 3-2 at 1k and 8k: 100 s, where one A/B of 41 s
+# was) took their time from every other step, within the same 345 s; then
+# gemm 2-1 at a 1k prefill (16 s) from the A/Bs, breakdown and aa steps.
 run devices 8 "$STEPBENCH" devices
 run verify 35 "$STEPBENCH" verify
 # -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
@@ -148,31 +149,37 @@ run sweep 30 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dum
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl" -v
 run roofline 5 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 # Where the time goes, per op, with each op's launches (an eager pass with an event at every op boundary).
-run breakdown 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 4 \
+run breakdown 8 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 4 \
   --num-iters 1 --disable-cuda-graph --breakdown
 # Each new kernel version (A) against its predecessor (B), paired on the same prompts (8 pairs:
 # the fewest whose sign test can reach p < 0.05 is 6); both arms hold the 8B weights (2 x 16 GB).
 # Decode attention 4 (tensor cores) against 3, at batch 1 and 32 over 1k keys; then 3 (combine
 # fused) against 2 at batch 1, where a launch saved weighs most:
-run ab-decode 25 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
+run ab-decode 22 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=3 --baseline-kernel attn_decode=2 \
   --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
-# Linear 3 against 2 at batch 32, the rows version 3 adds: version 3 runs its own skinny GEMM there
-# (gemv_t32, gate_up with SiLU·mul fused), version 2 cuBLAS then silu_mul (it takes up to 16 rows);
-# at 1..16 both arms would run the same kernels; the prefills are cuBLAS's in both arms.
-run ab-linear 25 "$STEPBENCH" ab --model llama-3-8b --kernel linear=3 --baseline-kernel linear=2 \
-  --batch-size 32 --input-len 1024 --output-len 8 --num-iters 8
+# Linear 3 (our skinny GEMMs: version 2's kernel at 1..16 rows, gemv_t32 at 17..32, gate_up with
+# SiLU·mul fused) against cuBLAS (linear=1, then silu_mul), at batch 1 and 32; the prefills are
+# the library's in both arms.
+run ab-linear 22 "$STEPBENCH" ab --model llama-3-8b --kernel linear=3 --baseline-kernel linear=1 \
+  --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 # Prefill attention 3 against 2 on the prefill alone (--output-len 1), 1 x 1024 and 1 x 8192
 # (llama-3.1-8b: 8192 positions fit its 131072; 6 pairs, the fewest for p < 0.05).
-run ab-prefill 35 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
+run ab-prefill 31 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
   --batch-size 1 --input-len 1024,8192 --output-len 1 --num-iters 6
+# Prefill GEMMs: gemm 2 (cuBLASLt, each shape's algorithm timed among the heuristic's top 8 at first
+# use) against gemm 1 (cublasGemmEx), on a 1 x 1024 prefill alone; the tuned choices (every
+# candidate's median µs) are the cache's JSON files, copied to $OUT/gemm-lt.
+run ab-gemm 16 "$STEPBENCH" ab --model llama-3-8b --kernel gemm=2 --baseline-kernel gemm=1 \
+  --batch-size 1 --input-len 1024 --output-len 1 --num-iters 6
+mkdir -p "$OUT/gemm-lt" && cp "${XDG_CACHE_HOME:-$HOME/.cache}"/stepbench/cubin/gemm-lt/*.json "$OUT/gemm-lt/" 2>/dev/null || true
 # Run-to-run drift: the same embedded kernels in two separate processes, compared with no floor
 # (--threshold 0); the ratio intervals say how far apart two runs of nothing changed lie on this
 # GPU, the evidence behind compare's default GPU floor (3%).
-run aa-first 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
+run aa-first 8 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
   --num-iters 10 --json-out "$OUT/aa-first.json"
-run aa-second 10 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
+run aa-second 8 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1 --input-len 1024 --output-len 32 \
   --num-iters 10 --json-out "$OUT/aa-second.json"
 run aa-compare 2 "$STEPBENCH" compare "$OUT/aa-first.json" "$OUT/aa-second.json" --threshold 0
 # Real NCCL on one GPU: a tensor-parallel group of one rank, its decode step captured with the
@@ -266,8 +273,9 @@ for jsonl in "$OUT/sweep.jsonl"; do
   done <"$jsonl"
 done
 for ab in "ab-decode:attn_decode=4 against attn_decode=3" "ab-fused:attn_decode=3 against attn_decode=2" \
-  "ab-linear:linear=3 against linear=2 (cuBLAS at batch 32)" \
-  "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone"; do
+  "ab-linear:linear=3 against linear=1 (cuBLAS)" \
+  "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone" \
+  "ab-gemm:gemm=2 (cuBLASLt, tuned) against gemm=1 (cublasGemmEx), 1 x 1024 prefill alone"; do
   step="${ab%%:*}"
   if grep -q '^| ' "$OUT/$step.log" 2>/dev/null; then
     echo

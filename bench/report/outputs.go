@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"stepbench/bench/internal/files"
 	"stepbench/internal/input"
@@ -198,12 +199,19 @@ func checkWritable(path string, appended bool) error {
 	case !errors.Is(err, os.ErrNotExist):
 		return files.Bare(err)
 	}
-	probe, err := os.CreateTemp(dir, ".stepbench-probe-*")
+	// One probe name per path (not a random one): a probe left by a process
+	// killed between its create and its remove is reused and removed by the
+	// next check of the same path instead of piling up.
+	probeName := files.ProbePath(path)
+	probe, err := os.OpenFile(probeName, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("cannot create files in %s: %w", dir, files.Bare(err))
 	}
 	probe.Close()
-	return os.Remove(probe.Name())
+	if err := os.Remove(probeName); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return files.Bare(err)
+	}
+	return nil
 }
 
 // AppendRecord appends v as one JSON line to path, whole or not at all,

@@ -11,6 +11,7 @@ import (
 
 	"stepbench/bench"
 	"stepbench/bench/benchtest"
+	"stepbench/bench/internal/files"
 )
 
 // beginCounter cancels a context at its n-th Begin: an interruption in
@@ -141,5 +142,23 @@ func TestCheckOutputs(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("the check left files: %v", entries)
+	}
+}
+
+// A probe file left by a process killed inside CheckOutputs (between its
+// create and its remove) is removed by the next check of the same file,
+// not left beside the results for good.
+func TestCheckOutputsRemovesAKilledRunsProbe(t *testing.T) {
+	dir := t.TempDir()
+	out := OutputFile{Label: "--json-out", Path: filepath.Join(dir, "n.json")}
+	// What a kill between the probe's create and its remove leaves behind.
+	if err := os.WriteFile(files.ProbePath(out.Path), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckOutputs([]OutputFile{out}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+		t.Errorf("files left beside the output after a check: %v", left)
 	}
 }

@@ -114,6 +114,10 @@ type Backend struct {
 	argmaxWorkspaceBytes int
 
 	fp8 *fp8State // the FP8 path (EnableFP8); nil until a quantized model needs it
+	// lt is gemm version 2's cuBLASLt (gemm_lt.go); nil until its first use.
+	lt       *gemmLtState
+	cacheDir string    // Options.CacheDir: the cubins' and the tuned GEMMs' cache
+	progress io.Writer // Options.Progress: notes (the tuned GEMMs, shown with -v)
 
 	events    []*cuda.Event
 	capturing bool
@@ -133,7 +137,7 @@ func New(opts Options) (*Backend, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
-	c := &Backend{}
+	c := &Backend{cacheDir: opts.CacheDir, progress: progress}
 	if err := c.openLibraries(opts); err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
 	}
@@ -460,6 +464,7 @@ func (c *Backend) Close() error {
 	c.events = nil
 	add(c.leaveGroup()) // after AbortCollectives, nothing to leave
 	add(c.closeFP8())
+	add(c.closeGemmLt())
 	// The handle goes before its workspace: cuBLAS may use the workspace
 	// until the handle is destroyed.
 	if c.handle != nil {
@@ -520,6 +525,9 @@ func (c *Backend) VerifyKernels(models []kernels.ModelShape, seed uint64, opts V
 			return nil, fmt.Errorf("verify kernels: %w", err)
 		}
 		v.fp8 = c.fp8
+	}
+	if v.wants("gemm") {
+		v.gemmLt = c.linearLt
 	}
 	if opts.Long {
 		v.IncludeLong()

@@ -216,6 +216,9 @@ func (v *Verifier) gateRowWise(m kernels.ModelShape, shapes []RunShape) {
 		if v.wants("linear") && v.dead == nil {
 			v.libLinearAt(m, r)
 		}
+		if v.wants("gemm") {
+			v.gateGemm(m, r)
+		}
 	}
 	for _, s := range shapes {
 		if v.wants("gather_last") && s.InputLen > 1 && v.dead == nil {
@@ -425,6 +428,9 @@ func (c *Backend) VerifyRunShapes(m kernels.ModelShape, shapes []RunShape, check
 	v := NewVerifier(c.ctx, c.stream, c.set, seed)
 	if counters != "" {
 		v.CountAccesses(counters)
+	}
+	if slices.Contains(checks, "gemm") {
+		v.gemmLt = c.linearLt
 	}
 	results, err := v.VerifyRunShapes(m, shapes, checks, c.info.GraphsEnabled)
 	if closeErr := v.Close(); closeErr != nil && err == nil {

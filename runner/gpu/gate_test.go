@@ -21,6 +21,7 @@ func TestChecksForSourcesAndOps(t *testing.T) {
 		{files: []string{"mine.cu"}, want: VerifyKernelNames},
 		{ops: []string{kernels.OpAttnPrefill}, want: []string{"attention", "decode_graph"}},
 		{ops: []string{kernels.OpArgmax}, want: []string{"argmax"}},
+		{ops: []string{kernels.OpGemm}, want: []string{"gemm"}},
 	}
 	for _, tc := range tests {
 		got := ChecksForOps(tc.ops)

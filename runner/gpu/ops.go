@@ -36,7 +36,8 @@ func (c *Backend) AddRMSNorm(out, residual, add, weight runner.Buffer, rows, hid
 }
 
 // Linear is out[m,n] = x[m,k]·w[n,k]ᵀ: linear version 2's or 3's kernels for a
-// decode step's few rows (Kernels.Linear), else cuBLAS: in column-major terms
+// decode step's few rows (Kernels.Linear), else the library, cuBLAS's
+// cublasGemmEx (gemm version 1) or tuned cuBLASLt (gemm version 2): in column-major terms
 // C(n×m) = op(A)·B with A = w seen as k×n (transposed), B = x seen as k×m.
 func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	if m < 0 || n < 1 || k < 1 {
@@ -55,6 +56,9 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	// Linear versions 2 and 3 (kernels/gemv.cu) take decode's few rows; the rest is cuBLAS's.
 	if ran, err := c.set.Linear(c.stream, pOut, pX, pW, m, n, k); ran || err != nil {
 		return err
+	}
+	if c.set.Selection().GemmVersion() == 2 { // --kernel gemm=2: cuBLASLt, tuned per shape
+		return c.linearLt(pOut, pX, pW, m, n, k)
 	}
 	if err := c.handle.GemmBF16(true, false, n, m, k, 1, pW, k, pX, k, 0, pOut, n); err != nil {
 		return fmt.Errorf("linear: %w", c.rootCause(err))

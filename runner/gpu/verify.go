@@ -58,6 +58,9 @@ type Verifier struct {
 	modelBytes float64
 	// fp8 runs the FP8 GEMM checks (cuBLASLt); nil on a GPU without FP8.
 	fp8 *fp8State
+	// gemmLt runs gemm version 2's products (Backend.linearLt); nil: the
+	// gemm checks are skipped.
+	gemmLt gemmRunner
 }
 
 // CountAccesses attaches to every check the access counters the emulated
@@ -98,6 +101,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 		{"embed", v.verifyEmbed}, {"add_rmsnorm", v.verifyAddRMSNorm}, {"silu_mul", v.verifySiluMul},
 		{"gather_last", v.verifyGatherLast}, {"argmax", v.verifyArgmax}, {"rope_kv_write", v.verifyRope},
 		{"argmax_keys", v.verifyArgmaxKeys}, {"linear", v.verifyLinear}, {"fp8", v.verifyFP8},
+		{"gemm", v.verifyGemm},
 	}
 	for _, m := range models {
 		for _, c := range perModel {
@@ -143,7 +147,7 @@ var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA con
 // covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu) and
 // decode_graph for the replayed decode step.
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.

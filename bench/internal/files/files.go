@@ -21,6 +21,13 @@ func TempPath(path string) string {
 	return filepath.Join(dir, "."+base+".tmp")
 }
 
+// ProbePath is the empty file a writability check creates and removes
+// beside path: one name per path, for the reason TempPath has one.
+func ProbePath(path string) string {
+	dir, base := filepath.Split(path)
+	return filepath.Join(dir, "."+base+".probe")
+}
+
 // WriteAtomic writes data to path through TempPath(path) and a rename, so
 // that a reader (or a crash) never sees half a file and an existing file is
 // replaced only by a complete one. Its errors do not repeat the path: the
