@@ -1,8 +1,9 @@
-// gemv.cu — linear version 2: out[m, n] = x[m, k] · w[n, k]ᵀ for the few
-// token rows of a decode step (m <= 16), bf16 in and out, fp32 accumulation
-// on tensor cores; and the same product of the fused gate_up matrix with
-// SiLU(gate)·up in its epilogue (gemv_silu_*: one launch for gate_up_proj
-// and silu_mul).
+// gemv.cu — linear versions 2 and 3: out[m, n] = x[m, k] · w[n, k]ᵀ for the
+// few token rows of a decode step (version 2: m <= 16; version 3: the same
+// kernels for m <= 16 and gemv_t32 for 17..32, described after version 2's
+// code), bf16 in and out, fp32 accumulation on tensor cores; and the same
+// product of the fused gate_up matrix with SiLU(gate)·up in its epilogue
+// (gemv_silu_*: one launch for gate_up_proj and silu_mul).
 //
 // Why a kernel of ours: at m = 1..16 a projection is a stream of the weight
 // matrix (n·k·2 bytes) with 2m FLOPs per weight pair, far below any matrix
@@ -320,4 +321,296 @@ extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_silu_t16(unsigne
                                                                          const unsigned short* w, int m, int inter,
                                                                          int k) {
     gemv_silu<2>(out, x, w, m, inter, k);
+}
+
+// ---------------------------------------------------------------------------
+// Linear version 3's own kernels: 17..32 token rows (gemv_t32,
+// gemv_silu_t32). Version 3 runs version 2's kernels above for 1..16 rows.
+//
+// Why a second split: version 2's block owns 16 output columns and reads
+// all of x, so x crosses L2 n/16 times: m/16 of the weight bytes, twice the
+// weight stream at m = 32. Here a block owns 32 columns (two m16 tiles,
+// GEMV32_COLS) and its 8 warps (GEMV32_THREADS = 256) split k as version
+// 2's do (warp w takes chunks w, w+8, ...): x crosses L2 n/32 times, m/32 of
+// the weight bytes, at most equal to them. The gate_up kernel's block owns
+// 16 columns of gate (tile 0) and the same 16 of up (tile 1): 32 weight
+// rows per block as well, and each warp has both of a column's products.
+//
+// Inner step, per warp and 64-element chunk: version 2's fragments (lane
+// (g, t) loads the pieces at k offsets 8t and 32+8t of weight rows g and
+// g+8 of each tile, and of token rows g + 8mt), 8 LDG.128 of weights
+// (4 KB per warp, 32 rows x 128 B, every byte used) and 8 of x for 2 row
+// tiles x 4 token tiles x 4 = 32 HMMA. GEMV32_UNROLL = 2 chunks are loaded
+// before the first is used: 2 x 128 B of weights in flight per thread, as
+// version 2's 4 x 64 B (the ring of 2 sets x 64 registers is what fits
+// under 255 with 32 accumulators). At 8 warps per SM (one block: see the
+// ptxas figures) that is 64 KB of weights in flight per SM, against about
+// 26 KB that Little's law asks at 4.8 TB/s / 132 SMs and ~0.7 us of DRAM
+// latency.
+//
+// Blocks at Llama-3-8B: ceil(n/32) = 192 (qkv), 128 (o_proj, down_proj:
+// 4 of 132 SMs idle, 3%), 4008 (lm_head), and ceil(inter/16) = 896 for
+// gate_up with SiLU·mul.
+//
+// Napkin math at Llama-3-8B bf16, one decode step at batch 32 (PREDICTED,
+// not measured: no GPU was lent). The weights are the same 15.01 GB as at
+// batch 1; x and out (gate_up's out being SiLU·mul's inter columns) are
+// 0.12 GB over the step's 129 projections (0.8%), and x's re-reads come
+// from L2 (n/32 passes: 1 x the weight bytes at m = 32, where version 2's
+// split would pass 2 x). Floor: 15.13 GB at 4.8 TB/s = 3.15 ms (H200), at
+// 3.35 TB/s = 4.52 ms (H100). FLOPs: 2 x 32 x 7.5 G weights = 480 GFLOP,
+// 0.49 ms at the 989 TFLOP/s dense bf16 peak (about 0.75 ms at the ~65% of
+// it mma.sync reaches on Hopper): bandwidth-bound still, with the tensor
+// cores busy a quarter of the time. Predicted as version 2: 90% of the HBM
+// roof while a launch streams plus about 1 us of fill and drain per launch,
+// 3.50 + 0.13 = 3.63 ms (H200) and 5.02 + 0.13 = 5.15 ms (H100) for the
+// step's projections (at 80% of the roof: 4.07 / 5.77 ms), against issue
+// 19's model of cuBLAS at batch 32 (61-82% of the bandwidth, about 4.65 ms
+// at H200); per launch at H200: qkv 12.8 us, o 8.9, gate_up with SiLU·mul
+// 55.6, down 28.5, lm_head 246 us (bytes / (0.9 x 4.8 TB/s) + 1 us); at
+// H100: 17.9, 12.3, 79.3, 40.3, 352 us. The risk the model does not
+// price: the 128-block launches (o_proj, down_proj, 6% of the bytes) leave
+// 4 SMs idle and need the 64 KB in flight per SM to reach the roof.
+//
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas, NVRTC 11.8 for sm_90 (stepbench build --nvrtc
+//    /usr/lib/x86_64-linux-gnu/libnvrtc.so.11.2 --arch 90): gemv_t32 and
+//    gemv_silu_t32 194 registers, 0 spill bytes, 35,904 B static shared
+//    (8 warps x 34 slots x 33 floats); 1 block (8 warps) per SM, limited by
+//    registers. (A ring without predicates in its steady trips took 202
+//    registers and 185 MOV per trip: ptxas shuffled the sets.)
+//  - SASS (stepbench build --cubin-dir, cuobjdump -sass of Debian's
+//    nvidia-cuda-toolkit 11.8, scripts/sass-mix), gemv_t32's whole-chunk
+//    loop: 230 instructions per trip of 2 chunks (gemv_silu_t32 the same),
+//    i.e. per 64-element chunk of a warp (4 KB of weights, 32 tokens):
+//    115 = 32 HMMA, 8 LDG.E.NA.128 of weights + 8 LDG.E.128 of x, 36 MOV
+//    (assembling A fragments), 12.5 integer, 5.5 branch and 13 NOP of
+//    padding; version 2's gemv_t16 issues 60 per 2 KB, the same 29-30 per
+//    KB of weights. Streaming at 4.8 TB/s an SM takes 18.4 B/clock, 4 KB per
+//    222 clocks: 0.52 instructions per clock of the 4 an SM issues, and the
+//    tensor pipe 32 of those clocks at its peak. No FFMA in the loop.
+//  - Emulated (stepbench verify --check linear): within bf16 tolerance of
+//    ref.Gemv / ref.GemvSiluMul at every Llama-3-8B projection (capped at
+//    2^25 weights) at 17, 24 and 32 rows in forward order (worst 5.2e-5
+//    relative), and at llama-tiny's, the odd widths' and the edges under
+//    forward, reverse, random:5, warp-serial and warp-serial-reverse; the
+//    barrier after gemv32_stash removed fails 32 checks in every one.
+//  - Access counters (EMULATED, stepbench verify --check linear --kernel
+//    linear=3 --counters, llama-tiny and odd widths): global loads 16
+//    sectors per request at 32 rows (14-14.3 at 17 and 24, where the lane
+//    groups past m read token 0's row), every byte used at whole tiles;
+//    stores 2 sectors per request, 100% used at whole 32-column blocks;
+//    shared loads 0 bank conflicts (the padding slot), stores 0.016 per
+//    request.
+
+#define GEMV32_THREADS 256
+#define GEMV32_COLS 32
+#define GEMV32_UNROLL 2
+#define GEMV32_WARPS (GEMV32_THREADS / 32)
+// A warp's partials in shared memory: per row tile 16 slots (4 token tiles
+// x 4 fragment registers) plus one of padding, so that the two tiles' slots
+// fall in different banks (the epilogue reads both in one request).
+#define GEMV32_TILE_SLOTS 17
+#define GEMV32_WARP_SLOTS (2 * GEMV32_TILE_SLOTS)
+
+// gemv32_load loads one chunk (at element offset off from the lane's
+// pointers): wv[rt][h][p] is piece p of tile rt's weight row g + 8h (pw[2rt
+// + h]), xv[mt][p] piece p of token row g + 8mt.
+__device__ __forceinline__ void gemv32_load(u32x4 wv[2][2][2], u32x4 xv[4][2], const unsigned short* const pw[4],
+                                            const unsigned short* const px[4], int off) {
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) wv[i >> 1][i & 1][p] = ld_weights16(pw[i] + off + 32 * p);
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) xv[mt][p] = ld_x16(px[mt] + off + 32 * p);
+    }
+}
+
+// gemv32_mma adds one chunk's product to acc[rt][mt] (tile rt's D fragment
+// of tokens 8mt..8mt+7), the slots as in gemv_mma4.
+__device__ __forceinline__ void gemv32_mma(float acc[2][4][4], const u32x4 wv[2][2][2], const u32x4 xv[4][2]) {
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+#pragma unroll
+        for (int rt = 0; rt < 2; rt++) {
+            const unsigned a_lo[4] = {wv[rt][0][p].x, wv[rt][1][p].x, wv[rt][0][p].y, wv[rt][1][p].y};
+            const unsigned a_hi[4] = {wv[rt][0][p].z, wv[rt][1][p].z, wv[rt][0][p].w, wv[rt][1][p].w};
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                const unsigned b_lo[2] = {xv[mt][p].x, xv[mt][p].y};
+                const unsigned b_hi[2] = {xv[mt][p].z, xv[mt][p].w};
+                mma_m16n8k16_bf16(acc[rt][mt], a_lo, b_lo, acc[rt][mt]);
+                mma_m16n8k16_bf16(acc[rt][mt], a_hi, b_hi, acc[rt][mt]);
+            }
+        }
+    }
+}
+
+// gemv32_partial is one warp's share of a 32-row product: the lane's weight
+// rows rows[2rt + h] (tile rt's row g + 8h, already clamped to a valid row
+// by the caller) times token rows 0..31 of x over the k chunks warp,
+// warp+GEMV32_WARPS, ...; tokens at or past m read token 0 (never stored).
+// The ring and the partial last chunk as in gemv_partial, with one set of
+// pointers (advanced in place, then stepped back to chunk `mine`).
+__device__ __forceinline__ void gemv32_partial(float acc[2][4][4], const unsigned short* __restrict__ x,
+                                               const unsigned short* __restrict__ w, int m, int k,
+                                               const int rows[4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, first = threadIdx.x >> 5;
+    const int first_off = first * GEMV_KCHUNK + 8 * t;
+    const unsigned short *pw[4], *px[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) pw[i] = w + (long long)rows[i] * k + first_off;
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) px[mt] = x + (long long)(g + 8 * mt < m ? g + 8 * mt : 0) * k + first_off;
+#pragma unroll
+    for (int rt = 0; rt < 2; rt++) {
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) acc[rt][mt][0] = acc[rt][mt][1] = acc[rt][mt][2] = acc[rt][mt][3] = 0.0f;
+    }
+    constexpr int STRIDE = GEMV32_WARPS * GEMV_KCHUNK;  // elements between a warp's chunks
+    const int full = k / GEMV_KCHUNK;
+    const int mine = first < full ? (full - first + GEMV32_WARPS - 1) / GEMV32_WARPS : 0;
+    u32x4 wv[GEMV32_UNROLL][2][2][2], xv[GEMV32_UNROLL][4][2];
+#pragma unroll
+    for (int u = 0; u < GEMV32_UNROLL; u++) {
+        if (u < mine) gemv32_load(wv[u], xv[u], pw, px, u * STRIDE);
+    }
+    int j0 = 0;
+    for (; j0 < mine; j0 += GEMV32_UNROLL) {
+#pragma unroll
+        for (int u = 0; u < GEMV32_UNROLL; u++) {
+            if (j0 + u < mine) {
+                gemv32_mma(acc, wv[u], xv[u]);
+                if (j0 + u + GEMV32_UNROLL < mine) gemv32_load(wv[u], xv[u], pw, px, (u + GEMV32_UNROLL) * STRIDE);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            pw[i] += GEMV32_UNROLL * STRIDE;
+            px[i] += GEMV32_UNROLL * STRIDE;
+        }
+    }
+    // The pointers stand at chunk j0 >= mine: back to chunk mine.
+    const int back = (j0 - mine) * STRIDE;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        pw[i] -= back;
+        px[i] -= back;
+    }
+    const int chunks = (k + GEMV_KCHUNK - 1) / GEMV_KCHUNK;
+    const u32x4 zero = {0, 0, 0, 0};
+    for (int c = first + mine * GEMV32_WARPS; c < chunks; c += GEMV32_WARPS) {
+        u32x4 wr[2][2][2], xr[4][2];
+#pragma unroll
+        for (int p = 0; p < 2; p++) {
+            const bool in = c * GEMV_KCHUNK + 32 * p + 8 * t < k;
+#pragma unroll
+            for (int i = 0; i < 4; i++) wr[i >> 1][i & 1][p] = in ? ld_weights16(pw[i] + 32 * p) : zero;
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) xr[mt][p] = in ? ld_x16(px[mt] + 32 * p) : zero;
+        }
+        gemv32_mma(acc, wr, xr);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            pw[i] += STRIDE;
+            px[i] += STRIDE;
+        }
+    }
+}
+
+// gemv32_stash writes a warp's D fragments to red: slot (warp, rt, mt, e)
+// at red[(warp*GEMV32_WARP_SLOTS + rt*GEMV32_TILE_SLOTS + mt*4 + e)*33 + lane].
+__device__ __forceinline__ void gemv32_stash(float* red, const float acc[2][4][4]) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int rt = 0; rt < 2; rt++) {
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                red[(warp * GEMV32_WARP_SLOTS + rt * GEMV32_TILE_SLOTS + mt * 4 + e) * 33 + lane] = acc[rt][mt][e];
+            }
+        }
+    }
+}
+
+// gemv32_sum is the sum over the block's warps, in warp order, of tile rt's
+// row r (0..15) and token tk (0..31): the D fragment element (c0..c3 = rows
+// g, g, g+8, g+8; tokens 2t, 2t+1) lane g*4+t holds.
+__device__ __forceinline__ float gemv32_sum(const float* red, int rt, int r, int tk) {
+    const int mt = tk >> 3, tc = tk & 7;
+    const int e = (r >> 3) * 2 + (tc & 1), lane = (r & 7) * 4 + (tc >> 1);
+    float s = 0.0f;
+    for (int wp = 0; wp < GEMV32_WARPS; wp++) {
+        s += red[(wp * GEMV32_WARP_SLOTS + rt * GEMV32_TILE_SLOTS + mt * 4 + e) * 33 + lane];
+    }
+    return s;
+}
+
+// gemv32: out[i*n + j] = bf16(sum_k x[i*k + kk] * w[j*k + kk]) for i < m <=
+// 32; block b owns columns 32b..32b+31 (tile rt: 32b+16rt..). Rows past n
+// read the block's first row (valid; never stored). The wrapper guarantees
+// k % 8 == 0, 16-byte aligned x and w.
+__device__ __noinline__ void gemv32(unsigned short* __restrict__ out, const unsigned short* __restrict__ x,
+                                    const unsigned short* __restrict__ w, int m, int n, int k) {
+    __shared__ float red[GEMV32_WARPS * GEMV32_WARP_SLOTS * 33];
+    const int g = (threadIdx.x & 31) >> 2;
+    const int row0 = blockIdx.x * GEMV32_COLS;
+    int rows[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = row0 + 16 * (i >> 1) + 8 * (i & 1) + g;
+        rows[i] = r < n ? r : row0;
+    }
+    float acc[2][4][4];
+    gemv32_partial(acc, x, w, m, k, rows);
+    gemv32_stash(red, acc);
+    __syncthreads();
+    for (int o = threadIdx.x; o < GEMV32_COLS * 32; o += GEMV32_THREADS) {
+        const int c = o % GEMV32_COLS, tk = o / GEMV32_COLS;
+        if (tk < m && row0 + c < n) {
+            out[(long long)tk * n + row0 + c] = f32_to_bf16_rne(gemv32_sum(red, c >> 4, c & 15, tk));
+        }
+    }
+}
+
+// gemv32_silu: gemv_silu for 17..32 rows. Block b owns columns j = 16b..16b+15
+// of both halves of the fused [2*inter, k] gate_up matrix: tile 0 the gate
+// rows j, tile 1 the up rows inter+j, every warp both (k split over all 8).
+__device__ __noinline__ void gemv32_silu(unsigned short* __restrict__ out, const unsigned short* __restrict__ x,
+                                         const unsigned short* __restrict__ w, int m, int inter, int k) {
+    __shared__ float red[GEMV32_WARPS * GEMV32_WARP_SLOTS * 33];
+    const int g = (threadIdx.x & 31) >> 2;
+    const int j0 = blockIdx.x * GEMV_ROWS;
+    int rows[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int j = j0 + 8 * (i & 1) + g;
+        rows[i] = (i >> 1) * inter + (j < inter ? j : j0);
+    }
+    float acc[2][4][4];
+    gemv32_partial(acc, x, w, m, k, rows);
+    gemv32_stash(red, acc);
+    __syncthreads();
+    for (int o = threadIdx.x; o < GEMV_ROWS * 32; o += GEMV32_THREADS) {
+        const int r = o % GEMV_ROWS, tk = o / GEMV_ROWS;
+        if (tk < m && j0 + r < inter) {
+            const float gt = round_bf16(gemv32_sum(red, 0, r, tk));
+            const float u = round_bf16(gemv32_sum(red, 1, r, tk));
+            out[(long long)tk * inter + j0 + r] = f32_to_bf16_rne(round_bf16(gt / (1.0f + expf(-gt))) * u);
+        }
+    }
+}
+
+// Entry points of version 3's own rows: m <= 32 (the launcher sends 17..32).
+extern "C" __global__ void __launch_bounds__(GEMV32_THREADS) gemv_t32(unsigned short* out, const unsigned short* x,
+                                                                      const unsigned short* w, int m, int n, int k) {
+    gemv32(out, x, w, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(GEMV32_THREADS) gemv_silu_t32(unsigned short* out,
+                                                                           const unsigned short* x,
+                                                                           const unsigned short* w, int m,
+                                                                           int inter, int k) {
+    gemv32_silu(out, x, w, m, inter, k);
 }

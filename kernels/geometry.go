@@ -128,20 +128,44 @@ const (
 	GemvThreads = 128
 	GemvRows    = 16
 	GemvMaxRows = 16
+	// Gemv32Threads and Gemv32Cols are linear version 3's gemv_t32 block
+	// size and the output columns one block owns (GEMV32_THREADS,
+	// GEMV32_COLS; gemv_silu_t32's block owns GemvRows columns of each of
+	// gate and up); Gemv32MaxRows is the most token rows it takes.
+	Gemv32Threads = 256
+	Gemv32Cols    = 32
+	Gemv32MaxRows = 32
 )
 
-// GemvEntryPoint is linear version 2's entry point for m token rows
-// (gemv_t8 up to 8, gemv_t16 up to 16); silu names the gate_up kernel
-// with SiLU·mul fused (gemv_silu_t8, gemv_silu_t16).
+// GemvEntryPoint is linear version 2's and 3's entry point for m token rows
+// (gemv_t8 up to 8, gemv_t16 up to 16, gemv_t32 up to 32, version 3's
+// own); silu names the gate_up kernel with SiLU·mul fused (gemv_silu_t8,
+// gemv_silu_t16, gemv_silu_t32).
 func GemvEntryPoint(m int, silu bool) string {
-	name := "gemv_t16"
-	if m <= 8 {
+	name := "gemv_t32"
+	switch {
+	case m <= 8:
 		name = "gemv_t8"
+	case m <= GemvMaxRows:
+		name = "gemv_t16"
 	}
 	if silu {
 		return strings.Replace(name, "gemv_", "gemv_silu_", 1)
 	}
 	return name
+}
+
+// GemvGrid is the launch of GemvEntryPoint(m, silu) over n output columns
+// (inter with silu): its blocks and threads per block. gemv_t32 blocks own
+// Gemv32Cols columns; every other, gemv_silu_t32's included, GemvRows.
+func GemvGrid(m, n int, silu bool) (blocks, threads int) {
+	if m <= GemvMaxRows {
+		return CeilDiv(n, GemvRows), GemvThreads
+	}
+	if silu {
+		return CeilDiv(n, GemvRows), Gemv32Threads
+	}
+	return CeilDiv(n, Gemv32Cols), Gemv32Threads
 }
 
 // PrefillTCSharedBytes mirrors attn_prefill_tc's dynamic shared layout: the

@@ -51,6 +51,8 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		"gemv_t16":            {GemvThreads, 0, ""},
 		"gemv_silu_t8":        {GemvThreads, 0, ""},
 		"gemv_silu_t16":       {GemvThreads, 0, ""},
+		"gemv_t32":            {Gemv32Threads, 0, ""},
+		"gemv_silu_t32":       {Gemv32Threads, 0, ""},
 		"fp8_absmax_partial":  {FP8Threads, 0, "tensors of 256 values or more"},
 		"fp8_quant_tensor":    {FP8Threads, 0, "tensors of 256 values or more"},
 		"fp8_quant_token":     {FP8Threads, 0, "rows of 2048 values or more"},

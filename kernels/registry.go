@@ -65,6 +65,8 @@ func Families() []Family {
 		{Name: "gemv_t16", Source: "gemv.cu", Twin: "Gemv", Op: OpLinear, Version: 2},
 		{Name: "gemv_silu_t8", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 2},
 		{Name: "gemv_silu_t16", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 2},
+		{Name: "gemv_t32", Source: "gemv.cu", Twin: "Gemv", Op: OpLinear, Version: 3},
+		{Name: "gemv_silu_t32", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 3},
 		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm"},
 		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 1},
 		{Name: "rope_kv_write2", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 2},

@@ -151,6 +151,8 @@ var launchConstants = []struct {
 	{"Decode4SubKeys", "attention.cu", `#define DEC4_SUB (\d+)`, Decode4SubKeys},
 	{"GemvThreads", "gemv.cu", `#define GEMV_THREADS (\d+)`, GemvThreads},
 	{"GemvRows", "gemv.cu", `#define GEMV_ROWS (\d+)`, GemvRows},
+	{"Gemv32Threads", "gemv.cu", `#define GEMV32_THREADS (\d+)`, Gemv32Threads},
+	{"Gemv32Cols", "gemv.cu", `#define GEMV32_COLS (\d+)`, Gemv32Cols},
 }
 
 func TestLaunchConstantsMatchSources(t *testing.T) {

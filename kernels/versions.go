@@ -46,6 +46,7 @@ func OpVersions() []OpVersion {
 		{OpGemm, 1, "the products linear does not run on its own kernel (every prefill GEMM) through cuBLAS's cublasGemmEx, the default algorithm; the default version"},
 		{OpGemm, 2, "the same products through cuBLASLt: the heuristic's top candidates per shape timed once at first use, the fastest kept (checked against cublasGemmEx) and cached on disk beside the cubins"},
 		{OpLinear, 2, "decode's 1..16 rows on our tensor-core skinny GEMM (16-byte weight streams), gate_up with SiLU·mul fused; more rows (prefill) run version 1; k a multiple of 8"},
+		{OpLinear, 3, "version 2 for 1..16 rows, and 17..32 rows on blocks of 32 output columns (x re-read through L2 at most once per weight byte), gate_up with SiLU·mul fused at 1..32 rows; more rows (prefill) run version 1; k a multiple of 8"},
 	}
 }
 
@@ -169,21 +170,35 @@ func (s Selection) ArgmaxVersion(vocab int) (int, error) {
 }
 
 // LinearVersion is the linear version to run for products over k (the
-// inner dimension): version 2 needs k a multiple of 8. Version 2 names our
-// kernel for the products of GemvMaxRows rows or fewer (LinearUsesGemv);
-// products of more rows (a prefill's) run cuBLAS under either version.
+// inner dimension): versions 2 and 3 need k a multiple of 8. They name our
+// kernels for the products of LinearGemvMaxRows rows or fewer
+// (LinearUsesGemv); products of more rows (a prefill's) run cuBLAS under
+// every version.
 func (s Selection) LinearVersion(k int) (int, error) {
 	return s.pick(OpLinear, func(v int) error {
-		if v == 2 && k%8 != 0 {
-			return fmt.Errorf("k = %d (version 2 takes multiples of 8)", k)
+		if v >= 2 && k%8 != 0 {
+			return fmt.Errorf("k = %d (version %d takes multiples of 8)", k, v)
 		}
 		return nil
 	})
 }
 
-// LinearUsesGemv reports whether linear version 2 runs a product of m rows
-// on its own kernel (gemv.cu) rather than on cuBLAS.
-func LinearUsesGemv(m int) bool { return m >= 1 && m <= GemvMaxRows }
+// LinearGemvMaxRows is the most token rows linear version runs on our
+// kernels (gemv.cu): none for version 1 (cuBLAS), GemvMaxRows for version
+// 2, Gemv32MaxRows for version 3.
+func LinearGemvMaxRows(version int) int {
+	switch version {
+	case 2:
+		return GemvMaxRows
+	case 3:
+		return Gemv32MaxRows
+	}
+	return 0
+}
+
+// LinearUsesGemv reports whether linear version runs a product of m rows on
+// our kernels (gemv.cu) rather than on cuBLAS.
+func LinearUsesGemv(version, m int) bool { return m >= 1 && m <= LinearGemvMaxRows(version) }
 
 // GemmVersion is the gemm version to run: the chosen one, else version 1
 // (cublasGemmEx). gemm is the one op whose default is not its newest
@@ -216,7 +231,7 @@ func (s Selection) pick(op string, supports func(version int) error) (int, error
 }
 
 // Resolve is the version every op with versions runs at the shapes of m,
-// "argmax=2 attn_decode=2 attn_prefill=2 gemm=1 linear=2 rope_kv_write=2", or an error
+// "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", or an error
 // naming the first chosen version that cannot run them.
 func (s Selection) Resolve(m ModelShape) (string, error) {
 	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim}

@@ -50,18 +50,20 @@ func TestSelectionResolve(t *testing.T) {
 		want    string
 		wantErr string
 	}{
-		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=2 rope_kv_write=2", ""},
+		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", ""},
+		{"linear v2 pinned at 8B", []string{"linear=2"}, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=2 rope_kv_write=2", ""},
 		{"pinned at 8B", []string{"attn_prefill=1", "argmax=1", "linear=1"}, llama8B, "argmax=1 attn_decode=4 attn_prefill=1 gemm=1 linear=1 rope_kv_write=2", ""},
 		{"odd widths fall back", nil, odd, "argmax=1 attn_decode=1 attn_prefill=1 gemm=1 linear=1 rope_kv_write=2", ""},
-		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=3 gemm=1 linear=2 rope_kv_write=2", ""},
+		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", ""},
 		{"tensor cores refuse head_dim 32", []string{"attn_prefill=2"}, odd, "", "attn_prefill=2 cannot run head_dim 32"},
 		{"prefill v3 refuses head_dim 32", []string{"attn_prefill=3"}, odd, "", "attn_prefill=3 cannot run head_dim 32 (version 3 takes [64 128])"},
 		{"decode v2 refuses 32 heads per kv head", []string{"attn_decode=2"}, wideGroups, "", "32 query heads per kv head"},
 		{"decode v3 refuses 32 heads per kv head", []string{"attn_decode=3"}, wideGroups, "", "32 query heads per kv head (version 3 takes up to 8)"},
 		{"decode v4 refuses head_dim 32", []string{"attn_decode=4"}, odd, "", "attn_decode=4 cannot run head_dim 32 (version 4 takes [64 128])"},
 		{"argmax v2 refuses vocab 1003", []string{"argmax=2"}, odd, "", "vocab 1003"},
-		{"gemm stays version 1 unless chosen", []string{"gemm=2"}, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=2 linear=2 rope_kv_write=2", ""},
+		{"gemm stays version 1 unless chosen", []string{"gemm=2"}, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=2 linear=3 rope_kv_write=2", ""},
 		{"linear v2 refuses an intermediate size of 172", []string{"linear=2"}, odd, "", "linear=2 cannot run k = 172"},
+		{"linear v3 refuses an intermediate size of 172", []string{"linear=3"}, odd, "", "linear=3 cannot run k = 172 (version 3 takes multiples of 8)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,4 +109,48 @@ func FuzzParseSelection(f *testing.F) {
 			t.Errorf("%q: String %q parses back as %v, %v", value, sel.String(), back, err)
 		}
 	})
+}
+
+// Version 1 runs no row on our kernels, version 2 1..16, version 3 1..32,
+// each count on the entry point and grid that takes it.
+func TestLinearGemvRows(t *testing.T) {
+	tests := []struct {
+		version, m     int
+		uses           bool
+		entry, silu    string
+		blocks, sBlock int
+		threads        int
+	}{
+		{1, 1, false, "", "", 0, 0, 0},
+		{2, 0, false, "", "", 0, 0, 0},
+		{2, 1, true, "gemv_t8", "gemv_silu_t8", 64, 64, 128},
+		{2, 16, true, "gemv_t16", "gemv_silu_t16", 64, 64, 128},
+		{2, 17, false, "", "", 0, 0, 0},
+		{3, 8, true, "gemv_t8", "gemv_silu_t8", 64, 64, 128},
+		{3, 9, true, "gemv_t16", "gemv_silu_t16", 64, 64, 128},
+		{3, 17, true, "gemv_t32", "gemv_silu_t32", 32, 64, 256},
+		{3, 32, true, "gemv_t32", "gemv_silu_t32", 32, 64, 256},
+		{3, 33, false, "", "", 0, 0, 0},
+	}
+	const n = 1010 // 31.6 blocks of 32 columns, 63.1 of 16
+	for _, tt := range tests {
+		if got := LinearUsesGemv(tt.version, tt.m); got != tt.uses {
+			t.Errorf("LinearUsesGemv(%d, %d) = %v, want %v", tt.version, tt.m, got, tt.uses)
+		}
+		if !tt.uses {
+			continue
+		}
+		if got := GemvEntryPoint(tt.m, false); got != tt.entry {
+			t.Errorf("GemvEntryPoint(%d) = %s, want %s", tt.m, got, tt.entry)
+		}
+		if got := GemvEntryPoint(tt.m, true); got != tt.silu {
+			t.Errorf("GemvEntryPoint(%d, silu) = %s, want %s", tt.m, got, tt.silu)
+		}
+		if b, th := GemvGrid(tt.m, n, false); b != tt.blocks || th != tt.threads {
+			t.Errorf("GemvGrid(%d, %d) = %d blocks of %d, want %d of %d", tt.m, n, b, th, tt.blocks, tt.threads)
+		}
+		if b, th := GemvGrid(tt.m, n, true); b != tt.sBlock || th != tt.threads {
+			t.Errorf("GemvGrid(%d, %d, silu) = %d blocks of %d, want %d of %d", tt.m, n, b, th, tt.sBlock, tt.threads)
+		}
+	}
 }

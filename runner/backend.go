@@ -122,7 +122,7 @@ type WeightPreparer interface {
 }
 
 // GateUpFuser is implemented by backends that can run gate_up_proj and
-// silu_mul as one op at some shapes (the cuda backend's linear version 2 at
+// silu_mul as one op at some shapes (the cuda backend's linear version 2 or 3 at
 // a decode step's rows): the engine then runs LinearSiluMul, labelled
 // gate_up_proj, and no silu_mul.
 type GateUpFuser interface {

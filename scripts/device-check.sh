@@ -139,7 +139,7 @@ fi
 # budgets are guesses (none is measured on an H200 yet) rebalanced as steps
 # came: issue 21's op-library steps (40 s) and issue 19's four A/Bs of each new
 # kernel version against its predecessor (decode attention 4-3 and 3-2,
-# linear 2-1, prefill attention 3-2 at 1k and 8k: 100 s, where one A/B of 41 s
+# linear 3-1, prefill attention 3-2 at 1k and 8k: 100 s, where one A/B of 41 s
 # was) took their time from every other step, within the same 345 s; then
 # gemm 2-1 at a 1k prefill (16 s) from the A/Bs, breakdown and aa steps.
 run devices 8 "$STEPBENCH" devices
@@ -159,10 +159,11 @@ run ab-decode 22 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --bas
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=3 --baseline-kernel attn_decode=2 \
   --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
-# Linear 2 (our skinny GEMM, gate_up with SiLU·mul) against cuBLAS, at batch 1 and 16 (it takes up to
-# 16 rows: at 32 both arms would run cuBLAS); the prefills are cuBLAS's in both arms.
-run ab-linear 22 "$STEPBENCH" ab --model llama-3-8b --kernel linear=2 --baseline-kernel linear=1 \
-  --batch-size 1,16 --input-len 1024 --output-len 8 --num-iters 8
+# Linear 3 (our skinny GEMMs: version 2's kernel at 1..16 rows, gemv_t32 at 17..32, gate_up with
+# SiLU·mul fused) against cuBLAS (linear=1, then silu_mul), at batch 1 and 32; the prefills are
+# the library's in both arms.
+run ab-linear 22 "$STEPBENCH" ab --model llama-3-8b --kernel linear=3 --baseline-kernel linear=1 \
+  --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 # Prefill attention 3 against 2 on the prefill alone (--output-len 1), 1 x 1024 and 1 x 8192
 # (llama-3.1-8b: 8192 positions fit its 131072; 6 pairs, the fewest for p < 0.05).
 run ab-prefill 31 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
@@ -272,7 +273,7 @@ for jsonl in "$OUT/sweep.jsonl"; do
   done <"$jsonl"
 done
 for ab in "ab-decode:attn_decode=4 against attn_decode=3" "ab-fused:attn_decode=3 against attn_decode=2" \
-  "ab-linear:linear=2 against linear=1 (cuBLAS)" \
+  "ab-linear:linear=3 against linear=1 (cuBLAS)" \
   "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone" \
   "ab-gemm:gemm=2 (cuBLASLt, tuned) against gemm=1 (cublasGemmEx), 1 x 1024 prefill alone"; do
   step="${ab%%:*}"

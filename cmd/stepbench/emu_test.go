@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -86,7 +87,7 @@ func TestEmulatedRunGraphsAndEager(t *testing.T) {
 		}
 		// llama-tiny's head_dim 32 takes neither tensor-core attention
 		// version; its vocab, head_dim and widths take the others' newest.
-		if want := `"kernel_versions": "argmax=2 attn_decode=1 attn_prefill=1 gemm=1 linear=2 rope_kv_write=2"`; !strings.Contains(string(data), want) {
+		if want := `"kernel_versions": "argmax=2 attn_decode=1 attn_prefill=1 gemm=1 linear=3 rope_kv_write=2"`; !strings.Contains(string(data), want) {
 			t.Errorf("eager=%v: the native report lacks %s", eager, want)
 		}
 	}
@@ -265,5 +266,37 @@ func checkLaunchCounts(t *testing.T, breakdown string) {
 		"--output-len", "4", "--num-iters", "1", "-v")
 	if !strings.Contains(stderr, "decode step of batch 2 (cache of 19 positions) replays a CUDA graph of 42 nodes") {
 		t.Errorf("run -v does not give the decode graph's 42 nodes:\n%s", stderr)
+	}
+}
+
+// At batch 32 linear version 3 runs the projections on its own kernels and
+// fuses silu_mul into gate_up (llama-tiny's decode graph: 42 nodes, as at
+// batch 2, and no silu_mul row in the breakdown); version 2 takes at most
+// 16 rows, so its batch-32 step is cuBLAS's GEMMs and a silu_mul per
+// layer: 46 nodes.
+func TestEmulatedLinear3FusesAtBatch32(t *testing.T) {
+	onEmulator(t)
+	for _, c := range []struct {
+		kernel string
+		nodes  int
+	}{{"linear=3", 42}, {"linear=2", 46}} {
+		stdout, stderr := mustRun(t, "run", "--device", "cuda", "--model", "llama-tiny", "--kernel", c.kernel, "--batch-size", "32",
+			"--input-len", "16", "--output-len", "4", "--num-iters", "1", "-v")
+		want := fmt.Sprintf("decode step of batch 32 (cache of 19 positions) replays a CUDA graph of %d nodes", c.nodes)
+		if !strings.Contains(stderr, want) {
+			t.Errorf("%s: run -v lacks %q:\n%s\n%s", c.kernel, want, stdout, stderr)
+		}
+	}
+	stdout, _ := mustRun(t, "run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "32", "--input-len", "16",
+		"--output-len", "4", "--num-iters", "1", "--disable-cuda-graph", "--breakdown")
+	i := strings.Index(stdout, "decode breakdown")
+	if i < 0 {
+		t.Fatalf("no decode breakdown:\n%s", stdout)
+	}
+	if strings.Contains(stdout[i:], "silu_mul") {
+		t.Errorf("batch 32's decode breakdown has a silu_mul row under linear 3:\n%s", stdout[i:])
+	}
+	if step := regexp.MustCompile(`(?m)^ +step +- +(\d+) `).FindStringSubmatch(stdout[i:]); step == nil || step[1] != "42" {
+		t.Errorf("batch 32's decode step launches %v, want 42:\n%s", step, stdout[i:])
 	}
 }

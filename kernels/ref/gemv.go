@@ -1,5 +1,6 @@
-// gemv.go is the twin of kernels/gemv.cu (linear version 2): the same
-// product as Linear (cuBLAS's twin), and gate_up's product with SiLU·mul.
+// gemv.go is the twin of kernels/gemv.cu (linear versions 2 and 3): the
+// same product as Linear (cuBLAS's twin), and gate_up's product with
+// SiLU·mul.
 
 package ref
 
@@ -8,8 +9,9 @@ import "runtime"
 // Gemv is Linear: out[m, n] = bf16(x[m, k] · w[n, k]ᵀ) accumulated in
 // float32, the same bits (each output one float32 dot product over the
 // whole of k), its columns shared among GOMAXPROCS goroutines: the checks
-// run it at Llama-3-8B's widths. The kernel takes up to 16 rows and sums k
-// in its own order (bf16 tolerance, as every kernel against its twin).
+// run it at Llama-3-8B's widths. The kernels take up to 16 rows (version 2)
+// or 32 (version 3) and sum k in their own order (bf16 tolerance, as every
+// kernel against its twin).
 //
 // Preconditions: as Linear's.
 func Gemv(out, x, w []uint16, m, n, k int) {

@@ -8,6 +8,7 @@ import (
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
 	"stepbench/kernels"
+	"stepbench/kernels/ref"
 	"stepbench/runner"
 )
 
@@ -120,7 +121,7 @@ func TestCUDANewestKernelsMatchCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
-	if got, err := (kernels.Selection{}).Resolve(cfg.KernelShape()); err != nil || got != "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=2 rope_kv_write=2" {
+	if got, err := (kernels.Selection{}).Resolve(cfg.KernelShape()); err != nil || got != "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2" {
 		t.Fatalf("the newest versions at this shape: %q, %v", got, err)
 	}
 	long := make([]int32, 40) // 40 rows: the prefill's projections are cuBLAS's
@@ -148,4 +149,99 @@ func TestCUDANewestKernelsMatchCPU(t *testing.T) {
 			t.Logf("prompt %d: logits rel err %.3g", i, r.MaxLogitsRelErr)
 		}
 	}
+}
+
+// A decode step of 32 sequences runs its projections on linear version 3's
+// own kernels (gemv_t32, gate_up with SiLU·mul in gemv_silu_t32): the
+// head_dim-64 llama-tiny at batch 32 matches the cpu backend's tokens and
+// logits (the end-to-end bound), and its captured decode step has one node
+// fewer per layer than version 2's, whose 32-row products are cuBLAS's
+// (a GEMM node each here, as theirs) followed by silu_mul.
+func TestCUDALinear3AtBatch32MatchesCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
+	}
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
+	const batch, inputLen, steps, seed = 32, 3, 4, 7
+	prompts := make([]int32, batch*inputLen)
+	for i := range prompts {
+		prompts[i] = int32((13*i + 5) % cfg.VocabSize)
+	}
+	wantTokens, wantLogits, _ := generateOn(t, runner.NewCPU(), cfg, seed, batch, prompts, steps)
+	nodes := map[int]int{}
+	for _, ver := range []int{3, 2} {
+		be, err := New(Options{CacheDir: testCache(), Kernels: kernels.Selection{kernels.OpLinear: ver}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fuses := be.FusesGateUp(batch, cfg.IntermediateSize, cfg.HiddenSize); fuses != (ver == 3) {
+			t.Errorf("linear=%d: FusesGateUp at %d rows = %v", ver, batch, fuses)
+		}
+		tokens, logits, graphs := generateOn(t, be, cfg, seed, batch, prompts, steps)
+		if err := be.Close(); err != nil {
+			t.Error(err)
+		}
+		worst := 0.0
+		for s := range logits {
+			for r := range logits[s] {
+				rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
+				if err != nil || rel > 2e-2 || tokens[s][r] != wantTokens[s][r] {
+					t.Fatalf("linear=%d step %d row %d: logits rel err %.3g (%v), token %d, cpu %d", ver, s, r, rel, err, tokens[s][r], wantTokens[s][r])
+				}
+				worst = max(worst, rel)
+			}
+		}
+		t.Logf("linear=%d: %d steps x %d rows, worst logits rel err %.3g, decode graphs %v", ver, steps+1, batch, worst, graphs)
+		for _, g := range graphs {
+			if g.Batch == batch {
+				nodes[ver] = g.Nodes
+			}
+		}
+	}
+	if nodes[3] == 0 || nodes[2]-nodes[3] != cfg.NumHiddenLayers {
+		t.Errorf("decode graph nodes at batch %d: %d with linear=3, %d with linear=2; want %d fewer (silu_mul fused)", batch, nodes[3], nodes[2], cfg.NumHiddenLayers)
+	}
+}
+
+// generateOn runs batch prompts (inputLen = len(prompts)/batch each) for
+// steps decode steps after the prefill on be, with cfg's dummy weights of
+// seed, returning each step's greedy tokens and logits per row and the
+// captured decode graphs' sizes.
+func generateOn(t *testing.T, be runner.Backend, cfg runner.Config, seed uint64, batch int, prompts []int32, steps int) ([][]int32, [][][]float32, []runner.GraphNodes) {
+	t.Helper()
+	eng, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: seed}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if err := eng.Begin(batch, len(prompts)/batch, steps+1, prompts); err != nil {
+		t.Fatal(err)
+	}
+	var tokens [][]int32
+	var logits [][][]float32
+	for s := 0; s <= steps; s++ {
+		step := eng.Prefill
+		if s > 0 {
+			step = eng.Decode
+		}
+		if err := step(); err != nil {
+			t.Fatalf("%s step %d: %v", be.Name(), s, err)
+		}
+		tk, err := eng.NextTokens()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg, err := eng.Logits()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens, logits = append(tokens, tk), append(logits, lg)
+	}
+	return tokens, logits, eng.DecodeGraphNodes()
 }

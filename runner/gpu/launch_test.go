@@ -13,7 +13,6 @@ import (
 // TestWrappersRejectBadArguments needs no GPU: every check runs before a launch.
 func TestWrappersRejectBadArguments(t *testing.T) {
 	k := &Kernels{smCount: 132}
-	pinnedLinear := k.With(kernels.Selection{kernels.OpLinear: 2})
 	var s *cuda.Stream
 	const p = cuda.DevPtr(1 << 20) // a plausible, aligned device address
 	good := kernels.AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8}
@@ -22,10 +21,7 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		change(&a)
 		return a
 	}
-	tests := []struct {
-		name, op, want string
-		call           func() error
-	}{
+	checkWrapperErrors(t, []wrapperCase{
 		{"embed hidden not /8", "embed", "multiple of 8", func() error { return k.Embed(s, p, p, p, 4, 100) }},
 		{"embed negative tokens", "embed", "tokens", func() error { return k.Embed(s, p, p, p, -1, 64) }},
 		{"embed null table", "embed", "table is a null pointer", func() error { return k.Embed(s, p, 0, p, 4, 64) }},
@@ -67,6 +63,18 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		{"argmax misaligned out", "argmax", "out", func() error { return k.Argmax(s, p+2, p, p, 8, 1, 8) }},
 		{"fill unknown kind", "fill_dummy", "kind", func() error { return k.FillDummy(s, p, 8, 8, 1, 0, 0, ref.DummyKind(7)) }},
 		{"fill negative n", "fill_dummy", "n = -1", func() error { return k.FillDummy(s, p, -1, 1, 1, 0, 0, ref.DummyOnes) }},
+	})
+}
+
+// The linear wrappers (versions 2 and 3 pinned, and the default) refuse bad
+// shapes, pointers and a k or alignment the pinned version cannot take.
+func TestLinearWrappersRejectBadArguments(t *testing.T) {
+	k := &Kernels{smCount: 132}
+	pinnedLinear := k.With(kernels.Selection{kernels.OpLinear: 2})
+	pinnedLinear3 := k.With(kernels.Selection{kernels.OpLinear: 3})
+	var s *cuda.Stream
+	const p = cuda.DevPtr(1 << 20) // a plausible, aligned device address
+	checkWrapperErrors(t, []wrapperCase{
 		{"linear zero n", "linear", "n = 0", func() error { _, err := k.Linear(s, p, p, p, 1, 0, 64); return err }},
 		{"linear null w", "linear", "w is a null pointer", func() error { _, err := k.Linear(s, p, p, 0, 1, 64, 64); return err }},
 		{"linear v2 pinned, k not /8", "linear", "linear=2 cannot run k = 100", func() error {
@@ -77,8 +85,31 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 			_, err := pinnedLinear.Linear(s, p, p+2, p, 1, 64, 64)
 			return err
 		}},
+		{"linear v3 pinned, k not /8", "linear", "linear=3 cannot run k = 100", func() error {
+			_, err := pinnedLinear3.Linear(s, p, p, p, 32, 64, 100)
+			return err
+		}},
+		{"linear v3 pinned, misaligned w at 32 rows", "linear", "linear=3 needs 16-byte aligned x and w (m=32 k=64)", func() error {
+			_, err := pinnedLinear3.Linear(s, p, p, p+8, 32, 64, 64)
+			return err
+		}},
+		{"linear_silu_mul v3 pinned, misaligned x at 17 rows", "linear_silu_mul", "linear=3 needs 16-byte aligned", func() error {
+			_, err := pinnedLinear3.LinearSiluMul(s, p, p+2, p, 17, 64, 64)
+			return err
+		}},
 		{"linear_silu_mul odd out", "linear_silu_mul", "out = ", func() error { _, err := k.LinearSiluMul(s, p+1, p, p, 1, 64, 64); return err }},
-	}
+	})
+}
+
+// wrapperCase is a wrapper call that must fail: its error starts with op
+// and mentions want.
+type wrapperCase struct {
+	name, op, want string
+	call           func() error
+}
+
+func checkWrapperErrors(t *testing.T, tests []wrapperCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
@@ -109,10 +140,13 @@ func TestWrappersSkipEmptyWork(t *testing.T) {
 		"argmax":    k.Argmax(s, p, p, p, 0, 0, 64),
 		"fill":      k.FillDummy(s, p, 0, 0, 1, 0, 0, ref.DummyUniform),
 		"linear":    ranNothing(k.Linear(s, p, p, p, 0, 64, 64)),
-		// Prefill's rows, and an unaligned x under the default choice, are cuBLAS's.
-		"linear prefill":   ranNothing(k.Linear(s, p, p, p, 17, 64, 64)),
-		"linear unaligned": ranNothing(k.Linear(s, p, p+2, p, 1, 64, 64)),
-		"linear v1":        ranNothing(k.With(kernels.Selection{kernels.OpLinear: 1}).Linear(s, p, p, p, 1, 64, 64)),
+		// Prefill's rows (more than 32; more than 16 under version 2), and
+		// an unaligned x under the default choice, are cuBLAS's.
+		"linear prefill":           ranNothing(k.Linear(s, p, p, p, 33, 64, 64)),
+		"linear v2 17 rows":        ranNothing(k.With(kernels.Selection{kernels.OpLinear: 2}).Linear(s, p, p, p, 17, 64, 64)),
+		"linear unaligned 32 rows": ranNothing(k.Linear(s, p, p+2, p, 32, 64, 64)),
+		"linear unaligned":         ranNothing(k.Linear(s, p, p+2, p, 1, 64, 64)),
+		"linear v1":                ranNothing(k.With(kernels.Selection{kernels.OpLinear: 1}).Linear(s, p, p, p, 1, 64, 64)),
 	} {
 		if err != nil {
 			t.Errorf("%s with no work: %v", name, err)

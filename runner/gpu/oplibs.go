@@ -186,7 +186,7 @@ func opTensor(p cuda.DevPtr, dt cuda.OpDType, shape []int) cuda.OpTensor {
 }
 
 // LibLinear is out[m,n] = x[m,k]·w[n,k]ᵀ by the op library that replaces
-// linear; without one it is an error (Linear is linear version 2's).
+// linear; without one it is an error (Linear is linear version 2's or 3's).
 func (k *Kernels) LibLinear(s *cuda.Stream, out, x, w cuda.DevPtr, m, n, kd int) error {
 	o := k.opLib(OpLinear)
 	if o == nil {

@@ -35,7 +35,7 @@ func (c *Backend) AddRMSNorm(out, residual, add, weight runner.Buffer, rows, hid
 	return c.set.AddRMSNorm(c.stream, pOut, pRes, pAdd, pW, rows, hidden, eps)
 }
 
-// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ: linear version 2's kernel for a
+// Linear is out[m,n] = x[m,k]·w[n,k]ᵀ: linear version 2's or 3's kernels for a
 // decode step's few rows (Kernels.Linear), else the library, cuBLAS's
 // cublasGemmEx (gemm version 1) or tuned cuBLASLt (gemm version 2): in column-major terms
 // C(n×m) = op(A)·B with A = w seen as k×n (transposed), B = x seen as k×m.
@@ -53,7 +53,7 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	if c.set.Replaces(OpLinear) { // --op linear=LIB: the library, not ours or cuBLAS
 		return c.set.LibLinear(c.stream, pOut, pX, pW, m, n, k)
 	}
-	// Linear version 2 (kernels/gemv.cu) takes decode's few rows; the rest is cuBLAS's.
+	// Linear versions 2 and 3 (kernels/gemv.cu) take decode's few rows; the rest is cuBLAS's.
 	if ran, err := c.set.Linear(c.stream, pOut, pX, pW, m, n, k); ran || err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 }
 
 // FusesGateUp reports whether LinearSiluMul takes these shapes: linear
-// version 2 at m rows over k (runner.GateUpFuser), and no op library
+// version 2 or 3 at m rows over k (runner.GateUpFuser), and no op library
 // replaces linear or silu_mul (the library's op must run as itself).
 func (c *Backend) FusesGateUp(m, inter, k int) bool {
 	if c.set.Replaces(OpLinear) || c.set.Replaces(OpSiluMul) {
@@ -93,7 +93,7 @@ func (c *Backend) LinearSiluMul(out, x, w runner.Buffer, m, inter, k int) error 
 	}
 	ran, err := c.set.LinearSiluMul(c.stream, pOut, pX, pW, m, inter, k)
 	if err == nil && !ran {
-		err = fmt.Errorf("linear_silu_mul: linear version 2 does not take m=%d k=%d with these buffers (FusesGateUp said it would)", m, k)
+		err = fmt.Errorf("linear_silu_mul: the selected linear version does not take m=%d k=%d with these buffers (FusesGateUp said it would)", m, k)
 	}
 	return err
 }

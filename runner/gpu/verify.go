@@ -144,7 +144,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA context unusable")
 
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
-// covers decode and prefill, linear version 2's kernels of gemv.cu) and
+// covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu) and
 // decode_graph for the replayed decode step.
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
 	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm"}

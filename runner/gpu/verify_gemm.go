@@ -22,8 +22,9 @@ import (
 const gemmMaxMACs = 1 << 27
 
 // gemmRows are the prefill row counts checked at every model: the fewest
-// that linear version 2 leaves to the library, and a 64-token prefill.
-var gemmRows = []int{kernels.GemvMaxRows + 1, 64}
+// that linear version 2 leaves to the library, the fewest that version 3
+// leaves, and a 64-token prefill.
+var gemmRows = []int{kernels.GemvMaxRows + 1, kernels.Gemv32MaxRows + 1, 64}
 
 // verifyGemm checks gemm version 2 at m's projections (skipped where the
 // selection pins version 1 or no cuBLASLt is at hand).

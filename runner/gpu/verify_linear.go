@@ -32,29 +32,55 @@ func linearShapes(m kernels.ModelShape) []linearShape {
 	}
 }
 
-// linearEdgeShapes are products at the kernel's edges whatever the model:
-// a partial last k chunk (k % 64 != 0), n not a multiple of the block's 16
-// columns, 8 and 9 rows (one mma token block, then two), a single chunk.
-var linearEdgeShapes = []struct {
+// linearEdge is one product at a kernel's edges: m rows of shape p.
+type linearEdge struct {
 	m int
 	linearShape
-}{
-	{3, linearShape{"edge", 40, 200}},
-	{8, linearShape{"edge", 1003, 136}},
-	{9, linearShape{"edge", 24, 72}},
-	{16, linearShape{"edge", 17, 8}},
-	{1, linearShape{"edge", 16, 4104}},
 }
 
-// linearRows are the row counts checked at every model's projections:
-// batch 1, an odd batch, and version 2's largest.
-var linearRows = []int{1, 5, kernels.GemvMaxRows}
+// linearEdgeShapes are products at each version's kernels' edges whatever
+// the model. Version 2: a partial last k chunk (k % 64 != 0), n not a
+// multiple of the block's 16 columns, 8 and 9 rows (one mma token block,
+// then two), a single chunk. Version 3's own (17..32 rows, blocks of 32
+// columns): 17 rows (one row in the third token block), 24 and 32, n past
+// a block's first tile (40, 1003, 48: the second tile partly or wholly
+// past n), n under one tile (24, 17), a partial k chunk (200, 136, 72,
+// 4104) and a lone one (k = 8: one lane in four loads).
+func linearEdgeShapes(ver int) []linearEdge {
+	if ver == 3 {
+		return []linearEdge{
+			{17, linearShape{"edge", 40, 200}},
+			{24, linearShape{"edge", 1003, 136}},
+			{32, linearShape{"edge", 24, 72}},
+			{17, linearShape{"edge", 17, 8}},
+			{32, linearShape{"edge", 48, 4104}},
+		}
+	}
+	return []linearEdge{
+		{3, linearShape{"edge", 40, 200}},
+		{8, linearShape{"edge", 1003, 136}},
+		{9, linearShape{"edge", 24, 72}},
+		{16, linearShape{"edge", 17, 8}},
+		{1, linearShape{"edge", 16, 4104}},
+	}
+}
+
+// linearRows are the row counts checked at every model's projections.
+// Version 2: batch 1, an odd batch, and its largest. Version 3: batch 1
+// (version 2's kernel, reached through version 3), then its own kernels'
+// smallest, an odd middle and largest.
+func linearRows(ver int) []int {
+	if ver == 3 {
+		return []int{1, kernels.GemvMaxRows + 1, 24, kernels.Gemv32MaxRows}
+	}
+	return []int{1, 5, kernels.GemvMaxRows}
+}
 
 // verifyLinear checks an op library that replaces linear at 1 and 37 rows,
-// and linear version 2 (the one of ours: version 1 is cuBLAS, which the
+// and linear versions 2 and 3 (ours: version 1 is cuBLAS, which the
 // verifier holds no handle of; the end-to-end comparison with the cpu
-// backend covers it) at the model's projections and the edge shapes, and
-// its gate_up kernel with SiLU·mul fused.
+// backend covers it) at the model's projections, and their gate_up kernels
+// with SiLU·mul fused.
 func (v *Verifier) verifyLinear(m kernels.ModelShape) {
 	for _, rows := range []int{1, 37} {
 		v.libLinearAt(m, rows)
@@ -64,7 +90,7 @@ func (v *Verifier) verifyLinear(m kernels.ModelShape) {
 			continue
 		}
 		set := v.pinned(kernels.OpLinear, ver)
-		for _, rows := range linearRows {
+		for _, rows := range linearRows(ver) {
 			for _, p := range linearShapes(m) {
 				v.linearAt(set, ver, m.Name, p, rows)
 			}
@@ -79,16 +105,17 @@ func (v *Verifier) verifyLinearEdges() {
 		if ver == 1 {
 			continue
 		}
-		for _, e := range linearEdgeShapes {
+		for _, e := range linearEdgeShapes(ver) {
 			v.linearAt(v.pinned(kernels.OpLinear, ver), ver, "edge", e.linearShape, e.m)
 		}
 	}
 }
 
-// cappedN is n, or fewer rows (a multiple of 16) so that n×k stays within
-// linearMaxElements, and a label saying so.
+// cappedN is n, or fewer rows (a multiple of 32, whole blocks of every
+// gemv kernel) so that n×k stays within linearMaxElements, and a label
+// saying so.
 func cappedN(n, k int) (int, string) {
-	capped := max(kernels.GemvRows, linearMaxElements/max(k, 1)/kernels.GemvRows*kernels.GemvRows)
+	capped := max(kernels.Gemv32Cols, linearMaxElements/max(k, 1)/kernels.Gemv32Cols*kernels.Gemv32Cols)
 	if n <= capped {
 		return n, fmt.Sprintf("n=%d", n)
 	}
@@ -98,7 +125,7 @@ func cappedN(n, k int) (int, string) {
 // linearAt checks one product of rows rows at projection p with set's
 // linear version (skipped where that version does not take k or the rows).
 func (v *Verifier) linearAt(set *Kernels, ver int, model string, p linearShape, rows int) {
-	if _, err := set.Selection().LinearVersion(p.k); err != nil || v.dead != nil || !kernels.LinearUsesGemv(rows) {
+	if _, err := set.Selection().LinearVersion(p.k); err != nil || v.dead != nil || !kernels.LinearUsesGemv(ver, rows) {
 		return
 	}
 	n, nLabel := cappedN(p.n, p.k)
@@ -106,7 +133,7 @@ func (v *Verifier) linearAt(set *Kernels, ver int, model string, p linearShape, 
 	want := make([]uint16, rows*n)
 	ref.Gemv(want, x, w, rows, n, p.k)
 	out, dX, dW := v.poisoned(rows*n), v.bf16(x), v.bf16(w)
-	v.launch(func() error { return ranLinear(set.Linear(v.stream, out, dX, dW, rows, n, p.k)) })
+	v.launch(func() error { return ranLinear(ver, rows)(set.Linear(v.stream, out, dX, dW, rows, n, p.k)) })
 	v.modelBytes = costBytes("linear", func(be runner.Backend, b func(int) runner.Buffer) error {
 		return be.Linear(b(1), b(1), b(1), rows, n, p.k)
 	})
@@ -116,7 +143,7 @@ func (v *Verifier) linearAt(set *Kernels, ver int, model string, p linearShape, 
 
 // linearSiluAt checks gate_up_proj with SiLU·mul fused at rows rows.
 func (v *Verifier) linearSiluAt(set *Kernels, ver int, m kernels.ModelShape, rows int) {
-	if _, err := set.Selection().LinearVersion(m.Hidden); err != nil || v.dead != nil || !kernels.LinearUsesGemv(rows) {
+	if _, err := set.Selection().LinearVersion(m.Hidden); err != nil || v.dead != nil || !kernels.LinearUsesGemv(ver, rows) {
 		return
 	}
 	// Capping drops whole columns of both halves: inter rows of gate, as many of up.
@@ -130,25 +157,29 @@ func (v *Verifier) linearSiluAt(set *Kernels, ver int, m kernels.ModelShape, row
 	want := make([]uint16, rows*inter)
 	ref.GemvSiluMul(want, x, w, rows, inter, m.Hidden)
 	out, dX, dW := v.poisoned(rows*inter), v.bf16(x), v.bf16(w)
-	v.launch(func() error { return ranLinear(set.LinearSiluMul(v.stream, out, dX, dW, rows, inter, m.Hidden)) })
+	v.launch(func() error {
+		return ranLinear(ver, rows)(set.LinearSiluMul(v.stream, out, dX, dW, rows, inter, m.Hidden))
+	})
 	rel, err := closeBF16(v.getBF16(out, rows*inter), want)
 	v.record(versioned("linear silu_mul", ver), fmt.Sprintf("%s gate_up_proj m=%d %s k=%d", m.Name, rows, label, m.Hidden), rel, false, err)
 }
 
 // ranLinear turns a launch that ran nothing into an error: a check of
-// version 2 must run version 2's kernel.
-func ranLinear(ran bool, err error) error {
-	if err == nil && !ran {
-		return fmt.Errorf("linear version 2's kernel did not run")
+// version ver must run that version's kernel.
+func ranLinear(ver, rows int) func(bool, error) error {
+	return func(ran bool, err error) error {
+		if err == nil && !ran {
+			return fmt.Errorf("linear version %d's kernel did not run at m=%d", ver, rows)
+		}
+		return err
 	}
-	return err
 }
 
-// gateLinear checks linear version 2 at a run's decode row count, when the
-// run's selection takes it there.
+// gateLinear checks linear version 2 or 3 at a run's decode row count, when
+// the run's selection takes it there.
 func (v *Verifier) gateLinear(m kernels.ModelShape, rows int) {
 	ver, err := v.set.Selection().LinearVersion(m.Hidden)
-	if err != nil || ver != 2 || !kernels.LinearUsesGemv(rows) || v.set.Replaces(OpLinear) {
+	if err != nil || !kernels.LinearUsesGemv(ver, rows) || v.set.Replaces(OpLinear) {
 		return
 	}
 	set := v.pinned(kernels.OpLinear, ver)
