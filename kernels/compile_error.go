@@ -21,8 +21,8 @@ type CompileError struct {
 
 // nvrtcDiagRe is NVRTC's diagnostic line, "attention.cu(12): error: ..."
 // (also "catastrophic error" and, from g++ through the emulated NVRTC, the
-// same form).
-var nvrtcDiagRe = regexp.MustCompile(`(?m)^(.+?)\((\d+)\): (?:catastrophic )?error: (.*)$`)
+// same form, a missing header there being g++'s "fatal error").
+var nvrtcDiagRe = regexp.MustCompile(`(?m)^(.+?)\((\d+)\): (?:catastrophic |fatal )?error: (.*)$`)
 
 // newCompileError reads the first error of log.
 func newCompileError(name string, arch int, log string, err error) *CompileError {
