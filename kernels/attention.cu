@@ -1444,11 +1444,11 @@ __device__ __forceinline__ void decode4_sub(float o[D / 8][4], float& m, float& 
 
 // decode4_partial is version 4's work of one block before the combine: the
 // warps' sub-tiles, then their merge into version 2's partial of each query
-// head; false when the split holds no keys (uniform across the block). qh
-// is the kv head's first query head (the group's rows follow, D apart):
-// global memory in version 4, version 5's rotated q in shared memory.
+// head; false when the split holds no keys (uniform across the block).
+// FRESH (version 5): q is the kv head's rotated query heads in shared
+// memory (group x D), and the block may have written a key row itself.
 template <int D, int G, bool FRESH>
-__device__ __forceinline__ bool decode4_partial(float* __restrict__ ws, const unsigned short* __restrict__ qh,
+__device__ __forceinline__ bool decode4_partial(float* __restrict__ ws, const unsigned short* __restrict__ q,
                                                 const unsigned short* __restrict__ kCache,
                                                 const unsigned short* __restrict__ vCache,
                                                 const int* __restrict__ startPos, int batch, int heads,
@@ -1472,7 +1472,8 @@ __device__ __forceinline__ bool decode4_partial(float* __restrict__ ws, const un
     unsigned qa[D / 32][2][4];
     {
         const u32x4 zero = {0, 0, 0, 0};
-        const unsigned short* qr = qh + min(g, group - 1) * D + 8 * t;
+        const long long q_head = FRESH ? 0 : (long long)b * heads + (long long)kvh * group;
+        const unsigned short* qr = q + (q_head + min(g, group - 1)) * D + 8 * t;
 #pragma unroll
         for (int c = 0; c < D / 32; c++) {
             const u32x4 v = g < group ? *(const u32x4*)(qr + 32 * c) : zero;
@@ -1533,8 +1534,7 @@ __device__ __noinline__ void attn_decode4(unsigned short* __restrict__ out, floa
                                           const unsigned short* __restrict__ vCache,
                                           const int* __restrict__ startPos, int batch, int heads,
                                           int kvHeads, int maxSeq, int chunk, int splits) {
-    const unsigned short* qh = q + ((long long)blockIdx.z * heads + (long long)blockIdx.y * (heads / kvHeads)) * D;
-    if (!decode4_partial<D, G, false>(ws, qh, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
+    if (!decode4_partial<D, G, false>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
         return;
     }
     decode_combine_last<D, G>(out, ws, startPos, batch, heads, kvHeads, maxSeq, chunk, splits);
