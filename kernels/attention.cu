@@ -20,6 +20,10 @@
 //    launch per layer instead of two; output bit-identical to version 2).
 //  - attn_decode 4, attn_decode4_dD_gG: flash-decoding on tensor cores
 //    (the kv head's query heads as M), combine fused as in version 3.
+//  - attn_decode 5, attn_decode5_dD_gG: version 4 with rope_kv_write
+//    (version 2's rotation) fused into its prologue at decode steps: it
+//    reads the qkv rows; caches and output bit-identical to rope_kv_write 2
+//    + attn_decode 4. Only when chosen (kernels.DecodeDefaultMax).
 //  - attn_prefill 1, attn_prefill_dD: FlashAttention-2 style tiles of 64
 //    queries x 32 keys on fp32 CUDA cores.
 //  - attn_prefill 2, attn_prefill_tc_dD (D 64, 128): FlashAttention-2 on
@@ -1585,10 +1589,26 @@ DEFINE_DECODE4(128, 8)
 // 1.5 us of graph-node gap each, 0.1-0.24 ms per step. The prologue adds a
 // sincosf per pair (D/2 per block) and a barrier before the key loop.
 //
-// Evidence without a GPU: see docs/kernel.md (ptxas figures of
-// attn_decode5_dD_gG under NVRTC 11.8) and verify's "attention decode v5"
-// checks (bits of the output and the caches against the unfused path, in
-// every emulated thread order).
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas (NVRTC 11.8, stepbench build --arch 80,90): attn_decode5_d128_gG
+//    168 registers on sm_90 (version 4: 176; 3 blocks of 4 warps per SM by
+//    registers instead of 2), 182 on sm_80 (184), _d64 106 (104); 0 spills;
+//    a 32-byte stack frame (version 4: none): sincosf's slow-path argument
+//    reduction for large angles keeps its words in local memory (with
+//    sincosf replaced the frame is 0 B); static shared 784-2640 B (q_s G x D
+//    bf16, cos and sin D/2 floats each, version 4's ticket and heads'
+//    norms) beside version 4's dynamic shared memory.
+//  - Emulated: verify's "attention decode v5" demands the output's and both
+//    caches' bits of rope_kv_write 2 + attn_decode 4 at every decode shape
+//    (Llama-3-8B's heads at batch 4 pos 1030, positions 0 and 1000 at batch
+//    1 and 3, one-split and ragged-tail shapes), under the forward order and
+//    TestEmulatorSchedules' reverse, random and warp-serial orders; the
+//    replayed decode graph crosses a chunk boundary (the writer moves to the
+//    next split). Seeded bugs: without the prologue's last barrier every
+//    d128 shape fails under warp-serial and warp-serial-reverse; the first
+//    split writing the new key instead of the split holding it fails under
+//    the reverse order (blocks run last-first: the reader finds the row
+//    poisoned), and hides in launch order.
 
 // decode5_rope_prologue rotates the kv head's group of q heads into q_s
 // and, in the block whose split holds position pos, writes rotated k and
