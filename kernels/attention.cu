@@ -1598,6 +1598,12 @@ DEFINE_DECODE4(128, 8)
 //    sincosf replaced the frame is 0 B); static shared 784-2640 B (q_s G x D
 //    bf16, cos and sin D/2 floats each, version 4's ticket and heads'
 //    norms) beside version 4's dynamic shared memory.
+//  - Access counters (EMULATED, verify --counters, L1 sectors of global
+//    requests, not DRAM bytes): b=1 pos=4095 h32 kv8 d128, rope_kv_write2
+//    + attn_decode4 19.20 MB against attn_decode5's 18.50 MB (each warp's q
+//    fragment loads from global become one qkv read per block and shared
+//    reads); b=2 pos=0: 230 KB against 154 KB; b=8 pos=1000: 36.06 against
+//    35.06 MB.
 //  - Emulated: verify's "attention decode v5" demands the output's and both
 //    caches' bits of rope_kv_write 2 + attn_decode 4 at every decode shape
 //    (Llama-3-8B's heads at batch 4 pos 1030, positions 0 and 1000 at batch
