@@ -20,6 +20,10 @@
 //    launch per layer instead of two; output bit-identical to version 2).
 //  - attn_decode 4, attn_decode4_dD_gG: flash-decoding on tensor cores
 //    (the kv head's query heads as M), combine fused as in version 3.
+//  - attn_decode 5, attn_decode5_dD_gG: version 4 with rope_kv_write
+//    (version 2's rotation) fused into its prologue at decode steps: it
+//    reads the qkv rows; caches and output bit-identical to rope_kv_write 2
+//    + attn_decode 4. Only when chosen (kernels.DecodeDefaultMax).
 //  - attn_prefill 1, attn_prefill_dD: FlashAttention-2 style tiles of 64
 //    queries x 32 keys on fp32 CUDA cores.
 //  - attn_prefill 2, attn_prefill_tc_dD (D 64, 128): FlashAttention-2 on
@@ -1349,9 +1353,23 @@ DEFINE_DECODE3(128, 8)
 #define DEC4_SUB 16
 #define DEC4_WARPS 4
 
+// decode4_load_k loads 16 bytes of a key row: a plain load in version 4;
+// in version 5 (FRESH), whose block may have written the row in this
+// launch, ld.global.cg, which is coherent with that write after the
+// block's barrier (a plain load of a const __restrict__ row may become the
+// non-coherent ld.global.nc).
+template <bool FRESH>
+__device__ __forceinline__ u32x4 decode4_load_k(const unsigned short* p) {
+    if (FRESH) {
+        const uint4 v = __ldcg((const uint4*)p);
+        return u32x4{v.x, v.y, v.z, v.w};
+    }
+    return *(const u32x4*)p;
+}
+
 // decode4_sub adds one 16-key sub-tile (keys kb0..kb0+15 of [.., j1)) to a
 // warp's state: o (O's D fragments, rows g), m and l (row g's).
-template <int D>
+template <int D, bool FRESH>
 __device__ __forceinline__ void decode4_sub(float o[D / 8][4], float& m, float& l, const unsigned qa[D / 32][2][4],
                                             const unsigned short* __restrict__ krow0, const unsigned short* __restrict__ vrow0,
                                             long long pos_stride, unsigned short* vt, int kb0, int j1,
@@ -1377,7 +1395,7 @@ __device__ __forceinline__ void decode4_sub(float o[D / 8][4], float& m, float& 
         const unsigned short* kr = krow0 + (long long)key * pos_stride + 8 * t;
         u32x4 kv[D / 32];
 #pragma unroll
-        for (int c = 0; c < D / 32; c++) kv[c] = *(const u32x4*)(kr + 32 * c);
+        for (int c = 0; c < D / 32; c++) kv[c] = decode4_load_k<FRESH>(kr + 32 * c);
         s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
 #pragma unroll
         for (int c = 0; c < D / 32; c++) {
@@ -1431,7 +1449,9 @@ __device__ __forceinline__ void decode4_sub(float o[D / 8][4], float& m, float& 
 // decode4_partial is version 4's work of one block before the combine: the
 // warps' sub-tiles, then their merge into version 2's partial of each query
 // head; false when the split holds no keys (uniform across the block).
-template <int D, int G>
+// FRESH (version 5): q is the kv head's rotated query heads in shared
+// memory (group x D), and the block may have written a key row itself.
+template <int D, int G, bool FRESH>
 __device__ __forceinline__ bool decode4_partial(float* __restrict__ ws, const unsigned short* __restrict__ q,
                                                 const unsigned short* __restrict__ kCache,
                                                 const unsigned short* __restrict__ vCache,
@@ -1456,7 +1476,8 @@ __device__ __forceinline__ bool decode4_partial(float* __restrict__ ws, const un
     unsigned qa[D / 32][2][4];
     {
         const u32x4 zero = {0, 0, 0, 0};
-        const unsigned short* qr = q + ((long long)b * heads + (long long)kvh * group + min(g, group - 1)) * D + 8 * t;
+        const long long q_head = FRESH ? 0 : (long long)b * heads + (long long)kvh * group;
+        const unsigned short* qr = q + (q_head + min(g, group - 1)) * D + 8 * t;
 #pragma unroll
         for (int c = 0; c < D / 32; c++) {
             const u32x4 v = g < group ? *(const u32x4*)(qr + 32 * c) : zero;
@@ -1471,7 +1492,7 @@ __device__ __forceinline__ bool decode4_partial(float* __restrict__ ws, const un
     const long long pos_stride = (long long)kvHeads * D;
     const long long base = (long long)b * maxSeq * pos_stride + (long long)kvh * D;
     for (int kb0 = j0 + warp * DEC4_SUB; kb0 < j1; kb0 += DEC4_WARPS * DEC4_SUB) {
-        decode4_sub<D>(o, m, l, qa, kCache + base, vCache + base, pos_stride, vt, kb0, j1, scale_log2);
+        decode4_sub<D, FRESH>(o, m, l, qa, kCache + base, vCache + base, pos_stride, vt, kb0, j1, scale_log2);
     }
     // Row sums over the 4 lanes of a row; the warp's state to shared memory.
     l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -1517,7 +1538,7 @@ __device__ __noinline__ void attn_decode4(unsigned short* __restrict__ out, floa
                                           const unsigned short* __restrict__ vCache,
                                           const int* __restrict__ startPos, int batch, int heads,
                                           int kvHeads, int maxSeq, int chunk, int splits) {
-    if (!decode4_partial<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
+    if (!decode4_partial<D, G, false>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
         return;
     }
     decode_combine_last<D, G>(out, ws, startPos, batch, heads, kvHeads, maxSeq, chunk, splits);
@@ -1538,3 +1559,143 @@ DEFINE_DECODE4(128, 1)
 DEFINE_DECODE4(128, 2)
 DEFINE_DECODE4(128, 4)
 DEFINE_DECODE4(128, 8)
+
+// Decode attention v5: version 4 with rope_kv_write fused into its
+// prologue (issue 19 item 2: one launch fewer per layer and decode step).
+// It reads the step's fused qkv rows [batch][(heads + 2 kvHeads) D] (the
+// rows rope_kv_write reads) instead of rotated q:
+//  - every live block (split, kv head, sequence) rotates the q heads of its
+//    kv head into shared memory (group x D bf16; redundant across splits,
+//    G x D x 2 B of qkv per block, from L2 after the first);
+//  - the one block of each (kv head, sequence) whose split holds the new
+//    position p = *startPos (split p / chunk: the only split whose keys
+//    [j0, min(j0 + chunk, p + 1)) include p) rotates k and writes k and v
+//    of the new token into the caches, then __syncthreads, then the block
+//    reads its keys (version 4's sub-tiles, K loaded by ld.global.cg). No
+//    other block of the launch reads row p of that kv head, so there is no
+//    cross-block race; startPos is read from device memory by every block,
+//    so a replayed graph picks the writer anew at each position.
+// The rotation is rope_kv_write2's, op for op (bf16 cos and sin of the
+// same sincosf, each product rounded, the sum rounded): the caches and the
+// output are bit-identical to rope_kv_write version 2 + attn_decode
+// version 4, which verify demands.
+//
+// Napkin math (PREDICTED, not measured), Llama-3-8B decode, per layer: the
+// rotated q's round trip through global memory goes (8 KB written by
+// rope_kv_write and read back by attention per token); each block reads its
+// group's q (4 heads x 256 B) and the block of p also 4 KB of k and v. At
+// batch 1 the step is launch-bound: 32 launches and graph nodes fewer per
+// step (262 -> 230), at about 2-6 us of a small kernel's latency plus about
+// 1.5 us of graph-node gap each, 0.1-0.24 ms per step. The prologue adds a
+// sincosf per pair (D/2 per block) and a barrier before the key loop.
+//
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas (NVRTC 11.8, stepbench build --arch 80,90): attn_decode5_d128_gG
+//    168 registers on sm_90 (version 4: 176; 3 blocks of 4 warps per SM by
+//    registers instead of 2), 182 on sm_80 (184), _d64 106 (104); 0 spills;
+//    a 32-byte stack frame (version 4: none): sincosf's slow-path argument
+//    reduction for large angles keeps its words in local memory (with
+//    sincosf replaced the frame is 0 B); static shared 784-2640 B (q_s G x D
+//    bf16, cos and sin D/2 floats each, version 4's ticket and heads'
+//    norms) beside version 4's dynamic shared memory.
+//  - Access counters (EMULATED, verify --counters, L1 sectors of global
+//    requests, not DRAM bytes): b=1 pos=4095 h32 kv8 d128, rope_kv_write2
+//    + attn_decode4 19.20 MB against attn_decode5's 18.50 MB (each warp's q
+//    fragment loads from global become one qkv read per block and shared
+//    reads); b=2 pos=0: 230 KB against 154 KB; b=8 pos=1000: 36.06 against
+//    35.06 MB.
+//  - Emulated: verify's "attention decode v5" demands the output's and both
+//    caches' bits of rope_kv_write 2 + attn_decode 4 at every decode shape
+//    (Llama-3-8B's heads at batch 4 pos 1030, positions 0 and 1000 at batch
+//    1 and 3, one-split and ragged-tail shapes), under the forward order and
+//    TestEmulatorSchedules' reverse, random and warp-serial orders; the
+//    replayed decode graph crosses a chunk boundary (the writer moves to the
+//    next split). Seeded bugs: without the prologue's last barrier every
+//    d128 shape fails under warp-serial and warp-serial-reverse; the first
+//    split writing the new key instead of the split holding it fails under
+//    the reverse order (blocks run last-first: the reader finds the row
+//    poisoned), and hides in launch order.
+
+// decode5_rope_prologue rotates the kv head's group of q heads into q_s
+// and, in the block whose split holds position pos, writes rotated k and
+// raw v of the new token to the caches (rope_kv_write2's numerics).
+template <int D>
+__device__ __forceinline__ void decode5_rope_prologue(unsigned short* __restrict__ q_s, unsigned short* kCache,
+                                                      unsigned short* vCache, const unsigned short* __restrict__ qkv,
+                                                      const float* __restrict__ invFreq, float* cos_s, float* sin_s,
+                                                      int pos, bool writes, int heads, int kvHeads, int maxSeq) {
+    constexpr int half = D / 2, vecs = half / 8;
+    const int kvh = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, group = heads / kvHeads;
+    for (int i = tid; i < half; i += blockDim.x) {
+        float s, c;
+        sincosf((float)pos * invFreq[i], &s, &c);
+        cos_s[i] = round_bf16(c);
+        sin_s[i] = round_bf16(s);
+    }
+    __syncthreads();
+    const int q_width = heads * D, kv_width = kvHeads * D;
+    const unsigned short* row = qkv + (long long)b * (q_width + 2 * kv_width);
+    const long long cache_at = ((long long)b * maxSeq + pos) * kv_width + (long long)kvh * D;
+    // Items: the group's q heads, then (the writer) k of this kv head, then its v.
+    const int rot = (group + (writes ? 1 : 0)) * vecs;
+    const int items = rot + (writes ? D / 8 : 0);
+    for (int idx = tid; idx < items; idx += blockDim.x) {
+        if (idx >= rot) {
+            const int i = (idx - rot) * 8;
+            *(u32x4*)(vCache + cache_at + i) = *(const u32x4*)(row + q_width + kv_width + kvh * D + i);
+            continue;
+        }
+        const int h = idx / vecs, i = (idx - h * vecs) * 8;
+        const unsigned short* x = h < group ? row + (kvh * group + h) * D : row + q_width + kvh * D;
+        unsigned short* dst = h < group ? q_s + h * D : kCache + cache_at;
+        float lo[8], hi[8], out_lo[8], out_hi[8];
+        unpack8(*(const u32x4*)(x + i), lo);
+        unpack8(*(const u32x4*)(x + i + half), hi);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const float c = cos_s[i + e], s = sin_s[i + e];
+            out_lo[e] = round_bf16(lo[e] * c) + round_bf16(-hi[e] * s);
+            out_hi[e] = round_bf16(hi[e] * c) + round_bf16(lo[e] * s);
+        }
+        *(u32x4*)(dst + i) = pack8(out_lo);
+        *(u32x4*)(dst + i + half) = pack8(out_hi);
+    }
+    __syncthreads();  // q_s, and the new key's row, before any warp reads them
+}
+
+template <int D, int G>
+__device__ __noinline__ void attn_decode5(unsigned short* __restrict__ out, float* __restrict__ ws,
+                                          const unsigned short* __restrict__ qkv, unsigned short* kCache,
+                                          unsigned short* vCache, const float* __restrict__ invFreq,
+                                          const int* __restrict__ startPos, int batch, int heads, int kvHeads,
+                                          int maxSeq, int chunk, int splits) {
+    __shared__ __align__(16) unsigned short q_s[G * D];
+    __shared__ float cos_s[D / 2];
+    __shared__ float sin_s[D / 2];
+    const int pos = *startPos;
+    const int keys = min(pos + 1, maxSeq), j0 = blockIdx.x * chunk;
+    if (j0 >= keys) return;  // uniform: the split holds no keys (version 4 returns here too)
+    const bool writes = pos < maxSeq && pos < j0 + chunk;  // this split holds the new key
+    decode5_rope_prologue<D>(q_s, kCache, vCache, qkv, invFreq, cos_s, sin_s, pos, writes, heads, kvHeads, maxSeq);
+    if (!decode4_partial<D, G, true>(ws, q_s, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits)) {
+        return;
+    }
+    decode_combine_last<D, G>(out, ws, startPos, batch, heads, kvHeads, maxSeq, chunk, splits);
+}
+
+#define DEFINE_DECODE5(D, G)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(DEC4_WARPS * 32) attn_decode5_d##D##_g##G(                   \
+        unsigned short* out, float* ws, const unsigned short* qkv, unsigned short* kCache,                    \
+        unsigned short* vCache, const float* invFreq, const int* startPos, int batch, int heads, int kvHeads, \
+        int maxSeq, int chunk, int splits) {                                                                  \
+        attn_decode5<D, G>(out, ws, qkv, kCache, vCache, invFreq, startPos, batch, heads, kvHeads, maxSeq,    \
+                           chunk, splits);                                                                    \
+    }
+DEFINE_DECODE5(64, 1)
+DEFINE_DECODE5(64, 2)
+DEFINE_DECODE5(64, 4)
+DEFINE_DECODE5(64, 8)
+DEFINE_DECODE5(128, 1)
+DEFINE_DECODE5(128, 2)
+DEFINE_DECODE5(128, 4)
+DEFINE_DECODE5(128, 8)

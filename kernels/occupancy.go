@@ -27,7 +27,7 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		return Launch{PrefillThreads, PrefillSharedBytes(d), ""}, true
 	case scan(entry, "attn_decode2_d%d_g%d", &d, &g), scan(entry, "attn_decode3_d%d_g%d", &d, &g):
 		return Launch{Decode2Threads, Decode2SharedBytes(d, g), ""}, true
-	case scan(entry, "attn_decode4_d%d_g%d", &d, &g):
+	case scan(entry, "attn_decode4_d%d_g%d", &d, &g), scan(entry, "attn_decode5_d%d_g%d", &d, &g):
 		return Launch{Decode4Warps * 32, Decode4SharedBytes(d, g), ""}, true
 	case scan(entry, "attn_prefill3_d%d", &d):
 		return Launch{PrefillV3Threads, PrefillV3SharedBytes(d), ""}, true

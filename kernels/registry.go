@@ -53,6 +53,7 @@ func Families() []Family {
 		{Name: "attn_decode2", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 2},
 		{Name: "attn_decode3", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 3},
 		{Name: "attn_decode4", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 4},
+		{Name: "attn_decode5", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 5},
 		{Name: "embed", Source: "copy.cu", Twin: "Embed"},
 		{Name: "gather_last", Source: "copy.cu", Twin: "GatherLast"},
 		{Name: "add_i32", Source: "copy.cu", Twin: "AddI32"},

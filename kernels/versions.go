@@ -38,6 +38,7 @@ func OpVersions() []OpVersion {
 		{OpAttnDecode, 2, "flash-decoding with 16-byte coalesced K/V loads, all heads of a kv head in one pass; head_dim 64, 128, up to 8 query heads per kv head"},
 		{OpAttnDecode, 3, "version 2 with the combine fused in (the last block of each kv head merges the splits): one launch instead of two; head_dim 64, 128, up to 8 query heads per kv head"},
 		{OpAttnDecode, 4, "on tensor cores (mma.sync, the kv head's query heads as M), K straight into fragments, V through ldmatrix, the combine fused as in version 3; head_dim 64, 128, up to 8 query heads per kv head"},
+		{OpAttnDecode, 5, "version 4 with rope_kv_write (version 2's rotation) fused into its prologue at decode steps: one launch fewer per layer, the same bits; only when chosen (the default stays 4); not with rope_kv_write=1; head_dim 64, 128, up to 8 query heads per kv head"},
 		{OpRope, 1, "2-byte accesses; even head_dim <= 256"},
 		{OpRope, 2, "16-byte accesses; head_dim a multiple of 16, <= 256"},
 		{OpArgmax, 1, "one block per row"},
@@ -100,6 +101,9 @@ func ParseSelection(items []string) (Selection, error) {
 		}
 		sel[op] = n
 	}
+	if err := sel.checkRopeFusion(); err != nil {
+		return nil, err
+	}
 	return sel, nil
 }
 
@@ -135,8 +139,14 @@ func (s Selection) PrefillVersion(a AttnShape) (int, error) {
 }
 
 // DecodeVersion is the attn_decode version to run for a (see PrefillVersion).
+// Version 5 runs only when chosen (DecodeDefaultMax): the newest that takes
+// a below it otherwise.
 func (s Selection) DecodeVersion(a AttnShape) (int, error) {
+	_, chosen := s[OpAttnDecode]
 	return s.pick(OpAttnDecode, func(v int) error {
+		if v > DecodeDefaultMax && !chosen {
+			return fmt.Errorf("version %d runs only when chosen", v)
+		}
 		if v >= 2 {
 			if !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
 				return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, TensorCoreHeadDims)
@@ -147,6 +157,25 @@ func (s Selection) DecodeVersion(a AttnShape) (int, error) {
 		}
 		return nil
 	})
+}
+
+// DecodeDefaultMax is the newest attn_decode version a run gets unasked:
+// version 5 (rope_kv_write fused in) is chosen with --kernel attn_decode=5
+// until a GPU measures it against version 4 (the emulated device cannot).
+const DecodeDefaultMax = 4
+
+// DecodeFusesRope reports whether attn_decode version fuses rope_kv_write
+// into decode attention (version 5).
+func DecodeFusesRope(version int) bool { return version == 5 }
+
+// checkRopeFusion refuses attn_decode=5 beside a chosen rope_kv_write other
+// than 2: version 5's prologue is rope_kv_write version 2's rotation, so
+// the other choice could not run at decode steps.
+func (s Selection) checkRopeFusion() error {
+	if r, ok := s[OpRope]; ok && r != 2 && DecodeFusesRope(s[OpAttnDecode]) {
+		return fmt.Errorf("attn_decode=%d fuses rope_kv_write version 2 into decode attention; it cannot run with rope_kv_write=%d (choose rope_kv_write=2 or another attn_decode)", s[OpAttnDecode], r)
+	}
+	return nil
 }
 
 // RopeVersion is the rope_kv_write version to run for headDim.

@@ -21,6 +21,8 @@ func TestParseSelection(t *testing.T) {
 		{[]string{"attn_prefill=4"}, "", "attn_prefill has versions [1 2 3]"},
 		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2 3]"},
 		{[]string{"argmax=1", "argmax=2"}, "", "argmax is already set to 1"},
+		{[]string{"attn_decode=5", "rope_kv_write=2"}, "attn_decode=5 rope_kv_write=2", ""},
+		{[]string{"rope_kv_write=1", "attn_decode=5"}, "", "attn_decode=5 fuses rope_kv_write version 2 into decode attention; it cannot run with rope_kv_write=1"},
 	}
 	for _, tt := range tests {
 		sel, err := ParseSelection(tt.items)
@@ -60,6 +62,9 @@ func TestSelectionResolve(t *testing.T) {
 		{"decode v2 refuses 32 heads per kv head", []string{"attn_decode=2"}, wideGroups, "", "32 query heads per kv head"},
 		{"decode v3 refuses 32 heads per kv head", []string{"attn_decode=3"}, wideGroups, "", "32 query heads per kv head (version 3 takes up to 8)"},
 		{"decode v4 refuses head_dim 32", []string{"attn_decode=4"}, odd, "", "attn_decode=4 cannot run head_dim 32 (version 4 takes [64 128])"},
+		{"decode v5 only when chosen", []string{"attn_decode=5"}, llama8B, "argmax=2 attn_decode=5 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", ""},
+		{"decode v5 refuses head_dim 32", []string{"attn_decode=5"}, odd, "", "attn_decode=5 cannot run head_dim 32 (version 5 takes [64 128])"},
+		{"decode v5 refuses 32 heads per kv head", []string{"attn_decode=5"}, wideGroups, "", "32 query heads per kv head (version 5 takes up to 8)"},
 		{"argmax v2 refuses vocab 1003", []string{"argmax=2"}, odd, "", "vocab 1003"},
 		{"gemm stays version 1 unless chosen", []string{"gemm=2"}, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=2 linear=3 rope_kv_write=2", ""},
 		{"linear v2 refuses an intermediate size of 172", []string{"linear=2"}, odd, "", "linear=2 cannot run k = 172"},

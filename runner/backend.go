@@ -134,6 +134,19 @@ type GateUpFuser interface {
 	LinearSiluMul(out, x, w Buffer, m, inter, k int) error
 }
 
+// RopeAttentionFuser is implemented by backends that can run rope_kv_write
+// and decode attention as one op at some shapes (the cuda backend's
+// attn_decode version 5): the engine then runs RopeAttention, labelled
+// attention, and no rope_kv_write.
+type RopeAttentionFuser interface {
+	// FusesRopeAttention reports whether RopeAttention takes s (a decode step).
+	FusesRopeAttention(s AttnShape) bool
+	// RopeAttention is RopeKVWrite of the qkv rows (k and v of the new
+	// token into the caches) and Attention of the rotated q into out
+	// [tokens, heads*headDim]; the rotated q is written nowhere else.
+	RopeAttention(out, qkv, kCache, vCache, invFreq, pos Buffer, s AttnShape) error
+}
+
 // BufferNamer is implemented by backends that can label a buffer for their
 // own diagnostics: the emulated CUDA device names it in fault messages.
 type BufferNamer interface {

@@ -415,7 +415,26 @@ func (e *Engine) layerSteps(s AttnShape) []layerStep {
 		}
 		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return st.name == "silu_mul" })
 	}
-	return steps
+	return e.fuseRopeAttention(steps, s)
+}
+
+// fuseRopeAttention makes the attention step rope_kv_write and attention in
+// one op, and drops rope_kv_write, where the backend fuses them at s
+// (RopeAttentionFuser: a decode step under attn_decode version 5).
+func (e *Engine) fuseRopeAttention(steps []layerStep, s AttnShape) []layerStep {
+	f, ok := e.be.(RopeAttentionFuser)
+	if !ok || !f.FusesRopeAttention(s) {
+		return steps
+	}
+	a, w := &e.act, e.w
+	for i := range steps {
+		if steps[i].name == "attention" {
+			steps[i].run = func(l int) error {
+				return f.RopeAttention(a.attn, a.qkv, e.kCache[l], e.vCache[l], w.invFreq, e.posBuf, s)
+			}
+		}
+	}
+	return slices.DeleteFunc(steps, func(st layerStep) bool { return st.name == "rope_kv_write" })
 }
 
 // projection is the steps of one projection, out[m,n] = x[m,k]·wᵀ: for

@@ -27,12 +27,13 @@ const (
 
 // The interfaces the engine looks for.
 var (
-	_ runner.Backend           = (*Backend)(nil)
-	_ runner.StepCapturer      = (*Backend)(nil)
-	_ runner.AttentionReserver = (*Backend)(nil)
-	_ runner.BufferNamer       = (*Backend)(nil)
-	_ runner.LaunchCounter     = (*Backend)(nil)
-	_ runner.GateUpFuser       = (*Backend)(nil)
+	_ runner.Backend            = (*Backend)(nil)
+	_ runner.StepCapturer       = (*Backend)(nil)
+	_ runner.AttentionReserver  = (*Backend)(nil)
+	_ runner.BufferNamer        = (*Backend)(nil)
+	_ runner.LaunchCounter      = (*Backend)(nil)
+	_ runner.GateUpFuser        = (*Backend)(nil)
+	_ runner.RopeAttentionFuser = (*Backend)(nil)
 )
 
 // Options configure the cuda backend.

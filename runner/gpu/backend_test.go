@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -244,4 +245,72 @@ func generateOn(t *testing.T, be runner.Backend, cfg runner.Config, seed uint64,
 		tokens, logits = append(tokens, tk), append(logits, lg)
 	}
 	return tokens, logits, eng.DecodeGraphNodes()
+}
+
+// attn_decode version 5 (rope_kv_write fused into decode attention): the
+// head_dim-64 llama-tiny at batch 3 matches the cpu backend's tokens and
+// logits (the end-to-end bound), its decode steps give version 4's logits
+// bit for bit (the fused path computes the unfused one's bits), and its
+// captured decode step has one node fewer per layer than version 4's (no
+// rope_kv_write).
+func TestCUDAFusedRopeAttentionMatchesCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
+	}
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
+	const batch, inputLen, steps, seed = 3, 5, 6, 7
+	prompts := make([]int32, batch*inputLen)
+	for i := range prompts {
+		prompts[i] = int32((11*i + 3) % cfg.VocabSize)
+	}
+	wantTokens, wantLogits, _ := generateOn(t, runner.NewCPU(), cfg, seed, batch, prompts, steps)
+	nodes, logitsOf := map[int]int{}, map[int][][][]float32{}
+	for _, ver := range []int{5, 4} {
+		be, err := New(Options{CacheDir: testCache(), Kernels: kernels.Selection{kernels.OpAttnDecode: ver}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		decode := runner.AttnShape{Batch: batch, SeqLen: 1, Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, MaxSeq: 64}
+		if fuses := be.FusesRopeAttention(decode); fuses != (ver == 5) {
+			t.Errorf("attn_decode=%d: FusesRopeAttention = %v", ver, fuses)
+		}
+		prefill := decode
+		prefill.SeqLen = inputLen
+		if be.FusesRopeAttention(prefill) {
+			t.Errorf("attn_decode=%d: FusesRopeAttention says yes to a prefill", ver)
+		}
+		tokens, logits, graphs := generateOn(t, be, cfg, seed, batch, prompts, steps)
+		if err := be.Close(); err != nil {
+			t.Error(err)
+		}
+		worst := 0.0
+		for s := range logits {
+			for r := range logits[s] {
+				rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
+				if err != nil || rel > 2e-2 || tokens[s][r] != wantTokens[s][r] {
+					t.Fatalf("attn_decode=%d step %d row %d: logits rel err %.3g (%v), token %d, cpu %d", ver, s, r, rel, err, tokens[s][r], wantTokens[s][r])
+				}
+				worst = max(worst, rel)
+			}
+		}
+		t.Logf("attn_decode=%d: %d steps x %d rows, worst logits rel err %.3g, decode graphs %v", ver, steps+1, batch, worst, graphs)
+		for _, g := range graphs {
+			if g.Batch == batch {
+				nodes[ver] = g.Nodes
+			}
+		}
+		logitsOf[ver] = logits
+	}
+	if !reflect.DeepEqual(logitsOf[5], logitsOf[4]) {
+		t.Error("attn_decode=5's logits are not attn_decode=4's bits")
+	}
+	if nodes[5] == 0 || nodes[4]-nodes[5] != cfg.NumHiddenLayers {
+		t.Errorf("decode graph nodes at batch %d: %d with attn_decode=5, %d with attn_decode=4; want %d fewer (rope_kv_write fused)", batch, nodes[5], nodes[4], cfg.NumHiddenLayers)
+	}
 }

@@ -334,6 +334,51 @@ var barrierBugs = []seededBug{
 		old: "        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it\n", new: ""},
 	{name: "v3: no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
 		old: "        __syncthreads();  // tile `tile` has landed for every thread\n", new: ""},
+	// attn_decode5's barrier between its prologue's writes (rotated q in
+	// shared memory, the new key's k and v rows in the caches) and the key loop.
+	{name: "decode v5: no barrier between the new key's write and the reads", file: "attention.cu", kernel: "attention",
+		old: "    __syncthreads();  // q_s, and the new key's row, before any warp reads them\n", new: ""},
+}
+
+// ropeWriterBug makes attn_decode5's first split, not the one holding the
+// new position, write the new key's k and v rows: the split that reads the
+// row then races with another block. In launch order (forward) the first
+// split runs first and the bug hides (the emulated device runs blocks one
+// after another); in reverse order the reader runs first and reads the
+// poisoned row.
+var ropeWriterBug = seededBug{name: "decode v5: the wrong split writes the new key", file: "attention.cu", kernel: "attention",
+	old: "const bool writes = pos < maxSeq && pos < j0 + chunk;", new: "const bool writes = pos < maxSeq && j0 == 0;"}
+
+func TestReverseOrderRevealsWrongRopeWriter(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	emutest.Use(t)
+	if os.Getenv(scheduleChild) == "ropewriter" {
+		emuSelection = kernels.Selection{kernels.OpAttnDecode: 5, kernels.OpAttnPrefill: 3}
+		failures := verifyOnEmulator(t, ropeWriterBug.seed(t), tinyShapes, testCache(), ropeWriterBug.kernel)
+		fmt.Printf("WRITER-RESULT %d %s\n", len(failures), strings.Join(failures, " | "))
+		return
+	}
+	for _, c := range []struct {
+		schedule string
+		caught   bool
+	}{{"reverse", true}} {
+		out, err := runUnderSchedule(t, "TestReverseOrderRevealsWrongRopeWriter", c.schedule, "ropewriter")
+		if err != nil {
+			t.Fatalf("schedule %s: %v\n%s", c.schedule, err, out)
+		}
+		i := strings.Index(out, "WRITER-RESULT ")
+		if i < 0 {
+			t.Fatalf("schedule %s: no result in\n%s", c.schedule, out)
+		}
+		line := out[i+len("WRITER-RESULT "):]
+		line = line[:strings.IndexByte(line+"\n", '\n')]
+		caught := !strings.HasPrefix(line, "0 ")
+		if caught != c.caught || (caught && !strings.Contains(line, "attention decode v5")) {
+			t.Errorf("%s under %s: %s; want caught %v", ropeWriterBug.name, c.schedule, line, c.caught)
+		}
+		t.Logf("%s under %s: %.200s", ropeWriterBug.name, c.schedule, line)
+	}
 }
 
 func TestWarpSerialRevealsDroppedBarriers(t *testing.T) {

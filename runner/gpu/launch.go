@@ -435,7 +435,7 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 	switch version {
 	case 3:
 		name, need = kernels.GroupEntryPoint("attn_decode3", a.HeadDim, kernels.Decode2Group(a)), need+kernels.DecodeCounterBytes(a)
-	case 4:
+	case 4, 5: // version 5 outside RopeAttention (no rope to fuse) is version 4
 		g := kernels.Decode2Group(a)
 		name, need = kernels.GroupEntryPoint("attn_decode4", a.HeadDim, g), need+kernels.DecodeCounterBytes(a)
 		shared, threads = kernels.Decode4SharedBytes(a.HeadDim, g), kernels.Decode4Warps*32
@@ -463,6 +463,55 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 		cuda.Dim3{X: threadsFor(a.HeadDim, 128), Y: 1, Z: 1}, 0,
 		out, workspace, pos, int32(a.MaxSeq), int32(a.Batch), int32(a.Heads), int32(a.HeadDim),
 		int32(chunkKeys), int32(splits))
+}
+
+// FusesRope reports whether a decode step at a runs rope_kv_write and
+// attention as one launch (RopeAttention): the selection's attn_decode
+// version at a fuses them (version 5) and no op library replaces either op
+// (a library's op must run as itself).
+func (k *Kernels) FusesRope(a kernels.AttnShape) bool {
+	if k.Replaces(kernels.OpRope) || k.Replaces(kernels.OpAttnDecode) {
+		return false
+	}
+	v, err := k.sel.DecodeVersion(a)
+	return err == nil && kernels.DecodeFusesRope(v)
+}
+
+// RopeAttention is RopeKVWrite (version 2's rotation) and decode Attention
+// (version 4) in one launch, attn_decode version 5 (attn_decode5_dD_gG):
+// it reads the step's qkv rows [batch, (heads+2*kvHeads)*headDim], writes
+// rotated k and raw v of the new token to the caches at (b, startPos) and
+// the attention of rotated q into out [batch, heads*headDim]. Decode only
+// (a.SeqLen == 1); the caches and out get the bits of the two ops unfused.
+func (k *Kernels) RopeAttention(s *cuda.Stream, out, qkv, kCache, vCache, invFreq, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	c := argCheck{op: "rope_attention"}
+	checkAttnShape(&c, a)
+	c.require(a.SeqLen == 1, "seqLen = %d, want 1 (a decode step)", a.SeqLen)
+	if v, err := k.sel.DecodeVersion(a); err != nil {
+		c.require(false, "%v", err)
+	} else {
+		c.require(kernels.DecodeFusesRope(v), "attn_decode version %d does not fuse rope_kv_write (see FusesRope)", v)
+	}
+	c.require(a.Heads <= kernels.MaxGridYZ && a.KVHeads <= kernels.MaxGridYZ, "heads = %d, kvHeads = %d > %d", a.Heads, a.KVHeads, kernels.MaxGridYZ)
+	for _, p := range []struct {
+		name string
+		ptr  cuda.DevPtr
+		want int
+	}{{"out", out, 4}, {"qkv", qkv, 16}, {"kCache", kCache, 16}, {"vCache", vCache, 16}, {"invFreq", invFreq, 4}, {"pos", pos, 4}, {"workspace", workspace, 16}} {
+		c.pointer(p.name, p.ptr, p.want)
+	}
+	chunkKeys, splits := kernels.DecodePlan(a, k.smCount)
+	g := kernels.Decode2Group(a)
+	need := kernels.DecodePartialBytes(a, splits) + kernels.DecodeCounterBytes(a)
+	shared := kernels.Decode4SharedBytes(a.HeadDim, g)
+	c.require(workspaceBytes >= need, "workspace has %d bytes, need %d (see AttentionWorkspaceBytes)", workspaceBytes, need)
+	if err := c.err(); err != nil || a.Batch == 0 {
+		return err
+	}
+	return k.launch(s, c.op, kernels.GroupEntryPoint("attn_decode5", a.HeadDim, g),
+		cuda.Dim3{X: uint32(splits), Y: uint32(a.KVHeads), Z: uint32(a.Batch)}, cuda.Dim3{X: kernels.Decode4Warps * 32, Y: 1, Z: 1}, shared,
+		out, workspace, qkv, kCache, vCache, invFreq, pos, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
+		int32(a.MaxSeq), int32(chunkKeys), int32(splits))
 }
 
 // ZeroAttentionWorkspace clears a decode workspace just allocated: attn_decode

@@ -21,6 +21,7 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		change(&a)
 		return a
 	}
+	fused := k.With(kernels.Selection{kernels.OpAttnDecode: 5})
 	checkWrapperErrors(t, []wrapperCase{
 		{"embed hidden not /8", "embed", "multiple of 8", func() error { return k.Embed(s, p, p, p, 4, 100) }},
 		{"embed negative tokens", "embed", "tokens", func() error { return k.Embed(s, p, p, p, -1, 64) }},
@@ -55,6 +56,18 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		}},
 		{"attention misaligned pos", "attention", "pos = ", func() error {
 			return k.Attention(s, p, p, p, p, p+2, p, 1<<20, good)
+		}},
+		{"rope_attention unfused version", "rope_attention", "attn_decode version 4", func() error {
+			return k.RopeAttention(s, p, p, p, p, p, p, p, 1<<20, good)
+		}},
+		{"rope_attention prefill", "rope_attention", "seqLen = 2, want 1", func() error {
+			return fused.RopeAttention(s, p, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.SeqLen = 2 }))
+		}},
+		{"rope_attention misaligned qkv", "rope_attention", "qkv = ", func() error {
+			return fused.RopeAttention(s, p, p+2, p, p, p, p, p, 1<<20, good)
+		}},
+		{"rope_attention small workspace", "rope_attention", "workspace has 16 bytes", func() error {
+			return fused.RopeAttention(s, p, p, p, p, p, p, p, 16, good)
 		}},
 		{"add_i32 negative n", "add_i32", "n = -1", func() error { return k.AddI32(s, p, -1, 1) }},
 		{"add_i32 null buf", "add_i32", "buf is a null pointer", func() error { return k.AddI32(s, 0, 1, 1) }},

@@ -178,6 +178,35 @@ func (c *Backend) Attention(out, q, kCache, vCache, pos runner.Buffer, s runner.
 	return c.set.Attention(c.stream, pOut, pQ, pK, pV, pPos, c.attnWorkspace, c.attnWorkspaceBytes, s)
 }
 
+// FusesRopeAttention reports whether RopeAttention takes s
+// (runner.RopeAttentionFuser): a decode step whose attn_decode version
+// fuses rope_kv_write (version 5, chosen), and no op library replaces
+// rope_kv_write or attn_decode (the library's op must run as itself).
+func (c *Backend) FusesRopeAttention(s runner.AttnShape) bool {
+	return s.SeqLen == 1 && c.set.FusesRope(s)
+}
+
+// RopeAttention is rope_kv_write and decode attention in one kernel
+// (attn_decode version 5); the kernel reads the position from pos.
+func (c *Backend) RopeAttention(out, qkv, kCache, vCache, invFreq, pos runner.Buffer, s runner.AttnShape) error {
+	T, D := s.Tokens(), s.HeadDim
+	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	o := operands{op: "rope_attention"}
+	pOut := o.get(out, runner.BF16, T*s.Heads*D, "out")
+	pQKV := o.get(qkv, runner.BF16, T*(s.Heads+2*s.KVHeads)*D, "qkv")
+	pK := o.get(kCache, runner.BF16, cache, "kCache")
+	pV := o.get(vCache, runner.BF16, cache, "vCache")
+	pFreq := o.get(invFreq, runner.F32, D/2, "invFreq")
+	pPos := o.get(pos, runner.I32, 1, "pos")
+	if o.err != nil {
+		return o.err
+	}
+	if err := c.ReserveAttention(s); err != nil {
+		return err
+	}
+	return c.set.RopeAttention(c.stream, pOut, pQKV, pK, pV, pFreq, pPos, c.attnWorkspace, c.attnWorkspaceBytes, s)
+}
+
 // AddI32 adds delta to every element of buf on the device.
 func (c *Backend) AddI32(buf runner.Buffer, delta int) error {
 	p, err := dev(buf, runner.I32, 0, "add_i32", "buf", false)

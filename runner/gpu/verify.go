@@ -685,6 +685,10 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 		if in == nil { // inputs and the reference, shared by the versions
 			in = v.newAttentionCase(a)
 		}
+		if kernels.DecodeFusesRope(ver) && op == kernels.OpAttnDecode && !v.set.Replaces(op) && !v.set.Replaces(kernels.OpRope) {
+			v.verifyRopeAttentionAt(v.checkName(op, name, ver), in) // the rope fused in: its own check
+			continue
+		}
 		// Version 3 of either op is version 2's sums in version 2's order
 		// (decode: the combine moved into the last block; prefill: a tile
 		// that masks a row whole adds exact zeros): the same bits. An op
@@ -779,7 +783,19 @@ func (v *Verifier) decodeGraphAt(m kernels.ModelShape, batch, start, replays, ma
 	v.launch(func() error { return v.set.ZeroAttentionWorkspace(v.stream, ws, wsBytes) })
 	shape := fmt.Sprintf("%s b=%d pos=%d..%d max=%d", m.Name, batch, start, start+replays-1, a.MaxSeq)
 
+	// attn_decode version 5 (chosen) replays its fused rope + attention:
+	// each replay must pick the writer of the new key from pos anew.
+	check, fused := "decode graph replay", v.set.FusesRope(a)
+	if fused {
+		check += " (rope fused, attn_decode v5)"
+	}
 	step := func() error {
+		if fused {
+			if err := v.set.RopeAttention(v.stream, out, dQKV, dK, dV, dFreq, pos, ws, wsBytes, a); err != nil {
+				return err
+			}
+			return v.set.AddI32(v.stream, pos, 1, 1)
+		}
 		if err := v.set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a); err != nil {
 			return err
 		}
@@ -822,7 +838,7 @@ func (v *Verifier) decodeGraphAt(m kernels.ModelShape, batch, start, replays, ma
 	if exec != nil {
 		v.fail(exec.Destroy())
 	}
-	v.record("decode graph replay", shape, worst, false, cmpErr)
+	v.record(check, shape, worst, false, cmpErr)
 }
 
 // captureStep records enqueue into a graph on the verifier's stream.
