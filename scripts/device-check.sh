@@ -153,12 +153,12 @@ run breakdown 8 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1
   --num-iters 1 --disable-cuda-graph --breakdown
 # Each new kernel version (A) against its predecessor (B), paired on the same prompts (8 pairs:
 # the fewest whose sign test can reach p < 0.05 is 6); both arms hold the 8B weights (2 x 16 GB).
-# Decode attention 5 (rope_kv_write fused in: one launch fewer per layer) against 4 (the default),
-# at batch 1 and 32 over 1k keys; then 3 (combine fused) against 2 at batch 1, where a launch
-# saved weighs most:
-run ab-decode 22 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=5 --baseline-kernel attn_decode=4 \
+# Decode attention 4 (tensor cores, the default) against 3 at batch 1 and 32 over 1k keys, the
+# largest predicted gain (batch 32: about 1.66 -> 1.05 ms of attention per step); then 5 (rope_kv_write
+# fused in: one launch fewer per layer) against 4 at batch 1, where a launch saved weighs most:
+run ab-decode 22 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
-run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=3 --baseline-kernel attn_decode=2 \
+run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=5 --baseline-kernel attn_decode=4 \
   --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
 # Linear 3 (our skinny GEMMs: version 2's kernel at 1..16 rows, gemv_t32 at 17..32, gate_up with
 # SiLU·mul fused) against cuBLAS (linear=1, then silu_mul), at batch 1 and 32; the prefills are
@@ -273,7 +273,7 @@ for jsonl in "$OUT/sweep.jsonl"; do
       "$(ms "$(field median_decode_latency "$rec")")"
   done <"$jsonl"
 done
-for ab in "ab-decode:attn_decode=5 (rope fused) against attn_decode=4" "ab-fused:attn_decode=3 against attn_decode=2" \
+for ab in "ab-decode:attn_decode=4 (tensor cores) against attn_decode=3" "ab-fused:attn_decode=5 (rope fused) against attn_decode=4" \
   "ab-linear:linear=3 against linear=1 (cuBLAS)" \
   "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone" \
   "ab-gemm:gemm=2 (cuBLASLt, tuned) against gemm=1 (cublasGemmEx), 1 x 1024 prefill alone"; do
