@@ -7,6 +7,7 @@ import (
 	"stepbench/cuda"
 	"stepbench/kernels"
 	"stepbench/kernels/ref"
+	"stepbench/runner"
 )
 
 // ropeAttentionTheta is the RoPE base of the fused decode check's inverse
@@ -66,5 +67,13 @@ func (v *Verifier) verifyRopeAttentionAt(check string, c *attentionCase) {
 			err = errors.Join(err, fmt.Errorf("%s not bit-identical to rope_kv_write v2 + attn_decode v4: %w", cmp.what, e))
 		}
 	}
+	// The fused launch's bytes in the cost model: rope_kv_write's and
+	// attention's, as the step counts them (the counters list the unfused
+	// reference's kernels beside attn_decode5's, each by name).
+	v.modelBytes = costBytes("rope_kv_write", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.RopeKVWrite(b(1), b(1), b(1), b(1), b(1), b(1), a)
+	}) + costBytes("attention", func(be runner.Backend, b func(int) runner.Buffer) error {
+		return be.Attention(b(1), b(1), b(1), b(1), b(1), a)
+	})
 	v.record(check, FormatShape(a), rel, false, err)
 }
