@@ -124,11 +124,11 @@ $(EMU_DIR)/gen/headers.inc: cuda/emu/abi.h cuda/emu/device.h
 $(EMU_DIR)/libnvrtc.so.13: cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/rewrite.h $(EMU_DIR)/gen/headers.inc
 	$(EMU_CXX) $(EMU_CXXFLAGS) -I$(EMU_DIR)/gen -shared -Wl,-soname,libnvrtc.so.13 -o $@ cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp
 
-$(EMU_DIR)/libcublas.so.13: cuda/emu/cublas.cpp $(EMU_DIR)/libcuda.so.1
+$(EMU_DIR)/libcublas.so.13: cuda/emu/cublas.cpp cuda/emu/blas.h $(EMU_DIR)/libcuda.so.1
 	$(EMU_CXX) $(EMU_CXXFLAGS) -O3 -shared -Wl,-soname,libcublas.so.13 -o $@ cuda/emu/cublas.cpp \
 	  -L$(EMU_DIR) -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
 
-$(EMU_DIR)/libcublasLt.so.13: cuda/emu/cublaslt.cpp $(EMU_DIR)/libcuda.so.1
+$(EMU_DIR)/libcublasLt.so.13: cuda/emu/cublaslt.cpp cuda/emu/blas.h $(EMU_DIR)/libcuda.so.1
 	$(EMU_CXX) $(EMU_CXXFLAGS) -O3 -shared -Wl,-soname,libcublasLt.so.13 -o $@ cuda/emu/cublaslt.cpp \
 	  -L$(EMU_DIR) -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN'
 

@@ -10,16 +10,7 @@
 #include <string>
 #include <vector>
 
-#define API extern "C" __attribute__((visibility("default")))
-
-typedef unsigned long long CUdeviceptr;
-
-// Services of the emulated driver (api.cpp).
-extern "C" int sbemu_current_context(void);
-extern "C" int sbemu_check_device_range(CUdeviceptr p, size_t bytes, char *why, size_t why_len);
-extern "C" int sbemu_host_op(void *stream, const char *what, int (*fn)(void *, char *, size_t), void *arg,
-                             void (*release)(void *), const char *lazy_key);
-extern "C" void sbemu_parallel_for(size_t n, void (*fn)(void *, size_t), void *arg);
+#include "blas.h"
 
 namespace {
 
@@ -43,21 +34,6 @@ struct Handle {
     size_t workspace_bytes = 0;
     int math_mode = 0;
 };
-
-float Bf16ToF32(unsigned short b) {
-    const unsigned u = (unsigned)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-unsigned short F32ToBf16(float f) {
-    unsigned u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
 
 struct Gemm {
     bool ta, tb;

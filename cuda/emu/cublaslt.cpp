@@ -23,15 +23,7 @@
 #include <cstring>
 #include <vector>
 
-#define API extern "C" __attribute__((visibility("default")))
-
-typedef unsigned long long CUdeviceptr;
-
-extern "C" int sbemu_current_context(void);
-extern "C" int sbemu_check_device_range(CUdeviceptr p, size_t bytes, char *why, size_t why_len);
-extern "C" int sbemu_host_op(void *stream, const char *what, int (*fn)(void *, char *, size_t), void *arg,
-                             void (*release)(void *), const char *lazy_key);
-extern "C" void sbemu_parallel_for(size_t n, void (*fn)(void *, size_t), void *arg);
+#include "blas.h"
 
 namespace {
 
@@ -91,21 +83,6 @@ size_t TypeBytes(int t) {
     case kR8FE5M2: return 1;
     }
     return 0;
-}
-
-float Bf16ToF32(unsigned short b) {
-    const unsigned u = (unsigned)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-unsigned short F32ToBf16(float f) {
-    unsigned u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
 }
 
 // E4M3 decodes every byte (OCP E4M3: bias 7, no infinities, S.1111.111 NaN).
