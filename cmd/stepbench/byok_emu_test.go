@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -272,4 +273,18 @@ func kernelVerdicts(markdown string) map[string][]string {
 		out["kernel_device"] = append(out["kernel_device"], strings.Fields(cells[10])[0])
 	}
 	return out
+}
+
+// A library that replaces linear runs gate_up_proj itself: the decode step
+// keeps its silu_mul op instead of taking linear version 2's kernel with
+// SiLU·mul fused (which would run ours, not the library's, for gate_up).
+func TestEmulatedLinearLibraryKeepsGateUpUnfused(t *testing.T) {
+	onEmulator(t)
+	lib := filepath.Join(exampleLibs(t), "libreference_ops.so")
+	stdout, _ := mustProcess(t, "run", "--device", "cuda", "--model", "llama-tiny", "--op", "linear="+lib, "--batch-size", "1",
+		"--input-len", "16", "--output-len", "4", "--num-iters", "1", "--disable-cuda-graph", "--breakdown")
+	_, decode, found := strings.Cut(stdout, "decode breakdown:")
+	if !found || !regexp.MustCompile(`(?m)^ +silu_mul `).MatchString(decode) {
+		t.Errorf("--op linear=LIB: the decode breakdown has no silu_mul row (gate_up fused past the library):\n%s", stdout)
+	}
 }
