@@ -746,19 +746,6 @@ __device__ __forceinline__ void ldsm_x4_trans(unsigned r[4], const unsigned shor
 #endif
 }
 
-// pack_bf16x2_rn rounds lo and hi to bf16 (nearest even) and packs them, lo
-// in the low half: cvt.rn.bf16x2.f32 on a GPU, pack2 on the emulated device
-// (the same bits for every non-NaN input).
-__device__ __forceinline__ unsigned pack_bf16x2_rn(float lo, float hi) {
-#ifdef __SBEMU__
-    return pack2(lo, hi);
-#else
-    unsigned d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
-#endif
-}
-
 // fa3_plan is one thread's share of copying a 64-row tile: chunks tid,
 // tid + FA3_THREADS, ... of its BK x D/8 16-byte chunks all sit in column
 // ch = tid % (D/8) of rows row0 + i * (FA3_THREADS / (D/8)), whose swizzle

@@ -60,6 +60,20 @@ __device__ __forceinline__ u32x4 pack8(const float f[8]) {
     return v;
 }
 
+// pack_bf16x2_rn rounds lo and hi to bf16 (nearest even) and packs them, lo
+// in the low half: cvt.rn.bf16x2.f32 on a GPU, pack2 on the emulated device
+// (the same bits for every non-NaN input). attention.cu packs P with it,
+// gemv.cu the normalised x of linear version 4.
+__device__ __forceinline__ unsigned pack_bf16x2_rn(float lo, float hi) {
+#ifdef __SBEMU__
+    return pack2(lo, hi);
+#else
+    unsigned d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;

@@ -148,16 +148,104 @@ __device__ __forceinline__ void gemv_load(u32x4 wa[2], u32x4 wb[2], u32x4 xv[MT]
     }
 }
 
+// gemv_norm2 is RMSNorm of two bf16 of x (the low half first): bf16(w *
+// bf16(x * r)), ref.AddRMSNorm's roundings. On a GPU: two FMUL, one
+// cvt.rn.bf16x2.f32 and one fma.rn.bf16x2 with a -0 addend (the product of
+// two bf16 is exact in fp32, so the fma rounds it once, as the reference).
+__device__ __forceinline__ unsigned gemv_norm2(unsigned x, unsigned w, float r) {
+    const unsigned xr = pack_bf16x2_rn(__uint_as_float(x << 16) * r, __uint_as_float(x & 0xffff0000u) * r);
+#ifdef __SBEMU__
+    return pack2(__uint_as_float(w << 16) * __uint_as_float(xr << 16),
+                 __uint_as_float(w & 0xffff0000u) * __uint_as_float(xr & 0xffff0000u));
+#else
+    unsigned d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(w), "r"(xr), "r"(0x80008000u));
+    return d;
+#endif
+}
+
+// gemv_norm8 normalises the 8 bf16 of an x piece with the norm weights of
+// the same k offsets (wv) and the token's 1/rms (r).
+__device__ __forceinline__ u32x4 gemv_norm8(u32x4 xv, u32x4 wv, float r) {
+    u32x4 o;
+    o.x = gemv_norm2(xv.x, wv.x, r);
+    o.y = gemv_norm2(xv.y, wv.y, r);
+    o.z = gemv_norm2(xv.z, wv.z, r);
+    o.w = gemv_norm2(xv.w, wv.w, r);
+    return o;
+}
+
+// gemv_normalize normalises one chunk's x pieces of every token tile; nw
+// points at the lane's first piece's norm weights in shared memory (the
+// second is 32 elements on).
+template <int MT>
+__device__ __forceinline__ void gemv_normalize(u32x4 xv[MT][2], const unsigned short* nw, const float r[MT]) {
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        const u32x4 wv = *(const u32x4*)(nw + 32 * p);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) xv[mt][p] = gemv_norm8(xv[mt][p], wv, r[mt]);
+    }
+}
+
+// GemvNorm is what linear version 4's RMSNorm prologue reads and where it
+// puts what the main loop needs (gemv_norm_prologue).
+struct GemvNorm {
+    const float* part;            // [m][parts] squared sums of the producer's blocks
+    const unsigned short* weight; // the norm's weights, k of them
+    unsigned short* nws;          // shared: the weights, k of them
+    float* wsum;                  // shared: [GEMV_WARPS][8*MT] warp sums
+    float* rs;                    // shared: [8*MT] each token's 1/rms
+    int parts;
+    float eps;
+};
+
+// gemv_norm_prologue stages the norm weights in shared memory and computes
+// each token's 1/rms = rsqrt(sum of the producer's partials / k + eps): a
+// fixed order (thread t adds partials t, t+128, ...; a warp's 32 by xor
+// shuffles; the 4 warps' in order), so the result is deterministic. Every
+// thread of the block calls it (two barriers).
+template <int MT>
+__device__ __forceinline__ void gemv_norm_prologue(const GemvNorm& nrm, int m, int k) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int i = threadIdx.x; i < k / 8; i += GEMV_THREADS) ((u32x4*)nrm.nws)[i] = ld_x16(nrm.weight + 8 * i);
+    float s[8 * MT];
+#pragma unroll
+    for (int tk = 0; tk < 8 * MT; tk++) s[tk] = 0.0f;
+    for (int b = threadIdx.x; b < nrm.parts; b += GEMV_THREADS) {
+#pragma unroll
+        for (int tk = 0; tk < 8 * MT; tk++) {
+            if (tk < m) s[tk] += nrm.part[(long long)tk * nrm.parts + b];
+        }
+    }
+#pragma unroll
+    for (int tk = 0; tk < 8 * MT; tk++) {
+        s[tk] = warp_sum(s[tk]);
+        if (lane == 0) nrm.wsum[warp * 8 * MT + tk] = s[tk];
+    }
+    __syncthreads();
+    if (threadIdx.x < m) {
+        float t = 0.0f;
+        for (int wp = 0; wp < GEMV_WARPS; wp++) t += nrm.wsum[wp * 8 * MT + threadIdx.x];
+        nrm.rs[threadIdx.x] = rsqrtf(t / (float)k + nrm.eps);
+    }
+    __syncthreads();
+}
+
 // gemv_partial is one warp's share of a 16-row tile's product: rows row0..
 // row0+15 of w times token rows 0..8*MT-1 of x over the k chunks first,
 // first+STEP, ...; acc[mt] is the mma D fragment of tokens 8mt..8mt+7.
 // Rows at or past rowEnd and tokens at or past m read row0 and token 0
 // instead (a valid row): their D rows and columns are never stored, so no
-// load needs a predicate but those of the last, partial k chunk.
-template <int MT, int STEP>
+// load needs a predicate but those of the last, partial k chunk. With NORM
+// (linear version 4), x is the residual stream and each piece is RMS-
+// normalised at its use; the prologue (gemv_norm_prologue: the norm
+// weights into shared memory, each token's 1/rms) runs after the ring's
+// first loads are issued, so its L2 round trips overlap their DRAM latency.
+template <int MT, int STEP, bool NORM = false>
 __device__ __forceinline__ void gemv_partial(float acc[MT][4], const unsigned short* __restrict__ x,
                                              const unsigned short* __restrict__ w, int m, int rowEnd,
-                                             int k, int row0, int first) {
+                                             int k, int row0, int first, const GemvNorm* nrm = nullptr) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int ra = row0 + g < rowEnd ? row0 + g : row0;
     const int rb = row0 + g + 8 < rowEnd ? row0 + g + 8 : row0;
@@ -184,6 +272,14 @@ __device__ __forceinline__ void gemv_partial(float acc[MT][4], const unsigned sh
     for (int u = 0; u < GEMV_UNROLL; u++) {
         if (u < mine) gemv_load<MT>(wa[u], wb[u], xv[u], pa, pb, px, u * STRIDE);
     }
+    float r[MT];
+    const unsigned short* nws = nullptr;
+    if (NORM) {
+        gemv_norm_prologue<MT>(*nrm, m, k);
+        nws = nrm->nws;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) r[mt] = nrm->rs[g + 8 * mt < m ? g + 8 * mt : 0];
+    }
     {
         // Working pointers at chunk j0: the loads take immediate offsets.
         const unsigned short *qa = pa, *qb = pb, *qx[MT];
@@ -193,6 +289,7 @@ __device__ __forceinline__ void gemv_partial(float acc[MT][4], const unsigned sh
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
                 if (j0 + u < mine) {
+                    if (NORM) gemv_normalize<MT>(xv[u], nws + first_off + (j0 + u) * STRIDE, r);
                     gemv_mma4<MT>(acc, wa[u], wb[u], xv[u]);
                     if (j0 + u + GEMV_UNROLL < mine) {
                         gemv_load<MT>(wa[u], wb[u], xv[u], qa, qb, qx, (u + GEMV_UNROLL) * STRIDE);
@@ -223,6 +320,11 @@ __device__ __forceinline__ void gemv_partial(float acc[MT][4], const unsigned sh
             wb[p] = in ? ld_weights16(pb + 32 * p) : zero;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) xv[mt][p] = in ? ld_x16(px[mt] + 32 * p) : zero;
+            if (NORM && in) {
+                const u32x4 wv = *(const u32x4*)(nws + c * GEMV_KCHUNK + 32 * p + 8 * t);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) xv[mt][p] = gemv_norm8(xv[mt][p], wv, r[mt]);
+            }
         }
         gemv_mma4<MT>(acc, wa, wb, xv);
         pa += STRIDE;
@@ -256,6 +358,34 @@ __device__ __forceinline__ void gemv_stash(float* red, const float acc[MT][4]) {
     }
 }
 
+// gemv_store is gemv's epilogue: the block's columns row0..row0+15 of the
+// m token rows, each the warps' partials summed in warp order.
+template <int MT>
+__device__ __forceinline__ void gemv_store(unsigned short* __restrict__ out, const float* red, int m, int n,
+                                           int row0) {
+    for (int o = threadIdx.x; o < GEMV_ROWS * 8 * MT; o += GEMV_THREADS) {
+        const int r = o % GEMV_ROWS, tk = o / GEMV_ROWS;
+        if (tk < m && row0 + r < n) {
+            out[(long long)tk * n + row0 + r] = f32_to_bf16_rne(gemv_fragment_sum<MT>(red, 0, GEMV_WARPS, r, tk));
+        }
+    }
+}
+
+// gemv_silu_store is gemv_silu's epilogue: warps 0-1 hold the gate
+// partials, 2-3 the up partials of columns j0..j0+15.
+template <int MT>
+__device__ __forceinline__ void gemv_silu_store(unsigned short* __restrict__ out, const float* red, int m,
+                                                int inter, int j0) {
+    for (int o = threadIdx.x; o < GEMV_ROWS * 8 * MT; o += GEMV_THREADS) {
+        const int r = o % GEMV_ROWS, tk = o / GEMV_ROWS;
+        if (tk < m && j0 + r < inter) {
+            const float g = round_bf16(gemv_fragment_sum<MT>(red, 0, 2, r, tk));
+            const float u = round_bf16(gemv_fragment_sum<MT>(red, 2, 4, r, tk));
+            out[(long long)tk * inter + j0 + r] = f32_to_bf16_rne(round_bf16(g / (1.0f + expf(-g))) * u);
+        }
+    }
+}
+
 // gemv: out[i*n + j] = bf16(sum_k x[i*k + kk] * w[j*k + kk]) for i < m <= 8*MT.
 // Block b owns columns 16b..16b+15. The wrapper guarantees k % 8 == 0,
 // 16-byte aligned x and w.
@@ -269,12 +399,7 @@ __device__ __noinline__ void gemv(unsigned short* __restrict__ out, const unsign
     gemv_partial<MT, GEMV_WARPS>(acc, x, w, m, n, k, row0, warp);
     gemv_stash<MT>(red, acc);
     __syncthreads();
-    for (int o = threadIdx.x; o < GEMV_ROWS * 8 * MT; o += GEMV_THREADS) {
-        const int r = o % GEMV_ROWS, tk = o / GEMV_ROWS;
-        if (tk < m && row0 + r < n) {
-            out[(long long)tk * n + row0 + r] = f32_to_bf16_rne(gemv_fragment_sum<MT>(red, 0, GEMV_WARPS, r, tk));
-        }
-    }
+    gemv_store<MT>(out, red, m, n, row0);
 }
 
 // gemv_silu: gateUp = x · wᵀ with w the fused [2*inter, k] gate_up matrix,
@@ -293,14 +418,7 @@ __device__ __noinline__ void gemv_silu(unsigned short* __restrict__ out, const u
     gemv_partial<MT, 2>(acc, x, w, m, inter + half * inter, k, j0 + half * inter, warp & 1);
     gemv_stash<MT>(red, acc);
     __syncthreads();
-    for (int o = threadIdx.x; o < GEMV_ROWS * 8 * MT; o += GEMV_THREADS) {
-        const int r = o % GEMV_ROWS, tk = o / GEMV_ROWS;
-        if (tk < m && j0 + r < inter) {
-            const float g = round_bf16(gemv_fragment_sum<MT>(red, 0, 2, r, tk));
-            const float u = round_bf16(gemv_fragment_sum<MT>(red, 2, 4, r, tk));
-            out[(long long)tk * inter + j0 + r] = f32_to_bf16_rne(round_bf16(g / (1.0f + expf(-g))) * u);
-        }
-    }
+    gemv_silu_store<MT>(out, red, m, inter, j0);
 }
 
 // Entry points: _t8 takes m <= 8 (one mma token block), _t16 m <= 16.
@@ -613,4 +731,157 @@ extern "C" __global__ void __launch_bounds__(GEMV32_THREADS) gemv_silu_t32(unsig
                                                                            const unsigned short* w, int m,
                                                                            int inter, int k) {
     gemv32_silu(out, x, w, m, inter, k);
+}
+
+// ---------------------------------------------------------------------------
+// Linear version 4's own kernels: decode's 1..16 token rows on one GPU, the
+// residual stream's add and RMSNorm fused into the projections around them
+// (version 3's kernels run everything else: 17..32 rows, prefill, tensor
+// parallel ranks, whose o_proj and down_proj are partial sums until the
+// all-reduce).
+//
+//  - gemv_res_t8/_t16 (o_proj, down_proj): residual[i, j] = bf16(residual +
+//    bf16(x · wᵀ)), in place (each element is read and written by the one
+//    thread that owns its column: no other block touches it), and each
+//    block's squared sum of its 16 new residual columns per token, part[i *
+//    gridDim.x + block] (16 lanes by xor shuffles, a fixed order).
+//  - gemv_norm_t8/_t16 (qkv_proj, lm_head) and gemv_silu_norm_t8/_t16
+//    (gate_up_proj with SiLU·mul): x is the residual stream; the block sums
+//    the producer's partials per token (deterministic: gemv_norm_prologue),
+//    1/rms = rsqrt(sum / k + eps), and RMS-normalises every x piece at its
+//    use, bf16(w * bf16(x * 1/rms)) as add_rmsnorm rounds (gemv_norm2).
+//
+// What it saves: the two add_rmsnorm launches of every layer and the final
+// norm (input_norm of layers 1.., post_attention_norm, final_norm: 64 of a
+// Llama-3-8B decode step's launches); layer 0's input_norm stays (its
+// residual is the embedding, which no projection produced). What it costs:
+// each consumer block reads the producer's partials (parts = hidden / 16 =
+// 256 floats per token at Llama-3-8B: 1 KB) and the norm weights (8 KB)
+// from L2, as x's re-reads already come; 48 more instructions per chunk
+// and token tile (gemv_norm2: 2 FMUL, 1 cvt.rn.bf16x2, 1 fma.rn.bf16x2 per
+// pair of x, plus 2 LDS.128 of weights); the prologue's two barriers run
+// after the ring's first loads are in flight.
+//
+// Napkin math at Llama-3-8B bf16, one decode step at batch 1 (PREDICTED,
+// not measured: no GPU was lent). An add_rmsnorm launch moves 4 x 8 KB:
+// latency-bound, about 2 us of kernel plus 1.5 us of graph-node gap (issue
+// 19's 3.5 us per small launch): 64 x 3.5 = 0.22 ms per step. The consumers'
+// extra L2 reads, 65 launches (qkv, gate_up per layer and lm_head): 9 KB x
+// (384 + 1792) blocks per layer + 8016 x 9 KB for lm_head = 0.70 GB of L2
+// traffic per step against 15 GB of weights from DRAM (L2 serves several
+// times HBM's rate), and about 0.5 us per consumer launch of prologue left
+// exposed past the ring's DRAM latency: +0.03 ms. Net: about -0.19 ms per
+// step at batch 1..16 (4.12 -> 3.93 ms with attn_decode 4, 4.04 -> 3.85 ms
+// with attn_decode 5, H200); launches per step 262 -> 198 (230 -> 166).
+
+// gemv_res: residual += bf16(x · wᵀ) for m <= 8*MT rows and the block's
+// squared sums into part. The epilogue's trip count is MT for every
+// thread, so the shuffles are uniform; columns past n add 0.
+template <int MT>
+__device__ __noinline__ void gemv_res(unsigned short* __restrict__ residual, float* __restrict__ part,
+                                      const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
+                                      int m, int n, int k) {
+    __shared__ float red[GEMV_WARPS * MT * 4 * 33];
+    const int warp = threadIdx.x >> 5;
+    const int row0 = blockIdx.x * GEMV_ROWS;
+    float acc[MT][4];
+    gemv_partial<MT, GEMV_WARPS>(acc, x, w, m, n, k, row0, warp);
+    gemv_stash<MT>(red, acc);
+    __syncthreads();
+    for (int o = threadIdx.x; o < GEMV_ROWS * 8 * MT; o += GEMV_THREADS) {
+        const int r = o % GEMV_ROWS, tk = o / GEMV_ROWS;
+        float sq = 0.0f;
+        if (tk < m && row0 + r < n) {
+            const long long i = (long long)tk * n + row0 + r;
+            const float y = round_bf16(gemv_fragment_sum<MT>(red, 0, GEMV_WARPS, r, tk));
+            const float s = round_bf16(bf16_to_f32(residual[i]) + y);
+            residual[i] = f32_to_bf16_rne(s);  // exact: s is a bf16 value
+            sq = s * s;
+        }
+        // A token's 16 columns are 16 adjacent lanes (o = 16 tk + r).
+        for (int off = GEMV_ROWS / 2; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+        if (r == 0 && tk < m) part[(long long)tk * gridDim.x + blockIdx.x] = sq;
+    }
+}
+
+extern __shared__ __align__(16) unsigned short gemv_norm_weights[];
+
+// gemv_norm: out = RMSNorm(residual) · wᵀ, the norm's weights in dynamic
+// shared memory (k bf16).
+template <int MT>
+__device__ __noinline__ void gemv_norm(unsigned short* __restrict__ out, const unsigned short* __restrict__ residual,
+                                       const float* __restrict__ part, const unsigned short* __restrict__ norm_w,
+                                       const unsigned short* __restrict__ w, int m, int n, int k, int parts,
+                                       float eps) {
+    __shared__ float red[GEMV_WARPS * MT * 4 * 33];
+    __shared__ float wsum[GEMV_WARPS * 8 * MT];
+    __shared__ float rs[8 * MT];
+    const GemvNorm nrm = {part, norm_w, gemv_norm_weights, wsum, rs, parts, eps};
+    const int warp = threadIdx.x >> 5;
+    const int row0 = blockIdx.x * GEMV_ROWS;
+    float acc[MT][4];
+    gemv_partial<MT, GEMV_WARPS, true>(acc, residual, w, m, n, k, row0, warp, &nrm);
+    gemv_stash<MT>(red, acc);
+    __syncthreads();
+    gemv_store<MT>(out, red, m, n, row0);
+}
+
+// gemv_silu_norm: SiLU·mul of RMSNorm(residual) · wᵀ with w the fused
+// [2*inter, k] gate_up matrix (gemv_silu's split).
+template <int MT>
+__device__ __noinline__ void gemv_silu_norm(unsigned short* __restrict__ out,
+                                            const unsigned short* __restrict__ residual,
+                                            const float* __restrict__ part,
+                                            const unsigned short* __restrict__ norm_w,
+                                            const unsigned short* __restrict__ w, int m, int inter, int k,
+                                            int parts, float eps) {
+    __shared__ float red[GEMV_WARPS * MT * 4 * 33];
+    __shared__ float wsum[GEMV_WARPS * 8 * MT];
+    __shared__ float rs[8 * MT];
+    const GemvNorm nrm = {part, norm_w, gemv_norm_weights, wsum, rs, parts, eps};
+    const int warp = threadIdx.x >> 5;
+    const int j0 = blockIdx.x * GEMV_ROWS;
+    const int half = warp >> 1;
+    float acc[MT][4];
+    gemv_partial<MT, 2, true>(acc, residual, w, m, inter + half * inter, k, j0 + half * inter, warp & 1, &nrm);
+    gemv_stash<MT>(red, acc);
+    __syncthreads();
+    gemv_silu_store<MT>(out, red, m, inter, j0);
+}
+
+// Entry points of version 4: _t8 takes m <= 8, _t16 m <= 16 (n is inter for
+// the gemv_silu_norm kernels).
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_res_t8(unsigned short* residual, float* part,
+                                                                   const unsigned short* x, const unsigned short* w,
+                                                                   int m, int n, int k) {
+    gemv_res<1>(residual, part, x, w, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_res_t16(unsigned short* residual, float* part,
+                                                                   const unsigned short* x, const unsigned short* w,
+                                                                   int m, int n, int k) {
+    gemv_res<2>(residual, part, x, w, m, n, k);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_norm_t8(unsigned short* out, const unsigned short* residual,
+                                                                   const float* part, const unsigned short* norm_w,
+                                                                   const unsigned short* w, int m, int n, int k,
+                                                                   int parts, float eps) {
+    gemv_norm<1>(out, residual, part, norm_w, w, m, n, k, parts, eps);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_norm_t16(unsigned short* out, const unsigned short* residual,
+                                                                   const float* part, const unsigned short* norm_w,
+                                                                   const unsigned short* w, int m, int n, int k,
+                                                                   int parts, float eps) {
+    gemv_norm<2>(out, residual, part, norm_w, w, m, n, k, parts, eps);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_silu_norm_t8(unsigned short* out, const unsigned short* residual,
+                                                                   const float* part, const unsigned short* norm_w,
+                                                                   const unsigned short* w, int m, int n, int k,
+                                                                   int parts, float eps) {
+    gemv_silu_norm<1>(out, residual, part, norm_w, w, m, n, k, parts, eps);
+}
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS) gemv_silu_norm_t16(unsigned short* out, const unsigned short* residual,
+                                                                   const float* part, const unsigned short* norm_w,
+                                                                   const unsigned short* w, int m, int n, int k,
+                                                                   int parts, float eps) {
+    gemv_silu_norm<2>(out, residual, part, norm_w, w, m, n, k, parts, eps);
 }

@@ -155,6 +155,39 @@ func GemvEntryPoint(m int, silu bool) string {
 	return name
 }
 
+// GemvResEntryPoint is linear version 4's o_proj/down_proj kernel for m
+// token rows (the residual add in its epilogue): gemv_res_t8 up to 8 rows,
+// gemv_res_t16 up to GemvMaxRows.
+func GemvResEntryPoint(m int) string {
+	if m <= 8 {
+		return "gemv_res_t8"
+	}
+	return "gemv_res_t16"
+}
+
+// GemvNormEntryPoint is linear version 4's kernel with RMSNorm in its
+// prologue for m token rows: gemv_norm_t8/_t16 (qkv_proj, lm_head), with
+// silu gemv_silu_norm_t8/_t16 (gate_up_proj and SiLU·mul).
+func GemvNormEntryPoint(m int, silu bool) string {
+	name := "gemv_norm_t16"
+	if m <= 8 {
+		name = "gemv_norm_t8"
+	}
+	if silu {
+		return strings.Replace(name, "gemv_", "gemv_silu_", 1)
+	}
+	return name
+}
+
+// NormParts is how many squared sums per token a linear version 4
+// producer (gemv_res_*) writes over hidden columns, one per block of
+// GemvRows columns, and its consumers (gemv_norm_*) read.
+func NormParts(hidden int) int { return CeilDiv(hidden, GemvRows) }
+
+// NormSharedBytes is the dynamic shared memory of a gemv_norm_* launch over
+// an inner dimension k: the norm's k bf16 weights.
+func NormSharedBytes(k int) int { return 2 * k }
+
 // GemvGrid is the launch of GemvEntryPoint(m, silu) over n output columns
 // (inter with silu): its blocks and threads per block. gemv_t32 blocks own
 // Gemv32Cols columns; every other, gemv_silu_t32's included, GemvRows.

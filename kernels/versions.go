@@ -48,6 +48,7 @@ func OpVersions() []OpVersion {
 		{OpGemm, 2, "the same products through cuBLASLt: the heuristic's top candidates per shape timed once at first use, the fastest kept (checked against cublasGemmEx) and cached on disk beside the cubins"},
 		{OpLinear, 2, "decode's 1..16 rows on our tensor-core skinny GEMM (16-byte weight streams), gate_up with SiLU·mul fused; more rows (prefill) run version 1; k a multiple of 8"},
 		{OpLinear, 3, "version 2 for 1..16 rows, and 17..32 rows on blocks of 32 output columns (x re-read through L2 at most once per weight byte), gate_up with SiLU·mul fused at 1..32 rows; more rows (prefill) run version 1; k a multiple of 8"},
+		{OpLinear, 4, "version 3, and at a decode step's 1..16 rows on one GPU the residual add fused into o_proj's and down_proj's epilogue and RMSNorm into the prologue of qkv_proj, gate_up_proj and lm_head: two launches fewer per layer; only when chosen (the default stays 3); k a multiple of 8"},
 	}
 }
 
@@ -204,7 +205,11 @@ func (s Selection) ArgmaxVersion(vocab int) (int, error) {
 // (LinearUsesGemv); products of more rows (a prefill's) run cuBLAS under
 // every version.
 func (s Selection) LinearVersion(k int) (int, error) {
+	_, chosen := s[OpLinear]
 	return s.pick(OpLinear, func(v int) error {
+		if v > LinearDefaultMax && !chosen {
+			return fmt.Errorf("version %d runs only when chosen", v)
+		}
 		if v >= 2 && k%8 != 0 {
 			return fmt.Errorf("k = %d (version %d takes multiples of 8)", k, v)
 		}
@@ -219,11 +224,21 @@ func LinearGemvMaxRows(version int) int {
 	switch version {
 	case 2:
 		return GemvMaxRows
-	case 3:
+	case 3, 4:
 		return Gemv32MaxRows
 	}
 	return 0
 }
+
+// LinearDefaultMax is the newest linear version a run gets unasked:
+// version 4 (the residual add and RMSNorm fused into the projections) is
+// chosen with --kernel linear=4 until a GPU measures it against version 3.
+const LinearDefaultMax = 3
+
+// LinearFusesNorm reports whether linear version fuses the residual add and
+// RMSNorm into a decode step's projections of m rows (version 4, 1..16
+// rows; gemv.cu's gemv_res_* and gemv_norm_*).
+func LinearFusesNorm(version, m int) bool { return version == 4 && m >= 1 && m <= GemvMaxRows }
 
 // LinearUsesGemv reports whether linear version runs a product of m rows on
 // our kernels (gemv.cu) rather than on cuBLAS.

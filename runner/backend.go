@@ -134,6 +134,31 @@ type GateUpFuser interface {
 	LinearSiluMul(out, x, w Buffer, m, inter, k int) error
 }
 
+// NormLinearFuser is implemented by backends that can fuse the residual
+// stream's add and RMSNorm into the projections around them at some shapes
+// (the cuda backend's linear version 4 at a decode step's rows): the
+// projections that produce the residual (o_proj, down_proj) add into it in
+// their epilogue and write squared sums of its column blocks (part); the
+// ones that read it normalised (qkv_proj, gate_up_proj, lm_head) compute the
+// norm from part in their prologue. The engine then runs no add_rmsnorm but
+// layer 0's input_norm (its residual is the embedding).
+type NormLinearFuser interface {
+	// FusesNormLinear reports whether the ops below take m rows of a
+	// residual stream hidden wide.
+	FusesNormLinear(m, hidden int) bool
+	// NormParts is how many float32 part holds for m rows hidden wide.
+	NormParts(m, hidden int) int
+	// LinearResidual: residual[m, n] += bf16(x[m, k] · w[n, k]ᵀ) and part
+	// (ref.GemvResidual).
+	LinearResidual(residual, part, x, w Buffer, m, n, k int) error
+	// NormLinear: out[m, n] = RMSNorm(residual[m, k])·normW · w[n, k]ᵀ, the
+	// norm from part (ref.NormGemv).
+	NormLinear(out, residual, part, normW, w Buffer, m, n, k int, eps float32) error
+	// NormLinearSiluMul: out[m, inter] = SiluMul of NormLinear with the
+	// fused [2*inter, k] gate_up matrix (ref.NormGemvSiluMul).
+	NormLinearSiluMul(out, residual, part, normW, w Buffer, m, inter, k int, eps float32) error
+}
+
 // RopeAttentionFuser is implemented by backends that can run rope_kv_write
 // and decode attention as one op at some shapes (the cuda backend's
 // attn_decode version 5): the engine then runs RopeAttention, labelled

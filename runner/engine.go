@@ -63,6 +63,9 @@ type activations struct {
 	// A quantized model's FP8 projection input and its scales (F32: one
 	// per token for per-token scales, else one).
 	xq, xScale Buffer
+	// normParts are the residual stream's squared sums that a
+	// NormLinearFuser's projections pass on (F32; nil without one).
+	normParts Buffer
 }
 
 // NewEngine loads the weights on be.
@@ -198,6 +201,9 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 		alloc(&a.xq, F8E4M3, tokens*max(h, lay.Heads*D, lay.Inter), "FP8 projection input")
 		alloc(&a.xScale, F32, max(tokens, 1), "FP8 activation scales")
 	}
+	if f, ok := e.be.(NormLinearFuser); ok && f.NormParts(batch, h) > 0 {
+		alloc(&a.normParts, F32, f.NormParts(batch, h), "residual squared sums")
+	}
 	alloc(&e.posBuf, I32, 1, "position")
 	alloc(&e.ids, I32, tokens, "input ids")
 	alloc(&e.next, I32, batch, "next ids")
@@ -234,7 +240,7 @@ func (e *Engine) freeRunBuffers() error {
 	}
 	a := &e.act
 	for _, b := range []*Buffer{&a.x, &a.normed, &a.qkv, &a.q, &a.attn, &a.o, &a.gateUp, &a.act, &a.down,
-		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &a.xq, &a.xScale, &e.posBuf, &e.ids, &e.next, &e.keys} {
+		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &a.xq, &a.xScale, &a.normParts, &e.posBuf, &e.ids, &e.next, &e.keys} {
 		free(b)
 	}
 	for l := range e.kCache {
@@ -415,7 +421,58 @@ func (e *Engine) layerSteps(s AttnShape) []layerStep {
 		}
 		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return st.name == "silu_mul" })
 	}
-	return e.fuseRopeAttention(steps, s)
+	return e.fuseNorms(e.fuseRopeAttention(steps, s), s)
+}
+
+// normFuser is the backend's NormLinearFuser when it fuses the residual add
+// and RMSNorm into the projections of shape s: a decode step of a bf16
+// model on one GPU (a tensor-parallel rank's o_proj and down_proj are
+// partial sums until their all-reduce).
+func (e *Engine) normFuser(s AttnShape) (NormLinearFuser, bool) {
+	f, ok := e.be.(NormLinearFuser)
+	if !ok || s.SeqLen != 1 || e.coll != nil || e.cfg.Quantization != nil || e.act.normParts == nil {
+		return nil, false
+	}
+	return f, f.FusesNormLinear(s.Tokens(), e.cfg.HiddenSize)
+}
+
+// fuseNorms makes o_proj and down_proj add into the residual stream and
+// qkv_proj (past layer 0) and gate_up_proj normalise it, and drops the
+// norms (but layer 0's input_norm) and silu_mul, where the backend fuses
+// them at s (NormLinearFuser).
+func (e *Engine) fuseNorms(steps []layerStep, s AttnShape) []layerStep {
+	f, ok := e.normFuser(s)
+	if !ok {
+		return steps
+	}
+	c, w, a := e.cfg, e.w, &e.act
+	T, h, inter, qDim := s.Tokens(), c.HiddenSize, e.tp.Inter, e.tp.Heads*c.HeadDim
+	eps := float32(c.RMSNormEps)
+	qkvDim := e.tp.QKVDim(c.HeadDim)
+	for i := range steps {
+		switch steps[i].name {
+		case "input_norm":
+			steps[i].skip = func(l int) bool { return l > 0 }
+		case "qkv_proj":
+			steps[i].run = func(l int) error {
+				if l == 0 {
+					return e.be.Linear(a.qkv, a.normed, w.layers[l].qkv.w, T, qkvDim, h)
+				}
+				return f.NormLinear(a.qkv, a.x, a.normParts, w.layers[l].inputNorm, w.layers[l].qkv.w, T, qkvDim, h, eps)
+			}
+		case "o_proj":
+			steps[i].run = func(l int) error { return f.LinearResidual(a.x, a.normParts, a.attn, w.layers[l].o.w, T, h, qDim) }
+		case "gate_up_proj":
+			steps[i].run = func(l int) error {
+				return f.NormLinearSiluMul(a.act, a.x, a.normParts, w.layers[l].postNorm, w.layers[l].gateUp.w, T, inter, h, eps)
+			}
+		case "down_proj":
+			steps[i].run = func(l int) error { return f.LinearResidual(a.x, a.normParts, a.act, w.layers[l].down.w, T, h, inter) }
+		}
+	}
+	return slices.DeleteFunc(steps, func(st layerStep) bool {
+		return st.name == "post_attention_norm" || st.name == "silu_mul"
+	})
 }
 
 // fuseRopeAttention makes the attention step rope_kv_write and attention in
@@ -519,6 +576,15 @@ func (e *Engine) head(s AttnShape) error {
 		}
 		x, down = a.lastX, a.lastDown
 	}
+	if f, ok := e.normFuser(s); ok {
+		// The last down_proj added into the residual stream: lm_head
+		// normalises it in its prologue.
+		e.op("lm_head")
+		if err := f.NormLinear(a.logits, a.x, a.normParts, w.finalNorm, w.lmHead, s.Batch, e.tp.Vocab, h, float32(c.RMSNormEps)); err != nil {
+			return fmt.Errorf("lm_head: %w", err)
+		}
+		return e.argmax(s)
+	}
 	e.op("final_norm")
 	if err := be.AddRMSNorm(a.lastNormed, x, down, w.finalNorm, s.Batch, h, float32(c.RMSNormEps)); err != nil {
 		return fmt.Errorf("final norm: %w", err)
@@ -527,6 +593,12 @@ func (e *Engine) head(s AttnShape) error {
 	if err := be.Linear(a.logits, a.lastNormed, w.lmHead, s.Batch, e.tp.Vocab, h); err != nil {
 		return fmt.Errorf("lm_head: %w", err)
 	}
+	return e.argmax(s)
+}
+
+// argmax writes each sequence's greedy next token to e.next.
+func (e *Engine) argmax(s AttnShape) error {
+	be, a := e.be, &e.act
 	e.op("argmax")
 	if e.coll == nil {
 		if err := be.Argmax(e.next, a.logits, s.Batch, e.tp.Vocab); err != nil {

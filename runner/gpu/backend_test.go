@@ -314,3 +314,63 @@ func TestCUDAFusedRopeAttentionMatchesCPU(t *testing.T) {
 		t.Errorf("decode graph nodes at batch %d: %d with attn_decode=5, %d with attn_decode=4; want %d fewer (rope_kv_write fused)", batch, nodes[5], nodes[4], cfg.NumHiddenLayers)
 	}
 }
+
+// Linear version 4 (the residual add fused into o_proj's and down_proj's
+// epilogue, RMSNorm into the prologue of qkv_proj, gate_up_proj and
+// lm_head): the head_dim-64 llama-tiny at batch 3 (gemv_*_t8) and 12
+// (gemv_*_t16) matches the cpu backend's tokens and logits (the end-to-end
+// bound), and its captured decode step has two nodes fewer per layer than
+// version 3's (every add_rmsnorm but layer 0's input_norm).
+func TestCUDALinear4MatchesCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
+	}
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
+	const inputLen, steps, seed = 5, 4, 7
+	for _, batch := range []int{3, 12} {
+		prompts := make([]int32, batch*inputLen)
+		for i := range prompts {
+			prompts[i] = int32((13*i + 5) % cfg.VocabSize)
+		}
+		wantTokens, wantLogits, _ := generateOn(t, runner.NewCPU(), cfg, seed, batch, prompts, steps)
+		nodes := map[int]int{}
+		for _, ver := range []int{4, 3} {
+			be, err := New(Options{CacheDir: testCache(), Kernels: kernels.Selection{kernels.OpLinear: ver}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fuses := be.FusesNormLinear(batch, cfg.HiddenSize); fuses != (ver == 4) {
+				t.Errorf("linear=%d: FusesNormLinear at %d rows = %v", ver, batch, fuses)
+			}
+			tokens, logits, graphs := generateOn(t, be, cfg, seed, batch, prompts, steps)
+			if err := be.Close(); err != nil {
+				t.Error(err)
+			}
+			worst := 0.0
+			for s := range logits {
+				for r := range logits[s] {
+					rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
+					if err != nil || rel > 2e-2 || tokens[s][r] != wantTokens[s][r] {
+						t.Fatalf("batch %d linear=%d step %d row %d: logits rel err %.3g (%v), token %d, cpu %d", batch, ver, s, r, rel, err, tokens[s][r], wantTokens[s][r])
+					}
+					worst = max(worst, rel)
+				}
+			}
+			t.Logf("batch %d linear=%d: %d steps, worst logits rel err %.3g, decode graphs %v", batch, ver, steps+1, worst, graphs)
+			for _, g := range graphs {
+				if g.Batch == batch {
+					nodes[ver] = g.Nodes
+				}
+			}
+		}
+		if nodes[4] == 0 || nodes[3]-nodes[4] != 2*cfg.NumHiddenLayers {
+			t.Errorf("decode graph nodes at batch %d: %d with linear=4, %d with linear=3; want %d fewer (the norms fused)", batch, nodes[4], nodes[3], 2*cfg.NumHiddenLayers)
+		}
+	}
+}

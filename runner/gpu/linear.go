@@ -82,3 +82,70 @@ func (k *Kernels) gemv(s *cuda.Stream, op string, out, x, w cuda.DevPtr, m, n, k
 	return true, k.launch(s, op, kernels.GemvEntryPoint(m, silu), cuda.Dim3{X: uint32(blocks), Y: 1, Z: 1},
 		cuda.Dim3{X: uint32(threads), Y: 1, Z: 1}, 0, out, x, w, int32(m), int32(n), int32(kk))
 }
+
+// NormFuses reports whether the selection fuses the residual add and
+// RMSNorm into a decode step's projections of m rows over hidden (linear
+// version 4 chosen; 1..16 rows; hidden a multiple of 8 whose norm weights
+// fit 48 KB of shared memory), and no op library replaces linear, the norm
+// or silu_mul (the library's op must run as itself).
+func (k *Kernels) NormFuses(m, hidden int) bool {
+	if k.Replaces(OpLinear) || k.Replaces(OpNorm) || k.Replaces(OpSiluMul) {
+		return false
+	}
+	version, err := k.sel.LinearVersion(hidden)
+	return err == nil && kernels.LinearFusesNorm(version, m) && kernels.NormSharedBytes(hidden) <= 48<<10
+}
+
+// LinearResidual launches linear version 4's o_proj or down_proj
+// (gemv_res_*): residual[m, n] += bf16(x[m, k] · w[n, k]ᵀ) in place, and
+// part[m, NormParts(n)] the squared sums of the new residual's column
+// blocks, which NormLinear reads (ref.GemvResidual).
+func (k *Kernels) LinearResidual(s *cuda.Stream, residual, part, x, w cuda.DevPtr, m, n, kk int) error {
+	c := argCheck{op: "linear_residual"}
+	c.count("m", m)
+	c.positive("n", n)
+	c.positive("k", kk)
+	c.pointer("residual", residual, 16)
+	c.pointer("part", part, 4)
+	c.pointer("x", x, 16)
+	c.pointer("w", w, 16)
+	c.require(k.NormFuses(m, n) && kk%8 == 0, "linear version 4 does not fuse m=%d n=%d k=%d", m, n, kk)
+	if err := c.err(); err != nil {
+		return err
+	}
+	return k.launch(s, "linear_residual", kernels.GemvResEntryPoint(m),
+		cuda.Dim3{X: uint32(kernels.CeilDiv(n, kernels.GemvRows)), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.GemvThreads, Y: 1, Z: 1}, 0, residual, part, x, w, int32(m), int32(n), int32(kk))
+}
+
+// NormLinear launches linear version 4's qkv_proj or lm_head (gemv_norm_*):
+// out[m, n] = RMSNorm(residual[m, k]) · w[n, k]ᵀ with the norm's weights
+// normW and the squared sums part that LinearResidual wrote over k columns
+// (ref.NormGemv); with silu, gate_up_proj and SiLU·mul (gemv_silu_norm_*, n
+// being inter and w the fused [2*inter, k] matrix; ref.NormGemvSiluMul).
+func (k *Kernels) NormLinear(s *cuda.Stream, out, residual, part, normW, w cuda.DevPtr, m, n, kk int, eps float32, silu bool) error {
+	op := "norm_linear"
+	if silu {
+		op = "norm_linear_silu_mul"
+		if 2*int64(n) > 1<<31-1 {
+			return fmt.Errorf("%s: 2*inter = %d too large", op, 2*int64(n))
+		}
+	}
+	c := argCheck{op: op}
+	c.count("m", m)
+	c.positive("n", n)
+	c.positive("k", kk)
+	c.pointer("out", out, 2)
+	c.pointer("residual", residual, 16)
+	c.pointer("part", part, 4)
+	c.pointer("norm weight", normW, 16)
+	c.pointer("w", w, 16)
+	c.require(k.NormFuses(m, kk), "linear version 4 does not fuse m=%d k=%d", m, kk)
+	if err := c.err(); err != nil {
+		return err
+	}
+	return k.launch(s, op, kernels.GemvNormEntryPoint(m, silu),
+		cuda.Dim3{X: uint32(kernels.CeilDiv(n, kernels.GemvRows)), Y: 1, Z: 1},
+		cuda.Dim3{X: kernels.GemvThreads, Y: 1, Z: 1}, kernels.NormSharedBytes(kk),
+		out, residual, part, normW, w, int32(m), int32(n), int32(kk), int32(kernels.NormParts(kk)), eps)
+}

@@ -98,6 +98,56 @@ func (c *Backend) LinearSiluMul(out, x, w runner.Buffer, m, inter, k int) error 
 	return err
 }
 
+// FusesNormLinear reports whether linear version 4 fuses the residual add
+// and RMSNorm into the projections of m rows over hidden
+// (runner.NormLinearFuser).
+func (c *Backend) FusesNormLinear(m, hidden int) bool { return c.set.NormFuses(m, hidden) }
+
+// NormParts is the squared sums buffer's size for m rows hidden wide.
+func (c *Backend) NormParts(m, hidden int) int { return m * kernels.NormParts(hidden) }
+
+// LinearResidual is o_proj or down_proj with the residual add fused
+// (gemv_res_*).
+func (c *Backend) LinearResidual(residual, part, x, w runner.Buffer, m, n, k int) error {
+	o := operands{op: "linear_residual"}
+	pRes := o.get(residual, runner.BF16, m*n, "residual")
+	pPart := o.get(part, runner.F32, c.NormParts(m, n), "part")
+	pX := o.get(x, runner.BF16, m*k, "x")
+	pW := o.get(w, runner.BF16, n*k, "w")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.LinearResidual(c.stream, pRes, pPart, pX, pW, m, n, k)
+}
+
+// NormLinear is qkv_proj or lm_head with RMSNorm fused (gemv_norm_*).
+func (c *Backend) NormLinear(out, residual, part, normW, w runner.Buffer, m, n, k int, eps float32) error {
+	return c.normLinear("norm_linear", out, residual, part, normW, w, m, n, k, eps, false)
+}
+
+// NormLinearSiluMul is gate_up_proj and silu_mul with RMSNorm fused
+// (gemv_silu_norm_*).
+func (c *Backend) NormLinearSiluMul(out, residual, part, normW, w runner.Buffer, m, inter, k int, eps float32) error {
+	return c.normLinear("norm_linear_silu_mul", out, residual, part, normW, w, m, inter, k, eps, true)
+}
+
+func (c *Backend) normLinear(op string, out, residual, part, normW, w runner.Buffer, m, n, k int, eps float32, silu bool) error {
+	wRows := n
+	if silu {
+		wRows = 2 * n
+	}
+	o := operands{op: op}
+	pOut := o.get(out, runner.BF16, m*n, "out")
+	pRes := o.get(residual, runner.BF16, m*k, "residual")
+	pPart := o.get(part, runner.F32, c.NormParts(m, k), "part")
+	pNorm := o.get(normW, runner.BF16, k, "norm weight")
+	pW := o.get(w, runner.BF16, wRows*k, "w")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.NormLinear(c.stream, pOut, pRes, pPart, pNorm, pW, m, n, k, eps, silu)
+}
+
 // rootCause adds the stream's sticky error to a library call's failure:
 // after a faulting kernel, cuBLAS only says CUBLAS_STATUS_EXECUTION_FAILED,
 // and the fault is what the user needs to see. (No sync while capturing:
