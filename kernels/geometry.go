@@ -128,6 +128,9 @@ const (
 	GemvThreads = 128
 	GemvRows    = 16
 	GemvMaxRows = 16
+	// GemvKChunk is the k elements a warp of linear versions 2-4 takes at a
+	// time (GEMV_KCHUNK).
+	GemvKChunk = 64
 	// Gemv32Threads and Gemv32Cols are linear version 3's gemv_t32 block
 	// size and the output columns one block owns (GEMV32_THREADS,
 	// GEMV32_COLS; gemv_silu_t32's block owns GemvRows columns of each of

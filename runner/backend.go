@@ -144,8 +144,9 @@ type GateUpFuser interface {
 // layer 0's input_norm (its residual is the embedding).
 type NormLinearFuser interface {
 	// FusesNormLinear reports whether the ops below take m rows of a
-	// residual stream hidden wide.
-	FusesNormLinear(m, hidden int) bool
+	// residual stream hidden wide, with o_proj's inner dimension attnWidth
+	// and down_proj's inter.
+	FusesNormLinear(m, hidden, attnWidth, inter int) bool
 	// NormParts is how many float32 part holds for m rows hidden wide.
 	NormParts(m, hidden int) int
 	// LinearResidual: residual[m, n] += bf16(x[m, k] · w[n, k]ᵀ) and part

@@ -433,7 +433,7 @@ func (e *Engine) normFuser(s AttnShape) (NormLinearFuser, bool) {
 	if !ok || s.SeqLen != 1 || e.coll != nil || e.cfg.Quantization != nil || e.act.normParts == nil {
 		return nil, false
 	}
-	return f, f.FusesNormLinear(s.Tokens(), e.cfg.HiddenSize)
+	return f, f.FusesNormLinear(s.Tokens(), e.cfg.HiddenSize, e.tp.Heads*e.cfg.HeadDim, e.tp.Inter)
 }
 
 // fuseNorms makes o_proj and down_proj add into the residual stream and

@@ -57,11 +57,21 @@ func GemvResidual(residual []uint16, part []float32, x, w []uint16, m, n, k int)
 	needLen("GemvResidual", "part", len(part), m*parts)
 	y := make([]uint16, m*n)
 	Gemv(y, x, w, m, n, k)
+	for i := range m * n {
+		residual[i] = F32ToBF16(BF16ToF32(residual[i]) + BF16ToF32(y[i]))
+	}
+	ResidualSquares(part, residual, m, n)
+}
+
+// ResidualSquares is GemvResidual's squared sums of an m×n residual:
+// part[i*P + b] for the NormPartCols-column block b of row i, P = ceil(n /
+// NormPartCols), summed in float64 and rounded to float32.
+func ResidualSquares(part []float32, residual []uint16, m, n int) {
+	parts := (n + NormPartCols - 1) / NormPartCols
+	needLen("ResidualSquares", "residual", len(residual), m*n)
+	needLen("ResidualSquares", "part", len(part), m*parts)
 	for i := range m {
 		row := residual[i*n : (i+1)*n]
-		for j := range row {
-			row[j] = F32ToBF16(BF16ToF32(row[j]) + BF16ToF32(y[i*n+j]))
-		}
 		for b := range parts {
 			var s float64
 			for _, bits := range row[b*NormPartCols : min(n, (b+1)*NormPartCols)] {

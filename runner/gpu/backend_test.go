@@ -345,7 +345,7 @@ func TestCUDALinear4MatchesCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fuses := be.FusesNormLinear(batch, cfg.HiddenSize); fuses != (ver == 4) {
+			if fuses := be.FusesNormLinear(batch, cfg.HiddenSize, cfg.NumAttentionHeads*cfg.HeadDim, cfg.IntermediateSize); fuses != (ver == 4) {
 				t.Errorf("linear=%d: FusesNormLinear at %d rows = %v", ver, batch, fuses)
 			}
 			tokens, logits, graphs := generateOn(t, be, cfg, seed, batch, prompts, steps)

@@ -96,6 +96,13 @@ func (k *Kernels) NormFuses(m, hidden int) bool {
 	return err == nil && kernels.LinearFusesNorm(version, m) && kernels.NormSharedBytes(hidden) <= 48<<10
 }
 
+// NormProduces reports whether linear version 4's producer (gemv_res_*)
+// takes an inner dimension of k (a multiple of 8).
+func (k *Kernels) NormProduces(kk int) bool {
+	_, err := k.sel.LinearVersion(kk)
+	return err == nil && kk > 0
+}
+
 // LinearResidual launches linear version 4's o_proj or down_proj
 // (gemv_res_*): residual[m, n] += bf16(x[m, k] · w[n, k]ᵀ) in place, and
 // part[m, NormParts(n)] the squared sums of the new residual's column
@@ -109,7 +116,7 @@ func (k *Kernels) LinearResidual(s *cuda.Stream, residual, part, x, w cuda.DevPt
 	c.pointer("part", part, 4)
 	c.pointer("x", x, 16)
 	c.pointer("w", w, 16)
-	c.require(k.NormFuses(m, n) && kk%8 == 0, "linear version 4 does not fuse m=%d n=%d k=%d", m, n, kk)
+	c.require(k.NormFuses(m, n) && k.NormProduces(kk), "linear version 4 does not fuse m=%d n=%d k=%d", m, n, kk)
 	if err := c.err(); err != nil {
 		return err
 	}

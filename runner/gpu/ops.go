@@ -101,7 +101,9 @@ func (c *Backend) LinearSiluMul(out, x, w runner.Buffer, m, inter, k int) error 
 // FusesNormLinear reports whether linear version 4 fuses the residual add
 // and RMSNorm into the projections of m rows over hidden
 // (runner.NormLinearFuser).
-func (c *Backend) FusesNormLinear(m, hidden int) bool { return c.set.NormFuses(m, hidden) }
+func (c *Backend) FusesNormLinear(m, hidden, attnWidth, inter int) bool {
+	return c.set.NormFuses(m, hidden) && c.set.NormProduces(attnWidth) && c.set.NormProduces(inter)
+}
 
 // NormParts is the squared sums buffer's size for m rows hidden wide.
 func (c *Backend) NormParts(m, hidden int) int { return m * kernels.NormParts(hidden) }

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 
 	"stepbench/kernels"
 	"stepbench/kernels/ref"
@@ -47,7 +48,7 @@ type linearEdge struct {
 // past n), n under one tile (24, 17), a partial k chunk (200, 136, 72,
 // 4104) and a lone one (k = 8: one lane in four loads).
 func linearEdgeShapes(ver int) []linearEdge {
-	if ver == 3 {
+	if ver >= 3 {
 		return []linearEdge{
 			{17, linearShape{"edge", 40, 200}},
 			{24, linearShape{"edge", 1003, 136}},
@@ -70,7 +71,7 @@ func linearEdgeShapes(ver int) []linearEdge {
 // (version 2's kernel, reached through version 3), then its own kernels'
 // smallest, an odd middle and largest.
 func linearRows(ver int) []int {
-	if ver == 3 {
+	if ver >= 3 {
 		return []int{1, kernels.GemvMaxRows + 1, 24, kernels.Gemv32MaxRows}
 	}
 	return []int{1, 5, kernels.GemvMaxRows}
@@ -85,9 +86,18 @@ func (v *Verifier) verifyLinear(m kernels.ModelShape) {
 	for _, rows := range []int{1, 37} {
 		v.libLinearAt(m, rows)
 	}
-	for _, ver := range v.versions(kernels.OpLinear) {
+	versions := v.versions(kernels.OpLinear)
+	for _, ver := range versions {
 		if ver == 1 {
 			continue
+		}
+		if ver == 4 {
+			// Version 4 runs version 3's kernels but at the fused chains:
+			// checked as version 3 when that is checked too.
+			v.verifyLinearNorm(m)
+			if slices.Contains(versions, 3) {
+				continue
+			}
 		}
 		set := v.pinned(kernels.OpLinear, ver)
 		for _, rows := range linearRows(ver) {
@@ -103,6 +113,12 @@ func (v *Verifier) verifyLinear(m kernels.ModelShape) {
 func (v *Verifier) verifyLinearEdges() {
 	for _, ver := range v.versions(kernels.OpLinear) {
 		if ver == 1 {
+			continue
+		}
+		if ver == 4 {
+			for _, e := range linearNormEdges() {
+				v.linearNormAt(v.pinned(kernels.OpLinear, 4), "edge", e.hidden, e.normPair, e.rows)
+			}
 			continue
 		}
 		for _, e := range linearEdgeShapes(ver) {
@@ -187,6 +203,11 @@ func (v *Verifier) gateLinear(m kernels.ModelShape, rows int) {
 		v.linearAt(set, ver, m.Name, p, rows)
 	}
 	v.linearSiluAt(set, ver, m, rows)
+	if kernels.LinearFusesNorm(ver, rows) {
+		for _, p := range normPairs(m) {
+			v.linearNormAt(set, m.Name, m.Hidden, p, rows)
+		}
+	}
 }
 
 // libLinearAt checks the op library that replaces linear (--op linear=LIB)
