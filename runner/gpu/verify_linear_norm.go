@@ -89,7 +89,9 @@ func (v *Verifier) linearNormAt(set *Kernels, model string, hidden int, p normPa
 	wantRes, wantPart := append([]uint16(nil), residual...), make([]float32, rows*parts)
 	ref.GemvResidual(wantRes, wantPart, x, w, rows, hidden, p.kProd)
 	dRes, dPart := v.bf16(residual), v.f32(make([]float32, rows*parts))
-	v.launch(func() error { return set.LinearResidual(v.stream, dRes, dPart, v.bf16(x), v.bf16(w), rows, hidden, p.kProd) })
+	v.launch(func() error {
+		return set.LinearResidual(v.stream, dRes, dPart, v.bf16(x), v.bf16(w), rows, hidden, p.kProd)
+	})
 	// Weights, x, the residual read and written, the squared sums.
 	v.modelBytes = float64(2*hidden*p.kProd + 2*rows*p.kProd + 4*rows*hidden + 4*rows*parts)
 	gotRes, gotPart := v.getBF16(dRes, rows*hidden), v.getF32(dPart, rows*parts)
