@@ -757,10 +757,11 @@ extern "C" __global__ void __launch_bounds__(GEMV32_THREADS) gemv_silu_t32(unsig
 // residual is the embedding, which no projection produced). What it costs:
 // each consumer block reads the producer's partials (parts = hidden / 16 =
 // 256 floats per token at Llama-3-8B: 1 KB) and the norm weights (8 KB)
-// from L2, as x's re-reads already come; 48 more instructions per chunk
-// and token tile (gemv_norm2: 2 FMUL, 1 cvt.rn.bf16x2, 1 fma.rn.bf16x2 per
-// pair of x, plus 2 LDS.128 of weights); the prologue's two barriers run
-// after the ring's first loads are in flight.
+// from L2, as x's re-reads already come; about 55 more instructions per
+// chunk and token tile (gemv_norm2: 2 FMUL, 1 cvt.rn.bf16x2, 1
+// fma.rn.bf16x2 and the unpacking per pair of x, plus 2 LDS.128 of
+// weights; SASS below); the prologue's two barriers run after the ring's
+// first loads are in flight.
 //
 // Napkin math at Llama-3-8B bf16, one decode step at batch 1 (PREDICTED,
 // not measured: no GPU was lent). An add_rmsnorm launch moves 4 x 8 KB:
@@ -773,6 +774,31 @@ extern "C" __global__ void __launch_bounds__(GEMV32_THREADS) gemv_silu_t32(unsig
 // exposed past the ring's DRAM latency: +0.03 ms. Net: about -0.19 ms per
 // step at batch 1..16 (4.12 -> 3.93 ms with attn_decode 4, 4.04 -> 3.85 ms
 // with attn_decode 5, H200); launches per step 262 -> 198 (230 -> 166).
+//
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas, NVRTC 11.8 for sm_90 (stepbench build --nvrtc
+//    /usr/lib/x86_64-linux-gnu/libnvrtc.so.11.2 --arch 90): gemv_norm_t8 and
+//    gemv_silu_norm_t8 128 registers, _t16 168 (3 blocks of 4 warps per SM
+//    still fit: 170 is the bound), gemv_res_t8 122 and _t16 162 (gemv_t8's
+//    and _t16's); 0 spill bytes; static shared 2272 / 4544 B, plus the norm
+//    weights' 2k B dynamic (8 KB at Llama-3-8B).
+//  - SASS (cuobjdump -sass of Debian's nvidia-cuda-toolkit 11.8,
+//    scripts/sass-mix), the whole-chunk loop: gemv_norm_t8 363 instructions
+//    per trip of 4 chunks, i.e. 91 per 64-element chunk of a warp (2 KB of
+//    weights; gemv_t8: 36): 4 HMMA, 6 LDG.128, 2 LDS.128 of norm weights, 16
+//    FMUL, 8 F2FP (cvt.rn.bf16x2) + 8 HFMA2.BF16 (the "other" class), 22
+//    integer (unpacking), 19 MOV; gemv_norm_t16 642 per 4 chunks, 160 per
+//    chunk (gemv_t16: 60). Streaming 2 KB per 111 clocks per SM at 4.8
+//    TB/s, that is 0.82 (t8) and 1.45 (t16) instructions per clock of the
+//    4 an SM issues: the normalisation rides under the weight stream.
+//  - Emulated (stepbench verify --check linear --kernel linear=4): the
+//    chains o_proj -> gate_up_proj, down_proj -> qkv_proj and lm_head at
+//    Llama-3-8B (k capped at 8192, lm_head's rows at 8192) at 1, 9 and 16
+//    rows within bf16 tolerance (worst 4.9e-4), the squared sums within
+//    1e-5; llama-tiny, odd widths and the edges under forward, reverse,
+//    random:5, warp-serial and warp-serial-reverse; the prologue's second
+//    barrier removed fails (NaN outputs) in every order, an 8-lane shuffle
+//    tree fails the squared sums.
 
 // gemv_res: residual += bf16(x · wᵀ) for m <= 8*MT rows and the block's
 // squared sums into part. The epilogue's trip count is MT for every

@@ -141,11 +141,13 @@ fi
 # kernel version against its predecessor (decode attention 4-3 and 3-2,
 # linear 3-1, prefill attention 3-2 at 1k and 8k: 100 s, where one A/B of 41 s
 # was) took their time from every other step, within the same 345 s; then
-# gemm 2-1 at a 1k prefill (16 s) from the A/Bs, breakdown and aa steps.
+# gemm 2-1 at a 1k prefill (16 s) from the A/Bs, breakdown and aa steps; then
+# linear 4-3 at batch 1 (15 s: 3 s each from sweep, ab-decode, ab-linear,
+# ab-prefill and tp1).
 run devices 8 "$STEPBENCH" devices
 run verify 35 "$STEPBENCH" verify
 # -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
-run sweep 30 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
+run sweep 27 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl" -v
 run roofline 5 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 # Where the time goes, per op, with each op's launches (an eager pass with an event at every op boundary).
@@ -156,18 +158,23 @@ run breakdown 8 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1
 # Decode attention 4 (tensor cores, the default) against 3 at batch 1 and 32 over 1k keys, the
 # largest predicted gain (batch 32: about 1.66 -> 1.05 ms of attention per step); then 5 (rope_kv_write
 # fused in: one launch fewer per layer) against 4 at batch 1, where a launch saved weighs most:
-run ab-decode 22 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
+run ab-decode 19 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=5 --baseline-kernel attn_decode=4 \
   --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
 # Linear 3 (our skinny GEMMs: version 2's kernel at 1..16 rows, gemv_t32 at 17..32, gate_up with
 # SiLU·mul fused) against cuBLAS (linear=1, then silu_mul), at batch 1 and 32; the prefills are
 # the library's in both arms.
-run ab-linear 22 "$STEPBENCH" ab --model llama-3-8b --kernel linear=3 --baseline-kernel linear=1 \
+run ab-linear 19 "$STEPBENCH" ab --model llama-3-8b --kernel linear=3 --baseline-kernel linear=1 \
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
+# Linear 4 (the residual add in o_proj's and down_proj's epilogue, RMSNorm in the prologue of qkv,
+# gate_up and lm_head: 64 launches fewer per decode step) against 3 at batch 1, where a launch
+# saved weighs most.
+run ab-norm 15 "$STEPBENCH" ab --model llama-3-8b --kernel linear=4 --baseline-kernel linear=3 \
+  --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
 # Prefill attention 3 against 2 on the prefill alone (--output-len 1), 1 x 1024 and 1 x 8192
 # (llama-3.1-8b: 8192 positions fit its 131072; 6 pairs, the fewest for p < 0.05).
-run ab-prefill 31 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
+run ab-prefill 28 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
   --batch-size 1 --input-len 1024,8192 --output-len 1 --num-iters 6
 # Prefill GEMMs: gemm 2 (cuBLASLt, each shape's algorithm timed among the heuristic's top 8 at first
 # use) against gemm 1 (cublasGemmEx), on a 1 x 1024 prefill alone; the tuned choices (every
@@ -185,7 +192,7 @@ run aa-second 8 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1
 run aa-compare 2 "$STEPBENCH" compare "$OUT/aa-first.json" "$OUT/aa-second.json" --threshold 0
 # Real NCCL on one GPU: a tensor-parallel group of one rank, its decode step captured with the
 # all-reduces inside (the emulated NCCL is all the tests have).
-run tp1 10 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
+run tp1 7 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
   --output-len 8 --num-iters 2
 # Op libraries (docs/byok.md): the C example (built by make bundle with gcc) checked at the
 # 8B's decode shapes, then timed against the built-in decode attention launch by launch;
@@ -274,7 +281,7 @@ for jsonl in "$OUT/sweep.jsonl"; do
   done <"$jsonl"
 done
 for ab in "ab-decode:attn_decode=4 (tensor cores) against attn_decode=3" "ab-fused:attn_decode=5 (rope fused) against attn_decode=4" \
-  "ab-linear:linear=3 against linear=1 (cuBLAS)" \
+  "ab-linear:linear=3 against linear=1 (cuBLAS)" "ab-norm:linear=4 (norms fused) against linear=3" \
   "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone" \
   "ab-gemm:gemm=2 (cuBLASLt, tuned) against gemm=1 (cublasGemmEx), 1 x 1024 prefill alone"; do
   step="${ab%%:*}"
