@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,15 +19,7 @@ import (
 // one input_norm (layer 0's) and no post_attention_norm or final_norm.
 func TestEmulatedLinear4FusesTheNorms(t *testing.T) {
 	onEmulator(t)
-	dir := t.TempDir()
-	prompts := filepath.Join(dir, "prompts.txt")
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(ropeFusedConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(prompts, []byte(tpPrompts), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	model := []string{"--model-path", dir, "--load-format", "dummy"}
+	model, prompts := headDim64Model(t)
 	correctness := func(extra ...string) []correctnessRecord {
 		out := filepath.Join(t.TempDir(), "logits.jsonl")
 		args := append([]string{"run", "--correctness-test", "--prompt-ids", prompts, "--output-len", "6", "--logits-out", out}, model...)

@@ -35,15 +35,7 @@ func TestEmulatedFusedRopeAttention(t *testing.T) {
 		}
 		return
 	}
-	dir := t.TempDir()
-	prompts := filepath.Join(dir, "prompts.txt")
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(ropeFusedConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(prompts, []byte(tpPrompts), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	model := []string{"--model-path", dir, "--load-format", "dummy"}
+	model, prompts := headDim64Model(t)
 	correctness := func(extra ...string) []correctnessRecord {
 		out := filepath.Join(t.TempDir(), "logits.jsonl")
 		args := append([]string{"run", "--device", "cuda", "--correctness-test", "--prompt-ids", prompts, "--output-len", "6", "--logits-out", out}, model...)
@@ -68,4 +60,19 @@ func TestEmulatedFusedRopeAttention(t *testing.T) {
 			t.Errorf("%s: run -v lacks %q:\n%s\n%s", c.kernel, want, stdout, stderr)
 		}
 	}
+}
+
+// headDim64Model writes ropeFusedConfig and tpPrompts to a temporary
+// directory: the model flags of a run (dummy weights) and the prompts file.
+func headDim64Model(t *testing.T) (model []string, prompts string) {
+	t.Helper()
+	dir := t.TempDir()
+	prompts = filepath.Join(dir, "prompts.txt")
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(ropeFusedConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prompts, []byte(tpPrompts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--model-path", dir, "--load-format", "dummy"}, prompts
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
@@ -188,22 +189,9 @@ func TestCUDALinear3AtBatch32MatchesCPU(t *testing.T) {
 		if err := be.Close(); err != nil {
 			t.Error(err)
 		}
-		worst := 0.0
-		for s := range logits {
-			for r := range logits[s] {
-				rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
-				if err != nil || rel > 2e-2 || tokens[s][r] != wantTokens[s][r] {
-					t.Fatalf("linear=%d step %d row %d: logits rel err %.3g (%v), token %d, cpu %d", ver, s, r, rel, err, tokens[s][r], wantTokens[s][r])
-				}
-				worst = max(worst, rel)
-			}
-		}
+		worst := worstAgainstCPU(t, fmt.Sprintf("linear=%d", ver), tokens, wantTokens, logits, wantLogits)
 		t.Logf("linear=%d: %d steps x %d rows, worst logits rel err %.3g, decode graphs %v", ver, steps+1, batch, worst, graphs)
-		for _, g := range graphs {
-			if g.Batch == batch {
-				nodes[ver] = g.Nodes
-			}
-		}
+		nodes[ver] = graphNodesAt(graphs, batch)
 	}
 	if nodes[3] == 0 || nodes[2]-nodes[3] != cfg.NumHiddenLayers {
 		t.Errorf("decode graph nodes at batch %d: %d with linear=3, %d with linear=2; want %d fewer (silu_mul fused)", batch, nodes[3], nodes[2], cfg.NumHiddenLayers)
@@ -289,22 +277,9 @@ func TestCUDAFusedRopeAttentionMatchesCPU(t *testing.T) {
 		if err := be.Close(); err != nil {
 			t.Error(err)
 		}
-		worst := 0.0
-		for s := range logits {
-			for r := range logits[s] {
-				rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
-				if err != nil || rel > 2e-2 || tokens[s][r] != wantTokens[s][r] {
-					t.Fatalf("attn_decode=%d step %d row %d: logits rel err %.3g (%v), token %d, cpu %d", ver, s, r, rel, err, tokens[s][r], wantTokens[s][r])
-				}
-				worst = max(worst, rel)
-			}
-		}
+		worst := worstAgainstCPU(t, fmt.Sprintf("attn_decode=%d", ver), tokens, wantTokens, logits, wantLogits)
 		t.Logf("attn_decode=%d: %d steps x %d rows, worst logits rel err %.3g, decode graphs %v", ver, steps+1, batch, worst, graphs)
-		for _, g := range graphs {
-			if g.Batch == batch {
-				nodes[ver] = g.Nodes
-			}
-		}
+		nodes[ver] = graphNodesAt(graphs, batch)
 		logitsOf[ver] = logits
 	}
 	if !reflect.DeepEqual(logitsOf[5], logitsOf[4]) {
@@ -352,25 +327,41 @@ func TestCUDALinear4MatchesCPU(t *testing.T) {
 			if err := be.Close(); err != nil {
 				t.Error(err)
 			}
-			worst := 0.0
-			for s := range logits {
-				for r := range logits[s] {
-					rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
-					if err != nil || rel > 2e-2 || tokens[s][r] != wantTokens[s][r] {
-						t.Fatalf("batch %d linear=%d step %d row %d: logits rel err %.3g (%v), token %d, cpu %d", batch, ver, s, r, rel, err, tokens[s][r], wantTokens[s][r])
-					}
-					worst = max(worst, rel)
-				}
-			}
+			worst := worstAgainstCPU(t, fmt.Sprintf("batch %d linear=%d", batch, ver), tokens, wantTokens, logits, wantLogits)
 			t.Logf("batch %d linear=%d: %d steps, worst logits rel err %.3g, decode graphs %v", batch, ver, steps+1, worst, graphs)
-			for _, g := range graphs {
-				if g.Batch == batch {
-					nodes[ver] = g.Nodes
-				}
-			}
+			nodes[ver] = graphNodesAt(graphs, batch)
 		}
 		if nodes[4] == 0 || nodes[3]-nodes[4] != 2*cfg.NumHiddenLayers {
 			t.Errorf("decode graph nodes at batch %d: %d with linear=4, %d with linear=3; want %d fewer (the norms fused)", batch, nodes[4], nodes[3], 2*cfg.NumHiddenLayers)
 		}
 	}
+}
+
+// worstAgainstCPU fails the test at the first step and row whose token is
+// not the cpu backend's or whose logits lie beyond the end-to-end bound
+// (2e-2), and returns the worst relative error of the logits.
+func worstAgainstCPU(t *testing.T, label string, tokens, wantTokens [][]int32, logits, wantLogits [][][]float32) float64 {
+	t.Helper()
+	worst := 0.0
+	for s := range logits {
+		for r := range logits[s] {
+			rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
+			if err != nil || rel > 2e-2 || tokens[s][r] != wantTokens[s][r] {
+				t.Fatalf("%s step %d row %d: logits rel err %.3g (%v), token %d, cpu %d", label, s, r, rel, err, tokens[s][r], wantTokens[s][r])
+			}
+			worst = max(worst, rel)
+		}
+	}
+	return worst
+}
+
+// graphNodesAt is the node count of the captured decode step of batch
+// rows (0 if none was captured).
+func graphNodesAt(graphs []runner.GraphNodes, batch int) int {
+	for _, g := range graphs {
+		if g.Batch == batch {
+			return g.Nodes
+		}
+	}
+	return 0
 }
