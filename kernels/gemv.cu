@@ -200,15 +200,19 @@ struct GemvNorm {
     float eps;
 };
 
-// gemv_norm_prologue stages the norm weights in shared memory and computes
-// each token's 1/rms = rsqrt(sum of the producer's partials / k + eps): a
+// gemv_norm_prologue computes each token's 1/rms = rsqrt(sum of the producer's partials / k + eps): a
 // fixed order (thread t adds partials t, t+128, ...; a warp's 32 by xor
 // shuffles; the 4 warps' in order), so the result is deterministic. Every
 // thread of the block calls it (two barriers).
+// gemv_stage_norm_weights copies the norm's k weights to shared memory
+// (read by the main loop after gemv_norm_prologue's barriers).
+__device__ __forceinline__ void gemv_stage_norm_weights(const GemvNorm& nrm, int k) {
+    for (int i = threadIdx.x; i < k / 8; i += GEMV_THREADS) ((u32x4*)nrm.nws)[i] = ld_x16(nrm.weight + 8 * i);
+}
+
 template <int MT>
 __device__ __forceinline__ void gemv_norm_prologue(const GemvNorm& nrm, int m, int k) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int i = threadIdx.x; i < k / 8; i += GEMV_THREADS) ((u32x4*)nrm.nws)[i] = ld_x16(nrm.weight + 8 * i);
     float s[8 * MT];
 #pragma unroll
     for (int tk = 0; tk < 8 * MT; tk++) s[tk] = 0.0f;
@@ -231,6 +235,31 @@ __device__ __forceinline__ void gemv_norm_prologue(const GemvNorm& nrm, int m, i
     }
     __syncthreads();
 }
+
+// gemv_load_weights and gemv_load_x are gemv_load's two halves (the
+// ring's first chunks: weights first).
+__device__ __forceinline__ void gemv_load_weights(u32x4 wa[2], u32x4 wb[2], const unsigned short* pa,
+                                                  const unsigned short* pb, int off) {
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        wa[p] = ld_weights16(pa + off + 32 * p);
+        wb[p] = ld_weights16(pb + off + 32 * p);
+    }
+}
+template <int MT>
+__device__ __forceinline__ void gemv_load_x(u32x4 xv[MT][2], const unsigned short* const px[MT], int off) {
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) xv[mt][p] = ld_x16(px[mt] + off + 32 * p);
+    }
+}
+
+// gemv_inputs_ready marks where a gemv kernel starts to read what the
+// kernel before it in the stream wrote (x, the squared sums) or to write
+// what that kernel may still read (out, the residual): everything before
+// it reads only weights. Nothing to wait for under plain stream order.
+__device__ __forceinline__ void gemv_inputs_ready() {}
 
 // gemv_partial is one warp's share of a 16-row tile's product: rows row0..
 // row0+15 of w times token rows 0..8*MT-1 of x over the k chunks first,
@@ -268,9 +297,19 @@ __device__ __forceinline__ void gemv_partial(float acc[MT][4], const unsigned sh
     const int full = k / GEMV_KCHUNK;
     const int mine = first < full ? (full - first + STEP - 1) / STEP : 0;
     u32x4 wa[GEMV_UNROLL][2], wb[GEMV_UNROLL][2], xv[GEMV_UNROLL][MT][2];
+    // The ring's first weights, then (with NORM) the norm weights into
+    // shared memory: neither is anything a preceding kernel writes, so
+    // they are issued before gemv_inputs_ready (the point past which x,
+    // the producer's squared sums and out may be touched).
 #pragma unroll
     for (int u = 0; u < GEMV_UNROLL; u++) {
-        if (u < mine) gemv_load<MT>(wa[u], wb[u], xv[u], pa, pb, px, u * STRIDE);
+        if (u < mine) gemv_load_weights(wa[u], wb[u], pa, pb, u * STRIDE);
+    }
+    if (NORM) gemv_stage_norm_weights(*nrm, k);
+    gemv_inputs_ready();
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; u++) {
+        if (u < mine) gemv_load_x<MT>(xv[u], px, u * STRIDE);
     }
     float r[MT];
     const unsigned short* nws = nullptr;
@@ -590,9 +629,27 @@ __device__ __forceinline__ void gemv32_partial(float acc[2][4][4], const unsigne
     const int full = k / GEMV_KCHUNK;
     const int mine = first < full ? (full - first + GEMV32_WARPS - 1) / GEMV32_WARPS : 0;
     u32x4 wv[GEMV32_UNROLL][2][2][2], xv[GEMV32_UNROLL][4][2];
+    // The ring's first weights before gemv_inputs_ready, then its x.
 #pragma unroll
     for (int u = 0; u < GEMV32_UNROLL; u++) {
-        if (u < mine) gemv32_load(wv[u], xv[u], pw, px, u * STRIDE);
+        if (u < mine) {
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) wv[u][i >> 1][i & 1][p] = ld_weights16(pw[i] + u * STRIDE + 32 * p);
+            }
+        }
+    }
+    gemv_inputs_ready();
+#pragma unroll
+    for (int u = 0; u < GEMV32_UNROLL; u++) {
+        if (u < mine) {
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) xv[u][mt][p] = ld_x16(px[mt] + u * STRIDE + 32 * p);
+            }
+        }
     }
     int j0 = 0;
     for (; j0 < mine; j0 += GEMV32_UNROLL) {
