@@ -52,21 +52,21 @@ func TestSelectionResolve(t *testing.T) {
 		want    string
 		wantErr string
 	}{
-		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", ""},
-		{"linear v2 pinned at 8B", []string{"linear=2"}, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=2 rope_kv_write=2", ""},
-		{"pinned at 8B", []string{"attn_prefill=1", "argmax=1", "linear=1"}, llama8B, "argmax=1 attn_decode=4 attn_prefill=1 gemm=1 linear=1 rope_kv_write=2", ""},
-		{"odd widths fall back", nil, odd, "argmax=1 attn_decode=1 attn_prefill=1 gemm=1 linear=1 rope_kv_write=2", ""},
-		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", ""},
+		{"newest at 8B", nil, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 launch=1 linear=3 rope_kv_write=2", ""},
+		{"linear v2 pinned at 8B", []string{"linear=2"}, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 launch=1 linear=2 rope_kv_write=2", ""},
+		{"pinned at 8B", []string{"attn_prefill=1", "argmax=1", "linear=1"}, llama8B, "argmax=1 attn_decode=4 attn_prefill=1 gemm=1 launch=1 linear=1 rope_kv_write=2", ""},
+		{"odd widths fall back", nil, odd, "argmax=1 attn_decode=1 attn_prefill=1 gemm=1 launch=1 linear=1 rope_kv_write=2", ""},
+		{"32 heads per kv head", nil, wideGroups, "argmax=2 attn_decode=1 attn_prefill=3 gemm=1 launch=1 linear=3 rope_kv_write=2", ""},
 		{"tensor cores refuse head_dim 32", []string{"attn_prefill=2"}, odd, "", "attn_prefill=2 cannot run head_dim 32"},
 		{"prefill v3 refuses head_dim 32", []string{"attn_prefill=3"}, odd, "", "attn_prefill=3 cannot run head_dim 32 (version 3 takes [64 128])"},
 		{"decode v2 refuses 32 heads per kv head", []string{"attn_decode=2"}, wideGroups, "", "32 query heads per kv head"},
 		{"decode v3 refuses 32 heads per kv head", []string{"attn_decode=3"}, wideGroups, "", "32 query heads per kv head (version 3 takes up to 8)"},
 		{"decode v4 refuses head_dim 32", []string{"attn_decode=4"}, odd, "", "attn_decode=4 cannot run head_dim 32 (version 4 takes [64 128])"},
-		{"decode v5 only when chosen", []string{"attn_decode=5"}, llama8B, "argmax=2 attn_decode=5 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", ""},
+		{"decode v5 only when chosen", []string{"attn_decode=5"}, llama8B, "argmax=2 attn_decode=5 attn_prefill=3 gemm=1 launch=1 linear=3 rope_kv_write=2", ""},
 		{"decode v5 refuses head_dim 32", []string{"attn_decode=5"}, odd, "", "attn_decode=5 cannot run head_dim 32 (version 5 takes [64 128])"},
 		{"decode v5 refuses 32 heads per kv head", []string{"attn_decode=5"}, wideGroups, "", "32 query heads per kv head (version 5 takes up to 8)"},
 		{"argmax v2 refuses vocab 1003", []string{"argmax=2"}, odd, "", "vocab 1003"},
-		{"gemm stays version 1 unless chosen", []string{"gemm=2"}, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=2 linear=3 rope_kv_write=2", ""},
+		{"gemm stays version 1 unless chosen", []string{"gemm=2"}, llama8B, "argmax=2 attn_decode=4 attn_prefill=3 gemm=2 launch=1 linear=3 rope_kv_write=2", ""},
 		{"linear v2 refuses an intermediate size of 172", []string{"linear=2"}, odd, "", "linear=2 cannot run k = 172"},
 		{"linear v3 refuses an intermediate size of 172", []string{"linear=3"}, odd, "", "linear=3 cannot run k = 172 (version 3 takes multiples of 8)"},
 	}
