@@ -315,7 +315,7 @@ Program *Prog(void *h) { return static_cast<Program *>(h); }
 // stale or differently built module is ever loaded from the cache.
 API const char *sbemu_describe(void) {
     static const std::string plain = "stepbench emulated NVRTC 0.1 (module ABI " SBEMU_STR(SBEMU_ABI_VERSION) "; compiles kernels with g++ into modules for the emulated device)";
-    static const std::string counted = "stepbench emulated NVRTC 0.1 (module ABI " SBEMU_STR(SBEMU_ABI_VERSION) ", loads and stores instrumented; compiles kernels with g++ into modules for the emulated device)";
+    static const std::string counted = "stepbench emulated NVRTC 0.1 (module ABI " SBEMU_STR(SBEMU_ABI_VERSION) ", loads and stores counted; compiles kernels with g++ into modules for the emulated device)";
     return CountersWanted() ? counted.c_str() : plain.c_str();
 }
 
