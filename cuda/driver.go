@@ -42,6 +42,7 @@ type driverAPI struct {
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags unsafe.Pointer
 	cuGraphDestroy, cuGraphLaunch, cuGraphExecDestroy                     unsafe.Pointer
 	cuGraphGetNodes                                                       unsafe.Pointer // optional
+	cuLaunchKernelEx                                                      unsafe.Pointer // optional: CUDA 11.8+
 	cuProfilerStart, cuProfilerStop                                       unsafe.Pointer // optional
 
 	// The names cuDeviceGetUuid and cuEventElapsedTime were found under
@@ -97,6 +98,7 @@ func (a *driverAPI) slots() []symbolSlot {
 		{name: "cuGraphLaunch", dst: &a.cuGraphLaunch},
 		{name: "cuGraphExecDestroy", dst: &a.cuGraphExecDestroy},
 		{name: "cuGraphGetNodes", dst: &a.cuGraphGetNodes, optional: true},
+		{name: "cuLaunchKernelEx", dst: &a.cuLaunchKernelEx, optional: true},
 		{name: "cuProfilerStart", dst: &a.cuProfilerStart, optional: true},
 		{name: "cuProfilerStop", dst: &a.cuProfilerStop, optional: true},
 	}
@@ -150,6 +152,10 @@ func openDriverAt(path string) (*Driver, error) {
 	}
 	return d, nil
 }
+
+// HasLaunchEx reports whether the driver exports cuLaunchKernelEx (CUDA
+// 11.8 and newer), which Stream.LaunchProgrammatic needs.
+func (d *Driver) HasLaunchEx() bool { return d.api.cuLaunchKernelEx != nil }
 
 // Path is the file or soname the driver was opened from.
 func (d *Driver) Path() string { return d.lib.path }

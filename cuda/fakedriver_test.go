@@ -163,3 +163,51 @@ func TestFakeDriverErrorsAndLaunchArgs(t *testing.T) {
 		t.Errorf("Launch with a wrong argument: err = %v", err)
 	}
 }
+
+// TestFakeDriverLaunchProgrammatic passes LaunchProgrammatic's grid, block,
+// shared bytes, arguments and attribute through cuLaunchKernelEx's
+// configuration as the driver API lays it out (the fake checks each), and a
+// driver without cuLaunchKernelEx gets an error naming it, not a launch.
+func TestFakeDriverLaunchProgrammatic(t *testing.T) {
+	for _, tc := range []struct {
+		defines []string
+		want    string // error prefix; "" for none
+	}{
+		{defines: []string{"FAKE_LAUNCH_EX"}},
+		{want: "cuLaunchKernelEx(fake, programmatic stream serialization): the driver "},
+	} {
+		d := openFakeDriver(t, tc.defines...)
+		if d.HasLaunchEx() != (tc.want == "") {
+			t.Errorf("%v: HasLaunchEx = %v", tc.defines, d.HasLaunchEx())
+		}
+		func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			ctx, err := d.NewContext(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ctx.Close()
+			s, err := ctx.NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &Function{name: "fake"}
+			err = s.LaunchProgrammatic(f, Dim3{2, 1, 1}, Dim3{128, 1, 1}, 256, DevPtr(0x1000), int32(-5), float32(1.5), uint64(1<<40))
+			if tc.want == "" && err != nil {
+				t.Errorf("LaunchProgrammatic with the expected arguments: %v", err)
+			}
+			if tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)) {
+				t.Errorf("LaunchProgrammatic without cuLaunchKernelEx: err = %v, want prefix %q", err, tc.want)
+			}
+			if tc.want != "" {
+				return
+			}
+			err = s.LaunchProgrammatic(f, Dim3{2, 1, 1}, Dim3{128, 1, 1}, 256, DevPtr(0x1000), int32(-4), float32(1.5), uint64(1<<40))
+			want := "cuLaunchKernelEx(fake, grid 2x1x1, block 128x1x1, 256 shared bytes, programmatic stream serialization): CUDA_ERROR_INVALID_VALUE"
+			if err == nil || !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("LaunchProgrammatic with a wrong argument: err = %v, want prefix %q", err, want)
+			}
+		}()
+	}
+}

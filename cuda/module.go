@@ -165,19 +165,45 @@ func packLaunchArgs(args []any) (packedArgs, error) {
 // and arguments (see packLaunchArgs for the accepted types). The driver
 // copies the arguments, so they may change as soon as Launch returns.
 func (s *Stream) Launch(f *Function, grid, block Dim3, sharedBytes int, args ...any) error {
+	return s.launch("cuLaunchKernel", s.drv().api.cuLaunchKernel, f, grid, block, sharedBytes, args)
+}
+
+// LaunchProgrammatic is Launch through cuLaunchKernelEx with programmatic
+// stream serialization allowed (programmatic dependent launch, sm_90): f
+// may start before the stream's previous kernel has finished, so f must
+// execute griddepcontrol.wait (kernels' SB_PDL_WAIT) before it touches
+// anything that kernel reads or writes. Inside a stream capture the launch
+// records a programmatic edge. A driver without cuLaunchKernelEx (before
+// CUDA 11.8) gets an error naming the missing entry point, no launch.
+func (s *Stream) LaunchProgrammatic(f *Function, grid, block Dim3, sharedBytes int, args ...any) error {
+	d := s.drv()
+	if !d.HasLaunchEx() {
+		return fmt.Errorf("cuLaunchKernelEx(%s, programmatic stream serialization): the driver %s does not export cuLaunchKernelEx (CUDA 11.8 or newer has it)", f.name, d.Path())
+	}
+	return s.launch("cuLaunchKernelEx", d.api.cuLaunchKernelEx, f, grid, block, sharedBytes, args)
+}
+
+// launch packs args and calls the entry point fn (cuLaunchKernel, or
+// cuLaunchKernelEx with the programmatic attribute), named call in errors.
+func (s *Stream) launch(call string, fn unsafe.Pointer, f *Function, grid, block Dim3, sharedBytes int, args []any) error {
 	if sharedBytes < 0 || sharedBytes > math.MaxUint32 {
-		return fmt.Errorf("cuLaunchKernel(%s): shared memory %d bytes out of range", f.name, sharedBytes)
+		return fmt.Errorf("%s(%s): shared memory %d bytes out of range", call, f.name, sharedBytes)
 	}
 	packed, err := packLaunchArgs(args)
 	if err != nil {
-		return fmt.Errorf("cuLaunchKernel(%s): %w", f.name, err)
+		return fmt.Errorf("%s(%s): %w", call, f.name, err)
 	}
 	defer packed.free()
-	d := s.drv()
-	return d.check(C.sb_cuLaunchKernel(d.api.cuLaunchKernel, f.fn,
-		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
-		C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
-		C.uint(sharedBytes), s.stream, packed.params),
-		"cuLaunchKernel(%s, grid %dx%dx%d, block %dx%dx%d, %d shared bytes)", f.name,
-		grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, sharedBytes)
+	gx, gy, gz := C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z)
+	bx, by, bz := C.uint(block.X), C.uint(block.Y), C.uint(block.Z)
+	var code C.CUresult
+	attr := ""
+	if call == "cuLaunchKernelEx" {
+		attr = ", programmatic stream serialization"
+		code = C.sb_cuLaunchKernelPDL(fn, f.fn, gx, gy, gz, bx, by, bz, C.uint(sharedBytes), s.stream, packed.params)
+	} else {
+		code = C.sb_cuLaunchKernel(fn, f.fn, gx, gy, gz, bx, by, bz, C.uint(sharedBytes), s.stream, packed.params)
+	}
+	return s.drv().check(code, "%s(%s, grid %dx%dx%d, block %dx%dx%d, %d shared bytes%s)", call, f.name,
+		grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, sharedBytes, attr)
 }

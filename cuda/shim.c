@@ -131,6 +131,38 @@ CUresult sb_cuLaunchKernel(void *fn, CUfunction function, unsigned int gx, unsig
 	                     unsigned int, unsigned int, CUstream, void **, void **))fn)(
 	    function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, NULL);
 }
+// cuLaunchKernelEx's arguments, declared from the driver API's documented
+// layout: an attribute is its id (an int, padded to 8 bytes) and a 64-byte
+// value union; the configuration is the grid and block dimensions, the
+// dynamic shared bytes, the stream, then the attribute array and its length.
+typedef struct {
+	int id;
+	char pad[4];
+	unsigned long long value[8];
+} sb_launch_attribute;
+typedef struct {
+	unsigned int grid[3], block[3], shared_bytes;
+	CUstream stream;
+	sb_launch_attribute *attrs;
+	unsigned int num_attrs;
+} sb_launch_config;
+_Static_assert(sizeof(sb_launch_attribute) == 72, "CUlaunchAttribute is 72 bytes");
+_Static_assert(offsetof(sb_launch_config, stream) == 32 && offsetof(sb_launch_config, attrs) == 40 &&
+                   offsetof(sb_launch_config, num_attrs) == 48 && sizeof(sb_launch_config) == 56,
+               "CUlaunchConfig's layout");
+enum { sb_launch_attr_programmatic_stream_serialization = 6 };
+
+CUresult sb_cuLaunchKernelPDL(void *fn, CUfunction function, unsigned int gx, unsigned int gy, unsigned int gz,
+                              unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_bytes,
+                              CUstream stream, void **params) {
+	sb_launch_attribute attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = sb_launch_attr_programmatic_stream_serialization;
+	const int allowed = 1;  // the value's first member is an int
+	memcpy(attr.value, &allowed, sizeof allowed);
+	sb_launch_config cfg = {{gx, gy, gz}, {bx, by, bz}, shared_bytes, stream, &attr, 1};
+	return ((CUresult(*)(const sb_launch_config *, CUfunction, void **, void **))fn)(&cfg, function, params, NULL);
+}
 CUresult sb_cuStreamBeginCapture(void *fn, CUstream stream, int mode) {
 	return ((CUresult(*)(CUstream, int))fn)(stream, mode);
 }

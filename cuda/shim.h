@@ -82,6 +82,13 @@ CUresult sb_cuFuncGetAttribute(void *fn, int *value, int attrib, CUfunction func
 CUresult sb_cuLaunchKernel(void *fn, CUfunction function, unsigned int gx, unsigned int gy, unsigned int gz,
                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_bytes,
                            CUstream stream, void **params);
+// sb_cuLaunchKernelPDL calls cuLaunchKernelEx with one launch attribute,
+// programmatic stream serialization (CUlaunchAttributeID 6) allowed: the
+// kernel may begin before its predecessor on the stream has finished, and
+// its griddepcontrol.wait waits for it.
+CUresult sb_cuLaunchKernelPDL(void *fn, CUfunction function, unsigned int gx, unsigned int gy, unsigned int gz,
+                              unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_bytes,
+                              CUstream stream, void **params);
 CUresult sb_cuStreamBeginCapture(void *fn, CUstream stream, int mode);
 CUresult sb_cuStreamEndCapture(void *fn, CUstream stream, CUgraph *graph);
 CUresult sb_cuGraphInstantiateWithFlags(void *fn, CUgraphExec *exec, CUgraph graph, unsigned long long flags);

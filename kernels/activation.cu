@@ -7,6 +7,8 @@
 extern "C" __global__ void silu_mul(unsigned short* __restrict__ out,
                                     const unsigned short* __restrict__ gateUp, int rows,
                                     int inter, int vec8) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (vec8) {

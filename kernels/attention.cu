@@ -189,6 +189,8 @@ __device__ __noinline__ void attn_decode_split(float* __restrict__ ws,
         float* ws, const unsigned short* q, const unsigned short* kCache,                     \
         const unsigned short* vCache, const int* startPos, int batch, int heads, int kvHeads, \
         int maxSeq, int chunk, int splits) {                                                  \
+        SB_PDL_WAIT();                                                                        \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                           \
         attn_decode_split<D>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq,  \
                              chunk, splits);                                                  \
     }
@@ -237,6 +239,8 @@ extern "C" __global__ void attn_decode_combine(unsigned short* __restrict__ out,
                                                const int* __restrict__ startPos, int maxSeq,
                                                int batch, int heads, int headDim, int chunk,
                                                int splits) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     const int h = blockIdx.x, b = blockIdx.y;
     const int live = decode_live_splits(startPos, maxSeq, chunk, splits);
     const long long bh = (long long)b * heads + h;
@@ -399,6 +403,8 @@ __device__ __noinline__ void attn_prefill(unsigned short* __restrict__ out,
         unsigned short* out, const unsigned short* q, const unsigned short* kCache,         \
         const unsigned short* vCache, const int* startPos, int seqLen, int heads,           \
         int kvHeads, int maxSeq) {                                                          \
+        SB_PDL_WAIT();                                                                      \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                         \
         attn_prefill<D>(out, q, kCache, vCache, startPos, seqLen, heads, kvHeads, maxSeq); \
     }
 DEFINE_PREFILL(32)
@@ -656,6 +662,8 @@ __device__ __noinline__ void attn_prefill_tc(unsigned short* __restrict__ out,
         unsigned short* out, const unsigned short* q, const unsigned short* kCache,                 \
         const unsigned short* vCache, const int* startPos, int seqLen, int heads, int kvHeads,      \
         int maxSeq) {                                                                               \
+        SB_PDL_WAIT();                                                                              \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                                 \
         attn_prefill_tc<D>(out, q, kCache, vCache, startPos, seqLen, heads, kvHeads, maxSeq);      \
     }
 DEFINE_PREFILL_TC(64)
@@ -1007,6 +1015,8 @@ __device__ __noinline__ void attn_prefill3(unsigned short* __restrict__ out, con
     extern "C" __global__ void __launch_bounds__(FA3_THREADS) attn_prefill3_d##D(                            \
         unsigned short* out, const unsigned short* q, const unsigned short* kCache,                          \
         const unsigned short* vCache, const int* startPos, int seqLen, int heads, int kvHeads, int maxSeq) { \
+        SB_PDL_WAIT();                                                                                       \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                                          \
         attn_prefill3<D>(out, q, kCache, vCache, startPos, seqLen, heads, kvHeads, maxSeq);                  \
     }
 DEFINE_PREFILL3(64)
@@ -1186,6 +1196,8 @@ __device__ __noinline__ void attn_decode2(float* __restrict__ ws, const unsigned
     extern "C" __global__ void __launch_bounds__(DEC_THREADS) attn_decode2_d##D##_g##G(                 \
         float* ws, const unsigned short* q, const unsigned short* kCache, const unsigned short* vCache, \
         const int* startPos, int batch, int heads, int kvHeads, int maxSeq, int chunk, int splits) {     \
+        SB_PDL_WAIT();                                                                                   \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                                      \
         attn_decode2<D, G>(ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits); \
     }
 DEFINE_DECODE2(64, 1)
@@ -1277,6 +1289,8 @@ __device__ __noinline__ void attn_decode3(unsigned short* __restrict__ out, floa
         unsigned short* out, float* ws, const unsigned short* q, const unsigned short* kCache,               \
         const unsigned short* vCache, const int* startPos, int batch, int heads, int kvHeads, int maxSeq,    \
         int chunk, int splits) {                                                                             \
+        SB_PDL_WAIT();                                                                                       \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                                          \
         attn_decode3<D, G>(out, ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits); \
     }
 DEFINE_DECODE3(64, 1)
@@ -1536,6 +1550,8 @@ __device__ __noinline__ void attn_decode4(unsigned short* __restrict__ out, floa
         unsigned short* out, float* ws, const unsigned short* q, const unsigned short* kCache,               \
         const unsigned short* vCache, const int* startPos, int batch, int heads, int kvHeads, int maxSeq,    \
         int chunk, int splits) {                                                                             \
+        SB_PDL_WAIT();                                                                                       \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                                          \
         attn_decode4<D, G>(out, ws, q, kCache, vCache, startPos, batch, heads, kvHeads, maxSeq, chunk, splits); \
     }
 DEFINE_DECODE4(64, 1)
@@ -1675,6 +1691,8 @@ __device__ __noinline__ void attn_decode5(unsigned short* __restrict__ out, floa
         unsigned short* out, float* ws, const unsigned short* qkv, unsigned short* kCache,                    \
         unsigned short* vCache, const float* invFreq, const int* startPos, int batch, int heads, int kvHeads, \
         int maxSeq, int chunk, int splits) {                                                                  \
+        SB_PDL_WAIT();                                                                                        \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                                           \
         attn_decode5<D, G>(out, ws, qkv, kCache, vCache, invFreq, startPos, batch, heads, kvHeads, maxSeq,    \
                            chunk, splits);                                                                    \
     }

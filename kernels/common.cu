@@ -210,3 +210,38 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
+
+// ---- programmatic dependent launch (sm_90: griddepcontrol) ----
+// With --kernel launch=2 the runner launches the kernels that opt in
+// (kernels.Family.PDL) through cuLaunchKernelEx with programmatic stream
+// serialization: a kernel may start while the previous kernel on the
+// stream is still finishing, so its launch latency and prologue hide behind
+// that kernel's tail. SB_PDL_WAIT() blocks the calling thread until every
+// grid the launch depends on has completed and its memory is visible: it
+// must come before the kernel's first global read of anything a
+// predecessor may write, and before its first global write of anything a
+// predecessor may read or write (work that depends on neither, such as
+// address arithmetic or loading weights, may go before it).
+// SB_PDL_LAUNCH_DEPENDENTS() lets the next programmatic launch begin (by
+// default a grid triggers when its blocks exit). Our kernels call it right
+// after the wait: the dependent grid launches only once every block of this
+// grid has triggered, i.e. is resident, so its blocks take only SM slots
+// this grid has left free (they sit in their own wait there) and cannot
+// delay this grid; and triggering after the wait, never before, keeps the
+// dependent from overlapping this grid's predecessor too.
+// Both are no-ops below sm_90 and in a plain launch (the wait returns at
+// once); the emulated device (__SBEMU__) records them, and with
+// STEPBENCH_EMU_CHECK_PDL=1 faults an access made before the wait that
+// meets the previous grid's data.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifdef __SBEMU__
+#define SB_PDL_WAIT() sbemu_griddepcontrol_wait()
+#define SB_PDL_LAUNCH_DEPENDENTS() sbemu_griddepcontrol_launch_dependents()
+#else
+#define SB_PDL_WAIT() asm volatile("griddepcontrol.wait;\n" ::: "memory")
+#define SB_PDL_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory")
+#endif
+#else
+#define SB_PDL_WAIT() ((void)0)
+#define SB_PDL_LAUNCH_DEPENDENTS() ((void)0)
+#endif

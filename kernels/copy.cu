@@ -5,6 +5,8 @@
 // the wrapper guarantees hidden % 8 == 0 and 16-byte aligned pointers.
 extern "C" __global__ void embed(u32x4* __restrict__ out, const u32x4* __restrict__ table,
                                  const int* __restrict__ ids, int tokens, int hidden) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     const int t = blockIdx.x;
     if (t >= tokens) return;
     const int vecs = hidden / 8;
@@ -18,6 +20,8 @@ extern "C" __global__ void embed(u32x4* __restrict__ out, const u32x4* __restric
 extern "C" __global__ void gather_last(unsigned short* __restrict__ out,
                                        const unsigned short* __restrict__ in, int batch,
                                        int seqLen, int width, int vec8) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     const int b = blockIdx.x;
     if (b >= batch) return;
     const long long src = ((long long)b * seqLen + seqLen - 1) * width;
@@ -34,6 +38,8 @@ extern "C" __global__ void gather_last(unsigned short* __restrict__ out,
 // add_i32: buf[i] += delta for i < n. Advances the device-side position at the
 // end of each step (inside the captured decode graph).
 extern "C" __global__ void add_i32(int* __restrict__ buf, int n, int delta) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         buf[i] += delta;
     }

@@ -22,6 +22,8 @@ __device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
 extern "C" __global__ void fill_dummy(unsigned short* __restrict__ dst, long long n,
                                       unsigned long long key, unsigned long long first,
                                       int kind, long long row_len, unsigned long long row_stride) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         if (kind == 1) {

@@ -98,6 +98,8 @@ __device__ __forceinline__ uint2 quant8(u32x4 v, float inv) {
 // and x 16-byte aligned; gridDim.x <= FP8_PARTIALS).
 extern "C" __global__ void __launch_bounds__(FP8_THREADS)
     fp8_absmax_partial(float* __restrict__ partials, const unsigned short* __restrict__ x, long long n, int vec8) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ unsigned int scratch[32];
     unsigned int m = 0;
     const long long stride = (long long)gridDim.x * blockDim.x;
@@ -127,6 +129,8 @@ extern "C" __global__ void __launch_bounds__(FP8_THREADS)
     fp8_quant_tensor(unsigned char* __restrict__ out, float* __restrict__ scale,
                      const float* __restrict__ partials, int nparts,
                      const unsigned short* __restrict__ x, long long n, int vec8) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ unsigned int scratch[32];
     float s;
     if (nparts > 0) {
@@ -155,6 +159,8 @@ extern "C" __global__ void __launch_bounds__(FP8_THREADS)
 extern "C" __global__ void __launch_bounds__(FP8_THREADS)
     fp8_quant_token(unsigned char* __restrict__ out, float* __restrict__ scales,
                     const unsigned short* __restrict__ x, int rows, int cols, int vec8) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ unsigned int scratch[32];
     const int row = blockIdx.x;
     if (row >= rows) return;
@@ -181,6 +187,8 @@ extern "C" __global__ void __launch_bounds__(FP8_THREADS)
     fp8_scale_out(unsigned short* __restrict__ out, const float* __restrict__ acc,
                   const float* __restrict__ xs, int xstride, const float* __restrict__ ws, int wstride,
                   int m, int n) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     const long long total = (long long)m * n;
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {

@@ -33,8 +33,9 @@
 // used (GEMV_UNROLL x 64 bytes of weights in flight per thread).
 //
 // Weights are read with ld.global.nc.L1::no_allocate (streamed once; they
-// must not evict x from L1), x with ld.global.nc (every block reads all of
-// it: the 16 blocks an SM runs over time hit L1/L2).
+// must not evict x from L1), x with coherent ld.global (every block reads
+// all of it: the 16 blocks an SM runs over time hit L1/L2; not .nc, which
+// a programmatic launch would make unsound: ld_x16).
 //
 // Napkin math at Llama-3-8B bf16, one decode step at batch 1 (every layer's
 // qkv 6144x4096, o 4096x4096, gate_up 28672x4096, down 4096x14336, and
@@ -102,13 +103,30 @@ __device__ __forceinline__ u32x4 ld_weights16(const unsigned short* p) {
 #endif
 }
 
-// ld_x16 loads 16 bytes of an activation row through the read-only path.
+// ld_x16 loads 16 bytes of an activation row, coherently (cached in L1
+// and L2). Not ld.global.nc: under --kernel launch=2 the kernel before this
+// one may still be writing x when this one starts, so x is not read-only
+// for this kernel's lifetime, which .nc requires; and ptxas (NVRTC 11.8)
+// does move .nc loads above griddepcontrol.wait (SASS: x's
+// LDG.E.128.CONSTANT issued before ACQBULK), never coherent ones.
 __device__ __forceinline__ u32x4 ld_x16(const unsigned short* p) {
 #ifdef __SBEMU__
     return *(const u32x4*)p;
 #else
     u32x4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#endif
+}
+
+// ld_f32 loads one float coherently (the producer's squared sums: written
+// by the kernel before, so not through the read-only path; see ld_x16).
+__device__ __forceinline__ float ld_f32(const float* p) {
+#ifdef __SBEMU__
+    return *p;
+#else
+    float v;
+    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
     return v;
 #endif
 }
@@ -207,7 +225,7 @@ struct GemvNorm {
 // gemv_stage_norm_weights copies the norm's k weights to shared memory
 // (read by the main loop after gemv_norm_prologue's barriers).
 __device__ __forceinline__ void gemv_stage_norm_weights(const GemvNorm& nrm, int k) {
-    for (int i = threadIdx.x; i < k / 8; i += GEMV_THREADS) ((u32x4*)nrm.nws)[i] = ld_x16(nrm.weight + 8 * i);
+    for (int i = threadIdx.x; i < k / 8; i += GEMV_THREADS) ((u32x4*)nrm.nws)[i] = ld_weights16(nrm.weight + 8 * i);
 }
 
 template <int MT>
@@ -219,7 +237,7 @@ __device__ __forceinline__ void gemv_norm_prologue(const GemvNorm& nrm, int m, i
     for (int b = threadIdx.x; b < nrm.parts; b += GEMV_THREADS) {
 #pragma unroll
         for (int tk = 0; tk < 8 * MT; tk++) {
-            if (tk < m) s[tk] += nrm.part[(long long)tk * nrm.parts + b];
+            if (tk < m) s[tk] += ld_f32(nrm.part + (long long)tk * nrm.parts + b);
         }
     }
 #pragma unroll
@@ -258,8 +276,26 @@ __device__ __forceinline__ void gemv_load_x(u32x4 xv[MT][2], const unsigned shor
 // gemv_inputs_ready marks where a gemv kernel starts to read what the
 // kernel before it in the stream wrote (x, the squared sums) or to write
 // what that kernel may still read (out, the residual): everything before
-// it reads only weights. Nothing to wait for under plain stream order.
-__device__ __forceinline__ void gemv_inputs_ready() {}
+// it reads only weights, so under --kernel launch=2 the ring's first
+// weight loads (GEMV_UNROLL x 64 B per thread, 32 KB per block; linear 4's
+// norm weights too) are in flight while the predecessor finishes, the one
+// prologue of a GEMV worth hoisting: its DRAM latency. Every thread of the
+// block calls it (gemv_partial, gemv32_partial); the trigger right after
+// the wait is common.cu's rule (the dependent's blocks take only the slots
+// this grid left free). Under a plain launch the wait returns at once.
+// The branch on k (always taken: k >= 8) is there for ptxas: NVRTC 11.8's
+// hoists an unconditional griddepcontrol.wait to the kernel's first
+// instructions, above the weight loads (SASS: ACQBULK at the top of
+// gemv_t8), and keeps one behind a branch after them (gemv_t8, _t16,
+// gemv_res_*, gemv_norm_*; in gemv_silu_* and gemv_t32 it still issues the
+// wait first: correct, only no overlap). x and the squared sums are loaded
+// coherently (ld_x16, ld_f32), so no load of them moves above the wait.
+__device__ __forceinline__ void gemv_inputs_ready(int k) {
+    if (k > 0) {
+        SB_PDL_WAIT();
+        SB_PDL_LAUNCH_DEPENDENTS();
+    }
+}
 
 // gemv_partial is one warp's share of a 16-row tile's product: rows row0..
 // row0+15 of w times token rows 0..8*MT-1 of x over the k chunks first,
@@ -306,7 +342,7 @@ __device__ __forceinline__ void gemv_partial(float acc[MT][4], const unsigned sh
         if (u < mine) gemv_load_weights(wa[u], wb[u], pa, pb, u * STRIDE);
     }
     if (NORM) gemv_stage_norm_weights(*nrm, k);
-    gemv_inputs_ready();
+    gemv_inputs_ready(k);
 #pragma unroll
     for (int u = 0; u < GEMV_UNROLL; u++) {
         if (u < mine) gemv_load_x<MT>(xv[u], px, u * STRIDE);
@@ -640,7 +676,7 @@ __device__ __forceinline__ void gemv32_partial(float acc[2][4][4], const unsigne
             }
         }
     }
-    gemv_inputs_ready();
+    gemv_inputs_ready(k);
 #pragma unroll
     for (int u = 0; u < GEMV32_UNROLL; u++) {
         if (u < mine) {

@@ -9,6 +9,8 @@ extern "C" __global__ void add_rmsnorm(u32x4* __restrict__ out, u32x4* __restric
                                        const u32x4* __restrict__ add,
                                        const u32x4* __restrict__ weight, int rows, int hidden,
                                        float eps) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ float scratch[32];
     const int row = blockIdx.x;
     if (row >= rows) return;

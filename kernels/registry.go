@@ -26,6 +26,11 @@ type Family struct {
 	// one version.
 	Op      string
 	Version int
+	// PDL says its entry points call SB_PDL_WAIT() before touching what an
+	// earlier kernel may have written (common.cu), so that --kernel launch=2
+	// may launch them with programmatic stream serialization. Only the
+	// embedded source's kernels qualify (PDLEntryPoints).
+	PDL bool
 }
 
 // SupportedHeadDims are the head dimensions the attention kernels are built
@@ -44,44 +49,44 @@ var Decode2Groups = []int{1, 2, 4, 8}
 // function, not a variable, so that no caller can change the registry.
 func Families() []Family {
 	return []Family{
-		{Name: "silu_mul", Source: "activation.cu", Twin: "SiluMul"},
-		{Name: "attn_decode_split", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims, Op: OpAttnDecode, Version: 1},
-		{Name: "attn_decode_combine", Source: "attention.cu", Twin: "Attention"},
-		{Name: "attn_prefill", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims, Op: OpAttnPrefill, Version: 1},
-		{Name: "attn_prefill_tc", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Op: OpAttnPrefill, Version: 2},
-		{Name: "attn_prefill3", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Op: OpAttnPrefill, Version: 3},
-		{Name: "attn_decode2", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 2},
-		{Name: "attn_decode3", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 3},
-		{Name: "attn_decode4", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 4},
-		{Name: "attn_decode5", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 5},
-		{Name: "embed", Source: "copy.cu", Twin: "Embed"},
-		{Name: "gather_last", Source: "copy.cu", Twin: "GatherLast"},
-		{Name: "add_i32", Source: "copy.cu", Twin: "AddI32"},
-		{Name: "fill_dummy", Source: "dummy.cu", Twin: "FillDummyRows"},
-		{Name: "fp8_absmax_partial", Source: "fp8.cu", Twin: "AbsMaxBF16"},
-		{Name: "fp8_quant_tensor", Source: "fp8.cu", Twin: "QuantizeFP8"},
-		{Name: "fp8_quant_token", Source: "fp8.cu", Twin: "QuantizeFP8Token"},
-		{Name: "fp8_scale_out", Source: "fp8.cu", Twin: "ScaleFP8Out"},
-		{Name: "gemv_t8", Source: "gemv.cu", Twin: "Gemv", Op: OpLinear, Version: 2},
-		{Name: "gemv_t16", Source: "gemv.cu", Twin: "Gemv", Op: OpLinear, Version: 2},
-		{Name: "gemv_silu_t8", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 2},
-		{Name: "gemv_silu_t16", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 2},
-		{Name: "gemv_t32", Source: "gemv.cu", Twin: "Gemv", Op: OpLinear, Version: 3},
-		{Name: "gemv_silu_t32", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 3},
-		{Name: "gemv_res_t8", Source: "gemv.cu", Twin: "GemvResidual", Op: OpLinear, Version: 4},
-		{Name: "gemv_res_t16", Source: "gemv.cu", Twin: "GemvResidual", Op: OpLinear, Version: 4},
-		{Name: "gemv_norm_t8", Source: "gemv.cu", Twin: "NormGemv", Op: OpLinear, Version: 4},
-		{Name: "gemv_norm_t16", Source: "gemv.cu", Twin: "NormGemv", Op: OpLinear, Version: 4},
-		{Name: "gemv_silu_norm_t8", Source: "gemv.cu", Twin: "NormGemvSiluMul", Op: OpLinear, Version: 4},
-		{Name: "gemv_silu_norm_t16", Source: "gemv.cu", Twin: "NormGemvSiluMul", Op: OpLinear, Version: 4},
-		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm"},
-		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 1},
-		{Name: "rope_kv_write2", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 2},
-		{Name: "argmax", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 1},
-		{Name: "argmax2_partial", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 2},
-		{Name: "argmax2_final", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 2},
-		{Name: "argmax_keys", Source: "tp.cu", Twin: "ArgmaxKeys"},
-		{Name: "key_index", Source: "tp.cu", Twin: "KeyIndex"},
+		{Name: "silu_mul", Source: "activation.cu", Twin: "SiluMul", PDL: true},
+		{Name: "attn_decode_split", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims, Op: OpAttnDecode, Version: 1, PDL: true},
+		{Name: "attn_decode_combine", Source: "attention.cu", Twin: "Attention", PDL: true},
+		{Name: "attn_prefill", Source: "attention.cu", Twin: "Attention", HeadDims: SupportedHeadDims, Op: OpAttnPrefill, Version: 1, PDL: true},
+		{Name: "attn_prefill_tc", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Op: OpAttnPrefill, Version: 2, PDL: true},
+		{Name: "attn_prefill3", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Op: OpAttnPrefill, Version: 3, PDL: true},
+		{Name: "attn_decode2", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 2, PDL: true},
+		{Name: "attn_decode3", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 3, PDL: true},
+		{Name: "attn_decode4", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 4, PDL: true},
+		{Name: "attn_decode5", Source: "attention.cu", Twin: "Attention", HeadDims: TensorCoreHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 5, PDL: true},
+		{Name: "embed", Source: "copy.cu", Twin: "Embed", PDL: true},
+		{Name: "gather_last", Source: "copy.cu", Twin: "GatherLast", PDL: true},
+		{Name: "add_i32", Source: "copy.cu", Twin: "AddI32", PDL: true},
+		{Name: "fill_dummy", Source: "dummy.cu", Twin: "FillDummyRows", PDL: true},
+		{Name: "fp8_absmax_partial", Source: "fp8.cu", Twin: "AbsMaxBF16", PDL: true},
+		{Name: "fp8_quant_tensor", Source: "fp8.cu", Twin: "QuantizeFP8", PDL: true},
+		{Name: "fp8_quant_token", Source: "fp8.cu", Twin: "QuantizeFP8Token", PDL: true},
+		{Name: "fp8_scale_out", Source: "fp8.cu", Twin: "ScaleFP8Out", PDL: true},
+		{Name: "gemv_t8", Source: "gemv.cu", Twin: "Gemv", Op: OpLinear, Version: 2, PDL: true},
+		{Name: "gemv_t16", Source: "gemv.cu", Twin: "Gemv", Op: OpLinear, Version: 2, PDL: true},
+		{Name: "gemv_silu_t8", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 2, PDL: true},
+		{Name: "gemv_silu_t16", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 2, PDL: true},
+		{Name: "gemv_t32", Source: "gemv.cu", Twin: "Gemv", Op: OpLinear, Version: 3, PDL: true},
+		{Name: "gemv_silu_t32", Source: "gemv.cu", Twin: "GemvSiluMul", Op: OpLinear, Version: 3, PDL: true},
+		{Name: "gemv_res_t8", Source: "gemv.cu", Twin: "GemvResidual", Op: OpLinear, Version: 4, PDL: true},
+		{Name: "gemv_res_t16", Source: "gemv.cu", Twin: "GemvResidual", Op: OpLinear, Version: 4, PDL: true},
+		{Name: "gemv_norm_t8", Source: "gemv.cu", Twin: "NormGemv", Op: OpLinear, Version: 4, PDL: true},
+		{Name: "gemv_norm_t16", Source: "gemv.cu", Twin: "NormGemv", Op: OpLinear, Version: 4, PDL: true},
+		{Name: "gemv_silu_norm_t8", Source: "gemv.cu", Twin: "NormGemvSiluMul", Op: OpLinear, Version: 4, PDL: true},
+		{Name: "gemv_silu_norm_t16", Source: "gemv.cu", Twin: "NormGemvSiluMul", Op: OpLinear, Version: 4, PDL: true},
+		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm", PDL: true},
+		{Name: "rope_kv_write", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 1, PDL: true},
+		{Name: "rope_kv_write2", Source: "rope.cu", Twin: "RopeKVWrite", Op: OpRope, Version: 2, PDL: true},
+		{Name: "argmax", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 1, PDL: true},
+		{Name: "argmax2_partial", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 2, PDL: true},
+		{Name: "argmax2_final", Source: "sample.cu", Twin: "Argmax", Op: OpArgmax, Version: 2, PDL: true},
+		{Name: "argmax_keys", Source: "tp.cu", Twin: "ArgmaxKeys", PDL: true},
+		{Name: "key_index", Source: "tp.cu", Twin: "KeyIndex", PDL: true},
 	}
 }
 
@@ -171,3 +176,27 @@ const (
 	// blocks per SM.
 	GridStrideBlocksPerSM = 32
 )
+
+// PDLEntryPoints are the entry points --kernel launch=2 launches with
+// programmatic stream serialization: those of the families that opt in
+// (Family.PDL) whose source, and common.cu (which defines SB_PDL_WAIT), are
+// the embedded files in srcs (Sources). A user's edited source (a
+// --kernels-dir file that differs) is launched plain: nothing says it waits.
+func PDLEntryPoints(srcs map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range Families() {
+		if !f.PDL || !isEmbedded(srcs, f.Source) || !isEmbedded(srcs, CommonSource) {
+			continue
+		}
+		for _, e := range f.EntryPoints() {
+			out[e] = true
+		}
+	}
+	return out
+}
+
+// isEmbedded reports whether srcs holds the embedded text of file name.
+func isEmbedded(srcs map[string]string, name string) bool {
+	text, err := embeddedSources.ReadFile(name)
+	return err == nil && srcs[name] == string(text)
+}

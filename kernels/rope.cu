@@ -25,6 +25,8 @@ extern "C" __global__ void rope_kv_write(unsigned short* __restrict__ q,
                                          const int* __restrict__ startPos, int batch,
                                          int seqLen, int heads, int kvHeads, int headDim,
                                          int maxSeq) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ float cos_s[128];
     __shared__ float sin_s[128];
     const int t = blockIdx.x;
@@ -75,6 +77,8 @@ extern "C" __global__ void rope_kv_write2(unsigned short* __restrict__ q, unsign
                                           const float* __restrict__ invFreq,
                                           const int* __restrict__ startPos, int batch, int seqLen, int heads,
                                           int kvHeads, int headDim, int maxSeq) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ float cos_s[128];
     __shared__ float sin_s[128];
     const int t = blockIdx.x;

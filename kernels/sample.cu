@@ -22,6 +22,8 @@ __device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
 // multiple of 32 and at most 1024. vec8 when vocab % 8 == 0 and aligned.
 extern "C" __global__ void argmax(int* __restrict__ out, const unsigned short* __restrict__ logits,
                                   int rows, int vocab, int vec8) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ float best_vals[32];
     __shared__ int best_idxs[32];
     const int row = blockIdx.x;
@@ -94,6 +96,8 @@ __device__ __forceinline__ void warp_argmax(float& best, int& best_i) {
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax2_partial(argmax_pair* __restrict__ partials,
                                                                               const unsigned short* __restrict__ logits,
                                                                               int rows, int vocab, int chunks) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ float best_vals[ARGMAX_THREADS / 32];
     __shared__ int best_idxs[ARGMAX_THREADS / 32];
     const int c = blockIdx.x, row = blockIdx.y;
@@ -130,6 +134,8 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax2_partial(arg
 
 extern "C" __global__ void argmax2_final(int* __restrict__ out, const argmax_pair* __restrict__ partials, int rows,
                                          int chunks) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     const int row = blockIdx.x, lane = threadIdx.x;
     float best = neg_inf_f32();
     int best_i = 0x7fffffff;

@@ -24,6 +24,8 @@ __device__ __forceinline__ unsigned long long key_max(unsigned long long a, unsi
 // vocab % 8 == 0 and logits is 16-byte aligned.
 extern "C" __global__ void argmax_keys(unsigned long long* __restrict__ keys, const unsigned short* __restrict__ logits,
                                        int rows, int vocab, int vocab_start, int vec8) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     __shared__ unsigned long long warp_best[32];
     const int row = blockIdx.x;
     if (row >= rows) return;
@@ -58,6 +60,8 @@ extern "C" __global__ void argmax_keys(unsigned long long* __restrict__ keys, co
 // key_index: out[r] = the index keys[r] holds; 0 for key 0 (as argmax gives
 // for a row of NaN).
 extern "C" __global__ void key_index(int* __restrict__ out, const unsigned long long* __restrict__ keys, int rows) {
+    SB_PDL_WAIT();
+    SB_PDL_LAUNCH_DEPENDENTS();
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     const unsigned long long k = keys[r];

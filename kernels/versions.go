@@ -18,6 +18,7 @@ const (
 	OpArgmax      = "argmax"
 	OpLinear      = "linear"
 	OpGemm        = "gemm"
+	OpLaunch      = "launch"
 )
 
 // OpVersion describes one version of an op.
@@ -47,6 +48,8 @@ func OpVersions() []OpVersion {
 		{OpGemm, 1, "the products linear does not run on its own kernel (every prefill GEMM) through cuBLAS's cublasGemmEx, the default algorithm; the default version"},
 		{OpGemm, 2, "the same products through cuBLASLt: the heuristic's top candidates per shape timed once at first use, the fastest kept (checked against cublasGemmEx) and cached on disk beside the cubins"},
 		{OpLinear, 2, "decode's 1..16 rows on our tensor-core skinny GEMM (16-byte weight streams), gate_up with SiLU·mul fused; more rows (prefill) run version 1; k a multiple of 8"},
+		{OpLaunch, 1, "every kernel through cuLaunchKernel: each starts when the kernel before it on the stream has finished; the default version"},
+		{OpLaunch, 2, "programmatic dependent launch (sm_90+): the kernels that wait in-kernel (SB_PDL_WAIT: all of ours; gemv.cu's after their first weight loads) through cuLaunchKernelEx with programmatic stream serialization, so each launches while its predecessor finishes; the rest, cuBLAS, op libraries and edited sources plain; refused below compute capability 9.0"},
 		{OpLinear, 3, "version 2 for 1..16 rows, and 17..32 rows on blocks of 32 output columns (x re-read through L2 at most once per weight byte), gate_up with SiLU·mul fused at 1..32 rows; more rows (prefill) run version 1; k a multiple of 8"},
 		{OpLinear, 4, "version 3, and at a decode step's 1..16 rows on one GPU the residual add fused into o_proj's and down_proj's epilogue and RMSNorm into the prologue of qkv_proj, gate_up_proj and lm_head: two launches fewer per layer; only when chosen (the default stays 3); k a multiple of 8"},
 	}
@@ -256,6 +259,21 @@ func (s Selection) GemmVersion() int {
 	return 1
 }
 
+// LaunchVersion is the launch version to run: the chosen one, else version
+// 1 (cuLaunchKernel). Like gemm's, launch's default is not its newest
+// version: programmatic dependent launch (version 2) is not shown faster on
+// any GPU yet, and it needs compute capability 9.0.
+func (s Selection) LaunchVersion() int {
+	if v, ok := s[OpLaunch]; ok {
+		return v
+	}
+	return 1
+}
+
+// LaunchProgrammatic is the launch version that launches with programmatic
+// stream serialization.
+const LaunchProgrammatic = 2
+
 // pick returns the chosen version of op if it supports the shape (else an
 // error naming why), or the newest version that supports it.
 func (s Selection) pick(op string, supports func(version int) error) (int, error) {
@@ -275,7 +293,7 @@ func (s Selection) pick(op string, supports func(version int) error) (int, error
 }
 
 // Resolve is the version every op with versions runs at the shapes of m,
-// "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2", or an error
+// "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 launch=1 linear=3 rope_kv_write=2", or an error
 // naming the first chosen version that cannot run them.
 func (s Selection) Resolve(m ModelShape) (string, error) {
 	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim}
@@ -289,8 +307,9 @@ func (s Selection) Resolve(m ModelShape) (string, error) {
 			}
 			return s.LinearVersion(m.Inter)
 		},
-		OpRope: func() (int, error) { return s.RopeVersion(m.HeadDim) },
-		OpGemm: func() (int, error) { return s.GemmVersion(), nil },
+		OpRope:   func() (int, error) { return s.RopeVersion(m.HeadDim) },
+		OpGemm:   func() (int, error) { return s.GemmVersion(), nil },
+		OpLaunch: func() (int, error) { return s.LaunchVersion(), nil },
 	}
 	var parts []string
 	for _, op := range VersionedOps() {

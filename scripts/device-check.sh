@@ -143,9 +143,11 @@ fi
 # was) took their time from every other step, within the same 345 s; then
 # gemm 2-1 at a 1k prefill (16 s) from the A/Bs, breakdown and aa steps; then
 # linear 4-3 at batch 1 (15 s: 3 s each from sweep, ab-decode, ab-linear,
-# ab-prefill and tp1).
-run devices 8 "$STEPBENCH" devices
-run verify 35 "$STEPBENCH" verify
+# ab-prefill and tp1) and launch 2-1 (programmatic dependent launch, 20 s) from
+# verify (-4), devices (-3), ab-prefill (-3) and the nvcc and Triton op-library recipes (-5
+# each, skipped where nvcc or Triton is missing).
+run devices 5 "$STEPBENCH" devices
+run verify 31 "$STEPBENCH" verify
 # -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
 run sweep 27 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl" -v
@@ -162,6 +164,13 @@ run ab-decode 19 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --bas
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=5 --baseline-kernel attn_decode=4 \
   --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
+# Programmatic dependent launch: launch 2 (every kernel but gemv.cu's through cuLaunchKernelEx with
+# programmatic stream serialization: each launches while its predecessor finishes, the graph keeps
+# the programmatic edges) against launch 1 (cuLaunchKernel) at batch 1 and 32, the same kernels;
+# PREDICTED (docs/kernel.md, nothing measured): 0.13-0.20 ms less per decode step while gemv.cu's
+# kernels launch plain (132 of 262 edges programmatic), 0.26-0.39 ms once they wait too.
+run ab-pdl 20 "$STEPBENCH" ab --model llama-3-8b --kernel launch=2 --baseline-kernel launch=1 \
+  --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
 # Linear 3 (our skinny GEMMs: version 2's kernel at 1..16 rows, gemv_t32 at 17..32, gate_up with
 # SiLU·mul fused) against cuBLAS (linear=1, then silu_mul), at batch 1 and 32; the prefills are
 # the library's in both arms.
@@ -174,7 +183,7 @@ run ab-norm 15 "$STEPBENCH" ab --model llama-3-8b --kernel linear=4 --baseline-k
   --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
 # Prefill attention 3 against 2 on the prefill alone (--output-len 1), 1 x 1024 and 1 x 8192
 # (llama-3.1-8b: 8192 positions fit its 131072; 6 pairs, the fewest for p < 0.05).
-run ab-prefill 28 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
+run ab-prefill 25 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
   --batch-size 1 --input-len 1024,8192 --output-len 1 --num-iters 6
 # Prefill GEMMs: gemm 2 (cuBLASLt, each shape's algorithm timed among the heuristic's top 8 at first
 # use) against gemm 1 (cublasGemmEx), on a 1 x 1024 prefill alone; the tuned choices (every
@@ -208,7 +217,7 @@ else
   echo "no examples/libattn_decode.so beside the script (make bundle builds it): the op-library step was skipped" >"$OUT/op-c.log"
 fi
 if command -v nvcc >/dev/null 2>&1 && [[ -d "$ex/nvcc" ]]; then
-  run op-nvcc 15 bash -c 'nvcc -O3 -arch=native -Xcompiler -fPIC -shared -I"$2/include" -o "$3/libattn_decode_nvcc.so" \
+  run op-nvcc 10 bash -c 'nvcc -O3 -arch=native -Xcompiler -fPIC -shared -I"$2/include" -o "$3/libattn_decode_nvcc.so" \
       "$2/nvcc/attn_decode_bf16.cu" &&
     "$1" verify --model llama-3-8b --op attn_decode="$3/libattn_decode_nvcc.so" --check attention,decode_graph \
       --batch-size 1 --input-len 1024 --output-len 8' op-nvcc "$STEPBENCH" "$ex" "$OUT"
@@ -216,7 +225,7 @@ else
   echo "nvcc not on PATH (or no examples/nvcc): the nvcc recipe was skipped" >"$OUT/op-nvcc.log"
 fi
 if timeout 20 python3 -c 'import triton' >/dev/null 2>&1 && [[ -d "$ex/triton" ]]; then
-  run op-triton 15 bash -c 'bash "$2/triton/build.sh" "$3/libattn_decode_triton.so" &&
+  run op-triton 10 bash -c 'bash "$2/triton/build.sh" "$3/libattn_decode_triton.so" &&
     "$1" verify --model llama-3-8b --op attn_decode="$3/libattn_decode_triton.so" --check attention,decode_graph \
       --batch-size 1 --input-len 1024 --output-len 8' op-triton "$STEPBENCH" "$ex" "$OUT"
 else
@@ -282,6 +291,7 @@ for jsonl in "$OUT/sweep.jsonl"; do
 done
 for ab in "ab-decode:attn_decode=4 (tensor cores) against attn_decode=3" "ab-fused:attn_decode=5 (rope fused) against attn_decode=4" \
   "ab-linear:linear=3 against linear=1 (cuBLAS)" "ab-norm:linear=4 (norms fused) against linear=3" \
+  "ab-pdl:launch=2 (programmatic dependent launch) against launch=1" \
   "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone" \
   "ab-gemm:gemm=2 (cuBLASLt, tuned) against gemm=1 (cublasGemmEx), 1 x 1024 prefill alone"; do
   step="${ab%%:*}"

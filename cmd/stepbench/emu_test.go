@@ -87,7 +87,7 @@ func TestEmulatedRunGraphsAndEager(t *testing.T) {
 		}
 		// llama-tiny's head_dim 32 takes neither tensor-core attention
 		// version; its vocab, head_dim and widths take the others' newest.
-		if want := `"kernel_versions": "argmax=2 attn_decode=1 attn_prefill=1 gemm=1 linear=3 rope_kv_write=2"`; !strings.Contains(string(data), want) {
+		if want := `"kernel_versions": "argmax=2 attn_decode=1 attn_prefill=1 gemm=1 launch=1 linear=3 rope_kv_write=2"`; !strings.Contains(string(data), want) {
 			t.Errorf("eager=%v: the native report lacks %s", eager, want)
 		}
 	}

@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#define SBEMU_ABI_VERSION 3
+#define SBEMU_ABI_VERSION 4
 #define SBEMU_STACK_BYTES ((size_t)256 * 1024)
 
 typedef struct sbemu_dim3 {
@@ -68,6 +68,11 @@ typedef struct sbemu_api {
     /* access(): one load or store of a kernel built for the access counters
      * (STEPBENCH_EMU_COUNTERS): its address, size, direction and code site. */
     void (*access)(const void *addr, unsigned int bytes, int is_write, const void *site);
+    /* griddepcontrol.wait and griddepcontrol.launch_dependents (programmatic
+     * dependent launch): the calling thread has waited for the grids its
+     * launch depends on / lets the next programmatic launch begin. */
+    void (*pdl_wait)(void);
+    void (*pdl_launch_dependents)(void);
 } sbemu_api;
 
 typedef void (*sbemu_invoker)(void *fn, void *const *params);

@@ -876,9 +876,13 @@ API CUresult cuFuncGetAttribute(int *value, int attrib, void *function) {
     return Err(kInvalidValue, "function attribute " + std::to_string(attrib) + " is not emulated");
 }
 
-API CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                            unsigned bz, unsigned shared, void *h, void **params, void **extra) {
-    std::lock_guard<std::mutex> lock(D().mu);
+// LaunchKernel is cuLaunchKernel and cuLaunchKernelEx: programmatic says
+// the launch allows programmatic stream serialization (its griddepcontrol.wait
+// is what orders it after the stream's previous kernel; Execute checks
+// that nothing before it touches that kernel's data). The flag travels
+// with the launch into a capture and every replay.
+static CUresult LaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shared, void *h, void **params, void **extra, bool programmatic) {
     Context *c = nullptr;
     Stream *s = nullptr;
     if (int rc = Cur(&c)) return rc;
@@ -921,6 +925,7 @@ API CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned g
     l->grid = {gx, gy, gz};
     l->block = {bx, by, bz};
     l->dynamic_shared = shared;
+    l->programmatic = programmatic;
     std::vector<size_t> offsets;
     size_t off = 0;
     for (int i = 0; i < k->num_params; i++) {
@@ -938,8 +943,61 @@ API CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned g
     if (!s->capturing) f->loaded.store(true);
     D().launches++;
     if (!s->capturing) ProfileLaunch(std::string("kernel ") + k->name);
-    Submit(s, Op{name, [l] { return Execute(*l); }});
+    Op op{name, [l] { return Execute(*l); }};
+    op.kernel = true;
+    Submit(s, std::move(op));
     return kSuccess;
+}
+
+API CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shared, void *h, void **params, void **extra) {
+    std::lock_guard<std::mutex> lock(D().mu);
+    return LaunchKernel(function, gx, gy, gz, bx, by, bz, shared, h, params, extra, false);
+}
+
+// CUlaunchConfig and CUlaunchAttribute as the driver API lays them out (see
+// cuda/shim.c): an attribute is an int id padded to 8 bytes and a 64-byte
+// value union; the configuration is 7 unsigned ints, the stream, the
+// attribute array and its length.
+struct LaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char raw[64];
+        int value;
+    } v;
+};
+struct LaunchConfig {
+    unsigned grid[3], block[3], shared;
+    void *stream;
+    const LaunchAttribute *attrs;
+    unsigned num_attrs;
+};
+static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56, "the driver API's launch configuration");
+
+// cuLaunchKernelEx takes one attribute, programmatic stream serialization
+// (id 6), and only on a device of compute capability 9.0 or newer (the
+// emulated one is 9.0 unless STEPBENCH_EMU_CC says otherwise).
+API CUresult cuLaunchKernelEx(const LaunchConfig *cfg, void *function, void **params, void **extra) {
+    std::lock_guard<std::mutex> lock(D().mu);
+    if (cfg == nullptr) return Err(kInvalidValue, "cuLaunchKernelEx: null configuration");
+    if (cfg->num_attrs > 0 && cfg->attrs == nullptr) return Err(kInvalidValue, "cuLaunchKernelEx: null attribute array");
+    bool programmatic = false;
+    for (unsigned i = 0; i < cfg->num_attrs; i++) {
+        const LaunchAttribute &a = cfg->attrs[i];
+        if (a.id != 6) {
+            return Err(kNotSupported, "cuLaunchKernelEx: launch attribute " + std::to_string(a.id) +
+                                          " is not emulated (only 6, programmatic stream serialization)");
+        }
+        programmatic = a.v.value != 0;
+    }
+    if (programmatic && D().settings.cc_major < 9) {
+        return Err(kNotSupported, "cuLaunchKernelEx: programmatic stream serialization needs compute capability 9.0; "
+                                  "the emulated device is " + std::to_string(D().settings.cc_major) + "." +
+                                      std::to_string(D().settings.cc_minor));
+    }
+    return LaunchKernel(function, cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0], cfg->block[1],
+                        cfg->block[2], cfg->shared, cfg->stream, params, extra, programmatic);
 }
 
 // ---- capture and graphs ----
@@ -1031,7 +1089,9 @@ API CUresult cuGraphLaunch(void *exec, void *h) {
     std::shared_ptr<const std::vector<Op>> ops = e->ops;
     if (!s->capturing) ProfileLaunch("graph (" + std::to_string(ops->size()) + " nodes)");
     Submit(s, Op{"graph launch", [ops] {
+                     ForgetPreviousGrid();  // a graph's first kernel has no programmatic edge into it
                      for (const Op &op : *ops) {
+                         if (!op.kernel) ForgetPreviousGrid();
                          Result r = op.run();
                          if (r.code != kSuccess) {
                              r.detail = op.what + ": " + r.detail;
@@ -1146,11 +1206,15 @@ API CUresult sbemu_host_op(void *h, const char *what, int (*fn)(void *, char *, 
         }
         if (!s->capturing) loaded.insert(key);
     }
-    Submit(s, Op{what, [fn, owned] {
-                     char err[1024] = {0};
-                     const int rc = fn(owned.get(), err, sizeof err);
-                     return rc == 0 ? Result::Ok() : Result::Fail(rc, err);
-                 }});
+    const std::string name = what;
+    Op op{what, [fn, owned, name] {
+              char err[1024] = {0};
+              const int rc = fn(owned.get(), err, sizeof err);
+              OpaquePreviousGrid(name);
+              return rc == 0 ? Result::Ok() : Result::Fail(rc, err);
+          }};
+    op.kernel = true;  // a library's kernel on a GPU: a programmatic launch after it may overlap it
+    Submit(s, std::move(op));
     return kSuccess;
 }
 

@@ -223,6 +223,14 @@ static inline unsigned long __cvta_generic_to_shared(const void *p) { return (un
 #define sbemu_cp_async_wait(n) sbemu_api_ptr->cp_async_wait(n)
 #define sbemu_smem_retire(p, bytes) sbemu_api_ptr->smem_retire((p), (bytes))
 
+/* ---- programmatic dependent launch: griddepcontrol.wait / .launch_dependents ----
+ * The driver records that the thread waited (STEPBENCH_EMU_CHECK_PDL then
+ * faults a programmatic launch's access to its predecessor's data made
+ * before it); blocks of a grid run after the previous grid has finished,
+ * so there is nothing to wait for. */
+#define sbemu_griddepcontrol_wait() sbemu_api_ptr->pdl_wait()
+#define sbemu_griddepcontrol_launch_dependents() sbemu_api_ptr->pdl_launch_dependents()
+
 /* ---- atomics (other blocks run on other host threads) ---- */
 template <typename T> static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 template <typename T> static inline T atomicSub(T *p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }

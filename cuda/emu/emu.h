@@ -85,6 +85,7 @@ struct Settings {
     int sms = 132;
     int cc_major = 9, cc_minor = 0; // STEPBENCH_EMU_CC: the compute capability reported
     std::string counters_path;    // STEPBENCH_EMU_COUNTERS: access counters, a JSON line per launch
+    bool check_pdl = false;       // STEPBENCH_EMU_CHECK_PDL=1: programmatic launches' pre-wait accesses checked
 };
 // Load reads the environment; an error names the variable.
 Result LoadSettings(Settings *s);
@@ -148,6 +149,7 @@ struct Op {
     std::string what;  // for messages, e.g. "kernel rope_kv_write"
     std::function<Result()> run;
     bool always = false;  // runs even after a sticky error (event records)
+    bool kernel = false;  // a kernel launch: the next programmatic launch may overlap it
 };
 
 struct Event;
@@ -236,6 +238,7 @@ struct Launch {
     unsigned dynamic_shared = 0;
     std::vector<unsigned char> args;  // packed values
     std::vector<void *> params;       // pointers into args
+    bool programmatic = false;        // cuLaunchKernelEx with programmatic stream serialization
 };
 
 // ---- access counters (counters.cpp) ----
@@ -278,8 +281,19 @@ private:
 Result WriteCounters(const std::string &path, const Launch &l, const LaunchCounts &c, uint64_t ns);
 
 // Runs every block of a launch on the worker pool; the result names the
-// first fault, barrier divergence or deadlock.
+// first fault, barrier divergence or deadlock, or (STEPBENCH_EMU_CHECK_PDL)
+// a programmatic launch's access to its predecessor's data before its
+// griddepcontrol.wait.
 Result Execute(const Launch &l);
+// ForgetPreviousGrid: the stream work this host thread runs next does not
+// follow a kernel (a copy, a host op, a graph's start), so a programmatic
+// launch after it overlaps nothing. Stream workers call it before every
+// op that is not a kernel.
+void ForgetPreviousGrid();
+// OpaquePreviousGrid: the work just run was a library's kernel (cuBLAS,
+// NCCL: sbemu_host_op) whose accesses are not seen; a programmatic launch
+// after it may touch no device memory before its wait.
+void OpaquePreviousGrid(const std::string &what);
 // Runs fn(i) for i < n on the pool (used by the cuBLAS stand-in).
 void ParallelFor(size_t n, const std::function<void(size_t)> &fn);
 // The pool's kernel-side services (abi.h).

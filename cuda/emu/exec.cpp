@@ -54,6 +54,7 @@ struct Fiber {
     int wait_line = 0;
     int held = -1;  // exchange whose slots this lane may still read
     unsigned commits = 0;  // cp.async groups committed (names the poison of a refill)
+    bool waited = false;   // passed griddepcontrol.wait (programmatic dependent launch)
     // cp.async copies not yet complete: the open group, then committed ones (oldest first).
     std::vector<AsyncCopy> open_copies;
     std::deque<std::vector<AsyncCopy>> copy_groups;
@@ -103,6 +104,7 @@ struct Worker {
     unsigned char *dyn = nullptr;  // dynamic shared memory of the running block
     Block block;
     BlockCounter *counter = nullptr;  // the running block's access counters (STEPBENCH_EMU_COUNTERS)
+    struct PdlRecorder *pdl = nullptr;  // the running launch's PDL record (STEPBENCH_EMU_CHECK_PDL)
     unsigned long long gen = 0;
     // Fault details, written by the signal handler.
     int fault_sig = 0, fault_code = 0;
@@ -164,6 +166,152 @@ void InstallHandlers() {
     sigemptyset(&sa.sa_mask);
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) sigaction(sig, &sa, &g_prev[sig]);
 }
+
+// ---- programmatic dependent launch (STEPBENCH_EMU_CHECK_PDL) ----
+// A grid launched with programmatic stream serialization may run beside its
+// predecessor on the stream until it executes griddepcontrol.wait. The
+// emulator runs grids one after another, so it cannot show the race by
+// timing; instead every grid's global reads and writes are recorded (the
+// instrumented build's access hook), and a programmatic grid's access made
+// before its thread waited that meets the predecessor's writes (or, for a
+// store, its reads) fails the launch, naming both kernels and the buffer.
+
+// IntervalSet is a set of byte ranges [lo, hi), kept merged.
+class IntervalSet {
+public:
+    void Add(uintptr_t lo, uintptr_t hi) {
+        if (has_last_ && lo >= last_->first && lo <= last_->second) {  // the common case: the next bytes of a stream
+            if (hi <= last_->second) return;
+            last_->second = hi;
+            Absorb(last_);
+            return;
+        }
+        auto it = m_.upper_bound(lo);
+        if (it != m_.begin() && std::prev(it)->second >= lo) {
+            it = std::prev(it);
+            it->second = std::max(it->second, hi);
+        } else {
+            it = m_.emplace_hint(it, lo, hi);
+        }
+        Absorb(it);
+        last_ = it;
+        has_last_ = true;
+    }
+    // Overlap reports whether [lo, hi) meets the set, and where first.
+    bool Overlap(uintptr_t lo, uintptr_t hi, uintptr_t *at) const {
+        auto it = m_.upper_bound(lo);
+        if (it != m_.begin() && std::prev(it)->second > lo) {
+            *at = lo;
+            return true;
+        }
+        if (it != m_.end() && it->first < hi) {
+            *at = it->first;
+            return true;
+        }
+        return false;
+    }
+    void Merge(const IntervalSet &o) {
+        for (const auto &r : o.m_) Add(r.first, r.second);
+    }
+
+private:
+    using Map = std::map<uintptr_t, uintptr_t>;
+    void Absorb(Map::iterator it) {
+        auto next = std::next(it);
+        while (next != m_.end() && next->first <= it->second) {
+            it->second = std::max(it->second, next->second);
+            if (has_last_ && last_ == next) has_last_ = false;
+            next = m_.erase(next);
+        }
+    }
+    Map m_;
+    Map::iterator last_;
+    bool has_last_ = false;
+};
+
+// GridAccesses is what one finished grid touched in device memory: what a
+// programmatic launch after it must not touch before its wait. earlier is
+// the grid before it, when that one may still run as well (this grid was a
+// programmatic launch that let its dependents begin before it waited, or
+// never waited). opaque: a library's work (cuBLAS, NCCL) whose accesses are
+// not seen, so every device byte counts as written.
+struct GridAccesses {
+    std::string kernel;
+    IntervalSet reads, writes;
+    bool opaque = false;
+    std::shared_ptr<const GridAccesses> earlier;
+};
+
+// The stream whose work this host thread runs: its last finished grid.
+thread_local std::shared_ptr<const GridAccesses> tl_previous;
+
+// PdlRecorder is one pool worker's share of a launch's record.
+struct PdlRecorder {
+    const std::vector<std::pair<uintptr_t, uintptr_t>> *global = nullptr;  // live allocations, sorted
+    const GridAccesses *before = nullptr;  // what a programmatic launch must not touch before waiting; null: no check
+    IntervalSet reads, writes;
+    bool early_trigger = false;  // a thread let dependents begin before it waited
+    bool unwaited_exit = false;  // a thread exited without waiting
+};
+
+bool InGlobal(const std::vector<std::pair<uintptr_t, uintptr_t>> &ranges, uintptr_t p) {
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(p, UINTPTR_MAX));
+    return it != ranges.begin() && p < std::prev(it)->second;
+}
+
+[[noreturn]] void Fail(Fiber &f, int code, const std::string &msg);
+std::string ArgumentsInto(const Launch &l, const Alloc &a);
+
+// PdlRace describes a pre-wait access at `at` that meets grid g's data.
+std::string PdlRace(const Fiber &f, const GridAccesses &g, uintptr_t at, bool write, bool other_wrote) {
+    const Launch &l = *f.w->block.l;
+    std::string buffer = "device memory";
+    Alloc a;
+    if (D().memory.Describe(at, &a)) {
+        buffer = "byte offset " + std::to_string((long long)at - (long long)a.user) + " of " + D().memory.Label(a) +
+                 ArgumentsInto(l, a);
+    }
+    const std::string did = g.opaque ? "may have written" : other_wrote ? "wrote" : "read";
+    return "kernel " + std::string(l.f->k->name) + " " + (write ? "writes " : "reads ") + buffer +
+           " before griddepcontrol.wait, but the grid before it on the stream (" + g.kernel + ") " + did +
+           " it: launched with programmatic stream serialization the two may run at once, a race on the GPU "
+           "(wait first, SB_PDL_WAIT)";
+}
+
+void RecordPdl(Fiber &f, PdlRecorder &p, uintptr_t addr, unsigned bytes, bool write) {
+    if (!InGlobal(*p.global, addr)) return;  // shared memory, the fiber's stack
+    const uintptr_t end = addr + bytes;
+    if (!f.waited) {
+        for (const GridAccesses *g = p.before; g != nullptr; g = g->earlier.get()) {
+            uintptr_t at = 0;
+            if (g->opaque) Fail(f, kLaunchFailed, PdlRace(f, *g, addr, write, true));
+            if (g->writes.Overlap(addr, end, &at)) Fail(f, kLaunchFailed, PdlRace(f, *g, at, write, true));
+            if (write && g->reads.Overlap(addr, end, &at)) Fail(f, kLaunchFailed, PdlRace(f, *g, at, write, false));
+        }
+    }
+    (write ? p.writes : p.reads).Add(addr, end);
+}
+
+// LaunchPdl is a launch's PDL record: the allocations as it began and one
+// recorder per pool worker, merged into the stream's previous grid at the end.
+struct LaunchPdl {
+    std::vector<std::pair<uintptr_t, uintptr_t>> global;
+    std::vector<PdlRecorder> workers;
+};
+
+}  // namespace
+
+void ForgetPreviousGrid() { tl_previous.reset(); }
+
+void OpaquePreviousGrid(const std::string &what) {
+    if (!D().settings.check_pdl) return;
+    auto g = std::make_shared<GridAccesses>();
+    g->kernel = what;
+    g->opaque = true;
+    tl_previous = g;
+}
+
+namespace {
 
 // ---- the fiber side ----
 
@@ -398,6 +546,7 @@ void CpAsync(void *dst, const void *src, unsigned bytes) {
     }
     PoisonStale(dst, bytes, f.commits);
     f.open_copies.push_back({dst, src, bytes});
+    if (PdlRecorder *p = f.w->pdl) RecordPdl(f, *p, reinterpret_cast<uintptr_t>(src), bytes, false);
     if (BlockCounter *c = f.w->counter) {
         const void *site = __builtin_return_address(0);
         c->Access(f.self->warp, f.self->lane, site, reinterpret_cast<uintptr_t>(src), bytes, AccessKind::CpAsyncRead);
@@ -440,6 +589,7 @@ void OnExit(Fiber &f) {
     Warp &warp = b.warps[f.self->warp];
     Release(warp, f);
     f.state = kExited;
+    if (!f.waited && w.pdl) w.pdl->unwaited_exit = true;
     warp.exited |= 1u << lane;
     b.live--;
     for (auto &p : warp.xs) {
@@ -466,6 +616,19 @@ void Access(const void *addr, unsigned bytes, int is_write, const void *site) {
         c->Access(f.self->warp, f.self->lane, site, reinterpret_cast<uintptr_t>(addr), bytes,
                   is_write ? AccessKind::Store : AccessKind::Load);
     }
+    if (PdlRecorder *p = f.w->pdl) RecordPdl(f, *p, reinterpret_cast<uintptr_t>(addr), bytes, is_write != 0);
+}
+
+// PdlWait is griddepcontrol.wait: every grid before this one has finished
+// (the emulator runs them in order), so it only records that the thread waited.
+void PdlWait() { Me().waited = true; }
+
+// PdlLaunchDependents is griddepcontrol.launch_dependents: before the
+// thread's wait, the next programmatic grid may overlap this one's
+// predecessor as well.
+void PdlLaunchDependents() {
+    Fiber &f = Me();
+    if (!f.waited && f.w->pdl) f.w->pdl->early_trigger = true;
 }
 
 // LiveLanes are each warp's lanes that exist and have not exited.
@@ -481,7 +644,7 @@ void FlushCounters(Worker &w) {
 }
 
 const sbemu_api kAPI = {SBEMU_ABI_VERSION, SyncThreads, WarpExchange, SharedAcquire, Trap, CpAsync, CpAsyncCommit, CpAsyncWait,
-                        SmemRetire, Access};
+                        SmemRetire, Access, PdlWait, PdlLaunchDependents};
 
 // ---- the scheduler side ----
 
@@ -532,6 +695,7 @@ void PrepareFiber(Worker &w, unsigned t, const Block &b) {
     f.open_copies.clear();
     f.copy_groups.clear();
     f.commits = 0;
+    f.waited = false;
     // Initial frame for sbemu_swap: r15 r14 r13 r12 rbx rbp, then the return
     // address; after the swap's ret the stack is 16-byte aligned at the call.
     auto *top = reinterpret_cast<uint64_t *>(self);
@@ -741,7 +905,7 @@ struct LaunchCounting {
     LaunchCounts total;
 };
 
-Result RunBlock(Worker &w, const Launch &l, unsigned linear, LaunchCounting *counting) {
+Result RunBlock(Worker &w, const Launch &l, unsigned linear, LaunchCounting *counting, LaunchPdl *pdl) {
     Block &b = w.block;
     const sbemu_dim3 g = l.grid, bd = l.block;
     b.l = &l;
@@ -776,12 +940,15 @@ Result RunBlock(Worker &w, const Launch &l, unsigned linear, LaunchCounting *cou
         counter.reset(new BlockCounter(&counting->global, reinterpret_cast<uintptr_t>(w.dyn), l.dynamic_shared, b.nwarps));
     }
     w.counter = counter.get();
+    w.pdl = pdl ? &pdl->workers[w.index] : nullptr;
     if (sigsetjmp(w.jmp, 0) != 0) {
         w.counter = nullptr;
+        w.pdl = nullptr;
         return FaultResult(w);
     }
     RunFibers(w, order, seed);
     w.counter = nullptr;
+    w.pdl = nullptr;
     if (counter) {
         counter->FlushAll();
         std::lock_guard<std::mutex> lock(counting->mu);
@@ -908,6 +1075,38 @@ void ParallelFor(size_t n, const std::function<void(size_t)> &fn) {
     g_pool->Run(n, [&fn](size_t i, Worker &) { fn(i); });
 }
 
+namespace {
+
+// StartPdl begins a launch's PDL record; a programmatic launch is checked
+// against the grid before it on this stream.
+std::unique_ptr<LaunchPdl> StartPdl(const Launch &l) {
+    auto pdl = std::make_unique<LaunchPdl>();
+    pdl->global = D().memory.LiveRanges();
+    pdl->workers.resize(kMaxWorkers);
+    for (PdlRecorder &r : pdl->workers) {
+        r.global = &pdl->global;
+        r.before = l.programmatic ? tl_previous.get() : nullptr;
+    }
+    return pdl;
+}
+
+// FinishPdl makes the launch the stream's previous grid (a failed one too:
+// what ran of it still ran).
+void FinishPdl(const Launch &l, LaunchPdl &pdl) {
+    auto g = std::make_shared<GridAccesses>();
+    g->kernel = std::string("kernel ") + l.f->k->name;
+    bool carry = false;
+    for (const PdlRecorder &r : pdl.workers) {
+        g->reads.Merge(r.reads);
+        g->writes.Merge(r.writes);
+        carry = carry || r.early_trigger || r.unwaited_exit;
+    }
+    if (l.programmatic && carry) g->earlier = tl_previous;
+    tl_previous = g;
+}
+
+}  // namespace
+
 Result Execute(const Launch &l) {
     const uint64_t n = (uint64_t)l.grid.x * l.grid.y * l.grid.z;
     std::vector<unsigned> order;
@@ -921,15 +1120,18 @@ Result Execute(const Launch &l) {
         counting.reset(new LaunchCounting);
         counting->global = D().memory.LiveRanges();
     }
+    std::unique_ptr<LaunchPdl> pdl;
+    if (D().settings.check_pdl) pdl = StartPdl(l);
     const uint64_t start = NowNs();
     g_pool->Run(n, [&](size_t i, Worker &w) {
         if (failed.load()) return;
-        Result r = RunBlock(w, l, order[i], counting.get());
+        Result r = RunBlock(w, l, order[i], counting.get(), pdl.get());
         if (r.code != kSuccess) {
             std::lock_guard<std::mutex> lock(mu);
             if (!failed.exchange(true)) first = r;
         }
     });
+    if (pdl) FinishPdl(l, *pdl);
     if (failed.load()) return first;
     if (counting) {
         Result r = WriteCounters(counters, l, counting->total, NowNs() - start);

@@ -30,12 +30,15 @@ extern char **environ;
 
 #define API extern "C" __attribute__((visibility("default")))
 
-// CountersWanted: STEPBENCH_EMU_COUNTERS names a file, so modules are built
-// with every load and store instrumented (g++ -fsanitize=thread's hooks,
-// which device.h turns into sbemu_api.access calls).
+// CountersWanted: STEPBENCH_EMU_COUNTERS names a file, or
+// STEPBENCH_EMU_CHECK_PDL=1 asks for programmatic launches' accesses to be
+// checked, so modules are built with every load and store instrumented
+// (g++ -fsanitize=thread's hooks, which device.h turns into sbemu_api.access
+// calls).
 static bool CountersWanted() {
     const char *v = getenv("STEPBENCH_EMU_COUNTERS");
-    return v != nullptr && *v != '\0';
+    const char *pdl = getenv("STEPBENCH_EMU_CHECK_PDL");
+    return (v != nullptr && *v != '\0') || (pdl != nullptr && strcmp(pdl, "1") == 0);
 }
 
 namespace {

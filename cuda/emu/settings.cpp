@@ -49,6 +49,10 @@ Result LoadSettings(Settings *s) {
         }
     }
     if (const char *v = getenv("STEPBENCH_EMU_COUNTERS"); v && *v) s->counters_path = v;
+    if (const char *v = getenv("STEPBENCH_EMU_CHECK_PDL"); v && *v) {
+        if (strcmp(v, "1") != 0 && strcmp(v, "0") != 0) return Bad("STEPBENCH_EMU_CHECK_PDL", v, "0 or 1");
+        s->check_pdl = strcmp(v, "1") == 0;
+    }
     uint64_t n = 0;
     if (const char *v = getenv("STEPBENCH_EMU_THREADS"); v && *v) {
         if (!ParseUint(v, &n) || n < 1 || n > 64) return Bad("STEPBENCH_EMU_THREADS", v, "1..64");

@@ -26,6 +26,7 @@ void Work(Stream *s) {
         }
         // After a sticky error the context is unusable: work is dropped.
         if (op.always || s->ctx->sticky.load() == kSuccess) {
+            if (!op.kernel) ForgetPreviousGrid();
             Result r = op.run();
             if (r.code != kSuccess) {
                 r.detail = op.what + ": " + r.detail;

@@ -7,6 +7,7 @@
 //   FAKE_NO_V2             no cuDeviceGetUuid_v2 / cuEventElapsedTime_v2 (drivers before 11.4 / 12.8)
 //   FAKE_MIG               the device is a MIG instance: the v1 UUID (the GPU's) differs from v2's
 //   FAKE_EMU               exports sbemu_describe, as stepbench's emulated driver does
+//   FAKE_LAUNCH_EX         exports cuLaunchKernelEx (CUDA 11.8+), checking its configuration's layout
 #include <string.h>
 
 typedef int CUresult;
@@ -83,6 +84,31 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
 		return 1;
 	return 0;
 }
+
+#ifdef FAKE_LAUNCH_EX
+// Accepts what cuLaunchKernel accepts, given as a CUlaunchConfig (laid out
+// here from the driver API's documentation: 7 unsigned ints, the stream at
+// byte 32, the attribute array at 40, its length at 48) with exactly one
+// attribute: programmatic stream serialization (id 6) allowed (value 1).
+typedef struct {
+	int id;
+	char pad[4];
+	union {
+		char raw[64];
+		int allowed;
+	} value;
+} fake_attr;
+CUresult cuLaunchKernelEx(const unsigned char *cfg, void *f, void **params, void **extra) {
+	unsigned dims[7];
+	memcpy(dims, cfg, sizeof dims);
+	const fake_attr *attrs;
+	unsigned n;
+	memcpy(&attrs, cfg + 40, sizeof attrs);
+	memcpy(&n, cfg + 48, sizeof n);
+	if (n != 1 || attrs[0].id != 6 || attrs[0].value.allowed != 1) return 1;
+	return cuLaunchKernel(f, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], 0, params, extra);
+}
+#endif
 
 STUB(cuDevicePrimaryCtxRetain) STUB(cuDevicePrimaryCtxRelease_v2) STUB(cuCtxSetCurrent)
 STUB(cuMemGetInfo_v2) STUB(cuMemFree_v2) STUB(cuMemAllocHost_v2) STUB(cuMemFreeHost) STUB(cuStreamCreate)

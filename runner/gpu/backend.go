@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"stepbench/cuda"
+	"stepbench/internal/input"
 	"stepbench/kernels"
 	"stepbench/runner"
 )
@@ -182,6 +183,7 @@ func reportRebuilt(progress io.Writer, compiled []kernels.Compiled) {
 func (c *Backend) loadKernels(build kernels.Build, srcs map[string]string, compiled []kernels.Compiled, progress io.Writer) (*Kernels, error) {
 	set, err := LoadKernels(c.ctx, compiled, c.info.Device.SMCount)
 	if err == nil {
+		set.pdl = kernels.PDLEntryPoints(srcs)
 		return set, nil
 	}
 	failed := failedSources(err)
@@ -200,7 +202,11 @@ func (c *Backend) loadKernels(build kernels.Build, srcs map[string]string, compi
 	if !rebuilt {
 		return nil, err
 	}
-	return LoadKernels(c.ctx, compiled, c.info.Device.SMCount)
+	if set, err = LoadKernels(c.ctx, compiled, c.info.Device.SMCount); err != nil {
+		return nil, err
+	}
+	set.pdl = kernels.PDLEntryPoints(srcs)
+	return set, nil
 }
 
 // kernelBuild is how the kernels compile here (KernelBuild), recorded in Info.
@@ -288,6 +294,9 @@ func (c *Backend) start(opts Options, load func() (*Kernels, error)) error {
 		return err
 	}
 	c.set = c.set.With(opts.Kernels)
+	if err := c.checkLaunchVersion(); err != nil {
+		return err
+	}
 	withOps, libs, err := c.set.WithOps(c.ctx, opts.Ops)
 	if err != nil {
 		return err
@@ -310,6 +319,29 @@ func (c *Backend) start(opts Options, load func() (*Kernels, error)) error {
 		return err
 	}
 	c.info.GraphsEnabled = !opts.DisableGraphs
+	return nil
+}
+
+// checkLaunchVersion refuses launch=2 where programmatic dependent launch
+// cannot run: below compute capability 9.0 (griddepcontrol is sm_90's) or
+// with a driver that lacks cuLaunchKernelEx. A refusal, not a silent plain
+// launch: an A/B of launch=2 there would compare launch=1 with itself.
+// With -v it says which kernels launch programmatically.
+func (c *Backend) checkLaunchVersion() error {
+	if c.set.Selection().LaunchVersion() != kernels.LaunchProgrammatic {
+		return nil
+	}
+	dev := c.info.Device
+	if dev.Major < 9 {
+		return input.Bad(fmt.Errorf("--kernel launch=%d: programmatic dependent launch needs compute capability 9.0 or newer; %s is %d.%d (use launch=1)",
+			kernels.LaunchProgrammatic, dev.Name, dev.Major, dev.Minor))
+	}
+	if !c.drv.HasLaunchEx() {
+		return input.Bad(fmt.Errorf("--kernel launch=%d: the CUDA driver %s (version %d) does not export cuLaunchKernelEx (CUDA 11.8 or newer; use launch=1)",
+			kernels.LaunchProgrammatic, c.drv.Path(), c.info.DriverVersion))
+	}
+	fmt.Fprintf(c.progress, "stepbench: launch=%d: %d kernel entry points launch with programmatic stream serialization; edited sources', op libraries' and cuBLAS's launch plain\n",
+		kernels.LaunchProgrammatic, len(c.set.pdl))
 	return nil
 }
 

@@ -123,7 +123,7 @@ func TestCUDANewestKernelsMatchCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
-	if got, err := (kernels.Selection{}).Resolve(cfg.KernelShape()); err != nil || got != "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 linear=3 rope_kv_write=2" {
+	if got, err := (kernels.Selection{}).Resolve(cfg.KernelShape()); err != nil || got != "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 launch=1 linear=3 rope_kv_write=2" {
 		t.Fatalf("the newest versions at this shape: %q, %v", got, err)
 	}
 	long := make([]int32, 40) // 40 rows: the prefill's projections are cuBLAS's

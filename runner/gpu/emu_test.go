@@ -49,14 +49,14 @@ var seededBugs = []seededBug{
 		name: "barrier in divergent code", file: "norm.cu", kernel: "add_rmsnorm",
 		old:  "    const float ms = block_sum(sum_sq, scratch) / (float)hidden;",
 		new:  "    if (threadIdx.x % 2 == 0) __syncthreads();\n    const float ms = block_sum(sum_sq, scratch) / (float)hidden;",
-		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "deadlock", "wait at __syncthreads at norm.cu:31"},
+		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "deadlock", "wait at __syncthreads at norm.cu:33"},
 	},
 	{
 		// Two different barriers for the two halves of the block.
 		name: "divergent __syncthreads", file: "norm.cu", kernel: "add_rmsnorm",
 		old:  "    const float ms = block_sum(sum_sq, scratch) / (float)hidden;",
 		new:  "    if (threadIdx.x % 2 == 0) {\n        __syncthreads();\n    } else {\n        __syncthreads();\n    }\n    const float ms = block_sum(sum_sq, scratch) / (float)hidden;",
-		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "__syncthreads divergence", "norm.cu:32", "norm.cu:34"},
+		want: []string{"CUDA_ERROR_LAUNCH_FAILED", "__syncthreads divergence", "norm.cu:34", "norm.cu:36"},
 	},
 	{
 		// Half of each warp skips the reduction the full mask names.

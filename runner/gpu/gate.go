@@ -88,13 +88,17 @@ func ChecksForSources(files []string) []string {
 }
 
 // ChecksForOps are the checks of the ops a selection pins a version of or
-// op libraries replace (every op but attention's two has a check of its name).
+// op libraries replace (every op but attention's two and launch has a check
+// of its name; launch's is the captured decode step, kernels launched one
+// after another as a run launches them).
 func ChecksForOps(ops []string) []string {
 	var out []string
 	for _, op := range ops {
 		switch op {
 		case kernels.OpAttnPrefill, kernels.OpAttnDecode:
 			out = append(out, "attention")
+		case kernels.OpLaunch:
+			out = append(out, "decode_graph")
 		default:
 			out = append(out, op)
 		}

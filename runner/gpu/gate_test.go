@@ -22,6 +22,7 @@ func TestChecksForSourcesAndOps(t *testing.T) {
 		{ops: []string{kernels.OpAttnPrefill}, want: []string{"attention", "decode_graph"}},
 		{ops: []string{kernels.OpArgmax}, want: []string{"argmax"}},
 		{ops: []string{kernels.OpGemm}, want: []string{"gemm"}},
+		{ops: []string{kernels.OpLaunch}, want: []string{"decode_graph"}},
 	}
 	for _, tc := range tests {
 		got := ChecksForOps(tc.ops)

@@ -28,6 +28,9 @@ type Kernels struct {
 	// launched counts the kernels enqueued (captures included), shared by
 	// the copies With makes.
 	launched *int64
+	// pdl are the entry points that launch=2 launches with programmatic
+	// stream serialization (kernels.PDLEntryPoints of the sources loaded).
+	pdl map[string]bool
 }
 
 // Launched is how many kernels have been enqueued through k and every copy
@@ -202,13 +205,24 @@ func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3,
 	if !ok {
 		return fmt.Errorf("%s: kernel %s is not loaded", op, name)
 	}
-	if err := s.Launch(f, grid, block, sharedBytes, args...); err != nil {
+	launch := s.Launch
+	if k.Programmatic(name) {
+		launch = s.LaunchProgrammatic
+	}
+	if err := launch(f, grid, block, sharedBytes, args...); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if k.launched != nil {
 		*k.launched++
 	}
 	return nil
+}
+
+// Programmatic reports whether k launches entry point name with
+// programmatic stream serialization: launch=2 is chosen and the kernel's
+// source waits in-kernel (SB_PDL_WAIT; kernels.PDLEntryPoints).
+func (k *Kernels) Programmatic(name string) bool {
+	return k.sel.LaunchVersion() == kernels.LaunchProgrammatic && k.pdl[name]
 }
 
 // threadsFor is kernels.ThreadsFor as a block dimension.
