@@ -94,7 +94,7 @@ fuzz:
 bundle: examples
 	mkdir -p dist/bundle/bin dist/bundle/examples
 	$(GO) build -ldflags "$(LDFLAGS)" -o dist/bundle/bin/stepbench ./cmd/stepbench
-	cp scripts/device-check.sh scripts/hf-check.py dist/bundle/
+	cp scripts/device-check.sh scripts/hf-check.py scripts/pdl-order dist/bundle/
 	cp $(EXAMPLE_LIBS) dist/bundle/examples/
 	cp -r include examples/ops/nvcc examples/ops/triton dist/bundle/examples/
 	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }

@@ -145,11 +145,11 @@ fi
 # linear 4-3 at batch 1 (15 s: 3 s each from sweep, ab-decode, ab-linear,
 # ab-prefill and tp1) and launch 2-1 (programmatic dependent launch, 20 s) from
 # verify (-4), devices (-3), ab-prefill (-3) and the nvcc and Triton op-library recipes (-5
-# each, skipped where nvcc or Triton is missing).
+# each, skipped where nvcc or Triton is missing); then pdl-sass (6 s) from sweep.
 run devices 5 "$STEPBENCH" devices
 run verify 31 "$STEPBENCH" verify
 # -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
-run sweep 27 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
+run sweep 21 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl" -v
 run roofline 5 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
 # Where the time goes, per op, with each op's launches (an eager pass with an event at every op boundary).
@@ -181,6 +181,16 @@ run ab-linear 19 "$STEPBENCH" ab --model llama-3-8b --kernel linear=3 --baseline
 # saved weighs most.
 run ab-norm 15 "$STEPBENCH" ab --model llama-3-8b --kernel linear=4 --baseline-kernel linear=3 \
   --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
+# What this machine's NVRTC (its ptxas) made of the programmatic-launch waits: in each kernel's
+# sm_90 SASS, nothing but weight loads and shared memory before griddepcontrol.wait (ACQBULK),
+# which ptxas may reorder (scripts/pdl-order; the kernels come from the cache the steps above
+# filled; needs cuobjdump, which a CUDA toolkit has).
+if command -v cuobjdump >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/cuobjdump ]]; then
+  run pdl-sass 6 bash -c '"$1" build --arch 90 --cubin-dir "$2/cubin" >/dev/null && bash "$3/pdl-order" "$2"/cubin/sm_90/*.cubin' \
+    pdl-sass "$STEPBENCH" "$OUT" "$here"
+else
+  echo "cuobjdump not found on PATH or in /usr/local/cuda/bin: the SASS order check of launch=2 was skipped" >"$OUT/pdl-sass.log"
+fi
 # Prefill attention 3 against 2 on the prefill alone (--output-len 1), 1 x 1024 and 1 x 8192
 # (llama-3.1-8b: 8192 positions fit its 131072; 6 pairs, the fewest for p < 0.05).
 run ab-prefill 25 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
@@ -310,6 +320,12 @@ if grep -q 'breakdown: ' "$OUT/breakdown.log" 2>/dev/null; then
   echo
   echo "breakdown: launches and device time per step (eager; the tables are in breakdown.log):"
   awk '/ breakdown: /{split($0, a, " \\("); hdr=a[1]} $1 == "step" {printf "  %-60s launches %s, %s us\n", hdr, $3, $4}' "$OUT/breakdown.log"
+fi
+if grep -q 'wait at instruction' "$OUT/pdl-sass.log" 2>/dev/null; then
+  echo
+  echo "launch=2's waits in this NVRTC's sm_90 SASS (scripts/pdl-order): $(grep -c ', ok$' "$OUT/pdl-sass.log") kernels ok," \
+    "$(grep -c 'DISALLOWED' "$OUT/pdl-sass.log") with another access before the wait; gemv.cu's:"
+  grep '^gemv' "$OUT/pdl-sass.log" | sed 's/^/  /' | cut -c1-110
 fi
 if grep -q '^| ' "$OUT/aa-compare.log" 2>/dev/null; then
   echo
