@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,12 +19,7 @@ import (
 func TestEmulatedLinear4FusesTheNorms(t *testing.T) {
 	onEmulator(t)
 	model, prompts := headDim64Model(t)
-	correctness := func(extra ...string) []correctnessRecord {
-		out := filepath.Join(t.TempDir(), "logits.jsonl")
-		args := append([]string{"run", "--correctness-test", "--prompt-ids", prompts, "--output-len", "6", "--logits-out", out}, model...)
-		mustRun(t, append(args, extra...)...)
-		return readRecords(t, out)
-	}
+	correctness := func(extra ...string) []correctnessRecord { return correctnessOf(t, model, prompts, extra...) }
 	want, got := correctness("--device", "cpu"), correctness("--device", "cuda", "--kernel", "linear=4")
 	if len(got) != len(want) || len(got) == 0 {
 		t.Fatalf("%d records with linear=4, %d on the cpu", len(got), len(want))

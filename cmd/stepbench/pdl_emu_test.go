@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -28,20 +27,9 @@ func TestEmulatedProgrammaticLaunch(t *testing.T) {
 		}
 		return
 	}
-	dir := t.TempDir()
-	prompts := filepath.Join(dir, "prompts.txt")
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(ropeFusedConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(prompts, []byte(tpPrompts), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	model := []string{"--model-path", dir, "--load-format", "dummy"}
+	model, prompts := headDim64Model(t)
 	correctness := func(extra ...string) []correctnessRecord {
-		out := filepath.Join(t.TempDir(), "logits.jsonl")
-		args := append([]string{"run", "--device", "cuda", "--correctness-test", "--prompt-ids", prompts, "--output-len", "6", "--logits-out", out}, model...)
-		mustRun(t, append(args, extra...)...)
-		return readRecords(t, out)
+		return correctnessOf(t, model, prompts, append([]string{"--device", "cuda"}, extra...)...)
 	}
 	for _, extra := range [][]string{nil, {"--tp-size", "2"}, {"--tp-size", "2", "--disable-cuda-graph"}} {
 		pdl := correctness(append([]string{"--kernel", "launch=2"}, extra...)...)

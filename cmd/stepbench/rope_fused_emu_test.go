@@ -37,10 +37,7 @@ func TestEmulatedFusedRopeAttention(t *testing.T) {
 	}
 	model, prompts := headDim64Model(t)
 	correctness := func(extra ...string) []correctnessRecord {
-		out := filepath.Join(t.TempDir(), "logits.jsonl")
-		args := append([]string{"run", "--device", "cuda", "--correctness-test", "--prompt-ids", prompts, "--output-len", "6", "--logits-out", out}, model...)
-		mustRun(t, append(args, extra...)...)
-		return readRecords(t, out)
+		return correctnessOf(t, model, prompts, append([]string{"--device", "cuda"}, extra...)...)
 	}
 	for _, extra := range [][]string{nil, {"--tp-size", "2"}, {"--tp-size", "2", "--disable-cuda-graph"}} {
 		fused := correctness(append([]string{"--kernel", "attn_decode=5"}, extra...)...)
@@ -75,4 +72,14 @@ func headDim64Model(t *testing.T) (model []string, prompts string) {
 		t.Fatal(err)
 	}
 	return []string{"--model-path", dir, "--load-format", "dummy"}, prompts
+}
+
+// correctnessOf runs --correctness-test of prompts on model with extra
+// flags (the device's among them) and returns its --logits-out records.
+func correctnessOf(t *testing.T, model []string, prompts string, extra ...string) []correctnessRecord {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "logits.jsonl")
+	args := append([]string{"run", "--correctness-test", "--prompt-ids", prompts, "--output-len", "6", "--logits-out", out}, model...)
+	mustRun(t, append(args, extra...)...)
+	return readRecords(t, out)
 }
