@@ -201,7 +201,7 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 		alloc(&a.xq, F8E4M3, tokens*max(h, lay.Heads*D, lay.Inter), "FP8 projection input")
 		alloc(&a.xScale, F32, max(tokens, 1), "FP8 activation scales")
 	}
-	if f, ok := e.be.(NormLinearFuser); ok && f.NormParts(batch, h) > 0 {
+	if f, ok := e.be.(NormLinearFuser); ok && e.mayFuseNorms(f, batch) {
 		alloc(&a.normParts, F32, f.NormParts(batch, h), "residual squared sums")
 	}
 	alloc(&e.posBuf, I32, 1, "position")
@@ -430,10 +430,18 @@ func (e *Engine) layerSteps(s AttnShape) []layerStep {
 // partial sums until their all-reduce).
 func (e *Engine) normFuser(s AttnShape) (NormLinearFuser, bool) {
 	f, ok := e.be.(NormLinearFuser)
-	if !ok || s.SeqLen != 1 || e.coll != nil || e.cfg.Quantization != nil || e.act.normParts == nil {
+	if !ok || s.SeqLen != 1 || e.act.normParts == nil {
 		return nil, false
 	}
-	return f, f.FusesNormLinear(s.Tokens(), e.cfg.HiddenSize, e.tp.Heads*e.cfg.HeadDim, e.tp.Inter)
+	return f, e.mayFuseNorms(f, s.Tokens())
+}
+
+// mayFuseNorms reports whether f fuses the norms into the projections of a
+// decode step of rows rows here (one GPU, bf16 weights): the engine
+// allocates the squared sums only then.
+func (e *Engine) mayFuseNorms(f NormLinearFuser, rows int) bool {
+	return e.coll == nil && e.cfg.Quantization == nil &&
+		f.FusesNormLinear(rows, e.cfg.HiddenSize, e.tp.Heads*e.cfg.HeadDim, e.tp.Inter)
 }
 
 // fuseNorms makes o_proj and down_proj add into the residual stream and
@@ -454,9 +462,10 @@ func (e *Engine) fuseNorms(steps []layerStep, s AttnShape) []layerStep {
 		case "input_norm":
 			steps[i].skip = func(l int) bool { return l > 0 }
 		case "qkv_proj":
+			normed := steps[i].run // layer 0's: of input_norm's output
 			steps[i].run = func(l int) error {
 				if l == 0 {
-					return e.be.Linear(a.qkv, a.normed, w.layers[l].qkv.w, T, qkvDim, h)
+					return normed(l)
 				}
 				return f.NormLinear(a.qkv, a.x, a.normParts, w.layers[l].inputNorm, w.layers[l].qkv.w, T, qkvDim, h, eps)
 			}
