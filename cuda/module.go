@@ -165,7 +165,7 @@ func packLaunchArgs(args []any) (packedArgs, error) {
 // and arguments (see packLaunchArgs for the accepted types). The driver
 // copies the arguments, so they may change as soon as Launch returns.
 func (s *Stream) Launch(f *Function, grid, block Dim3, sharedBytes int, args ...any) error {
-	return s.launch("cuLaunchKernel", s.drv().api.cuLaunchKernel, f, grid, block, sharedBytes, args)
+	return s.launch(false, f, grid, block, sharedBytes, args)
 }
 
 // LaunchProgrammatic is Launch through cuLaunchKernelEx with programmatic
@@ -180,12 +180,16 @@ func (s *Stream) LaunchProgrammatic(f *Function, grid, block Dim3, sharedBytes i
 	if !d.HasLaunchEx() {
 		return fmt.Errorf("cuLaunchKernelEx(%s, programmatic stream serialization): the driver %s does not export cuLaunchKernelEx (CUDA 11.8 or newer has it)", f.name, d.Path())
 	}
-	return s.launch("cuLaunchKernelEx", d.api.cuLaunchKernelEx, f, grid, block, sharedBytes, args)
+	return s.launch(true, f, grid, block, sharedBytes, args)
 }
 
-// launch packs args and calls the entry point fn (cuLaunchKernel, or
-// cuLaunchKernelEx with the programmatic attribute), named call in errors.
-func (s *Stream) launch(call string, fn unsafe.Pointer, f *Function, grid, block Dim3, sharedBytes int, args []any) error {
+// launch packs args and calls cuLaunchKernel, or when programmatic
+// cuLaunchKernelEx with programmatic stream serialization.
+func (s *Stream) launch(programmatic bool, f *Function, grid, block Dim3, sharedBytes int, args []any) error {
+	call, attr := "cuLaunchKernel", ""
+	if programmatic {
+		call, attr = "cuLaunchKernelEx", ", programmatic stream serialization"
+	}
 	if sharedBytes < 0 || sharedBytes > math.MaxUint32 {
 		return fmt.Errorf("%s(%s): shared memory %d bytes out of range", call, f.name, sharedBytes)
 	}
@@ -194,16 +198,15 @@ func (s *Stream) launch(call string, fn unsafe.Pointer, f *Function, grid, block
 		return fmt.Errorf("%s(%s): %w", call, f.name, err)
 	}
 	defer packed.free()
+	d := s.drv()
 	gx, gy, gz := C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z)
 	bx, by, bz := C.uint(block.X), C.uint(block.Y), C.uint(block.Z)
 	var code C.CUresult
-	attr := ""
-	if call == "cuLaunchKernelEx" {
-		attr = ", programmatic stream serialization"
-		code = C.sb_cuLaunchKernelPDL(fn, f.fn, gx, gy, gz, bx, by, bz, C.uint(sharedBytes), s.stream, packed.params)
+	if programmatic {
+		code = C.sb_cuLaunchKernelPDL(d.api.cuLaunchKernelEx, f.fn, gx, gy, gz, bx, by, bz, C.uint(sharedBytes), s.stream, packed.params)
 	} else {
-		code = C.sb_cuLaunchKernel(fn, f.fn, gx, gy, gz, bx, by, bz, C.uint(sharedBytes), s.stream, packed.params)
+		code = C.sb_cuLaunchKernel(d.api.cuLaunchKernel, f.fn, gx, gy, gz, bx, by, bz, C.uint(sharedBytes), s.stream, packed.params)
 	}
-	return s.drv().check(code, "%s(%s, grid %dx%dx%d, block %dx%dx%d, %d shared bytes%s)", call, f.name,
+	return d.check(code, "%s(%s, grid %dx%dx%d, block %dx%dx%d, %d shared bytes%s)", call, f.name,
 		grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, sharedBytes, attr)
 }
