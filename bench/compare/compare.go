@@ -67,9 +67,17 @@ type Row struct {
 	// run a verdict would need (0: no estimate).
 	SamplesNeeded int
 	Notes         []string // why an interval or a verdict is missing
-	// Threshold is the row's own when it differs from the Result's: a
-	// floor widened by host contention (contentionFloor); 0 otherwise.
+	// Threshold is the row's run-to-run floor or --threshold (0: the
+	// Result's).
 	Threshold float64
+	// Load is what other processes' load alone could have slowed either
+	// run of the shape by (loadBound: 1.5 is up to 2.5×); FASTER and
+	// SLOWER must lie beyond it as well as the threshold.
+	Load float64
+	// HostBusy: other processes kept the host too busy for a verdict
+	// within the load's reach (busyShare above QuietOtherCPU); the row's
+	// notes say so and what to do instead.
+	HostBusy bool
 	// Op and OpShape name an op-level row (stepbench kernel: Shape is then
 	// zero): the op and its shape, "batch=1/seq=1/pos=1024".
 	Op, OpShape string
@@ -163,13 +171,11 @@ func Reports(oldReport, newReport report.Report, opt Options) (Result, error) {
 		matched[o.Shape] = true
 		res.Warnings = append(res.Warnings, incompleteWarnings(o, n)...)
 		res.Warnings = append(res.Warnings, telemetryWarnings(o, n)...)
-		shapeOpt := opt
-		if extra := contentionFloor(o, n); extra > 0 && !opt.ThresholdSet &&
-			(hostBound(oldReport.Environment) || hostBound(newReport.Environment)) {
-			shapeOpt.Threshold += extra
-			res.Warnings = append(res.Warnings, contentionWarning(o, n, shapeOpt.Threshold))
+		rule, note, warning := loadRule(oldReport.Environment, newReport.Environment, o, n, opt)
+		if warning != "" {
+			res.Warnings = append(res.Warnings, warning)
 		}
-		rows, unjudged := compareShape(o, n, shapeOpt)
+		rows, unjudged := compareShape(o, n, opt, rule, note)
 		res.Rows, res.Unjudged = append(res.Rows, rows...), append(res.Unjudged, unjudged...)
 	}
 	for _, n := range newReport.Shapes {
@@ -206,7 +212,7 @@ func orDash(s string) string {
 
 // compareShape gives a row to every metric both runs measured with usable
 // times, and lists the others with the reason.
-func compareShape(o, n report.ShapeReport, opt Options) ([]Row, []Unjudged) {
+func compareShape(o, n report.ShapeReport, opt Options, rule stats.Rule, busyNote string) ([]Row, []Unjudged) {
 	oldValues, newValues := metricValues(o), metricValues(n)
 	var rows []Row
 	var unjudged []Unjudged
@@ -219,8 +225,11 @@ func compareShape(o, n report.ShapeReport, opt Options) ([]Row, []Unjudged) {
 			unjudged = append(unjudged, Unjudged{Shape: o.Shape, Metric: metric, Reason: reason})
 			continue
 		}
-		row := Row{Shape: o.Shape, Metric: metric, Threshold: opt.Threshold}
-		row.fill(oldValues[metric], newValues[metric], opt)
+		row := Row{Shape: o.Shape, Metric: metric, Threshold: opt.Threshold, Load: rule.Load, HostBusy: rule.Busy}
+		row.fill(oldValues[metric], newValues[metric], opt, rule)
+		if rule.Busy && row.Verdict == stats.VerdictInconclusive {
+			row.Notes = append(row.Notes, busyNote)
+		}
 		rows = append(rows, row)
 	}
 	return rows, unjudged
@@ -278,8 +287,11 @@ func unusable(run string, values []float64) string {
 	return ""
 }
 
-// fill computes the statistics and the verdict of a row.
-func (r *Row) fill(oldValues, newValues []float64, opt Options) {
+// rule is the verdict rule of opt alone: no load.
+func (o Options) rule() stats.Rule { return stats.Rule{Alpha: o.Alpha, Threshold: o.Threshold} }
+
+// fill computes the statistics and the verdict of a row under rule.
+func (r *Row) fill(oldValues, newValues []float64, opt Options, rule stats.Rule) {
 	thresholds := benchmath.DefaultThresholds
 	thresholds.CompareAlpha = opt.Alpha
 	oldSample := benchmath.NewSample(slices.Clone(oldValues), &thresholds)
@@ -289,13 +301,13 @@ func (r *Row) fill(oldValues, newValues []float64, opt Options) {
 	r.PValue = cmp.P
 	est := stats.HodgesLehmannRatio(oldValues, newValues, opt.Confidence)
 	r.Ratio, r.RatioLow, r.RatioHigh, r.RatioConfidence = est.Ratio, est.Low, est.High, est.Confidence
-	r.Verdict = stats.Decide(r.PValue, r.Ratio, r.RatioLow, r.RatioHigh, opt.Alpha, opt.Threshold)
+	r.Verdict = stats.Decide(r.PValue, r.RatioLow, r.RatioHigh, rule)
 	r.Notes = rowNotes(r, opt, cmp)
 	if r.Verdict == stats.VerdictInconclusive {
 		// Hodges-Lehmann: var ≈ π/3·σ²·(1/m + 1/n) for normal samples.
 		n := min(r.Old.N, r.New.N)
 		fallback := stats.Z95 * math.Sqrt(math.Pi/3*(r.Old.Spread*r.Old.Spread+r.New.Spread*r.New.Spread)/float64(max(n, 1)))
-		r.SamplesNeeded = stats.SamplesNeeded(n, stats.MinRatioSamples(opt.Confidence), r.Ratio, r.RatioLow, r.RatioHigh, fallback, opt.Threshold)
+		r.SamplesNeeded = stats.SamplesNeeded(n, stats.MinRatioSamples(opt.Confidence), r.Ratio, r.RatioLow, r.RatioHigh, fallback, rule)
 	}
 }
 

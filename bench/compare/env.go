@@ -165,20 +165,6 @@ func telemetryWarnings(o, n report.ShapeReport) []string {
 	return w
 }
 
-// contentionWarning says which runs other processes slowed, and the floor
-// the shape's rows were judged against instead.
-func contentionWarning(o, n report.ShapeReport, floor float64) string {
-	share := func(c *float64) string {
-		if c == nil {
-			return "unknown"
-		}
-		return fmt.Sprintf("%.0f%%", 100**c)
-	}
-	return fmt.Sprintf("shape %s: other processes used %s (OLD) and %s (NEW) of the host's CPU time while it was timed, "+
-		"which can inflate a cpu or emulated run's times: its rows need their interval beyond 1±%.0f%%",
-		o.Shape, share(o.HostOtherCPUFraction), share(n.HostOtherCPUFraction), 100*floor)
-}
-
 func firstPositive(xs ...float64) float64 {
 	for _, x := range xs {
 		if x > 0 {

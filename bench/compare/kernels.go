@@ -44,7 +44,7 @@ func kernelReports(oldReport, newReport report.Report, opt Options) (Result, err
 			res.Unjudged = append(res.Unjudged, Unjudged{Metric: row.key() + " " + row.Metric, Reason: reason})
 			continue
 		}
-		row.fill(o.DeviceSeconds, n.DeviceSeconds, opt)
+		row.fill(o.DeviceSeconds, n.DeviceSeconds, opt, opt.rule())
 		res.Rows = append(res.Rows, row)
 	}
 	for _, n := range newReport.KernelResults {

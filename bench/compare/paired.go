@@ -66,7 +66,7 @@ func (r *Row) fillPaired(baselineValues, candidateValues []float64, opt Options)
 	ci := stats.NewMedianCI(benchmath.NewSample(slices.Clone(ratios), &thresholds), opt.Confidence)
 	r.Ratio, r.RatioLow, r.RatioHigh, r.RatioConfidence = ci.MedianSeconds, ci.LowSeconds, ci.HighSeconds, ci.Confidence
 	r.PValue = stats.SignTest(ratios)
-	r.Verdict = stats.Decide(r.PValue, r.Ratio, r.RatioLow, r.RatioHigh, opt.Alpha, opt.Threshold)
+	r.Verdict = stats.Decide(r.PValue, r.RatioLow, r.RatioHigh, opt.rule())
 	conf := fmt.Sprintf("%g%%", 100*opt.Confidence)
 	minimum := stats.MinMedianSamples(opt.Confidence)
 	if math.IsNaN(r.RatioLow) {
@@ -75,6 +75,6 @@ func (r *Row) fillPaired(baselineValues, candidateValues []float64, opt Options)
 	if r.Verdict == stats.VerdictInconclusive {
 		// The median's standard error is ≈ 1.2533·σ/√n for normal samples.
 		fallback := stats.Z95 * 1.2533 * ci.Spread / math.Sqrt(float64(len(ratios)))
-		r.SamplesNeeded = stats.SamplesNeeded(len(ratios), minimum, r.Ratio, r.RatioLow, r.RatioHigh, fallback, opt.Threshold)
+		r.SamplesNeeded = stats.SamplesNeeded(len(ratios), minimum, r.Ratio, r.RatioLow, r.RatioHigh, fallback, opt.rule())
 	}
 }

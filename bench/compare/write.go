@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	"stepbench/bench/stats"
@@ -67,7 +68,7 @@ func WriteMarkdown(w io.Writer, res Result) error {
 		fmt.Fprintf(&b, "| %s | %s | %d/%d | %s | %s | %s / %s | %s | %s | %s |\n",
 			cells, r.Metric, r.Old.N, r.New.N,
 			medianText(r.Old), medianText(r.New), stats.NoiseText(r.Old.RelativeNoise), stats.NoiseText(r.New.RelativeNoise),
-			ratioText(r), pText(r.PValue), verdictText(r, max(r.Threshold, res.Threshold)))
+			ratioText(r), pText(r.PValue), verdictText(r, max(r.Threshold, res.Threshold), res.Alpha))
 	}
 	if len(res.Unjudged) > 0 {
 		b.WriteString("\nnot compared (no verdict):\n")
@@ -96,8 +97,9 @@ func WriteMarkdown(w io.Writer, res Result) error {
 func methodText(res Result) string {
 	change := "the interval excludes 1"
 	if res.Threshold > 0 && res.Paired {
-		change = fmt.Sprintf("the interval lies beyond 1±%g%%", 100*res.Threshold)
+		change = fmt.Sprintf("the interval lies beyond 1±%s", stats.PercentText(res.Threshold))
 	}
+	same := fmt.Sprintf("the interval lies within ±%s", stats.PercentText(stats.SameBand(res.Threshold)))
 	estimate := fmt.Sprintf("new/old is the median of new/old over all pairs of iterations (Hodges-Lehmann) "+
 		"with its distribution-free %g%% interval (Moses), p the Mann-Whitney U test (golang.org/x/perf/benchmath)", 100*res.Confidence)
 	if res.Paired {
@@ -110,16 +112,21 @@ func methodText(res Result) string {
 			"p the exact two-sided sign test of those ratios against 1", 100*res.Confidence)
 	}
 	if res.Threshold > 0 && !res.Paired {
-		change = fmt.Sprintf("the interval lies beyond 1±%g%% (the run-to-run floor)", 100*res.Threshold)
+		change = fmt.Sprintf("the interval lies beyond 1±%s (the run-to-run floor)", stats.PercentText(res.Threshold))
+	}
+	if slices.ContainsFunc(res.Rows, func(r Row) bool { return r.Load > 0 }) {
+		change += "; where other processes loaded the host, also beyond what that load could explain " +
+			"(the floor's bounds times or over 1/(1 − c), c the busier run's share of the host's CPU time)"
+		same += fmt.Sprintf(" on a host others kept at most %s busy in both runs", stats.PercentText(QuietOtherCPU))
 	}
 	unit := "one value per iteration and metric (prefill: its time; decode: the iteration's median decode step, so KV lengths are never pooled)"
 	if res.Kernels {
 		unit = "one value per cold launch of the op at its shape (L2 flushed before each, device time between events; with A/B, the arms' launches back to back in pairs, alternating which goes first)"
 	}
 	return fmt.Sprintf("method: %s. %s, "+
-		"noise the half-width of a median's interval over the median. %s or %s: p < %g and %s; %s: the interval lies within ±%g%%; "+
-		"else %s, with about the iterations per run a verdict would need.",
-		unit, estimate, stats.VerdictFaster, stats.VerdictSlower, res.Alpha, change, stats.VerdictSame, 100*stats.SameBand(res.Threshold), stats.VerdictInconclusive)
+		"noise the half-width of a median's interval over the median. %s or %s: p < %g and %s; %s: %s, significant or not; "+
+		"else %s, with about the iterations per run a verdict would need (or why more would not help).",
+		unit, estimate, stats.VerdictFaster, stats.VerdictSlower, res.Alpha, change, stats.VerdictSame, same, stats.VerdictInconclusive)
 }
 
 func rowsText(rows []string, total int) string {
@@ -157,14 +164,28 @@ func pText(p float64) string {
 	return fmt.Sprintf("%.2g", p)
 }
 
-// verdictText is the row's verdict, SAME with its band when a threshold or
-// a run-to-run floor set it (a coarser claim than the default ±1%).
-func verdictText(r Row, threshold float64) string {
+// pRelation is "=0.012", or "<1e-6".
+func pRelation(p float64) string {
+	if text := pText(p); strings.HasPrefix(text, "<") {
+		return text
+	}
+	return "=" + pText(p)
+}
+
+// verdictText is the row's verdict with what qualifies it: SAME with its
+// band (and, when the difference is significant, that it is smaller than
+// the band), INCONCLUSIVE with why (a busy host) or the iterations a
+// verdict would need.
+func verdictText(r Row, threshold, alpha float64) string {
 	switch {
+	case r.Verdict == stats.VerdictInconclusive && r.HostBusy:
+		return r.Verdict + " (host busy)"
 	case r.Verdict == stats.VerdictInconclusive && r.SamplesNeeded > 0:
 		return fmt.Sprintf("%s (~%d iters/run)", r.Verdict, r.SamplesNeeded)
-	case r.Verdict == stats.VerdictSame && threshold > 0:
-		return fmt.Sprintf("%s (±%g%%)", r.Verdict, 100*threshold)
+	case r.Verdict == stats.VerdictSame && stats.Significant(r.PValue, r.RatioLow, r.RatioHigh, alpha):
+		return fmt.Sprintf("%s (within ±%s; significant, p%s)", r.Verdict, stats.PercentText(stats.SameBand(threshold)), pRelation(r.PValue))
+	case r.Verdict == stats.VerdictSame:
+		return fmt.Sprintf("%s (within ±%s)", r.Verdict, stats.PercentText(stats.SameBand(threshold)))
 	}
 	return r.Verdict
 }
@@ -177,7 +198,7 @@ func WriteCSV(w io.Writer, res Result) error {
 	header := []string{"batch_size", "input_len", "output_len", "metric",
 		"old_n", "old_median_seconds", "old_ci_low_seconds", "old_ci_high_seconds", "old_relative_noise",
 		"new_n", "new_median_seconds", "new_ci_low_seconds", "new_ci_high_seconds", "new_relative_noise",
-		"ratio", "ratio_ci_low", "ratio_ci_high", "ratio_confidence", "p_value", "verdict", "samples_needed", "emulated"}
+		"ratio", "ratio_ci_low", "ratio_ci_high", "ratio_confidence", "p_value", "verdict", "samples_needed", "emulated", "load_bound", "host_busy"}
 	if res.Kernels {
 		header = append(header, "op", "op_shape")
 	}
@@ -194,7 +215,8 @@ func WriteCSV(w io.Writer, res Result) error {
 		record := []string{fmt.Sprint(r.Batch), fmt.Sprint(r.InputLen), fmt.Sprint(r.OutputLen), r.Metric,
 			fmt.Sprint(r.Old.N), g(r.Old.MedianSeconds), g(r.Old.LowSeconds), g(r.Old.HighSeconds), g(r.Old.RelativeNoise),
 			fmt.Sprint(r.New.N), g(r.New.MedianSeconds), g(r.New.LowSeconds), g(r.New.HighSeconds), g(r.New.RelativeNoise),
-			g(r.Ratio), g(r.RatioLow), g(r.RatioHigh), g(r.RatioConfidence), g(r.PValue), r.Verdict, fmt.Sprint(r.SamplesNeeded), fmt.Sprint(res.Emulated)}
+			g(r.Ratio), g(r.RatioLow), g(r.RatioHigh), g(r.RatioConfidence), g(r.PValue), r.Verdict, fmt.Sprint(r.SamplesNeeded), fmt.Sprint(res.Emulated),
+			g(r.Load), fmt.Sprint(r.HostBusy)}
 		if res.Kernels {
 			record = append(record, r.Op, r.OpShape)
 		}
@@ -261,11 +283,13 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		SamplesNeeded   int            `json:"samples_needed,omitempty"`
 		Notes           []string       `json:"notes,omitempty"`
 		Threshold       float64        `json:"threshold,omitempty"`
+		LoadBound       float64        `json:"load_bound,omitempty"`
+		HostBusy        bool           `json:"host_busy,omitempty"`
 		Op              string         `json:"op,omitempty"`
 		OpShape         string         `json:"op_shape,omitempty"`
 	}{r.Batch, r.InputLen, r.OutputLen, r.Metric, r.Old, r.New, stats.Finite(r.Ratio), stats.Finite(r.RatioLow),
 		stats.Finite(r.RatioHigh), stats.Finite(nonZero(r.RatioConfidence)), stats.Finite(r.PValue), r.Verdict, r.SamplesNeeded, r.Notes,
-		r.Threshold, r.Op, r.OpShape})
+		r.Threshold, r.Load, r.HostBusy, r.Op, r.OpShape})
 }
 
 // nonZero is x, or NaN for 0 (a confidence level of no interval).

@@ -17,9 +17,10 @@
 //   - PairRatios and SignTest: the paired (A/B) view, the median of per-pair
 //     ratios and the exact two-sided sign test.
 //   - Decide: FASTER or SLOWER only when p < alpha and the interval excludes
-//     1 (and lies beyond ±threshold when one is given), SAME only when the
-//     interval lies within the SAME band, else INCONCLUSIVE; SamplesNeeded
-//     estimates the iterations an INCONCLUSIVE row would need.
+//     1 (and lies beyond ±threshold when one is given, widened by what the
+//     host's load could explain), SAME only when the interval lies within the
+//     SAME band on a host quiet enough to trust it, else INCONCLUSIVE;
+//     SamplesNeeded estimates the iterations an INCONCLUSIVE row would need.
 //
 // Times are whatever unit the samples have (seconds everywhere in
 // stepbench); noise and ratios are dimensionless.

@@ -243,7 +243,7 @@ func TestCompareExitCodes(t *testing.T) {
 	}{
 		{[]string{old, slower}, exitOK, "SLOWER", ""},
 		{[]string{old, slower, "--fail-on-regression"}, exitRegression, "SLOWER", "2 of 2 rows are SLOWER"},
-		{[]string{old, old, "--fail-on-regression"}, exitOK, "SAME (±3%)", ""},
+		{[]string{old, old, "--fail-on-regression"}, exitOK, "SAME (within ±3%)", ""},
 		{[]string{old, other}, exitFailure, "", "no shape is in both runs"},
 		{[]string{old, slower, "--threshold", "-1"}, exitUsage, "", "--threshold"},
 		{[]string{old, slower, "--threshold", "NaN"}, exitUsage, "", "--threshold: NaN"},
@@ -252,9 +252,11 @@ func TestCompareExitCodes(t *testing.T) {
 		{[]string{old, slower, "--confidence", "0.4"}, exitUsage, "", "--confidence: 0.4"},
 		{[]string{twice, old}, exitUsage, "", "OLD lists shape batch_size=1 input_len=8 output_len=1 twice"},
 		{[]string{gpu, emulated}, exitUsage, "", "NEW was made on the emulated CUDA device"},
-		// A metric with no usable times: listed, and with --fail-on-regression exit 1.
+		// A metric with no usable times: listed, and with --fail-on-regression exit 4.
 		{[]string{old, zeros}, exitOK, "not compared (no verdict):\n- b1 i8 o1 prefill_device: NEW has 8 of 8 iterations", ""},
-		{[]string{old, zeros, "--fail-on-regression"}, exitFailure, "prefill_device: NEW has", "1 metric(s) could not be compared"},
+		{[]string{old, zeros, "--fail-on-regression", "--threshold", "50"}, exitUnjudged, "prefill_device: NEW has", "1 metric(s) could not be compared"},
+		// A row without a verdict is no pass either.
+		{[]string{old, slower, "--fail-on-regression", "--threshold", "19"}, exitUnjudged, "INCONCLUSIVE", "2 of 2 rows are INCONCLUSIVE"},
 	}
 	for _, tc := range tests {
 		code, stdout, stderr := run(t, append([]string{"compare"}, tc.args...)...)

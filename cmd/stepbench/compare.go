@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -27,7 +28,7 @@ func (v *verdictFlags) register(fs *pflag.FlagSet, thresholdHelp string) {
 	fs.Float64Var(&v.alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test (ab: the sign test), in (0, 0.5]")
 	fs.Float64Var(&v.confidence, "confidence", 0, "confidence level of the medians' and the ratio's intervals, in (0.5, 1) (default 1 - alpha)")
 	fs.Float64Var(&v.thresholdPct, "threshold", 0, thresholdHelp)
-	fs.BoolVar(&v.failOnRegression, "fail-on-regression", false, "exit 3 when any metric of any shape is SLOWER, 1 when any cannot be compared")
+	fs.BoolVar(&v.failOnRegression, "fail-on-regression", false, "exit 3 when any metric of any shape is SLOWER; else 4 when any is INCONCLUSIVE or cannot be compared (no regression found, none ruled out)")
 }
 
 func (v *verdictFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) error, error) {
@@ -50,8 +51,10 @@ func (v *verdictFlags) options() compare.Options {
 	return compare.Options{Alpha: v.alpha, Confidence: v.confidence, Threshold: v.thresholdPct / 100, ThresholdSet: v.thresholdSet}
 }
 
-// outcome writes the comparison; with --fail-on-regression a metric that
-// could not be compared is exit 1 and a SLOWER one exit 3.
+// outcome writes the comparison; with --fail-on-regression a SLOWER row
+// is exit 3, and otherwise a row without a verdict (INCONCLUSIVE) or a
+// metric that could not be compared exit 4: a gate that cannot tell must
+// not pass as one that found nothing.
 func (v *verdictFlags) outcome(w io.Writer, writer func(io.Writer, compare.Result) error, res compare.Result) error {
 	if err := writer(w, res); err != nil {
 		return err
@@ -60,18 +63,40 @@ func (v *verdictFlags) outcome(w io.Writer, writer func(io.Writer, compare.Resul
 		return nil
 	}
 	slower := res.Regressions()
-	if n := len(res.Unjudged); n > 0 {
-		return fmt.Errorf("%d metric(s) could not be compared (listed above) and %d of %d rows are %s (--fail-on-regression)", n, slower, len(res.Rows), stats.VerdictSlower)
-	}
 	if slower > 0 {
 		return exitError{exitRegression, fmt.Errorf("%d of %d rows are %s (--fail-on-regression)", slower, len(res.Rows), stats.VerdictSlower)}
 	}
-	return nil
+	inconclusive, busy := 0, 0
+	for _, r := range res.Rows {
+		if r.Verdict == stats.VerdictInconclusive {
+			inconclusive++
+			if r.HostBusy {
+				busy++
+			}
+		}
+	}
+	if inconclusive == 0 && len(res.Unjudged) == 0 {
+		return nil
+	}
+	var why []string
+	if inconclusive > 0 {
+		what := fmt.Sprintf("%d of %d rows are %s", inconclusive, len(res.Rows), stats.VerdictInconclusive)
+		if busy > 0 {
+			what += fmt.Sprintf(" (%d on a busy host)", busy)
+		}
+		why = append(why, what)
+	}
+	if n := len(res.Unjudged); n > 0 {
+		why = append(why, fmt.Sprintf("%d metric(s) could not be compared (listed above)", n))
+	}
+	return exitError{exitUnjudged, fmt.Errorf("no row is %s, but %s: no regression can be ruled out (--fail-on-regression, exit %d)",
+		stats.VerdictSlower, strings.Join(why, " and "), exitUnjudged)}
 }
 
 // compareCmd compares two native reports: stepbench compare OLD.json NEW.json.
 // Exit codes: 0 no regression, 1 an error (no shape in common included),
-// 2 bad usage, 3 a SLOWER row with --fail-on-regression.
+// 2 bad usage, 3 a SLOWER row with --fail-on-regression, 4 with it a row
+// or metric without a verdict.
 func compareCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("compare", stderr)
 	var v verdictFlags

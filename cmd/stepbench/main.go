@@ -51,6 +51,7 @@ const (
 	exitFailure     = 1   // an error while running (also: compare found no shape in common)
 	exitUsage       = 2   // a bad flag, argument or input file
 	exitRegression  = 3   // compare/ab --fail-on-regression found a SLOWER row
+	exitUnjudged    = 4   // compare/ab --fail-on-regression: no SLOWER row, but a row or metric without a verdict
 	exitInterrupted = 130 // SIGINT/SIGTERM: what finished was written
 )
 
