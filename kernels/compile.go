@@ -123,14 +123,20 @@ func Compile(n Compiler, srcs map[string]string, arch int, cacheDir string) ([]C
 // (NVRTC's -I, in order). The cache key of each source covers the content
 // of every header it can reach through them (see headerDigest).
 type Build struct {
-	Arch     int
+	Arch int
+	// Specific compiles the architecture-specific target (sm_90a for 90).
+	Specific bool
 	CacheDir string
 	Include  []string
 }
 
-// Options are the NVRTC options: CompileOptions and one -I per directory.
+// Options are the NVRTC options: CompileOptions (for sm_XYa with
+// Specific) and one -I per directory.
 func (b Build) Options() []string {
 	opts := CompileOptions(b.Arch)
+	if b.Specific {
+		opts[0] = "--gpu-architecture=" + Arch{b.Arch, true}.String()
+	}
 	for _, d := range b.Include {
 		opts = append(opts, "-I"+d)
 	}

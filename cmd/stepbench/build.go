@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -19,7 +20,8 @@ import (
 // buildFlags are the flags of 'stepbench build'.
 type buildFlags struct {
 	kernelsDir, nvrtcPath, counters, model, cacheDir, format, cubinDir string
-	archs                                                              []int
+	archItems                                                          []string
+	archs                                                              []kernels.Arch
 	include                                                            []string
 }
 
@@ -33,7 +35,7 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	var f buildFlags
 	fs.StringVar(&f.kernelsDir, "kernels-dir", "", "compile the *.cu files of this directory instead of the embedded ones")
 	fs.StringVar(&f.nvrtcPath, "nvrtc", "", "path of the libnvrtc.so whose ptxas reports (a real NVRTC; the emulated one reports no registers)")
-	fs.IntSliceVar(&f.archs, "arch", []int{80, 90}, "architectures to compile for (80: sm_80, 90: sm_90)")
+	fs.StringSliceVar(&f.archItems, "arch", []string{"sm_80", "sm_90"}, "architectures to compile for, as nvcc's sm_90 or compute_90, 90, or the compute capability 9.0; sm_90a (sm_100a, sm_120a): the architecture-specific target, with an NVRTC that has it")
 	fs.StringVar(&f.counters, "counters", "", "emulated device only: run the kernel checks with access counters into this JSONL file and print them beside the ptxas report (about a minute)")
 	fs.StringVar(&f.model, "model", "llama-tiny", "with --counters: the preset whose shapes the checks run at")
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "cubin cache (default: <user cache dir>/stepbench/cubin)")
@@ -52,13 +54,8 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkKernelsDir(f.kernelsDir); err != nil {
 		return err
 	}
-	for _, a := range f.archs {
-		if a < kernels.MinArch {
-			return usagef("--arch: sm_%d is older than sm_%d, which the kernels need", a, kernels.MinArch)
-		}
-		if _, ok := kernels.LimitsOf(a); !ok {
-			return usagef("--arch: no occupancy limits known for sm_%d", a)
-		}
+	if err := f.parseArchs(); err != nil {
+		return err
 	}
 	cfg, err := runner.Preset(f.model)
 	if err != nil {
@@ -78,7 +75,52 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("no NVRTC: %w", err)
 	}
+	if err := f.checkArchs(nv); err != nil {
+		return err
+	}
 	return f.writeTable(stdout, nv, srcs, counted)
+}
+
+// parseArchs reads --arch's items and refuses those the kernels or the
+// occupancy tables do not know.
+func (f *buildFlags) parseArchs() error {
+	f.archs = f.archs[:0]
+	for _, item := range f.archItems {
+		a, err := kernels.ParseArch(item)
+		if err != nil {
+			return usagef("--arch: %v", err)
+		}
+		if a.Number < kernels.MinArch {
+			return usagef("--arch %s: sm_%d is older than sm_%d, which the kernels need", item, a.Number, kernels.MinArch)
+		}
+		if _, ok := kernels.LimitsOf(a.Number); !ok {
+			return usagef("--arch %s: no occupancy limits known for sm_%d", item, a.Number)
+		}
+		if !slices.Contains(f.archs, a) { // compute_90 and 9.0 are sm_90 too
+			f.archs = append(f.archs, a)
+		}
+	}
+	if len(f.archs) == 0 {
+		return usagef("--arch: empty list")
+	}
+	return nil
+}
+
+// checkArchs refuses, before compiling, an architecture the NVRTC cannot
+// build: one missing from its supported list, an architecture-specific one
+// it is too old for (or the emulated NVRTC).
+func (f *buildFlags) checkArchs(nv *cuda.NVRTC) error {
+	major, minor := nv.Version()
+	supported, listErr := nv.SupportedArchs()
+	for _, a := range f.archs {
+		if err := a.CheckSpecific(major, minor, nv.Emulated()); err != nil {
+			return usagef("--arch: %v", err)
+		}
+		if nv.Emulated() == "" && listErr == nil && len(supported) > 0 && !slices.Contains(supported, a.Number) {
+			return usagef("--arch %s: NVRTC %d.%d compiles for %v only", a, major, minor, supported)
+		}
+	}
+	return nil
 }
 
 // countKernels runs the kernel checks at cfg's shapes on the emulated device
@@ -134,7 +176,8 @@ func (f buildFlags) buildRows(nv *cuda.NVRTC, srcs map[string]string, counted ma
 	var rows []buildRow
 	headers := ""
 	for _, arch := range f.archs {
-		b, h := gpu.KernelBuild(nv, f.kernelsDir, f.include, arch, f.cacheDir)
+		b, h := gpu.KernelBuild(nv, f.kernelsDir, f.include, arch.Number, f.cacheDir)
+		b.Specific = arch.Specific
 		headers = h
 		compiled, err := b.Compile(nv, srcs)
 		if err != nil {
@@ -148,12 +191,12 @@ func (f buildFlags) buildRows(nv *cuda.NVRTC, srcs map[string]string, counted ma
 			res = append(res, c.Report...)
 		}
 		sort.Slice(res, func(i, j int) bool { return res[i].Kernel < res[j].Kernel })
-		limits, _ := kernels.LimitsOf(arch)
+		limits, _ := kernels.LimitsOf(arch.Number)
 		for _, r := range res {
 			if r.Registers == 0 && nv.Emulated() == "" {
 				continue // a non-inlined device function: ptxas reports it inside its entry
 			}
-			row := buildRow{Kernel: r.Kernel, Arch: fmt.Sprintf("sm_%d", arch), Registers: r.Registers, SpillBytes: r.SpillStoreBytes + r.SpillLoadBytes,
+			row := buildRow{Kernel: r.Kernel, Arch: arch.String(), Registers: r.Registers, SpillBytes: r.SpillStoreBytes + r.SpillLoadBytes,
 				StackBytes: r.StackBytes, StaticSharedBytes: r.SharedBytes}
 			if l, ok := kernels.EntryPointLaunch(r.Kernel); ok {
 				occ := kernels.OccupancyOf(limits, l.Threads, r.Registers, r.SharedBytes+l.DynamicShared)
@@ -227,11 +270,11 @@ func (f buildFlags) writeTable(w io.Writer, nv *cuda.NVRTC, srcs map[string]stri
 }
 
 // writeCubins writes each compiled source's cubin under --cubin-dir.
-func (f buildFlags) writeCubins(compiled []kernels.Compiled, arch int) error {
+func (f buildFlags) writeCubins(compiled []kernels.Compiled, arch kernels.Arch) error {
 	if f.cubinDir == "" {
 		return nil
 	}
-	dir := filepath.Join(f.cubinDir, fmt.Sprintf("sm_%d", arch))
+	dir := filepath.Join(f.cubinDir, arch.String())
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("--cubin-dir: %w", err)
 	}

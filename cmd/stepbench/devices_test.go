@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"stepbench/cuda"
 	"stepbench/kernels"
 	"strings"
 	"testing"
@@ -81,7 +82,7 @@ func TestDevicesWithMissingCUDALibsDir(t *testing.T) {
 // that does not compile is exit 1 naming it.
 func TestBuildPrintsTheResourceTable(t *testing.T) {
 	t.Setenv("STEPBENCH_CUDA_LIBS", "")
-	code, stdout, stderr := run(t, "build", "--arch", "90")
+	code, stdout, stderr := run(t, "build", "--arch", "sm_90") // as nvcc spells it
 	if code != 0 && strings.Contains(stderr, "no NVRTC") {
 		t.Skipf("no NVRTC installed: %s", stderr)
 	}
@@ -127,6 +128,49 @@ func TestBuildPrintsTheResourceTable(t *testing.T) {
 	code, _, stderr = run(t, "build", "--arch", "90", "--kernels-dir", dir)
 	if code != exitFailure || !strings.Contains(stderr, "compile error: norm.cu:1:") {
 		t.Errorf("build of a source that does not compile: exit %d\n%s", code, stderr)
+	}
+}
+
+// --arch takes nvcc's spellings, the bare number and the compute
+// capability (one target each, however many ways it is named), and the
+// architecture-specific sm_90a only where the NVRTC has it; anything else
+// is refused in one line, exit 2, before a compile.
+func TestBuildArchSpellings(t *testing.T) {
+	t.Setenv("STEPBENCH_CUDA_LIBS", "")
+	code, stdout, stderr := run(t, "build", "--arch", "compute_90,9.0,90", "--format", "json")
+	if code != 0 && strings.Contains(stderr, "no NVRTC") {
+		t.Skipf("no NVRTC installed: %s", stderr)
+	}
+	var doc struct {
+		Rows []struct{ Kernel, Arch string }
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &doc) != nil || len(doc.Rows) == 0 {
+		t.Fatalf("build --arch compute_90,9.0,90: exit %d\n%s", code, stderr)
+	}
+	seen := map[string]int{}
+	for _, r := range doc.Rows {
+		seen[r.Kernel+" "+r.Arch]++
+		if r.Arch != "sm_90" || seen[r.Kernel+" "+r.Arch] > 1 {
+			t.Errorf("row %+v: want one sm_90 row per kernel", r)
+		}
+	}
+	nv, err := cuda.OpenNVRTC("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	major, _ := nv.Version()
+	code, _, stderr = run(t, "build", "--arch", "sm_90a", "--format", "json")
+	if specific := major >= 12; specific != (code == 0) || !specific && (code != exitUsage || !strings.Contains(stderr, "sm_90a needs NVRTC 12.0 or newer")) {
+		t.Errorf("--arch sm_90a on NVRTC %d: exit %d\n%s", major, code, stderr)
+	}
+	for arg, want := range map[string]string{
+		"hopper": `"hopper" is not an architecture: write sm_90, compute_90, 90 or 9.0`,
+		"8.0a":   "sm_80a does not exist",
+		"7.5":    "sm_75 is older than sm_80",
+	} {
+		if code, _, stderr := run(t, "build", "--arch", arg); code != exitUsage || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, want) {
+			t.Errorf("--arch %s: exit %d, want 2 and one line saying %q:\n%s", arg, code, want, stderr)
+		}
 	}
 }
 
