@@ -214,11 +214,6 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 		}
 	}
 	s.est = f.memoryEstimate(fs, s.cfg, s.prompts)
-	if f.device != "auto" && (s.device == "cpu" || s.emulated) && !fs.Changed("model") && f.model.modelPath == "" {
-		fmt.Fprintf(stderr, "stepbench: --device %s runs %s, the --model default: %s of bf16 weights in host memory, "+
-			"minutes per step on %s (--model llama-tiny is the small one)\n", s.device, s.cfg.Name, report.Bytes(s.est.WeightBytes),
-			machineKind(s.device, s.emulated))
-	}
 	return s, nil
 }
 
@@ -257,6 +252,13 @@ func (f *runFlags) resolveDevice(fs *pflag.FlagSet, stderr io.Writer) (device st
 		}
 	} else if device == "cuda" {
 		emulated = emulatedDriver()
+		if emulated && f.model.fitEmulated(fs) {
+			fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+		}
+	} else if device == "cpu" && defaultModel {
+		// An 8B model is 16 GB of weights and minutes per step on a CPU.
+		f.model.model = "llama-tiny"
+		fmt.Fprintln(stderr, "stepbench: --device cpu runs llama-tiny unless --model names another (llama-3-8b: 16 GB of weights, minutes per step)")
 	}
 	if err := f.checkDevice(device); err != nil {
 		return "", false, err
