@@ -58,11 +58,13 @@ func environmentWarnings(oldReport, newReport report.Report) []string {
 }
 
 // outputOnlyFlags name files or labels, or say how many iterations to
-// take, where a profiler's window goes or where nodes meet; they do not
-// change what one iteration measures.
+// take, where a profiler's window goes or where nodes meet, or are vLLM's
+// and SGLang's flags accepted only where they change nothing measured;
+// they do not change what one iteration measures.
 var outputOnlyFlags = []string{"json-out", "result-filename", "output-json", "run-name", "format", "logits-out", "plot",
 	"num-iters", "target-noise", "max-seconds", "min-iters",
-	"profile", "profile-phase", "profile-start-step", "profile-steps", "node-rank", "dist-init-addr", "dist-timeout"}
+	"profile", "profile-phase", "profile-start-step", "profile-steps", "node-rank", "dist-init-addr", "dist-timeout",
+	"max-model-len", "trust-remote-code", "cuda-graph-max-bs", "n", "gpu-memory-utilization", "mem-fraction-static"}
 
 func flagDifferences(oldFlags, newFlags map[string]string) []string {
 	names := map[string]bool{}

@@ -152,7 +152,7 @@ func nearestFlag(fs *pflag.FlagSet, name string) string {
 		return best
 	}
 	fs.VisitAll(func(f *pflag.Flag) {
-		if best == "" && len(name) >= 4 && (strings.Contains(f.Name, name) || strings.Contains(name, f.Name)) {
+		if best == "" && len(name) >= 4 && (strings.Contains(f.Name, name) || len(f.Name) >= 3 && strings.Contains(name, f.Name)) {
 			best = f.Name
 		}
 	})
@@ -246,7 +246,10 @@ func usageText(fs *pflag.FlagSet, w io.Writer) {
 	for _, to := range flagAliases {
 		if fs.Lookup(to) != nil {
 			fmt.Fprint(w, "\n"+aliasHelp(fs))
-			return
+			break
 		}
+	}
+	if fs.Lookup("gpu-memory-utilization") != nil {
+		fmt.Fprint(w, servingHelp())
 	}
 }

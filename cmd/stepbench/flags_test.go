@@ -145,3 +145,53 @@ func TestPlotFiles(t *testing.T) {
 		}
 	}
 }
+
+// The vLLM and SGLang flags users type: accepted where they mean something
+// here (one run takes them all), otherwise refused in one line saying what
+// stepbench does instead (they were "unknown flag" or named the wrong
+// nearest flag: --gpu-memory-utilization suggested --gpu, --n --op).
+func TestVLLMAndSGLangFlags(t *testing.T) {
+	base := []string{"run", "--device", "cpu", "--model", "llama-tiny", "--batch-size", "1,4", "--input-len", "8", "--output-len", "3", "--num-iters", "1"}
+	native := filepath.Join(t.TempDir(), "n.json")
+	accepted := []string{"--dtype", "bfloat16", "--kv-cache-dtype", "auto", "--trust-remote-code", "--max-model-len", "64",
+		"--cuda-graph-max-bs", "8", "--n", "1", "--json-out", native}
+	if code, _, stderr := runBinary(t, nil, append(base, accepted...)...); code != 0 {
+		t.Fatalf("%v: exit %d\n%s", accepted, code, stderr)
+	}
+	if rep, err := report.Read(native); err != nil || rep.Config.Flags["max-model-len"] != "64" {
+		t.Errorf("the report does not record the flags: %v %v", err, rep.Config.Flags)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gpu-memory-utilization", "0.9"}, "--gpu-memory-utilization: stepbench has no KV-cache pool to size"},
+		{[]string{"--mem-fraction-static", "0.8"}, "--mem-fraction-static: stepbench has no KV-cache pool to size"},
+		{[]string{"--max-model-len", "9"}, "--max-model-len 9: --input-len 8 + --output-len 3 − 1 = 10 positions exceed it"},
+		{[]string{"--max-model-len", "100000"}, "--max-model-len 100000 exceeds llama-tiny's max_position_embeddings"},
+		{[]string{"--dtype", "float16"}, "--dtype float16: stepbench runs bf16 weights and activations"},
+		{[]string{"--kv-cache-dtype", "fp8"}, "--kv-cache-dtype fp8: FP8 KV caches are not supported yet"},
+		{[]string{"--kv-cache-dtype", "fp8_e5m2"}, "FP8 KV caches are not supported yet"},
+		{[]string{"--kv-cache-dtype", "int4"}, "--kv-cache-dtype int4: not a KV-cache dtype"},
+		{[]string{"--cuda-graph-max-bs", "2"}, "--cuda-graph-max-bs 2: SGLang would run batch 4 eagerly"},
+		{[]string{"--n", "2"}, "--n 2: stepbench generates one sequence per prompt"},
+		{[]string{"--tokenizer", t.TempDir(), "--prompt-file", native}, "has no tokenizer.json"},
+	} {
+		code, _, stderr := run(t, append(base, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want one line with %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	// --tokenizer: text prompts encoded with another directory's tokenizer.json.
+	prompts := filepath.Join(t.TempDir(), "p.txt")
+	if err := os.WriteFile(prompts, []byte("The capital of France is Paris.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runBinary(t, nil, append(base, "--tokenizer", textModel(t), "--prompt-file", prompts)...); code != 0 ||
+		!strings.Contains(stderr, "--prompt-file "+prompts+": 1 prompts") {
+		t.Errorf("--tokenizer: exit %d\n%s", code, stderr)
+	}
+	if _, stdout, _ := run(t, "run", "--help"); !strings.Contains(stdout, "--max-model-len") || !strings.Contains(stdout, "--mem-fraction-static") {
+		t.Errorf("run --help does not list the vLLM and SGLang flags:\n%s", stdout)
+	}
+}

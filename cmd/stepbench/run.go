@@ -45,6 +45,7 @@ type runFlags struct {
 	profile       profileFlags
 	tp            tpFlags
 	output        outputFlags
+	serving       servingFlags // vLLM's and SGLang's habits
 	noVerify      bool
 }
 
@@ -75,6 +76,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.profile.register(fs)
 	f.tp.register(fs)
 	f.output.register(fs)
+	f.serving.register(fs)
 	registerNoVerify(fs, &f.noVerify)
 }
 
@@ -180,6 +182,9 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 	}
 	if !f.correctness {
 		if err := f.shapes.validate(s.cfg); err != nil {
+			return s, err
+		}
+		if err := f.serving.checkShapes(fs, s.cfg, f.shapes, f.backend.disableCUDAGraph); err != nil {
 			return s, err
 		}
 	}

@@ -142,7 +142,8 @@ func (s *samplingFlags) options(opt *bench.Options) {
 // others rather than ignore them.
 var correctnessFlags = []string{"model", "model-path", "load-format", "quantization", "device", "seed", "correctness-test", "prompt-ids",
 	"prompt", "prompt-file", "chat", "stop-at-eos", "logits-out", "output-len", "kernels-dir", "include", "op", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
-	"tp-size", "nnodes", "node-rank", "dist-init-addr", "dist-timeout", "nccl"}
+	"tp-size", "nnodes", "node-rank", "dist-init-addr", "dist-timeout", "nccl",
+	"tokenizer", "trust-remote-code", "dtype", "kv-cache-dtype", "n"}
 
 // check validates flags that need no model.
 func (f *runFlags) check(fs *pflag.FlagSet) error {
@@ -152,7 +153,7 @@ func (f *runFlags) check(fs *pflag.FlagSet) error {
 		_, err := f.backend.selection()
 		return err
 	}, func(*pflag.FlagSet) error { return f.telemetry.check() }, func(fs *pflag.FlagSet) error { return f.tp.check(fs, f) },
-		f.checkStepTimeout}
+		f.checkStepTimeout, f.serving.check}
 	for _, check := range checks {
 		if err := check(fs); err != nil {
 			return err

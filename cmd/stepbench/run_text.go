@@ -57,21 +57,21 @@ func (t *textFlags) read() ([]string, error) {
 	return append(texts, fromFile...), nil
 }
 
-// encode reads the texts and encodes them with modelPath's tokenizer.json
+// encode reads the texts and encodes them with dir's tokenizer.json
 // (which must fit the model's vocabulary): with the post-processor's BOS,
 // or with --chat as the chat template's text; for timing (bos false)
 // without the BOS.
-func (t *textFlags) encode(modelPath string, cfg runner.Config, bos bool) (*textPrompts, [][]int32, error) {
+func (t *textFlags) encode(dir string, cfg runner.Config, bos bool) (*textPrompts, [][]int32, error) {
 	flag := "--prompt-file"
 	if len(t.prompts) > 0 {
 		flag = "--prompt"
 	}
-	tok, err := loadTokenizer(flag, modelPath)
+	tok, err := loadTokenizer(flag, dir)
 	if err != nil {
 		return nil, nil, err
 	}
 	if tok.Size() > cfg.VocabSize {
-		return nil, nil, usagef("%s: %s/tokenizer.json has %d ids, more than the model's vocab_size %d", flag, modelPath, tok.Size(), cfg.VocabSize)
+		return nil, nil, usagef("%s: %s/tokenizer.json has %d ids, more than the model's vocab_size %d", flag, dir, tok.Size(), cfg.VocabSize)
 	}
 	texts, err := t.read()
 	if err != nil {
@@ -85,7 +85,7 @@ func (t *textFlags) encode(modelPath string, cfg runner.Config, bos bool) (*text
 			}
 		}
 		if len(tp.stop) == 0 {
-			return nil, nil, usagef("--stop-at-eos: %s/tokenizer.json has neither %v", modelPath, tokenizer.EndOfTurn)
+			return nil, nil, usagef("--stop-at-eos: %s/tokenizer.json has neither %v", dir, tokenizer.EndOfTurn)
 		}
 	}
 	prompts := make([][]int32, len(texts))
@@ -112,7 +112,7 @@ func (f *runFlags) correctnessPrompts(cfg runner.Config) ([][]int32, *textPrompt
 		prompts, err := readPrompts(f.promptIDs, cfg, f.shapes.output)
 		return prompts, nil, err
 	}
-	text, prompts, err := f.text.encode(f.model.modelPath, cfg, true)
+	text, prompts, err := f.text.encode(f.serving.tokenizerDir(f.model.modelPath), cfg, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -128,7 +128,7 @@ func (f *runFlags) correctnessPrompts(cfg runner.Config) ([][]int32, *textPrompt
 // timingPrompts are the tokenized prompts of run --prompt-file (without
 // BOS); stderr says how many rows they give before one repeats.
 func (f *runFlags) timingPrompts(cfg runner.Config, stderr io.Writer) ([][]int32, error) {
-	_, prompts, err := f.text.encode(f.model.modelPath, cfg, false)
+	_, prompts, err := f.text.encode(f.serving.tokenizerDir(f.model.modelPath), cfg, false)
 	if err != nil {
 		return nil, err
 	}
