@@ -23,8 +23,7 @@ import (
 func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("calibrate", stderr)
 	opt := gpu.DefaultCalibrateOptions()
-	var force bool
-	var copyMiB int
+	force, copyMiB := false, 0
 	var cacheDir, cublasPath string
 	emu := gpu.EmulatedCalibrateOptions()
 	fs.IntVar(&opt.Ordinal, "device-ordinal", 0, "CUDA device to measure")
@@ -34,6 +33,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&opt.Repeats, "repeats", opt.Repeats, fmt.Sprintf("timed runs of each measurement, the median is kept (%d on the emulated device)", emu.Repeats))
 	fs.StringVar(&cacheDir, "cache-dir", "", "where calibrations are cached (default: <user cache dir>/stepbench/calibration)")
 	fs.StringVar(&cublasPath, "cublas", "", "path of libcublas.so to use")
+	registerOneRank(fs, "calibrate")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

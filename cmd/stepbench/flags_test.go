@@ -195,3 +195,23 @@ func TestVLLMAndSGLangFlags(t *testing.T) {
 		t.Errorf("run --help does not list the vLLM and SGLang flags:\n%s", stdout)
 	}
 }
+
+// --tensor-parallel-size 1 is accepted everywhere: on the cpu backend (a
+// plain run; it was refused), and by the one-GPU commands, which refuse
+// any other size in one line.
+func TestTensorParallelSizeOneEverywhere(t *testing.T) {
+	for _, args := range [][]string{
+		{"verify", "--tp", "2"}, {"kernel", "attention", "-tp", "2"}, {"calibrate", "--tensor-parallel-size", "4"},
+	} {
+		code, _, stderr := run(t, args...)
+		if code != exitUsage || !strings.Contains(stderr, "runs on one GPU; run and roofline take --tp-size N") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	for _, args := range [][]string{{"verify", "--tp", "1", "--help"}, {"kernel", "attention", "-tp", "1", "--help"}, {"calibrate", "--tensor-parallel-size", "1", "--help"},
+		{"run", "--device", "cpu", "--input-len", "4", "--output-len", "2", "--num-iters", "1", "--tensor-parallel-size", "1", "-q"}} {
+		if code, _, stderr := run(t, args...); code != 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}

@@ -80,6 +80,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("kernel", stderr)
 	var f kernelFlags
 	f.register(fs)
+	registerOneRank(fs, "kernel")
 	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(kernelbench.Ops())+")")
 	if err != nil {
 		return err
@@ -275,7 +276,7 @@ func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) (
 	fs.SetInterspersed(true)
 	out := fs.Output()
 	fs.SetOutput(io.Discard) // one error line, not the whole usage
-	err := fs.Parse(joinListValues(fs, args))
+	err := fs.Parse(joinListValues(fs, rewriteShortAliases(fs, args)))
 	fs.SetOutput(out)
 	if errors.Is(err, pflag.ErrHelp) {
 		fmt.Fprintf(out, "usage of %s %s:\n", fs.Name(), names)
@@ -283,7 +284,7 @@ func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) (
 		return nil, err
 	}
 	if err != nil {
-		return nil, usageError{err}
+		return nil, flagError(fs, err)
 	}
 	if got := fs.Args(); len(got) != want {
 		return nil, usagef("want %s, got %d argument(s)", names, len(got))

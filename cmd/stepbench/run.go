@@ -161,6 +161,7 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 	if s.device, s.emulated, err = f.resolveDevice(fs, stderr); err != nil {
 		return s, err
 	}
+	f.tp.oneRankOn(s.device)
 	f.sampling.fitMachine(fs, machineKind(s.device, s.emulated))
 	if s.window, err = f.profile.window(fs, f.shapes.output); err != nil {
 		return s, err

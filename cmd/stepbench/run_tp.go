@@ -27,6 +27,9 @@ type tpFlags struct {
 	distInitAddr     string
 	distTimeout      time.Duration
 	ncclPath         string
+	// single: --tp-size 1 on the cpu backend, one rank without NCCL (vLLM's
+	// habit of always passing --tensor-parallel-size).
+	single bool
 }
 
 func (t *tpFlags) register(fs *pflag.FlagSet) {
@@ -39,7 +42,15 @@ func (t *tpFlags) register(fs *pflag.FlagSet) {
 }
 
 // grouped says whether the run goes through a tensor-parallel group.
-func (t *tpFlags) grouped(fs *pflag.FlagSet) bool { return fs.Changed("tp-size") || t.nnodes > 1 }
+func (t *tpFlags) grouped(fs *pflag.FlagSet) bool {
+	return !t.single && (fs.Changed("tp-size") || t.nnodes > 1)
+}
+
+// oneRankOn makes --tp-size 1 on one node a plain run on the cpu backend,
+// which has no NCCL to go through.
+func (t *tpFlags) oneRankOn(device string) {
+	t.single = device == "cpu" && t.size == 1 && t.nnodes == 1
+}
 
 // job is this node's part of the run, for the rendezvous.
 func (t *tpFlags) job(work string) dist.Job {
@@ -48,6 +59,7 @@ func (t *tpFlags) job(work string) dist.Job {
 
 // check validates the flags that need no model.
 func (t *tpFlags) check(fs *pflag.FlagSet, f *runFlags) error {
+	t.oneRankOn(f.device)
 	switch {
 	case t.size < 1:
 		return usagef("--tp-size: %d must be at least 1", t.size)

@@ -37,6 +37,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	var shapes shapeFlags
 	shapes.register(fs, []int{1024}, []int{16})
 	counters := fs.String("counters", "", "emulated device only: count every check's loads and stores (warp requests, 32-byte sectors, shared-memory bank conflicts) into this JSONL file and print them per check beside the cost model's bytes")
+	registerOneRank(fs, "verify")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
