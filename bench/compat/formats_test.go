@@ -87,7 +87,7 @@ func TestWriteVLLMJSON(t *testing.T) {
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteVLLMJSON(path, []float64{10, 1, 4, 3, 2}); err != nil {
+	if err := WriteVLLMJSON(path, []float64{10, 1, 4, 3, 2}, ""); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(path)
@@ -126,7 +126,34 @@ func TestWriteVLLMJSON(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("temporary files left behind: %v", entries)
 	}
-	if err := WriteVLLMJSON(path, nil); err == nil {
+	if err := WriteVLLMJSON(path, nil, ""); err == nil {
 		t.Errorf("no error for zero iterations")
+	}
+	// A CPU's times say so, in a last key vLLM's readers skip.
+	if err := WriteVLLMJSON(path, []float64{10, 1, 4, 3, 2}, DeviceEmulated); err != nil {
+		t.Fatal(err)
+	}
+	data, _ = os.ReadFile(path)
+	if got := benchtest.JSONKeys(t, data); !slices.Equal(got, []string{"avg_latency", "std_latency", "latencies", "percentiles", "device"}) ||
+		!strings.HasSuffix(string(data), "    \"device\": \"emulated\"\n}") {
+		t.Errorf("emulated: keys %v\n%s", got, data)
+	}
+}
+
+// The one_batch record of a CPU's times carries a device field after
+// one_batch's keys, and its run name says it; a GPU's is one_batch's.
+func TestOneBatchRecordMarksCPUTimes(t *testing.T) {
+	for _, tc := range []struct {
+		backend, emulated, device, runName string
+	}{{"cuda", "", "", "default"}, {"cpu", "", DeviceCPU, "default-cpu"}, {"cuda", "stepbench emulated GPU", DeviceEmulated, "default-emulated"}} {
+		device := Device(tc.backend, tc.emulated)
+		rec := OneBatchRecord{RunName: MarkedRunName("default", device), BatchSize: 1, Device: device}
+		line, err := rec.JSON()
+		if err != nil || device != tc.device || rec.RunName != tc.runName || MarkedRunName(rec.RunName, device) != tc.runName {
+			t.Errorf("%+v: device %q, run name %q, %v", tc, device, rec.RunName, err)
+		}
+		if want := `, "device": "` + tc.device + `"}`; (tc.device != "") != strings.HasSuffix(line, want) || tc.device == "" && strings.Contains(line, "device") {
+			t.Errorf("%+v: %s", tc, line)
+		}
 	}
 }

@@ -26,6 +26,39 @@ type OneBatchRecord struct {
 	// TotalLatency is the median over iterations of prefill + Σ decode.
 	TotalLatency      float64
 	OverallThroughput float64 // (input_len+output_len)*batch / TotalLatency
+	// Device is "" on a GPU (the record is one_batch's, byte for byte),
+	// else DeviceCPU or DeviceEmulated: the times are a CPU's (see Device).
+	Device string
+}
+
+// The devices whose times are a CPU's, as the compatible result files name
+// them: the "device" field (vLLM's own name for its --device) and the
+// run_name's suffix, so that a dashboard keyed by either never files them
+// under a GPU's series.
+const (
+	DeviceCPU      = "cpu"      // the cpu backend
+	DeviceEmulated = "emulated" // the emulated CUDA device: CPU threads
+)
+
+// Device is the device field of a run on backend (emulated: the emulated
+// device's description), "" for a GPU.
+func Device(backend, emulated string) string {
+	switch {
+	case emulated != "":
+		return DeviceEmulated
+	case backend == "cpu":
+		return DeviceCPU
+	}
+	return ""
+}
+
+// MarkedRunName is runName with "-" + device appended (once) when the
+// device is not a GPU: "default" on the cpu backend is "default-cpu".
+func MarkedRunName(runName, device string) string {
+	if device == "" || strings.HasSuffix(runName, "-"+device) {
+		return runName
+	}
+	return runName + "-" + device
 }
 
 // NewOneBatchRecord condenses a shape's timed iterations into one_batch's
@@ -78,6 +111,9 @@ func (r OneBatchRecord) JSON() (string, error) {
 			pyField{"median_decode_throughput", *r.MedianDecodeThroughput})
 	}
 	obj = append(obj, pyField{"total_latency", r.TotalLatency}, pyField{"overall_throughput", r.OverallThroughput})
+	if r.Device != "" {
+		obj = append(obj, pyField{"device", r.Device})
+	}
 	return pyDumps(obj, 0)
 }
 

@@ -151,7 +151,7 @@ func TestVLLMMatchesPython(t *testing.T) {
 			t.Errorf("%d latencies: stdout\n%s\nwant\n%s", len(c.Latencies), got, c.Stdout)
 		}
 		path := filepath.Join(t.TempDir(), "latency.json")
-		if err := WriteVLLMJSON(path, c.Latencies); err != nil {
+		if err := WriteVLLMJSON(path, c.Latencies, ""); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := os.ReadFile(path); string(got) != c.JSON {

@@ -20,6 +20,9 @@ type VLLMLatency struct {
 	StdLatency  float64         `json:"std_latency"` // np.std: population, ddof=0
 	Latencies   []float64       `json:"latencies"`
 	Percentiles VLLMPercentiles `json:"percentiles"`
+	// Device is "" on a GPU (the file is vLLM's, byte for byte), else
+	// DeviceCPU or DeviceEmulated, written last.
+	Device string `json:"device,omitempty"`
 }
 
 // VLLMPercentiles are np.percentile's values, keyed as vLLM keys them.
@@ -72,12 +75,16 @@ func (d VLLMLatency) JSON() (string, error) {
 	for _, p := range d.percentiles() {
 		percentiles = append(percentiles, pyField{p.label, p.value})
 	}
-	return pyDumps(pyObject{
+	doc := pyObject{
 		{"avg_latency", d.AvgLatency},
 		{"std_latency", d.StdLatency},
 		{"latencies", d.Latencies},
 		{"percentiles", percentiles},
-	}, 4)
+	}
+	if d.Device != "" {
+		doc = append(doc, pyField{"device", d.Device})
+	}
+	return pyDumps(doc, 4)
 }
 
 // SummaryLines are the lines vLLM's bench latency prints after its
@@ -94,12 +101,14 @@ func (d VLLMLatency) SummaryLines() string {
 }
 
 // WriteVLLMJSON writes vLLM's latency JSON of one shape's iterations (host
-// seconds, each prefill + all decode steps) to path, atomically.
-func WriteVLLMJSON(path string, iterationLatencies []float64) error {
+// seconds, each prefill + all decode steps) to path, atomically; device
+// (see Device) marks a CPU's times.
+func WriteVLLMJSON(path string, iterationLatencies []float64, device string) error {
 	doc, err := NewVLLMLatency(iterationLatencies)
 	if err != nil {
 		return err
 	}
+	doc.Device = device
 	text, err := doc.JSON()
 	if err != nil {
 		return err

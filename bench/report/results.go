@@ -27,6 +27,9 @@ type ResultFiles struct {
 	// gives every shape its own file.
 	SeveralShapes bool
 	RunName       string
+	// Device marks the one_batch and vLLM files of a run whose times are a
+	// CPU's (compat.Device): their device field and the run name's suffix.
+	Device string
 	// VLLMLines, when not nil, receives vLLM's summary lines of each shape
 	// written to VLLMJSON.
 	VLLMLines io.Writer
@@ -59,7 +62,7 @@ func (w *ResultWriter) AddShape(s bench.ShapeResult, sr ShapeReport) error {
 	f := w.files
 	var errs []error
 	if s.Complete && f.OneBatchJSONL.Path != "" {
-		if err := compat.AppendOneBatchJSONL(f.OneBatchJSONL.Path, []compat.OneBatchRecord{compat.NewOneBatchRecord(f.RunName, s)}); err != nil {
+		if err := compat.AppendOneBatchJSONL(f.OneBatchJSONL.Path, []compat.OneBatchRecord{w.oneBatchRecord(s)}); err != nil {
 			errs = append(errs, fmt.Errorf("%s %s: %w", f.OneBatchJSONL.Label, f.OneBatchJSONL.Path, err))
 		} else {
 			w.note(f.OneBatchJSONL.Path)
@@ -72,6 +75,13 @@ func (w *ResultWriter) AddShape(s bench.ShapeResult, sr ShapeReport) error {
 	return errors.Join(append(errs, w.writeNative())...)
 }
 
+// oneBatchRecord is the shape's one_batch record, marked when the times are a CPU's.
+func (w *ResultWriter) oneBatchRecord(s bench.ShapeResult) compat.OneBatchRecord {
+	rec := compat.NewOneBatchRecord(compat.MarkedRunName(w.files.RunName, w.files.Device), s)
+	rec.Device = w.files.Device
+	return rec
+}
+
 func (w *ResultWriter) writeVLLM(s bench.ShapeResult) error {
 	f := w.files.VLLMJSON
 	path := compat.VLLMPath(f.Path, w.files.SeveralShapes, s.Batch, s.InputLen, s.OutputLen)
@@ -79,7 +89,7 @@ func (w *ResultWriter) writeVLLM(s bench.ShapeResult) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", f.Label, path, err)
 	}
-	if err := compat.WriteVLLMJSON(path, doc.Latencies); err != nil {
+	if err := compat.WriteVLLMJSON(path, doc.Latencies, w.files.Device); err != nil {
 		return fmt.Errorf("%s %s: %w", f.Label, path, err)
 	}
 	w.note(path)

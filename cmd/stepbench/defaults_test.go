@@ -32,9 +32,10 @@ func runBinary(t *testing.T, env []string, args ...string) (int, string, string)
 // --model runs llama-tiny and says so (it ran llama-3-8b, minutes per step).
 func TestEmulatedAutoRunsLlamaTiny(t *testing.T) {
 	onEmulator(t)
-	native := filepath.Join(t.TempDir(), "n.json")
+	dir := t.TempDir()
+	native, jsonl, vllm := filepath.Join(dir, "n.json"), filepath.Join(dir, "r.jsonl"), filepath.Join(dir, "v.json")
 	code, _, stderr := runBinary(t, nil, "run", "--batch-size", "1", "--input-len", "8", "--output-len", "2", "--num-iters", "1",
-		"--json-out", native)
+		"--json-out", native, "--result-filename", jsonl, "--output-json", vllm)
 	if code != 0 || !strings.Contains(stderr, "the emulated CUDA device (STEPBENCH_CUDA_LIBS) runs the GPU path on the CPU: model llama-tiny") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
@@ -44,6 +45,13 @@ func TestEmulatedAutoRunsLlamaTiny(t *testing.T) {
 	}
 	if rep.Config.Model.Name != "llama-tiny" || rep.Environment.Backend != "cuda" || rep.Environment.Emulated == "" {
 		t.Errorf("model %q on %q (emulated %q)", rep.Config.Model.Name, rep.Environment.Backend, rep.Environment.Emulated)
+	}
+	// The compatible files say their times are emulated, in a field and in the run name.
+	record, _ := os.ReadFile(jsonl)
+	latency, _ := os.ReadFile(vllm)
+	if !strings.HasPrefix(string(record), `{"run_name": "default-emulated", `) || !strings.HasSuffix(string(record), `, "device": "emulated"}`+"\n") ||
+		!strings.HasSuffix(string(latency), `"device": "emulated"`+"\n}") {
+		t.Errorf("one_batch record %q, vLLM file %q: no emulated mark", record, latency)
 	}
 	// Named, the model runs as asked: --device cuda warns as --device cpu does.
 	code, _, stderr = runBinary(t, nil, "run", "--device", "cuda", "--model", "llama-tiny", "--batch-size", "1", "--input-len", "8",

@@ -71,8 +71,9 @@ func TestRunLlamaTinyEndToEnd(t *testing.T) {
 	}
 }
 
-// checkJSONL wants n one_batch records with exactly one_batch's keys, as
-// Python's json.dumps writes them.
+// checkJSONL wants n one_batch records of the cpu backend: one_batch's
+// keys as Python's json.dumps writes them, then the device that says the
+// times are a CPU's (also in the run name: default-cpu).
 func checkJSONL(t *testing.T, path string, n int) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -88,17 +89,18 @@ func checkJSONL(t *testing.T, path string, n int) {
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			t.Fatalf("line %d: %v", lines, err)
 		}
-		if !strings.HasPrefix(sc.Text(), `{"run_name": "default", "batch_size": `) || strings.Contains(sc.Text(), `":0`) {
+		if !strings.HasPrefix(sc.Text(), `{"run_name": "default-cpu", "batch_size": `) || strings.Contains(sc.Text(), `":0`) ||
+			!strings.HasSuffix(sc.Text(), `, "device": "cpu"}`) {
 			t.Errorf("line %d is not json.dumps' layout: %s", lines, sc.Text())
 		}
 		for _, k := range []string{"run_name", "batch_size", "input_len", "output_len", "prefill_latency", "prefill_throughput",
-			"median_decode_latency", "median_decode_throughput", "total_latency", "overall_throughput"} {
+			"median_decode_latency", "median_decode_throughput", "total_latency", "overall_throughput", "device"} {
 			if _, ok := rec[k]; !ok {
 				t.Errorf("line %d lacks %s", lines, k)
 			}
 		}
-		if len(rec) != 10 {
-			t.Errorf("line %d has %d keys, want 10", lines, len(rec))
+		if len(rec) != 11 {
+			t.Errorf("line %d has %d keys, want 11", lines, len(rec))
 		}
 	}
 	if lines != n {
@@ -112,12 +114,13 @@ func checkVLLM(t *testing.T, path string, iterations int) {
 		Avg         *float64           `json:"avg_latency"`
 		Latencies   []float64          `json:"latencies"`
 		Percentiles map[string]float64 `json:"percentiles"`
+		Device      string             `json:"device"`
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(data, &v); err != nil || v.Avg == nil || len(v.Latencies) != iterations || len(v.Percentiles) != 6 {
+	if err := json.Unmarshal(data, &v); err != nil || v.Avg == nil || len(v.Latencies) != iterations || len(v.Percentiles) != 6 || v.Device != "cpu" {
 		t.Errorf("vLLM JSON %s: %v %s", path, err, data)
 	}
 }

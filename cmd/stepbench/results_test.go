@@ -93,7 +93,7 @@ func TestResultFileFullDisk(t *testing.T) {
 	if err := os.WriteFile(jsonl, history.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	limit := history.Len() + 400 // room for the first record (about 310 bytes), not the second
+	limit := history.Len() + 400 // room for the first record (about 330 bytes), not the second
 	code, _, stderr := runProcess(t, 60*time.Second, []string{fmt.Sprintf("%s=%d", fileSizeLimitEnv, limit)}, resultRun(dir)...)
 	if code != exitFailure || strings.Count(stderr, "file too large") != 1 || !strings.Contains(stderr, "--result-filename "+jsonl) ||
 		!strings.Contains(stderr, "nothing of the record was kept") {

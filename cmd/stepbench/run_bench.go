@@ -70,7 +70,9 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	build := report.Builder{Model: s.cfg, Roof: roof, Telemetry: tel.Recorder(), DiscardThrottled: f.telemetry.discardThrottled,
 		TPSize: d.tpSize}
 	created := d.now()
-	writer := report.NewResultWriter(f.resultFiles(textOut), f.header(fs, s, d.env, d.toolVersion, created, d.verification))
+	files := f.resultFiles(textOut)
+	files.Device = compat.Device(d.env.Backend, d.env.Emulated)
+	writer := report.NewResultWriter(files, f.header(fs, s, d.env, d.toolVersion, created, d.verification))
 	graphNodes := f.graphNodesPrinter(d.engine, stderr)
 	opt.AfterShape = func(sh bench.ShapeResult) error {
 		graphNodes()
