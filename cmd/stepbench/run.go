@@ -39,7 +39,7 @@ type runFlags struct {
 	logitsOut     string
 	stepTimeout   string // --step-timeout: "auto", a duration, or 0 (none)
 	breakdown     bool   // per-op breakdown pass per shape
-	format        string // "text" or "gobench"
+	format        string // "text", "gobench" or a tracker.Formats name
 	backend       backendFlags
 	telemetry     telemetryFlags
 	profile       profileFlags
@@ -72,7 +72,9 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.telemetry.register(fs)
 	fs.StringVar(&f.stepTimeout, "step-timeout", "auto", "a timed region (or energy-window repetition, or the kernel check before timing) not done after this long ends the run with exit 1, naming it (a kernel that never returns): a duration such as 90s, 0 for none, or auto: 60s plus the largest prefill's FLOPs at 10^12 FLOP/s (10^9 on the cpu backend and the emulated device)")
 	fs.BoolVar(&f.breakdown, "breakdown", false, "after timing, one eager pass per shape with an event at every op boundary: a per-op table per phase")
-	fs.StringVar(&f.format, "format", "text", "stdout: text (one_batch lines and tables) or gobench (Go benchmark lines for benchstat; the text goes to stderr)")
+	fs.StringVar(&f.format, "format", "text", "stdout: text (one_batch lines and tables), gobench (Go benchmark lines for benchstat), "+
+		"or a dashboard's file: pytorch-benchmark (the PyTorch OSS benchmark database's records, as vLLM writes them), "+
+		"github-action-benchmark (customSmallerIsBetter), bencher (Bencher Metric Format); all but text put the text on stderr")
 	f.profile.register(fs)
 	f.tp.register(fs)
 	f.output.register(fs)

@@ -18,6 +18,7 @@ import (
 	"stepbench/bench/report"
 	"stepbench/bench/roofline"
 	"stepbench/bench/telemetry/nvml"
+	"stepbench/bench/tracker"
 	"stepbench/runner"
 )
 
@@ -55,8 +56,8 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 		d.now = time.Now
 	}
 	textOut := stdout
-	if f.format == "gobench" {
-		textOut = stderr // stdout carries only benchmark lines
+	if f.format != "text" {
+		textOut = stderr // stdout carries only benchmark lines or a tracker's file
 	}
 	opt := f.benchOptions(s, d, textOut, stderr)
 	opt.Context = in.ctx
@@ -221,6 +222,13 @@ func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, st
 			cfg["quantization"] = q.String()
 		}
 		errs = append(errs, report.WriteGoBench(stdout, final.Config.Model.Name, cfg, shapes))
+	}
+	if write := tracker.Formats[f.format]; write != nil {
+		run, err := tracker.NewRun(final)
+		if err == nil {
+			err = write(stdout, run)
+		}
+		errs = append(errs, err)
 	}
 	return errs
 }

@@ -12,6 +12,7 @@ import (
 
 	"stepbench/bench"
 	"stepbench/bench/roofline"
+	"stepbench/bench/tracker"
 )
 
 // samplingFlags choose how many timed iterations a shape gets (run and ab).
@@ -166,8 +167,8 @@ func (f *runFlags) checkChoices(fs *pflag.FlagSet) error {
 	switch {
 	case !slices.Contains([]string{"auto", "dummy", "safetensors"}, f.loadFormat):
 		return usagef("--load-format: %q is not auto, dummy or safetensors", f.loadFormat)
-	case f.format != "text" && f.format != "gobench":
-		return usagef("--format: %q is not text or gobench", f.format)
+	case f.format != "text" && f.format != "gobench" && tracker.Formats[f.format] == nil:
+		return usagef("--format: %q is not text, gobench, pytorch-benchmark, github-action-benchmark or bencher", f.format)
 	case !slices.Contains([]string{"auto", "cuda", "cpu"}, f.device):
 		return usagef("--device: %q is not auto, cuda or cpu", f.device)
 	case f.warmupIters < 0 || f.warmupIters > maxIters:

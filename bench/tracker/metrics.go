@@ -1,0 +1,126 @@
+package tracker
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"golang.org/x/perf/benchmath"
+
+	"stepbench/bench"
+	"stepbench/bench/compat"
+	"stepbench/bench/report"
+	"stepbench/bench/stats"
+)
+
+// Metric is one measured quantity of one shape: one value per timed
+// iteration (seconds), their median and its 95% interval.
+type Metric struct {
+	Shape bench.Shape
+	// Name is the metric's: MetricPrefill, MetricDecodeStep or
+	// MetricIteration.
+	Name string
+	// Time says which clock: "device" (events on the stream) or "host".
+	Time   string
+	Values []float64
+	Median stats.MedianCI
+}
+
+// The metrics of a shape.
+const (
+	MetricPrefill    = "prefill"     // the prefill's device time
+	MetricDecodeStep = "decode_step" // the iteration's median decode step, device time
+	MetricIteration  = "iteration"   // prefill + every decode step, host time (vLLM's latency)
+)
+
+// Run is what every format needs of a run: its model, the device the times
+// are of, and the metrics of its complete shapes.
+type Run struct {
+	Model string
+	// Device is the series' device: the GPU's name, "cpu" or "emulated"
+	// (compat.DeviceCPU, compat.DeviceEmulated).
+	Device string
+	// Kind is "cuda", "cpu" or "emulated": the runner's name.
+	Kind    string
+	Report  report.Report
+	Metrics []Metric
+}
+
+// NewRun takes the metrics of every complete shape of r (a shape that
+// stopped early is left out, as the one_batch and vLLM files leave it out).
+func NewRun(r report.Report) (Run, error) {
+	env := r.Environment
+	run := Run{Model: r.Config.Model.Name, Report: r, Kind: "cuda", Device: env.GPUName}
+	if d := compat.Device(env.Backend, env.Emulated); d != "" {
+		run.Kind, run.Device = d, d
+	}
+	if run.Device == "" {
+		run.Device = "gpu"
+	}
+	for _, s := range r.Shapes {
+		if !s.Complete {
+			continue
+		}
+		run.Metrics = append(run.Metrics, shapeMetrics(s)...)
+	}
+	if len(run.Metrics) == 0 {
+		return run, fmt.Errorf("no complete shape to report")
+	}
+	return run, nil
+}
+
+func shapeMetrics(s report.ShapeReport) []Metric {
+	series := bench.IterationSeries(s.IterationResults())
+	find := func(name string) []float64 {
+		i := slices.IndexFunc(series, func(m bench.MetricSeries) bool { return m.Metric == name })
+		if i < 0 {
+			return nil
+		}
+		return series[i].Values
+	}
+	var out []Metric
+	add := func(name, clock string, values []float64) {
+		if len(values) > 0 {
+			thresholds := benchmath.DefaultThresholds
+			sample := benchmath.NewSample(slices.Clone(values), &thresholds)
+			out = append(out, Metric{Shape: s.Shape, Name: name, Time: clock, Values: values, Median: stats.NewMedianCI(sample, 0.95)})
+		}
+	}
+	prefill, prefillClock := find(bench.MetricPrefillDevice), "device"
+	if prefill == nil { // a backend without device timers
+		prefill, prefillClock = find(bench.MetricPrefillHost), "host"
+	}
+	add(MetricPrefill, prefillClock, prefill)
+	decode, decodeClock := find(bench.MetricDecodeDevice), "device"
+	if decode == nil {
+		decode, decodeClock = find(bench.MetricDecodeHost), "host"
+	}
+	add(MetricDecodeStep, decodeClock, decode)
+	add(MetricIteration, "host", s.IterationTotalHostSeconds)
+	return out
+}
+
+// seriesName names a metric's series: the tool, the model, the device, the
+// shape and the metric, "/"-separated (no "/" inside a part).
+func (r Run) seriesName(m Metric) string {
+	part := func(s string) string { return strings.NewReplacer("/", "_", " ", "_").Replace(s) }
+	return strings.Join([]string{"stepbench", part(r.Model), part(r.Device),
+		fmt.Sprintf("b%d_i%d_o%d", m.Shape.Batch, m.Shape.InputLen, m.Shape.OutputLen), m.Name + "_" + m.Time}, "/")
+}
+
+// hasInterval says whether the median has its 95% interval (6 values or more).
+func hasInterval(m Metric) bool {
+	return !math.IsNaN(m.Median.LowSeconds) && !math.IsNaN(m.Median.HighSeconds)
+}
+
+// emulatedNote is what an emulated or cpu run's records say about their times.
+func (r Run) timesNote() string {
+	switch r.Kind {
+	case compat.DeviceEmulated:
+		return "the emulated CUDA device: CPU times, not a GPU's"
+	case compat.DeviceCPU:
+		return "the cpu backend: CPU times, not a GPU's"
+	}
+	return ""
+}
