@@ -98,20 +98,7 @@ func saveGrid(path, title string, rows [][]*plot.Plot, legend plot.Legend, heigh
 	if err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
-	dc := draw.New(c)
-	titleStyle := text.Style{Color: color.Black, Font: font.From(plot.DefaultFont, vg.Points(13)), Handler: plot.DefaultTextHandler,
-		XAlign: draw.XCenter, YAlign: draw.YTop}
-	dc.FillText(titleStyle, vg.Point{X: (figureWidth - legendWidth) / 2, Y: height - vg.Points(4)}, title)
-	titleHeight := titleStyle.Height(title) + vg.Points(10)
-	body := draw.Crop(dc, vg.Points(4), -legendWidth, vg.Points(4), -titleHeight)
-	tiles := draw.Tiles{Rows: len(rows), Cols: len(rows[0]), PadX: vg.Centimeter, PadY: vg.Points(12)}
-	canvases := plot.Align(rows, tiles, body)
-	for i, row := range rows {
-		for j, p := range row {
-			p.Draw(canvases[i][j])
-		}
-	}
-	legend.Draw(draw.Crop(dc, figureWidth-legendWidth+vg.Points(8), 0, 0, -titleHeight))
+	drawGrid(draw.New(c), title, rows, legend)
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
@@ -120,6 +107,95 @@ func saveGrid(path, title string, rows [][]*plot.Plot, legend plot.Legend, heigh
 		return fmt.Errorf("plot %s: %w", path, err)
 	}
 	return nil
+}
+
+// titleStyle is the figure title's.
+var titleStyle = text.Style{Color: color.Black, Font: font.From(plot.DefaultFont, vg.Points(13)), Handler: plot.DefaultTextHandler,
+	XAlign: draw.XCenter, YAlign: draw.YTop}
+
+// margin is the space kept free at every edge of a figure.
+const margin = 4 // points
+
+// drawGrid draws the title, the panels and the legend column on dc.
+func drawGrid(dc draw.Canvas, title string, rows [][]*plot.Plot, legend plot.Legend) {
+	width := dc.Max.X - dc.Min.X
+	titleHeight := drawTitle(dc, title, width-legendWidth, width)
+	body := draw.Crop(dc, vg.Points(margin), -legendWidth, vg.Points(margin), -titleHeight)
+	tiles := draw.Tiles{Rows: len(rows), Cols: len(rows[0]), PadX: vg.Centimeter, PadY: vg.Points(12)}
+	canvases := plot.Align(rows, tiles, body)
+	for i, row := range rows {
+		for j, p := range row {
+			p.Draw(canvases[i][j])
+		}
+	}
+	legend.Draw(draw.Crop(dc, width-legendWidth+vg.Points(8), 0, 0, -titleHeight))
+}
+
+// drawTitle draws the title at the top of dc, inside the canvas whatever
+// its length: centred over the panels (bodyWidth from the left) when it
+// fits there, else over the whole width, wrapped at spaces into as many
+// lines as it needs. It returns the height it took.
+func drawTitle(dc draw.Canvas, title string, bodyWidth, width vg.Length) vg.Length {
+	lines := balancedLines(titleStyle, title, width-2*vg.Points(margin))
+	y := dc.Max.Y - vg.Points(margin)
+	lineHeight := titleStyle.Height("M")
+	for _, line := range lines {
+		center := bodyWidth / 2
+		if w := titleStyle.Width(line); w/2 > center-vg.Points(margin) {
+			center = width / 2
+		}
+		dc.FillText(titleStyle, vg.Point{X: dc.Min.X + center, Y: y}, line)
+		y -= lineHeight
+	}
+	return vg.Length(len(lines))*lineHeight + vg.Points(10)
+}
+
+// balancedLines is wrapText's lines at the narrowest width that needs no
+// more of them, so that a wrapped title has lines of about one length
+// rather than a long one and a word.
+func balancedLines(style text.Style, s string, width vg.Length) []string {
+	lines := wrapText(style, s, width)
+	lo, hi := width/vg.Length(len(lines)+1), width
+	for range 20 {
+		mid := (lo + hi) / 2
+		if len(wrapText(style, s, mid)) > len(lines) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return wrapText(style, s, hi)
+}
+
+// wrapText breaks s at spaces into lines no wider than width in style (a
+// word wider than width alone is cut at a rune that fits).
+func wrapText(style text.Style, s string, width vg.Length) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		next := strings.TrimSpace(line + " " + word)
+		if style.Width(next) <= width {
+			line = next
+			continue
+		}
+		if line != "" {
+			lines = append(lines, line)
+		}
+		for style.Width(word) > width && len([]rune(word)) > 1 {
+			r := []rune(word)
+			cut := len(r) - 1
+			for cut > 1 && style.Width(string(r[:cut])) > width {
+				cut--
+			}
+			lines = append(lines, string(r[:cut]))
+			word = string(r[cut:])
+		}
+		line = word
+	}
+	if line != "" || len(lines) == 0 {
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // legendText adds text to the legend as lines of at most width runes.

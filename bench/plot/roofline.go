@@ -33,22 +33,40 @@ const markerRadius = 3.5 // points
 // says the points are the cost model's work over measured time only.
 func WriteRooflinePlot(path string, roof *roofline.Roof, points []Point, title string) (err error) {
 	defer recoverPlot(path, &err)
+	f, err := rooflineFigure(roof, points, title)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return saveFigure(path, f.title, []*plot.Plot{f.plot}, f.legend)
+}
+
+// figure is a roofline ready to draw: the panel, its legend, the title and
+// the labels' plotter (which says, once drawn, where each label went).
+type figure struct {
+	plot   *plot.Plot
+	legend plot.Legend
+	title  string
+	labels *pointLabels
+}
+
+func rooflineFigure(roof *roofline.Roof, points []Point, title string) (figure, error) {
 	p := plot.New()
 	// Short axis labels: a label longer than its axis makes gonum shrink
 	// the data area; the legend says how the points are derived.
 	p.X.Label.Text = "arithmetic intensity (FLOP/byte)"
 	p.Y.Label.Text = "achieved FLOP/s"
 	legend := newLegend()
-	xs, ys, labels, err := addRooflineSeries(p, &legend, points)
+	xs, ys, labels, lines, err := addRooflineSeries(p, &legend, points)
 	if err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+		return figure{}, err
 	}
+	var roofLines []plotter.XYs
 	if roof != nil && roof.PeakFLOPsPerSec > 0 && roof.PeakBytesPerSec > 0 {
 		xs, ys = append(xs, roof.RidgeFLOPsPerByte), append(ys, roof.PeakFLOPsPerSec)
 		logAxis(&p.X, xs)
 		logAxis(&p.Y, ys)
-		if err := addRoofs(p, &legend, roof); err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
+		if roofLines, err = addRoofs(p, &legend, roof); err != nil {
+			return figure{}, err
 		}
 		title += roofTitle(roof)
 	} else {
@@ -56,23 +74,26 @@ func WriteRooflinePlot(path string, roof *roofline.Roof, points []Point, title s
 		logAxis(&p.X, xs)
 		logAxis(&p.Y, ys)
 	}
-	p.Add(plotter.NewGrid(), newPointLabels(labels, vg.Points(markerRadius)))
+	pl := newPointLabels(labels, vg.Points(markerRadius))
+	pl.lines, pl.roofs = lines, roofLines
+	p.Add(plotter.NewGrid(), pl)
 	legend.Add("")
 	if len(inputLengths(points)) > 1 {
 		legend.Add("labels: b=batch/input tokens")
 	} else {
 		legend.Add("labels: batch size")
 	}
+	legend.Add("    (where one fits)")
 	legend.Add("bars: 95% interval of the median")
 	legend.Add("x: cost-model FLOPs / bytes")
 	legend.Add("y: cost-model FLOPs /")
 	legend.Add("    median device time")
-	return saveFigure(path, title, []*plot.Plot{p}, legend)
+	return figure{plot: p, legend: legend, title: title, labels: pl}, nil
 }
 
 // addRooflineSeries adds one series per (phase, input length) and returns
-// the data extents and the batch-size labels.
-func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []Point) (xs, ys []float64, labels []pointLabel, err error) {
+// the data extents, the batch-size labels and the series' lines.
+func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []Point) (xs, ys []float64, labels []pointLabel, lines []plotter.XYs, err error) {
 	inputs := inputLengths(points)
 	for _, phase := range []string{bench.PhasePrefill, bench.PhaseDecode} {
 		for k, in := range inputs {
@@ -90,31 +111,34 @@ func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []Point) (xs, y
 			bars := errorPoints{XYs: xy, YErrors: make(plotter.YErrors, len(series))}
 			for i, pt := range series {
 				xy[i] = plotter.XY{X: pt.IntensityFLOPsPerByte, Y: pt.AchievedFLOPsPerSec}
+				label := pointLabel{X: xy[i].X, Y: xy[i].Y, Text: batchLabel(pt.Batch, in, len(inputs)),
+					Color: phaseColor(phase), Priority: labelPriority(i, len(series))}
 				if pt.LowSeconds > 0 && pt.HighSeconds >= pt.LowSeconds {
 					// y = FLOPs / t: the slowest time in the interval is the lowest y.
 					lo, hi := pt.AchievedFLOPsPerSec*pt.Seconds/pt.HighSeconds, pt.AchievedFLOPsPerSec*pt.Seconds/pt.LowSeconds
 					bars.YErrors[i].Low, bars.YErrors[i].High = max(0, xy[i].Y-lo), max(0, hi-xy[i].Y)
 					ys = append(ys, lo, hi)
+					label.Low, label.High = lo, hi
 				}
 				xs, ys = append(xs, xy[i].X), append(ys, xy[i].Y)
-				labels = append(labels, pointLabel{X: xy[i].X, Y: xy[i].Y, Text: batchLabel(pt.Batch, in, len(inputs)),
-					Color: phaseColor(phase), Priority: labelPriority(i, len(series))})
+				labels = append(labels, label)
 			}
+			lines = append(lines, xy)
 			line, scatter, err := plotter.NewLinePoints(xy)
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
 			line.Color, line.Width = withAlpha(phaseColor(phase), 0x80), vg.Points(0.8)
 			scatter.Color, scatter.Shape, scatter.Radius = phaseColor(phase), markerShapes[k%len(markerShapes)], vg.Points(markerRadius)
 			errBars, err := newErrorBars(bars, phaseColor(phase))
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, nil, nil, err
 			}
 			p.Add(line, errBars, scatter)
 			legend.Add(seriesName(phase, in, len(inputs)), line, scatter)
 		}
 	}
-	return xs, ys, labels, nil
+	return xs, ys, labels, lines, nil
 }
 
 // errorPoints are points with their y intervals (plotter.YErrorBars' input).
@@ -166,23 +190,26 @@ func seriesName(phase string, inputLen, inputs int) string {
 }
 
 // addRoofs draws the memory roof up to the ridge, the compute roof from
-// it, and the ridge, across the whole x axis.
-func addRoofs(p *plot.Plot, legend *plot.Legend, roof *roofline.Roof) error {
+// it, and the ridge, across the whole x axis, and returns their lines.
+func addRoofs(p *plot.Plot, legend *plot.Legend, roof *roofline.Roof) ([]plotter.XYs, error) {
 	ridge := roof.RidgeFLOPsPerByte
 	xMin, xMax := math.Min(p.X.Min, ridge), math.Max(p.X.Max, ridge)
-	memory, err := plotter.NewLine(plotter.XYs{{X: xMin, Y: xMin * roof.PeakBytesPerSec}, {X: ridge, Y: roof.PeakFLOPsPerSec}})
+	lines := []plotter.XYs{{{X: xMin, Y: xMin * roof.PeakBytesPerSec}, {X: ridge, Y: roof.PeakFLOPsPerSec}},
+		{{X: ridge, Y: roof.PeakFLOPsPerSec}, {X: xMax, Y: roof.PeakFLOPsPerSec}},
+		{{X: ridge, Y: p.Y.Min}, {X: ridge, Y: roof.PeakFLOPsPerSec}}}
+	memory, err := plotter.NewLine(lines[0])
 	if err != nil {
-		return err
+		return nil, err
 	}
-	compute, err := plotter.NewLine(plotter.XYs{{X: ridge, Y: roof.PeakFLOPsPerSec}, {X: xMax, Y: roof.PeakFLOPsPerSec}})
+	compute, err := plotter.NewLine(lines[1])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	memory.Color, compute.Color = memoryRoofColor, computeRoofColor
 	memory.Width, compute.Width = vg.Points(2), vg.Points(2)
-	ridgeLine, err := plotter.NewLine(plotter.XYs{{X: ridge, Y: p.Y.Min}, {X: ridge, Y: roof.PeakFLOPsPerSec}})
+	ridgeLine, err := plotter.NewLine(lines[2])
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ridgeLine.Color, ridgeLine.Dashes = ridgeColor, dashed
 	p.Add(memory, compute, ridgeLine)
@@ -191,7 +218,7 @@ func addRoofs(p *plot.Plot, legend *plot.Legend, roof *roofline.Roof) error {
 	legend.Add(fmt.Sprintf("memory roof %.2f TB/s", roof.PeakBytesPerSec/1e12), memory)
 	legend.Add(fmt.Sprintf("compute roof %.1f TFLOP/s", roof.PeakFLOPsPerSec/1e12), compute)
 	legend.Add(fmt.Sprintf("ridge %.0f FLOP/byte", ridge), ridgeLine)
-	return nil
+	return lines, nil
 }
 
 func inputLengths(points []Point) []int {
