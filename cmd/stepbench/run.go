@@ -46,6 +46,7 @@ type runFlags struct {
 	tp            tpFlags
 	output        outputFlags
 	serving       servingFlags // vLLM's and SGLang's habits
+	modelNote     string       // why the model is not the --model default (said after the checks)
 	noVerify      bool
 }
 
@@ -222,6 +223,9 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 		}
 	}
 	s.est = f.memoryEstimate(fs, s.cfg, s.prompts)
+	if f.modelNote != "" { // said once nothing was refused: an error stays one line
+		fmt.Fprintln(stderr, "stepbench: "+f.modelNote)
+	}
 	return s, nil
 }
 
@@ -261,12 +265,12 @@ func (f *runFlags) resolveDevice(fs *pflag.FlagSet, stderr io.Writer) (device st
 	} else if device == "cuda" {
 		emulated = emulatedDriver()
 		if emulated && f.model.fitEmulated(fs) {
-			fmt.Fprintln(stderr, "stepbench: "+emulatedNote)
+			f.modelNote = emulatedNote
 		}
 	} else if device == "cpu" && defaultModel {
 		// An 8B model is 16 GB of weights and minutes per step on a CPU.
 		f.model.model = "llama-tiny"
-		fmt.Fprintln(stderr, "stepbench: --device cpu runs llama-tiny unless --model names another (llama-3-8b: 16 GB of weights, minutes per step)")
+		f.modelNote = "--device cpu runs llama-tiny unless --model names another (llama-3-8b: 16 GB of weights, minutes per step)"
 	}
 	if err := f.checkDevice(device); err != nil {
 		return "", false, err
