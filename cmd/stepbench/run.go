@@ -22,8 +22,7 @@ type runFlags struct {
 	model         modelFlags
 	shapes        shapeFlags
 	sampling      samplingFlags
-	loadFormat    string
-	quantization  string
+	weights       weightFlags // --load-format, --quantization
 	device        string
 	seed          uint64
 	runName       string
@@ -53,8 +52,7 @@ type runFlags struct {
 func (f *runFlags) register(fs *pflag.FlagSet) {
 	f.model.register(fs)
 	f.shapes.register(fs, []int{1024}, []int{16})
-	fs.StringVar(&f.loadFormat, "load-format", "auto", "weights: auto (safetensors with --model-path, else dummy), dummy, safetensors")
-	registerQuantization(fs, &f.quantization)
+	f.weights.register(fs)
 	fs.StringVar(&f.device, "device", "auto", "backend: auto (cuda when a GPU is usable, else cpu), cuda, cpu")
 	fs.Uint64Var(&f.seed, "seed", 42, "seed of the dummy weights and of every prompt's token ids")
 	fs.StringVar(&f.runName, "run-name", "default", "run_name field of --result-filename records")
@@ -176,7 +174,7 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 	if s.cfg, err = f.model.resolve(); err != nil {
 		return s, err
 	}
-	if s.cfg, err = applyQuantization(s.cfg, f.quantization); err != nil {
+	if s.cfg, err = applyQuantization(s.cfg, f.weights.quantization); err != nil {
 		return s, err
 	}
 	if f.tp.grouped(fs) {
@@ -192,15 +190,8 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 			return s, err
 		}
 	}
-	s.loadFormat = f.loadFormat
-	if s.loadFormat == "auto" {
-		s.loadFormat = "dummy"
-		if f.model.modelPath != "" {
-			s.loadFormat = "safetensors"
-		}
-	}
-	if s.loadFormat == "safetensors" && f.model.modelPath == "" {
-		return s, usagef("--load-format safetensors needs --model-path")
+	if s.loadFormat, err = f.weights.resolve(f.model.modelPath); err != nil {
+		return s, err
 	}
 	if f.correctness {
 		if s.prompts, s.text, err = f.correctnessPrompts(s.cfg); err != nil {
@@ -314,7 +305,7 @@ func (f *runFlags) memoryEstimate(fs *pflag.FlagSet, cfg runner.Config, prompts 
 }
 
 func (f *runFlags) loadEngine(s runSetup, be runner.Backend, stderr io.Writer) (*runner.Engine, error) {
-	src, closeSrc, err := f.weightSource(s)
+	src, closeSrc, err := openWeights(s.loadFormat, f.model.modelPath, f.seed, s.cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -164,9 +164,10 @@ func (f *runFlags) check(fs *pflag.FlagSet) error {
 }
 
 func (f *runFlags) checkChoices(fs *pflag.FlagSet) error {
+	if err := f.weights.check(); err != nil {
+		return err
+	}
 	switch {
-	case !slices.Contains([]string{"auto", "dummy", "safetensors"}, f.loadFormat):
-		return usagef("--load-format: %q is not auto, dummy or safetensors", f.loadFormat)
 	case f.format != "text" && f.format != "gobench" && tracker.Formats[f.format] == nil:
 		return usagef("--format: %q is not text, gobench, pytorch-benchmark, github-action-benchmark or bencher", f.format)
 	case !slices.Contains([]string{"auto", "cuda", "cpu"}, f.device):

@@ -22,10 +22,15 @@ type textFlags struct {
 
 func (t *textFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&t.prompts, "prompt", nil, "with --correctness-test: a text prompt, encoded with --model-path's tokenizer.json (repeat for more)")
-	fs.StringVar(&t.promptFile, "prompt-file", "", "text prompts, one per line or JSON lines with a \"prompt\" field: for --correctness-test, "+
-		"or timed iterations whose rows are cut from them (as SGLang's random dataset) instead of random ids")
+	registerPromptFile(fs, &t.promptFile, "for --correctness-test, or ")
 	fs.BoolVar(&t.chat, "chat", false, "with --correctness-test: wrap each text prompt in Llama-3-Instruct's chat template (a user turn, then the assistant's header)")
 	fs.BoolVar(&t.stopAtEOS, "stop-at-eos", false, "with --correctness-test and text prompts: stop a prompt's generation at <|eot_id|> or <|end_of_text|>")
+}
+
+// registerPromptFile adds --prompt-file (run's and ab's).
+func registerPromptFile(fs *pflag.FlagSet, dst *string, what string) {
+	fs.StringVar(dst, "prompt-file", "", "text prompts, one per line or JSON lines with a \"prompt\" field: "+what+
+		"timed iterations whose rows are cut from them (as SGLang's random dataset) instead of random ids")
 }
 
 // given says whether text prompts were given.
@@ -128,7 +133,13 @@ func (f *runFlags) correctnessPrompts(cfg runner.Config) ([][]int32, *textPrompt
 // timingPrompts are the tokenized prompts of run --prompt-file (without
 // BOS); stderr says how many rows they give before one repeats.
 func (f *runFlags) timingPrompts(cfg runner.Config, stderr io.Writer) ([][]int32, error) {
-	_, prompts, err := f.text.encode(f.serving.tokenizerDir(f.model.modelPath), cfg, false)
+	return timingPrompts(&f.text, f.serving.tokenizerDir(f.model.modelPath), cfg, stderr)
+}
+
+// timingPrompts are t's --prompt-file tokenized with dir's tokenizer.json,
+// without BOS, for timed iterations (run's and ab's).
+func timingPrompts(t *textFlags, dir string, cfg runner.Config, stderr io.Writer) ([][]int32, error) {
+	_, prompts, err := t.encode(dir, cfg, false)
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +148,6 @@ func (f *runFlags) timingPrompts(cfg runner.Config, stderr io.Writer) ([][]int32
 		tokens, shortest = tokens+len(p), min(shortest, len(p))
 	}
 	fmt.Fprintf(stderr, "stepbench: --prompt-file %s: %d prompts, %d tokens; a shape's first %d rows (warmups included) start at distinct places\n",
-		f.text.promptFile, len(prompts), tokens, len(prompts)*shortest)
+		t.promptFile, len(prompts), tokens, len(prompts)*shortest)
 	return prompts, nil
 }

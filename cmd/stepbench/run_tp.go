@@ -60,6 +60,15 @@ func (t *tpFlags) job(work string) dist.Job {
 // check validates the flags that need no model.
 func (t *tpFlags) check(fs *pflag.FlagSet, f *runFlags) error {
 	t.oneRankOn(f.device)
+	if err := t.checkCounts(fs); err != nil || !t.grouped(fs) {
+		return err
+	}
+	return t.checkModes(fs, f)
+}
+
+// checkCounts validates the sizes, the nodes and the flags that need a
+// group (run's and ab's).
+func (t *tpFlags) checkCounts(fs *pflag.FlagSet) error {
 	switch {
 	case t.size < 1:
 		return usagef("--tp-size: %d must be at least 1", t.size)
@@ -82,9 +91,8 @@ func (t *tpFlags) check(fs *pflag.FlagSet, f *runFlags) error {
 				return usagef("--%s is for tensor parallelism (--tp-size)", name)
 			}
 		}
-		return nil
 	}
-	return t.checkModes(fs, f)
+	return nil
 }
 
 // checkModes refuses what a tensor-parallel run does not do.
@@ -185,7 +193,7 @@ func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*gpu.Group, report.E
 	if err != nil {
 		return nil, report.Environment{}, err
 	}
-	src, closeSrc, err := f.weightSource(s)
+	src, closeSrc, err := openWeights(s.loadFormat, f.model.modelPath, f.seed, s.cfg)
 	if err != nil {
 		return nil, report.Environment{}, err
 	}
@@ -203,25 +211,6 @@ func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*gpu.Group, report.E
 	env := cudaEnvironment(info)
 	env.KernelVersions, env.TPSize, env.TPRanks, env.TPGPUUUIDs = versions, t.size, group.Ranks(), group.GPUUUIDs()
 	return group, env, nil
-}
-
-// weightSource is the run's weights: dummy from the seed, or the
-// safetensors of --model-path (closeSrc releases them after loading).
-func (f *runFlags) weightSource(s runSetup) (src runner.WeightSource, closeSrc func(), err error) {
-	src.Seed = f.seed
-	if s.loadFormat != "safetensors" {
-		return src, func() {}, nil
-	}
-	st, err := runner.OpenSafetensors(f.model.modelPath)
-	if err != nil {
-		return src, nil, err
-	}
-	if err := st.Check(s.cfg); err != nil {
-		st.Close()
-		return src, nil, err
-	}
-	src.Reader = st
-	return src, func() { st.Close() }, nil
 }
 
 // attachGroupProfiler is attachProfiler for a group: every rank's engine
