@@ -431,6 +431,12 @@ func (g *Group) NextTokens() ([]int32, error) {
 	return per[0], nil
 }
 
+// ForceNextTokens makes every rank's next decode step read ids (one per
+// sequence) instead of its own greedy tokens, as Engine.ForceNextTokens.
+func (g *Group) ForceNextTokens(ids []int32) error {
+	return g.Do(func(_ int, e *Engine) error { return e.ForceNextTokens(ids) })
+}
+
 // Logits gathers every rank's vocabulary slice of the last step's logits
 // into [batch][vocab]; it needs every rank in this process.
 func (g *Group) Logits() ([][]float32, error) {

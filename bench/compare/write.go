@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"stepbench/bench/internal/files"
 	"stepbench/bench/stats"
 )
 
@@ -261,6 +262,19 @@ func WriteJSON(w io.Writer, res Result) error {
 	}
 	if _, err := w.Write(append(data, '\n')); err != nil {
 		return fmt.Errorf("write comparison: %w", err)
+	}
+	return nil
+}
+
+// WriteJSONFile writes WriteJSON's document to path, atomically: the file
+// holds the whole comparison or is left as it was.
+func WriteJSONFile(path string, res Result) error {
+	var b strings.Builder
+	if err := WriteJSON(&b, res); err != nil {
+		return err
+	}
+	if err := files.WriteAtomic(path, []byte(b.String())); err != nil {
+		return fmt.Errorf("write comparison %s: %w", path, err)
 	}
 	return nil
 }

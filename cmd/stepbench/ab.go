@@ -28,13 +28,20 @@ func openCUDAWithKernels(dir string, sel kernels.Selection, ops map[string]strin
 	return be, nil
 }
 
-// abFlags are the flags of 'stepbench ab'.
+// abFlags are the flags of 'stepbench ab': run's model, weight,
+// quantization, prompt, serving and tensor-parallel flags (the same
+// definitions), and two arms of kernels.
 type abFlags struct {
 	model              modelFlags
 	shapes             shapeFlags
 	sampling           samplingFlags
+	weights            weightFlags  // --load-format, --quantization
+	text               textFlags    // --prompt-file only
+	serving            servingFlags // vLLM's and SGLang's habits
+	tp                 tpFlags
 	verdict            verdictFlags
 	backend            backendFlags
+	jsonOut            string // --json-out: the comparison as JSON
 	kernelsA, kernelsB string
 	versionsA          []string // --kernel: candidate's kernel versions
 	versionsB          []string // --baseline-kernel: baseline's
@@ -48,11 +55,18 @@ type abFlags struct {
 	noVerify                 bool
 	emulated                 bool          // the arms run on the emulated device
 	gates                    [2]kernelGate // A's and B's
+	loadFormat               string        // resolved: dummy or safetensors
+	prompts                  [][]int32     // --prompt-file's, tokenized
+	textSource               *bench.TextPrompts
 }
 
 func (f *abFlags) register(fs *pflag.FlagSet) {
 	f.model.register(fs)
 	f.shapes.register(fs, []int{1024}, []int{16})
+	f.weights.register(fs)
+	registerPromptFile(fs, &f.text.promptFile, "")
+	f.tp.register(fs)
+	fs.StringVar(&f.jsonOut, "json-out", "", "also write the comparison as JSON (what --format json prints: every row, the header, the verdicts) to this file, atomically")
 	fs.BoolVar(&f.backend.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
 	registerLibraryFlags(fs, &f.backend.nvrtcPath, &f.backend.cublasPath)
 	registerIncludeFlag(fs, &f.backend.includeDirs)
@@ -67,6 +81,7 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 	fs.Uint64Var(&f.seed, "seed", 42, "seed of the dummy weights and the prompts (both arms share them)")
 	registerNoVerify(fs, &f.noVerify)
 	f.verdict.register(fs, "least change in percent that FASTER/SLOWER may claim (the interval must lie beyond it), and the band of SAME (default ±1%); in [0, 100)")
+	f.serving.register(fs)
 }
 
 // abCmd runs an interleaved A/B comparison of two kernel sets on the same
@@ -85,7 +100,7 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	tiny := f.model.fitEmulated(fs)
-	writer, cfg, err := f.check(fs)
+	writer, cfg, err := f.check(fs, stderr)
 	if err != nil {
 		return err
 	}
@@ -95,18 +110,29 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
 	}
-	engines, header, closeAll, err := f.loadArms(cfg, stderr)
+	load := f.loadArms
+	if f.tp.grouped(fs) {
+		load = f.loadGroupArms
+	}
+	arms, header, closeAll, err := load(cfg, stderr)
 	defer closeAll()
 	if err != nil {
 		return err
 	}
-	checked, err := f.checkGenerations(engines, cfg, stderr)
+	checked, err := f.checkGenerations(arms, cfg, stderr)
 	if err != nil {
 		return err
 	}
 	header = append(header, checked...)
 	fmt.Fprintln(stderr, "stepbench ab: timing pairs A B, B A, …")
-	return f.runArms(bench.ABTarget{A: engines[0], B: engines[1]}, cfg, header, writer, stdout, stderr)
+	return f.runArms(bench.ABTarget{A: arms[0], B: arms[1]}, cfg, header, writer, stdout, stderr)
+}
+
+// abArm is one arm of an A/B run: an engine on one GPU, or a
+// tensor-parallel group.
+type abArm interface {
+	bench.Target
+	bench.GenerationArm
 }
 
 // abMaxLogitsRelErr bounds the arms' logits at every step of the
@@ -118,7 +144,7 @@ const abMaxLogitsRelErr = endToEndMaxRelErr
 // checkGenerations compares the arms over the whole generation of every
 // shape before any is timed (bench.CheckGeneration), and returns the line
 // the report's header shows.
-func (f *abFlags) checkGenerations(engines []*runner.Engine, cfg runner.Config, stderr io.Writer) ([]string, error) {
+func (f *abFlags) checkGenerations(engines []abArm, cfg runner.Config, stderr io.Writer) ([]string, error) {
 	if f.noVerify {
 		return []string{"UNVERIFIED: --no-verify: the arms' logits were not compared before timing; A may compute another model"}, nil
 	}
@@ -141,62 +167,124 @@ func (f *abFlags) checkGenerations(engines []*runner.Engine, cfg runner.Config, 
 	return []string{line}, nil
 }
 
-func (f *abFlags) check(fs *pflag.FlagSet) (func(io.Writer, compare.Result) error, runner.Config, error) {
+func (f *abFlags) check(fs *pflag.FlagSet, stderr io.Writer) (func(io.Writer, compare.Result) error, runner.Config, error) {
 	var cfg runner.Config
-	var err error
-	if f.selA, err = kernels.ParseSelection(f.versionsA); err != nil {
-		return nil, cfg, usagef("--kernel: %v", err)
+	if err := f.checkArms(); err != nil {
+		return nil, cfg, err
 	}
-	if f.selB, err = kernels.ParseSelection(f.versionsB); err != nil {
-		return nil, cfg, usagef("--baseline-kernel: %v", err)
-	}
-	for _, dir := range []string{f.kernelsA, f.kernelsB} {
-		if err := checkKernelsDir(dir); err != nil {
+	for _, check := range []func() error{f.weights.check, func() error { return f.serving.check(fs) },
+		func() error { return f.tp.checkCounts(fs) }, func() error { return f.sampling.check(fs) }} {
+		if err := check(); err != nil {
 			return nil, cfg, err
 		}
 	}
-	if err := checkIncludeDirs(f.backend.includeDirs); err != nil {
-		return nil, cfg, err
-	}
-	if f.opsA, err = parseOps("--op", f.opItemsA); err != nil {
-		return nil, cfg, err
-	}
-	if f.opsB, err = parseOps("--baseline-op", f.opItemsB); err != nil {
-		return nil, cfg, err
-	}
-	if err := f.sampling.check(fs); err != nil {
-		return nil, cfg, err
-	}
-	if f.warmup < 0 {
+	switch {
+	case f.warmup < 0:
 		return nil, cfg, usagef("--num-iters-warmup: %d must not be negative", f.warmup)
+	case f.tp.nnodes > 1:
+		return nil, cfg, usagef("--nnodes %d: ab runs both arms in one process, on one node's GPUs", f.tp.nnodes)
+	case f.tp.grouped(fs) && (len(f.opsA) > 0 || len(f.opsB) > 0):
+		return nil, cfg, usagef("--op, --baseline-op: op libraries run on one GPU, not with --tp-size")
 	}
-	if f.gates[0], err = planGate("--kernels-dir", f.kernelsA, "--kernel", f.selA, f.noVerify); err != nil {
-		return nil, cfg, err
-	}
-	if f.gates[1], err = planGate("--baseline-kernels-dir", f.kernelsB, "--baseline-kernel", f.selB, f.noVerify); err != nil {
-		return nil, cfg, err
-	}
-	f.gates[0].includes, f.gates[1].includes = f.backend.includeDirs, f.backend.includeDirs
-	f.gates[0].withOps("--op", f.opsA)
-	f.gates[1].withOps("--baseline-op", f.opsB)
 	writer, err := f.verdict.check(fs)
 	if err != nil {
 		return nil, cfg, err
 	}
-	if cfg, err = f.model.resolve(); err != nil {
-		return nil, cfg, err
+	cfg, err = f.checkModel(fs, stderr)
+	return writer, cfg, err
+}
+
+// checkArms parses and plans both arms' kernels: their versions, overlays,
+// headers and op libraries, and what must be checked before timing.
+func (f *abFlags) checkArms() error {
+	var err error
+	if f.selA, err = kernels.ParseSelection(f.versionsA); err != nil {
+		return usagef("--kernel: %v", err)
 	}
-	if err := f.resolveVersions(cfg.KernelShape()); err != nil {
-		return nil, cfg, err
+	if f.selB, err = kernels.ParseSelection(f.versionsB); err != nil {
+		return usagef("--baseline-kernel: %v", err)
 	}
-	return writer, cfg, f.shapes.validate(cfg)
+	for _, dir := range []string{f.kernelsA, f.kernelsB} {
+		if err := checkKernelsDir(dir); err != nil {
+			return err
+		}
+	}
+	if err := checkIncludeDirs(f.backend.includeDirs); err != nil {
+		return err
+	}
+	if f.opsA, err = parseOps("--op", f.opItemsA); err != nil {
+		return err
+	}
+	if f.opsB, err = parseOps("--baseline-op", f.opItemsB); err != nil {
+		return err
+	}
+	if f.gates[0], err = planGate("--kernels-dir", f.kernelsA, "--kernel", f.selA, f.noVerify); err != nil {
+		return err
+	}
+	if f.gates[1], err = planGate("--baseline-kernels-dir", f.kernelsB, "--baseline-kernel", f.selB, f.noVerify); err != nil {
+		return err
+	}
+	f.gates[0].includes, f.gates[1].includes = f.backend.includeDirs, f.backend.includeDirs
+	f.gates[0].withOps("--op", f.opsA)
+	f.gates[1].withOps("--baseline-op", f.opsB)
+	return nil
+}
+
+// checkModel resolves the model, its weights and quantization, checks the
+// shapes and the tensor-parallel split, reads --prompt-file and checks
+// --json-out, all before anything is loaded.
+func (f *abFlags) checkModel(fs *pflag.FlagSet, stderr io.Writer) (runner.Config, error) {
+	cfg, err := f.model.resolve()
+	if err != nil {
+		return cfg, err
+	}
+	if cfg, err = applyQuantization(cfg, f.weights.quantization); err != nil {
+		return cfg, err
+	}
+	if f.loadFormat, err = f.weights.resolve(f.model.modelPath); err != nil {
+		return cfg, err
+	}
+	if err := f.resolveVersions(f.tp.rankShape(cfg)); err != nil {
+		return cfg, err
+	}
+	if err := f.shapes.validate(cfg); err != nil {
+		return cfg, err
+	}
+	if err := f.serving.checkShapes(fs, cfg, f.shapes, f.backend.disableCUDAGraph); err != nil {
+		return cfg, err
+	}
+	if f.tp.grouped(fs) {
+		if err := f.tp.checkModel(cfg, "cuda"); err != nil {
+			return cfg, err
+		}
+	}
+	if f.text.promptFile != "" {
+		if f.prompts, err = timingPrompts(&f.text, f.serving.tokenizerDir(f.model.modelPath), cfg, stderr); err != nil {
+			return cfg, err
+		}
+		if f.textSource, err = bench.NewTextPrompts(f.prompts, f.seed); err != nil {
+			return cfg, usagef("--prompt-file: %v", err)
+		}
+	}
+	var outputs, inputs []report.OutputFile
+	if f.jsonOut != "" {
+		outputs = append(outputs, report.OutputFile{Label: "--json-out", Path: f.jsonOut})
+	}
+	if f.text.promptFile != "" {
+		inputs = append(inputs, report.OutputFile{Label: "--prompt-file", Path: f.text.promptFile})
+	}
+	if err := report.CheckOutputs(outputs, inputs); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
 }
 
 // loadArms loads the two arms, each checked (its kernelGate) before its
-// weights load. Both hold the weights and their own run buffers: each arm
-// checks they fit twice before loading anything. It returns the lines the
-// comparison's header shows about the arms.
-func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engine, []string, func(), error) {
+// weights load, both from the same weights. Both hold the weights and
+// their own run buffers: each arm checks they fit twice before loading
+// anything. It returns the lines the comparison's header shows about the
+// arms and their weights.
+func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]abArm, []string, func(), error) {
 	var closers []func() error
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -206,7 +294,12 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
 	est := runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
 	fmt.Fprintf(stderr, "stepbench ab: two copies of %s of weights (%s)\n", report.Bytes(est.WeightBytes), report.Bytes(2*est.WeightBytes))
-	engines := make([]*runner.Engine, 2)
+	src, closeSrc, err := openWeights(f.loadFormat, f.model.modelPath, f.seed, cfg)
+	if err != nil {
+		return nil, nil, closeAll, err
+	}
+	defer closeSrc()
+	arms := make([]abArm, 2)
 	var header []string
 	sels := []kernels.Selection{f.selA, f.selB}
 	ops := []map[string]string{f.opsA, f.opsB}
@@ -217,17 +310,10 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 		}
 		fmt.Fprintf(stderr, "stepbench ab: arm %c: kernels %s, versions %s\n", "AB"[i], kernelsOrigin(dir), []string{f.versionsOfA, f.versionsOfB}[i])
 		closers = append(closers, be.Close)
-		if i == 0 && be.Info().Emulated != "" {
-			f.emulated = true
-			header = append(header, report.EmulatedNote)
-		}
-		v, err := f.gates[i].check(be, cfg, runShapes(f.shapes.batch, f.shapes.input, f.shapes.output), f.seed, stderr)
+		lines, err := f.checkArm(i, be, cfg, stderr)
+		header = append(header, lines...)
 		if err != nil {
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
-		}
-		header = append(header, armVerificationLine("AB"[i], v))
-		for _, line := range v.SourceLines() {
-			header = append(header, fmt.Sprintf("arm %c: %s", "AB"[i], line))
 		}
 		// Arm A still needs room for B's weights; both arms' run buffers
 		// are allocated later, at Begin.
@@ -236,14 +322,52 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]*runner.Engin
 		if err := be.CheckMemory(need); err != nil {
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
-		e, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: f.seed}, loadProgress(stderr, "dummy"))
+		e, err := runner.NewEngine(cfg, be, src, loadProgress(stderr, f.loadFormat))
 		if err != nil {
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
 		closers = append(closers, e.Close)
-		engines[i] = e
+		arms[i] = e
 	}
-	return engines, header, closeAll, nil
+	return arms, append(header, f.inputLines(cfg)...), closeAll, nil
+}
+
+// checkArm checks arm i's kernels on be before its weights load (and that
+// be can run an FP8 model), and returns the header's lines about them.
+func (f *abFlags) checkArm(i int, be *gpu.Backend, cfg runner.Config, stderr io.Writer) ([]string, error) {
+	var lines []string
+	if i == 0 && be.Info().Emulated != "" {
+		f.emulated = true
+		lines = append(lines, report.EmulatedNote)
+	}
+	if err := checkFP8Device(be, cfg); err != nil {
+		return lines, err
+	}
+	v, err := f.gates[i].check(be, cfg, runShapes(f.shapes.batch, f.shapes.input, f.shapes.output), f.seed, stderr)
+	if err != nil {
+		return lines, err
+	}
+	lines = append(lines, armVerificationLine("AB"[i], v))
+	for _, line := range v.SourceLines() {
+		lines = append(lines, fmt.Sprintf("arm %c: %s", "AB"[i], line))
+	}
+	return lines, nil
+}
+
+// inputLines say what both arms ran on: the weights and the prompts.
+func (f *abFlags) inputLines(cfg runner.Config) []string {
+	lines := []string{"both arms: " + weightsLine(f.loadFormat, f.model.modelPath, f.seed, cfg)}
+	if f.textSource != nil {
+		tokens := 0
+		for _, p := range f.prompts {
+			tokens += len(p)
+		}
+		lines = append(lines, fmt.Sprintf("both arms: prompts cut from the text of %s (%d prompts, %d tokens), the same rows for A and B",
+			f.text.promptFile, len(f.prompts), tokens))
+	} else {
+		lines = append(lines, fmt.Sprintf("both arms: random prompt ids from seed %d, the same for A and B, never reused across iterations", f.seed))
+	}
+	return lines
 }
 
 // armVerificationLine says what the arm's kernels are and how they were checked.
@@ -268,12 +392,22 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, header []strin
 	defer in.stop()
 	opt := bench.Options{BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
 		WarmupIters: f.warmup, Seed: f.seed, VocabSize: cfg.VocabSize, Progress: stderr, Status: statusOf(stderr).Status, Context: in.ctx}
+	if f.textSource != nil {
+		opt.Prompts = f.textSource
+	}
 	f.sampling.options(&opt)
 	baseline, candidate, runErr := bench.RunAB(pair, opt)
 	errs := []error{runErr}
 	if len(candidate) > 0 {
 		res, err := compare.Paired(baseline, candidate, f.verdict.options())
 		res.Header, res.Emulated = header, f.emulated
+		if err == nil && f.jsonOut != "" {
+			if err = compare.WriteJSONFile(f.jsonOut, res); err == nil {
+				fmt.Fprintf(stderr, "stepbench ab: wrote %s\n", f.jsonOut)
+			} else {
+				err = fmt.Errorf("--json-out: %w", err)
+			}
+		}
 		if err == nil {
 			err = f.verdict.outcome(stdout, writer, res)
 		}

@@ -215,3 +215,26 @@ func TestTensorParallelSizeOneEverywhere(t *testing.T) {
 		}
 	}
 }
+
+// ab refuses in one line, before any GPU, what it cannot run with run's
+// flags: several nodes, safetensors without a model directory, an FP8 KV
+// cache, op libraries over --tp-size, an output in a missing directory.
+func TestABRefusesWhatItCannotRun(t *testing.T) {
+	base := []string{"ab", "--model", "llama-tiny", "--kernel", "argmax=1", "--baseline-kernel", "argmax=2", "--input-len", "8", "--output-len", "2"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nnodes", "2", "--tp-size", "2", "--dist-init-addr", "h:1"}, "--nnodes 2: ab runs both arms in one process"},
+		{[]string{"--load-format", "safetensors"}, "--load-format safetensors needs --model-path"},
+		{[]string{"--kv-cache-dtype", "fp8"}, "FP8 KV caches are not supported yet"},
+		{[]string{"--tp-size", "2", "--op", "attn_decode=" + os.Args[0]}, "op libraries run on one GPU, not with --tp-size"},
+		{[]string{"--json-out", filepath.Join(t.TempDir(), "none", "c.json")}, "--json-out"},
+		{[]string{"--quantization", "int4"}, `--quantization: "int4" is not supported`},
+	} {
+		code, _, stderr := run(t, append(base, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want one line with %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}

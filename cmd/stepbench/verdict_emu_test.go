@@ -187,7 +187,7 @@ func TestEmulatedABChecksEveryStep(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stdout, _ := mustProcess(t, "ab", "--model-path", model, "--kernel", "attn_decode=1", "--baseline-kernel", "attn_decode=2",
+	stdout, _ := mustProcess(t, "ab", "--model-path", model, "--load-format", "dummy", "--kernel", "attn_decode=1", "--baseline-kernel", "attn_decode=2",
 		"--batch-size", "1,2", "--input-len", "40", "--output-len", "6", "--num-iters", "2")
 	// 2 shapes × (the prefill + 5 decode steps).
 	if !strings.Contains(stdout, "every decode step of every shape (12 steps, both fed B's tokens)") ||
