@@ -128,6 +128,10 @@ type Build struct {
 	Specific bool
 	CacheDir string
 	Include  []string
+	// OnCompile, when set, is told before each source the cache cannot
+	// serve is compiled: its name, and how many sources were looked at
+	// (done, including this one) of total. A cached source says nothing.
+	OnCompile func(name string, done, total int)
 }
 
 // Options are the NVRTC options: CompileOptions (for sm_XYa with
@@ -160,8 +164,13 @@ func (b Build) Compile(n Compiler, srcs map[string]string) ([]Compiled, error) {
 	}
 	slices.Sort(names)
 	out := make([]Compiled, 0, len(names))
-	for _, name := range names {
+	for i, name := range names {
+		onCompile := b.OnCompile
+		if onCompile != nil {
+			b.OnCompile = func(name string, _, _ int) { onCompile(name, i+1, len(names)) }
+		}
 		c, err := b.compileCached(n, srcs, name, false)
+		b.OnCompile = onCompile
 		if err != nil {
 			return nil, err
 		}
@@ -219,6 +228,9 @@ func (b Build) compileCached(n Compiler, srcs map[string]string, name string, fr
 		if why != nil && !errors.Is(why, os.ErrNotExist) {
 			os.Remove(entryPath(cacheDir, key))
 			c.Rebuilt = fmt.Sprintf("the cache entry %s of %s was discarded (%v) and the source compiled again", entryPath(cacheDir, key), name, why)
+		}
+		if b.OnCompile != nil {
+			b.OnCompile(name, 1, 1)
 		}
 		c.Cubin, c.Log, err = n.Compile(unit, name, opts)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,6 +125,30 @@ func TestCompileCachesEveryCubin(t *testing.T) {
 		if again[i].Name != first[i].Name || string(again[i].Cubin) != "cubin of "+first[i].Name || len(again[i].Report) != 1 {
 			t.Errorf("cached %s: %q, report %v", again[i].Name, again[i].Cubin, again[i].Report)
 		}
+	}
+}
+
+// OnCompile hears of every source the cache cannot serve, in order, with
+// its place among all sources, and of none the cache serves.
+func TestOnCompileHearsOfCompilesOnly(t *testing.T) {
+	srcs, err := Sources("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c fakeCompiler
+	var heard []string
+	b := Build{Arch: 90, CacheDir: t.TempDir(), OnCompile: func(name string, done, total int) {
+		heard = append(heard, fmt.Sprintf("%s %d/%d", name, done, total))
+	}}
+	if _, err := b.Compile(&c, srcs); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(srcs) - 1; len(heard) != n || heard[0] != "activation.cu 1/"+fmt.Sprint(n) || !strings.HasSuffix(heard[n-1], fmt.Sprintf(" %d/%d", n, n)) {
+		t.Errorf("heard %q", heard)
+	}
+	heard = nil
+	if _, err := b.Compile(&c, srcs); err != nil || len(heard) != 0 {
+		t.Errorf("a cached compile: %v, heard %q", err, heard)
 	}
 }
 

@@ -23,6 +23,7 @@ type buildFlags struct {
 	archItems                                                          []string
 	archs                                                              []kernels.Arch
 	include                                                            []string
+	progress                                                           io.Writer // stderr's progress line: the compile's status
 }
 
 // buildCmd compiles the kernels and prints each entry point's ptxas report
@@ -48,6 +49,9 @@ func buildCmd(args []string, stdout, stderr io.Writer) error {
 	if f.format != "text" && f.format != "json" {
 		return usagef("--format: %q is not text or json", f.format)
 	}
+	stderr = newProgressLine(stderr, false)
+	defer statusOf(stderr).Status("")
+	f.progress = stderr
 	if err := checkIncludeDirs(f.include); err != nil {
 		return err
 	}
@@ -178,6 +182,8 @@ func (f buildFlags) buildRows(nv *cuda.NVRTC, srcs map[string]string, counted ma
 	for _, arch := range f.archs {
 		b, h := gpu.KernelBuild(nv, f.kernelsDir, f.include, arch.Number, f.cacheDir)
 		b.Specific = arch.Specific
+		major, minor := nv.Version()
+		b.OnCompile = gpu.CompileProgress(f.progress, arch.String(), major, minor)
 		headers = h
 		compiled, err := b.Compile(nv, srcs)
 		if err != nil {

@@ -155,6 +155,7 @@ func New(opts Options) (*Backend, error) {
 	}
 	start := time.Now()
 	build := c.kernelBuild(opts, arch)
+	build.OnCompile = CompileProgress(progress, fmt.Sprintf("sm_%d", arch), c.info.NVRTCMajor, c.info.NVRTCMinor)
 	compiled, err := build.Compile(c.nvrtc, srcs)
 	if err != nil {
 		return nil, fmt.Errorf("cuda backend: %w", err)
@@ -166,6 +167,25 @@ func New(opts Options) (*Backend, error) {
 		return nil, errors.Join(fmt.Errorf("cuda backend: %w", err), c.Close())
 	}
 	return c, nil
+}
+
+// CompileProgress is a kernels.Build's OnCompile that shows a compile on
+// progress: at the first source the cubin cache cannot serve, one line
+// saying that kernels compile (tens of seconds with a real NVRTC, once:
+// the cache keeps them), then each source as progress's status where it
+// shows one (a progress.Line on a terminal).
+func CompileProgress(progress io.Writer, arch string, major, minor int) func(name string, done, total int) {
+	said := false
+	status, _ := progress.(interface{ Status(string) })
+	return func(name string, done, total int) {
+		if !said {
+			said = true
+			fmt.Fprintf(progress, "stepbench: compiling kernels for %s with NVRTC %d.%d (not in the cubin cache; later runs load them from it)\n", arch, major, minor)
+		}
+		if status != nil {
+			status.Status(fmt.Sprintf("stepbench: compiling %s for %s (%d/%d sources)", name, arch, done, total))
+		}
+	}
 }
 
 // reportRebuilt says on progress which cache entries were rebuilt.

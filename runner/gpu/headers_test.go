@@ -161,3 +161,26 @@ func TestTritonShimCompiles(t *testing.T) {
 		t.Errorf("gcc shim.c against %s: %v\n%s", h, err, out)
 	}
 }
+
+// CompileProgress says once, on the first source compiled, that kernels
+// compile, and shows each source as the status where there is one.
+func TestCompileProgress(t *testing.T) {
+	var out statusRecorder
+	on := CompileProgress(&out, "sm_90", 11, 8)
+	on("attention.cu", 2, 10)
+	on("norm.cu", 7, 10)
+	if got := out.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "compiling kernels for sm_90 with NVRTC 11.8 (not in the cubin cache") {
+		t.Errorf("kept lines %q", got)
+	}
+	if len(out.statuses) != 2 || out.statuses[1] != "stepbench: compiling norm.cu for sm_90 (7/10 sources)" {
+		t.Errorf("statuses %q", out.statuses)
+	}
+}
+
+// statusRecorder is a progress line: kept lines and statuses.
+type statusRecorder struct {
+	strings.Builder
+	statuses []string
+}
+
+func (s *statusRecorder) Status(msg string) { s.statuses = append(s.statuses, msg) }
