@@ -86,7 +86,8 @@ func TestExamplesAreTagged(t *testing.T) {
 // tree first on PATH; the blocks of a page run in order in one directory
 // (an example may read what an earlier one wrote), each as a bash script
 // that stops at its first failing command. Blocks tagged needs=WHAT are
-// skipped (a GPU, torch, make), and listed. STEPBENCH_DOCS_PAGE=NAME.md runs
+// skipped (a GPU, torch, make), and listed, but for needs=oracle where make
+// oracle has set the tokenizer oracle up. STEPBENCH_DOCS_PAGE=NAME.md runs
 // one page's.
 func TestExamplesRun(t *testing.T) {
 	if testing.Short() {
@@ -116,17 +117,34 @@ func TestExamplesRun(t *testing.T) {
 		if err := os.Symlink(emu, filepath.Join(dir, "build", "emu")); err != nil {
 			t.Fatal(err)
 		}
+		oracle := oracleReady(root)
+		if oracle != "" { // what needs=oracle examples copy Llama-3's tokenizer.json from
+			if err := os.Symlink(oracle, filepath.Join(dir, "build", "tokenizer-oracle")); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for _, ex := range examples(t, page) {
 			if lang := strings.Fields(ex.info + " none")[0]; lang != "sh" {
 				continue
 			}
-			if strings.Contains(ex.info, "needs=") {
+			if strings.Contains(ex.info, "needs=") && !(ex.info == "sh needs=oracle" && oracle != "") {
 				t.Logf("%s:%d: skipped (%s)", page, ex.line, ex.info)
 				continue
 			}
 			runExample(t, ex, dir, bin, emu, cache)
 		}
 	}
+}
+
+// oracleReady is the tokenizer oracle's directory (make oracle: Llama-3's
+// tokenizer.json, built from llama3-tokenizer-js) when it is set up, else
+// "": the needs=oracle examples run only with it.
+func oracleReady(root string) string {
+	dir := filepath.Join(root, "build", "tokenizer-oracle")
+	if _, err := os.Stat(filepath.Join(dir, "ready")); err != nil {
+		return ""
+	}
+	return dir
 }
 
 // runExample runs one block as a bash script in dir.
