@@ -13,12 +13,21 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build test vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
+.PHONY: all build install test vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/stepbench
+
+# bin/stepbench on the PATH: copied to $(PREFIX)/bin, and a word when that
+# directory is not on the PATH.
+PREFIX ?= $(HOME)/.local
+install: build
+	install -d $(PREFIX)/bin
+	install -m 0755 $(BIN) $(PREFIX)/bin/stepbench
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) echo "make install: $(PREFIX)/bin/stepbench";; \
+	*) echo "make install: $(PREFIX)/bin/stepbench; $(PREFIX)/bin is not on your PATH: export PATH=$(PREFIX)/bin:\$$PATH";; esac
 
 vet:
 	$(GO) vet ./...

@@ -170,3 +170,24 @@ func TestNoDriverPointsToTheEmulator(t *testing.T) {
 		}
 	}
 }
+
+// make install puts stepbench on the PATH: PREFIX/bin/stepbench runs, and
+// the target says so, or what to add to the PATH when its directory is not on it.
+func TestMakeInstallPutsStepbenchOnThePath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	prefix := t.TempDir()
+	out, err := exec.Command("make", "-C", "../..", "install", "PREFIX="+prefix).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), prefix+"/bin is not on your PATH: export PATH="+prefix+"/bin:$PATH") {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	cmd := exec.Command("sh", "-c", "stepbench version") // found through the PATH, as a user types it
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(prefix, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if version, err := cmd.Output(); err != nil || !strings.HasPrefix(string(version), "stepbench ") {
+		t.Errorf("stepbench version from the PATH: %v, %q", err, version)
+	}
+}
