@@ -2,7 +2,7 @@
 // took while a shape was timed: on the cpu backend and the emulated device
 // the "device" is the host's cores, so another process's load inflates
 // every time, and two runs made under different loads differ for that
-// reason alone (compare widens its run-to-run floor by it).
+// reason alone (compare gives no verdict within what the load can explain).
 package hostload
 
 import (

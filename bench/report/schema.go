@@ -164,7 +164,8 @@ type ShapeReport struct {
 	MedianPowerWatts          float64 `json:"median_power_watts,omitempty"`
 	// HostOtherCPUFraction is the share of the host's CPU time other
 	// processes took while the shape was timed (absent: unknown); compare
-	// widens the floor of cpu and emulated runs by what it could inflate.
+	// judges cpu and emulated runs by what it could inflate (no SAME on a
+	// busy host, no FASTER or SLOWER within the load's reach).
 	HostOtherCPUFraction *float64 `json:"host_other_cpu_fraction,omitempty"`
 	MedianSMClockMHz     float64  `json:"median_sm_clock_mhz,omitempty"`
 	// Over several GPUs (a tensor-parallel node) the medians above are left
