@@ -130,8 +130,16 @@ $(EMU_DIR)/gen/headers.inc: cuda/emu/abi.h cuda/emu/device.h
 	{ printf 'static const char kAbiH[] = R"SBEMU('; cat cuda/emu/abi.h; printf ')SBEMU";\n'; \
 	  printf 'static const char kDeviceH[] = R"SBEMU('; cat cuda/emu/device.h; printf ')SBEMU";\n'; } > $@
 
-$(EMU_DIR)/libnvrtc.so.13: cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/rewrite.h $(EMU_DIR)/gen/headers.inc
-	$(EMU_CXX) $(EMU_CXXFLAGS) -I$(EMU_DIR)/gen -shared -Wl,-soname,libnvrtc.so.13 -o $@ cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp
+# The emulated NVRTC's build id, part of its module cache's key: the sha256
+# of its sources and flags (a change of any builds no module from the cache).
+EMU_NVRTC_SRCS := cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/rewrite.h cuda/emu/modcache.cpp cuda/emu/modcache.h \
+                  cuda/emu/abi.h cuda/emu/device.h
+$(EMU_DIR)/gen/build_id.inc: $(EMU_NVRTC_SRCS)
+	@mkdir -p $(EMU_DIR)/gen
+	printf 'static const char kEmuBuildID[] = "%s";\n' "$$({ cat $^; echo '$(EMU_CXX) $(EMU_CXXFLAGS)'; } | sha256sum | cut -c1-64)" > $@
+
+$(EMU_DIR)/libnvrtc.so.13: $(EMU_NVRTC_SRCS) $(EMU_DIR)/gen/headers.inc $(EMU_DIR)/gen/build_id.inc
+	$(EMU_CXX) $(EMU_CXXFLAGS) -I$(EMU_DIR)/gen -shared -Wl,-soname,libnvrtc.so.13 -o $@ cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/modcache.cpp
 
 $(EMU_DIR)/libcublas.so.13: cuda/emu/cublas.cpp cuda/emu/blas.h $(EMU_DIR)/libcuda.so.1
 	$(EMU_CXX) $(EMU_CXXFLAGS) -O3 -shared -Wl,-soname,libcublas.so.13 -o $@ cuda/emu/cublas.cpp \
