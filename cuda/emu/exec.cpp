@@ -252,11 +252,28 @@ struct PdlRecorder {
     IntervalSet reads, writes;
     bool early_trigger = false;  // a thread let dependents begin before it waited
     bool unwaited_exit = false;  // a thread exited without waiting
+    // The allocation the last global access fell in, and the gap between
+    // allocations the last other one did (shared memory, a stack): most
+    // accesses fall in the same as the one before, and are answered without
+    // a search of global (every load and store of the launch comes here).
+    uintptr_t hit_lo = 0, hit_hi = 0, gap_lo = 0, gap_hi = 0;
 };
 
-bool InGlobal(const std::vector<std::pair<uintptr_t, uintptr_t>> &ranges, uintptr_t p) {
+// InGlobal reports whether p is in a live allocation of p's recorder.
+bool InGlobal(PdlRecorder &r, uintptr_t p) {
+    if (p - r.hit_lo < r.hit_hi - r.hit_lo) return true;
+    if (p - r.gap_lo < r.gap_hi - r.gap_lo) return false;
+    const auto &ranges = *r.global;
     auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(p, UINTPTR_MAX));
-    return it != ranges.begin() && p < std::prev(it)->second;
+    if (it != ranges.begin() && p < std::prev(it)->second) {
+        r.hit_lo = std::prev(it)->first;
+        r.hit_hi = std::prev(it)->second;
+        return true;
+    }
+    const uintptr_t lo = it == ranges.begin() ? 0 : std::prev(it)->second;
+    const uintptr_t hi = it == ranges.end() ? UINTPTR_MAX : it->first;
+    if (lo <= p && p < hi) r.gap_lo = lo, r.gap_hi = hi;
+    return false;
 }
 
 [[noreturn]] void Fail(Fiber &f, int code, const std::string &msg);
@@ -279,7 +296,7 @@ std::string PdlRace(const Fiber &f, const GridAccesses &g, uintptr_t at, bool wr
 }
 
 void RecordPdl(Fiber &f, PdlRecorder &p, uintptr_t addr, unsigned bytes, bool write) {
-    if (!InGlobal(*p.global, addr)) return;  // shared memory, the fiber's stack
+    if (!InGlobal(p, addr)) return;  // shared memory, the fiber's stack
     const uintptr_t end = addr + bytes;
     if (!f.waited) {
         for (const GridAccesses *g = p.before; g != nullptr; g = g->earlier.get()) {
