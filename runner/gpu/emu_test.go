@@ -27,6 +27,9 @@ var tinyShapes = testModelShapes[:1]
 type seededBug struct {
 	name, file, kernel, old, new string
 	want                         []string
+	// pin, when set, is the kernel versions checked: the one the bug is
+	// in (and the cheapest of attention's other op), not every version.
+	pin kernels.Selection
 }
 
 var seededBugs = []seededBug{
@@ -325,19 +328,27 @@ func endToEndOnEmulator(t *testing.T, cache string) {
 // near lockstep (forward, reverse, random) can miss the first; a warp run
 // alone from barrier to barrier cannot.
 var barrierBugs = []seededBug{
-	{name: "no barrier before the refill", file: "attention.cu", kernel: "attention",
+	{name: "no barrier before the refill", file: "attention.cu", kernel: "attention", pin: prefillOnly(2),
 		old: "        __syncthreads();  // the buffer is refilled by the next iteration's prefetch\n", new: ""},
-	{name: "no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
+	{name: "no barrier after cp_async_wait", file: "attention.cu", kernel: "attention", pin: prefillOnly(2),
 		old: "            cp_async_wait<0>();\n        }\n        __syncthreads();\n", new: "            cp_async_wait<0>();\n        }\n"},
 	// attn_prefill3's two, the same protocol with 8 warps.
-	{name: "v3: no barrier before the refill", file: "attention.cu", kernel: "attention",
+	{name: "v3: no barrier before the refill", file: "attention.cu", kernel: "attention", pin: prefillOnly(3),
 		old: "        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it\n", new: ""},
-	{name: "v3: no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
+	{name: "v3: no barrier after cp_async_wait", file: "attention.cu", kernel: "attention", pin: prefillOnly(3),
 		old: "        __syncthreads();  // tile `tile` has landed for every thread\n", new: ""},
 	// attn_decode5's barrier between its prologue's writes (rotated q in
 	// shared memory, the new key's k and v rows in the caches) and the key loop.
 	{name: "decode v5: no barrier between the new key's write and the reads", file: "attention.cu", kernel: "attention",
+		pin: kernels.Selection{kernels.OpAttnDecode: 5, kernels.OpAttnPrefill: 1},
 		old: "    __syncthreads();  // q_s, and the new key's row, before any warp reads them\n", new: ""},
+}
+
+// prefillOnly pins attention's checks to prefill version ver (attn_prefill_tc
+// is 2, attn_prefill3 is 3) and decode's first version: a seeded bug in a
+// prefill version is caught by that version's checks, not the others'.
+func prefillOnly(ver int) kernels.Selection {
+	return kernels.Selection{kernels.OpAttnPrefill: ver, kernels.OpAttnDecode: 1}
 }
 
 // ropeWriterBug makes attn_decode5's first split, not the one holding the
@@ -387,6 +398,7 @@ func TestWarpSerialRevealsDroppedBarriers(t *testing.T) {
 	emutest.Use(t)
 	if os.Getenv(scheduleChild) == "barriers" {
 		for _, b := range barrierBugs {
+			emuSelection = b.pin
 			failures := verifyOnEmulator(t, b.seed(t), tinyShapes, testCache(), b.kernel)
 			fmt.Printf("BARRIER-RESULT %s: %d failures\n", b.name, len(failures))
 		}
@@ -419,9 +431,11 @@ func TestRetiredBufferRevealsMissingZeroFill(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	emutest.Use(t)
+	defer func(sel kernels.Selection) { emuSelection = sel }(emuSelection)
 	bug := seededBug{name: "no zero-fill of a partial tile", file: "attention.cu", kernel: "attention",
 		old: "            cp_async16(d, src + row * stride + ch * 8);\n        } else {\n            *d = u32x4{0, 0, 0, 0};\n        }",
 		new: "            cp_async16(d, src + row * stride + ch * 8);\n        }"}
+	emuSelection = prefillOnly(2) // attn_prefill_tc's tile copy
 	failures := verifyOnEmulator(t, bug.seed(t), tinyShapes, testCache(), bug.kernel)
 	joined := strings.Join(failures, "\n")
 	if !strings.Contains(joined, "b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
@@ -431,6 +445,7 @@ func TestRetiredBufferRevealsMissingZeroFill(t *testing.T) {
 	bug3 := seededBug{name: "v3: no zero-fill of a partial tile", file: "attention.cu", kernel: "attention",
 		old: "            cp_async16(d + i * STEP_BYTES, s + i * step_src);\n        } else {\n            *(u32x4*)(d + i * STEP_BYTES) = u32x4{0, 0, 0, 0};\n        }",
 		new: "            cp_async16(d + i * STEP_BYTES, s + i * step_src);\n        }"}
+	emuSelection = prefillOnly(3)
 	failures = verifyOnEmulator(t, bug3.seed(t), tinyShapes, testCache(), bug3.kernel)
 	joined = strings.Join(failures, "\n")
 	if !strings.Contains(joined, "attention prefill v3 [b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
