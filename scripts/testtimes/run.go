@@ -38,10 +38,11 @@ type PackageTime struct {
 type Run struct {
 	Tests    []TestTime
 	Packages []*PackageTime
-	Wall     float64 // seconds from the first event to the last, summed over streams
+	Wall     float64 // seconds in which some stream ran: from its first event to its last
 	Failed   bool
 
 	first, last time.Time
+	spans       []span // each stream's first and last event
 	byPackage   map[string]*PackageTime
 	output      map[string][]string // a running test's lines, printed if it fails
 }
@@ -69,9 +70,30 @@ func (r *Run) Read(in io.Reader, human io.Writer) error {
 	if r.first.IsZero() {
 		return sc.Err()
 	}
-	r.Wall += r.last.Sub(r.first).Seconds()
+	r.spans = append(r.spans, span{r.first, r.last})
+	r.Wall = wall(r.spans)
 	r.first, r.last = time.Time{}, time.Time{}
 	return sc.Err()
+}
+
+type span struct{ from, to time.Time }
+
+// wall is how long some span lasted: streams run one after another add up,
+// streams run side by side count once.
+func wall(spans []span) float64 {
+	sorted := append([]span(nil), spans...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].from.Before(sorted[j].from) })
+	total, end := 0.0, time.Time{}
+	for _, s := range sorted {
+		if s.from.Before(end) {
+			s.from = end
+		}
+		if s.to.After(s.from) {
+			total += s.to.Sub(s.from).Seconds()
+			end = s.to
+		}
+	}
+	return total
 }
 
 // Add takes one event.
@@ -154,9 +176,10 @@ func Merge(runs []*Run) *Run {
 				q.Status = p.Status
 			}
 		}
-		out.Wall += r.Wall
+		out.spans = append(out.spans, r.spans...)
 		out.Failed = out.Failed || r.Failed
 	}
+	out.Wall = wall(out.spans)
 	return out
 }
 

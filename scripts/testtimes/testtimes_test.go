@@ -57,13 +57,20 @@ func TestTablesOfTwoStreams(t *testing.T) {
 		runs = append(runs, r)
 	}
 	m := Merge(runs)
-	if m.Wall != 20 || len(m.Tests) != 6 || m.ByWall()[0].Seconds != 12 {
-		t.Errorf("merged: wall %v, %d tests, %+v", m.Wall, len(m.Tests), m.ByWall()[0])
+	if m.Wall != 10 || len(m.Tests) != 6 || m.ByWall()[0].Seconds != 12 {
+		t.Errorf("merged: wall %v (two streams at the same time: 10), %d tests, %+v", m.Wall, len(m.Tests), m.ByWall()[0])
+	}
+	later := NewRun()
+	if err := later.Read(strings.NewReader(strings.ReplaceAll(stream, "T10:", "T11:")), &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if w := Merge([]*Run{runs[0], later}).Wall; w != 20 {
+		t.Errorf("two streams an hour apart: wall %v, want 20", w)
 	}
 	var text, md bytes.Buffer
 	printText(&text, m, 30)
 	printMarkdown(&md, m, 30)
-	for _, want := range []string{"the 6 slowest tests of 6", "TestSlow (FAIL)", "TestSkipped (skip)", "b\n", "0m20s"} {
+	for _, want := range []string{"the 6 slowest tests of 6", "TestSlow (FAIL)", "TestSkipped (skip)", "b\n", "0m10s"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, text.String())
 		}
