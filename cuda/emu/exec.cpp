@@ -101,6 +101,12 @@ struct Worker {
     sigjmp_buf jmp;
     volatile sig_atomic_t in_kernel = 0;
     Fiber *current = nullptr;
+    // The forward, reverse and random schedules run a round's fibers in
+    // order: a fiber that yields switches straight to the next runnable one
+    // of the round (what the scheduler would run next), and only the last
+    // returns to the scheduler. null: every yield returns to it.
+    const std::vector<unsigned> *order = nullptr;
+    size_t pos = 0;  // the running fiber's place in order
     unsigned char *dyn = nullptr;  // dynamic shared memory of the running block
     Block block;
     BlockCounter *counter = nullptr;  // the running block's access counters (STEPBENCH_EMU_COUNTERS)
@@ -341,7 +347,25 @@ sbemu_thread *Self() {
 
 Fiber &Me() { return *static_cast<Fiber *>(Self()->fiber); }
 
-void Yield(Fiber &f) { sbemu_swap(&f.sp, f.w->sched_sp); }
+// Yield leaves the fiber: for the next runnable fiber of the round, as the
+// scheduler would pick it (half the switches of going through it), or the
+// scheduler, at the round's end, after a failure and in the warp-serial
+// schedules.
+void Yield(Fiber &f) {
+    Worker &w = *f.w;
+    if (w.order != nullptr && w.block.error_code == 0) {
+        const std::vector<unsigned> &order = *w.order;
+        for (size_t i = w.pos + 1; i < order.size(); i++) {
+            Fiber &g = w.fibers[order[i]];
+            if (g.state != kRunnable) continue;
+            w.pos = i;
+            w.current = &g;
+            sbemu_swap(&f.sp, g.sp);
+            return;
+        }
+    }
+    sbemu_swap(&f.sp, w.sched_sp);
+}
 
 std::string Dim(const sbemu_dim3 &d) {
     return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
@@ -825,14 +849,20 @@ void RunFibers(Worker &w, std::vector<unsigned> &order, uint64_t seed) {
         return;
     }
     const bool random = schedule == Schedule::Random;
+    struct Unset {
+        Worker &w;
+        ~Unset() { w.order = nullptr; }
+    } unset{w};
+    w.order = &order;
     for (uint64_t round = 0;; round++) {
         if (random && round > 0) Permute(order, seed + round);
-        bool ran = false;
-        for (unsigned i : order) {
-            Fiber &f = w.fibers[i];
-            if (f.state != kRunnable) continue;
-            ran = true;
-            if (!RunFiber(w, f)) return;
+        // The round's first runnable fiber; each passes on to the next (Yield).
+        size_t first = 0;
+        while (first < order.size() && w.fibers[order[first]].state != kRunnable) first++;
+        const bool ran = first < order.size();
+        if (ran) {
+            w.pos = first;
+            if (!RunFiber(w, w.fibers[order[first]])) return;
         }
         if (RoundOver(w, ran)) return;
     }
