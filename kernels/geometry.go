@@ -1,21 +1,96 @@
 package kernels
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // AttnShape describes one attention call over the KV cache (runner.AttnShape
-// is this type). Every sequence holds StartPos cached tokens and brings
-// SeqLen new ones: token (b, s) sits at position StartPos+s and row
-// b*SeqLen+s of the activations. Prefill is StartPos 0, SeqLen the prompt
-// length; a decode step is SeqLen 1. The cache of one layer is
-// [Batch][MaxSeq][KVHeads][HeadDim].
+// is this type).
+//
+// The uniform case (QLens nil): every sequence holds StartPos cached tokens
+// and brings SeqLen new ones: token (b, s) sits at position StartPos+s and
+// row b*SeqLen+s of the activations. Prefill is StartPos 0, SeqLen the
+// prompt length; a decode step is SeqLen 1.
+//
+// A ragged batch (QLens set): sequence b brings QLens[b] new tokens and
+// holds SeqLens[b] in all after the step (its new token i at position
+// SeqLens[b]−QLens[b]+i), its rows following the sequences before it;
+// SeqLen is then the most new tokens of any sequence and StartPos unused.
+// The lengths are the caller's view when it made the call, for launch
+// shapes, costs and checks: the kernels read them from the device (a
+// replayed decode step sees the current ones).
+//
+// The cache of one layer: contiguous (PageSize 0), [Batch][MaxSeq][KVHeads][HeadDim];
+// paged (PageSize > 0), NumPages pages of [PageSize][KVHeads][HeadDim],
+// each sequence's through a block table of MaxPages entries, MaxSeq =
+// MaxPages·PageSize positions at most (ref.PagedKV). Paged says the pages
+// are a pool shared by the batch; without it a page-size view is the
+// contiguous cache as one page per sequence (PageSize = MaxSeq).
 type AttnShape struct {
 	Batch, SeqLen, StartPos int
 	Heads, KVHeads, HeadDim int
 	MaxSeq                  int
+	QLens, SeqLens          []int
+	PageSize, NumPages      int
+	MaxPages                int
+	Paged                   bool
 }
 
-// Tokens is the number of activation rows, Batch*SeqLen.
-func (s AttnShape) Tokens() int { return s.Batch * s.SeqLen }
+// Tokens is the number of activation rows: Batch*SeqLen, or the sum of
+// QLens for a ragged batch.
+func (s AttnShape) Tokens() int {
+	if s.QLens == nil {
+		return s.Batch * s.SeqLen
+	}
+	n := 0
+	for _, q := range s.QLens {
+		n += q
+	}
+	return n
+}
+
+// Same reports whether s and o are the same shape, lengths included.
+func (s AttnShape) Same(o AttnShape) bool {
+	type fixed struct {
+		batch, seqLen, startPos, heads, kvHeads, headDim, maxSeq, pageSize, numPages, maxPages int
+		paged, ragged, lens                                                                    bool
+	}
+	key := func(a AttnShape) fixed {
+		return fixed{a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq, a.PageSize, a.NumPages,
+			a.MaxPages, a.Paged, a.QLens != nil, a.SeqLens != nil}
+	}
+	return key(s) == key(o) && slices.Equal(s.QLens, o.QLens) && slices.Equal(s.SeqLens, o.SeqLens)
+}
+
+// Ragged reports whether the sequences' lengths are their own (QLens set).
+func (s AttnShape) Ragged() bool { return s.QLens != nil }
+
+// Tabled reports whether the call goes through a block table (PageSize >
+// 0): the paged layout, or a ragged batch on the contiguous one.
+func (s AttnShape) Tabled() bool { return s.PageSize > 0 }
+
+// KVTokens is the tokens in the batch's caches after the step: the sum of
+// SeqLens, or Batch·(StartPos+SeqLen).
+func (s AttnShape) KVTokens() int {
+	if s.SeqLens == nil {
+		return s.Batch * (s.StartPos + s.SeqLen)
+	}
+	n := 0
+	for _, l := range s.SeqLens {
+		n += l
+	}
+	return n
+}
+
+// CacheSlots is how many token rows one layer's K (or V) cache holds:
+// NumPages·PageSize for a table, Batch·MaxSeq otherwise.
+func (s AttnShape) CacheSlots() int {
+	if s.Tabled() {
+		return s.NumPages * s.PageSize
+	}
+	return s.Batch * s.MaxSeq
+}
 
 // ModelShape is the widths of a model that the kernels see; runner/gpu's
 // Verifier runs every kernel at them. Odd widths (not multiples of 8) take

@@ -325,12 +325,12 @@ func (b *opBuilder) attentionSide(op string) func() error {
 	b.upload(pos, func() error { return be.UploadI32(pos, []int32{int32(s.StartPos)}) })
 	if op == "attention" {
 		out := b.alloc(runner.BF16, T*qDim)
-		return func() error { return be.Attention(out, q, kCache, vCache, pos, attn) }
+		return func() error { return be.Attention(out, q, kCache, vCache, runner.KVView{Pos: pos}, attn) }
 	}
 	freqs := cfg.RopeInvFreq()
 	invFreq := b.alloc(runner.F32, len(freqs))
 	b.upload(invFreq, func() error { return be.UploadF32(invFreq, freqs) })
-	return func() error { return be.RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos, attn) }
+	return func() error { return be.RopeKVWrite(q, kCache, vCache, qkv, invFreq, runner.KVView{Pos: pos}, attn) }
 }
 
 // FlushL2 overwrites the flush buffer with fresh dummy data (Target).

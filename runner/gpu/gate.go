@@ -172,7 +172,7 @@ func (v *Verifier) VerifyRunShapes(m kernels.ModelShape, shapes []RunShape, chec
 func runAttentionShapes(m kernels.ModelShape, shapes []RunShape) []kernels.AttnShape {
 	var out []kernels.AttnShape
 	add := func(a kernels.AttnShape) {
-		if !slices.Contains(out, a) {
+		if !slices.ContainsFunc(out, a.Same) {
 			out = append(out, a)
 		}
 	}

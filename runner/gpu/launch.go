@@ -324,7 +324,11 @@ func checkAttnShape(c *argCheck, a kernels.AttnShape) {
 // captured decode step replays at every position; a.StartPos is the caller's
 // expectation, used only for the argument checks. Rows whose position would
 // fall outside the cache are not written.
-func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, pos cuda.DevPtr, a kernels.AttnShape) error {
+func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cuda.DevPtr, kv KVPtrs, a kernels.AttnShape) error {
+	if a.Tabled() {
+		return k.ropeKVWriteTabled(s, q, kCache, vCache, qkv, invFreq, kv, a)
+	}
+	pos := kv.Pos
 	c := argCheck{op: "rope_kv_write"}
 	checkAttnShape(&c, a)
 	c.require(a.HeadDim%2 == 0 && a.HeadDim <= kernels.RopeMaxHeadDim, "headDim = %d, want even and <= %d", a.HeadDim, kernels.RopeMaxHeadDim)
@@ -375,7 +379,11 @@ func (k *Kernels) AttentionWorkspaceBytes(a kernels.AttnShape) int {
 // SeqLen > 1 the tiled prefill kernel (workspace unused, may be 0). The
 // kernels read startPos from pos (one int32 in device memory); a.StartPos is
 // the caller's expectation, used only for the argument checks.
-func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache cuda.DevPtr, kv KVPtrs, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	if a.Tabled() {
+		return k.attentionTabled(s, out, q, kCache, vCache, kv, workspace, workspaceBytes, a)
+	}
+	pos := kv.Pos
 	c := argCheck{op: "attention"}
 	checkAttnShape(&c, a)
 	c.require(slices.Contains(kernels.SupportedHeadDims, a.HeadDim), "headDim = %d, want one of %v", a.HeadDim, kernels.SupportedHeadDims)
@@ -497,8 +505,10 @@ func (k *Kernels) FusesRope(a kernels.AttnShape) bool {
 // rotated k and raw v of the new token to the caches at (b, startPos) and
 // the attention of rotated q into out [batch, heads*headDim]. Decode only
 // (a.SeqLen == 1); the caches and out get the bits of the two ops unfused.
-func (k *Kernels) RopeAttention(s *cuda.Stream, out, qkv, kCache, vCache, invFreq, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+func (k *Kernels) RopeAttention(s *cuda.Stream, out, qkv, kCache, vCache, invFreq cuda.DevPtr, kv KVPtrs, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	pos := kv.Pos
 	c := argCheck{op: "rope_attention"}
+	c.require(!a.Tabled(), "attn_decode version 5 takes the contiguous layout's uniform batches only")
 	checkAttnShape(&c, a)
 	c.require(a.SeqLen == 1, "seqLen = %d, want 1 (a decode step)", a.SeqLen)
 	if v, err := k.sel.DecodeVersion(a); err != nil {

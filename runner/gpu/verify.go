@@ -622,9 +622,9 @@ func (v *Verifier) verifyRopeAt(set *Kernels, check string, m kernels.ModelShape
 	wantQ := make([]uint16, tokens*qWidth)
 	ref.RopeKVWrite(wantQ, kCache, vCache, qkv, invFreq, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
 	q, dQKV, dFreq, pos := v.poisoned(tokens*qWidth), v.bf16(qkv), v.f32(invFreq), v.i32([]int32{int32(a.StartPos)})
-	v.launch(func() error { return set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a) })
+	v.launch(func() error { return set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, KVPtrs{Pos: pos}, a) })
 	v.modelBytes = costBytes("rope_kv_write", func(be runner.Backend, b func(int) runner.Buffer) error {
-		return be.RopeKVWrite(b(1), b(1), b(1), b(1), b(1), b(1), a)
+		return be.RopeKVWrite(b(1), b(1), b(1), b(1), b(1), runner.KVView{Pos: b(1)}, a)
 	})
 	rel, err := closeBF16(v.getBF16(q, tokens*qWidth), wantQ)
 	gotK, gotV := v.getBF16(dK, cacheLen), v.getBF16(dV, cacheLen)
@@ -749,9 +749,9 @@ func (v *Verifier) runAttention(set *Kernels, c *attentionCase) []uint16 {
 	}
 	out := v.poisoned(len(c.want))
 	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
-	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
+	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, KVPtrs{Pos: pos}, ws, wsBytes, a) })
 	v.modelBytes = costBytes("attention", func(be runner.Backend, b func(int) runner.Buffer) error {
-		return be.Attention(b(1), b(1), b(1), b(1), b(1), a)
+		return be.Attention(b(1), b(1), b(1), b(1), runner.KVView{Pos: b(1)}, a)
 	})
 	return v.getBF16(out, len(c.want))
 }
@@ -791,15 +791,15 @@ func (v *Verifier) decodeGraphAt(m kernels.ModelShape, batch, start, replays, ma
 	}
 	step := func() error {
 		if fused {
-			if err := v.set.RopeAttention(v.stream, out, dQKV, dK, dV, dFreq, pos, ws, wsBytes, a); err != nil {
+			if err := v.set.RopeAttention(v.stream, out, dQKV, dK, dV, dFreq, KVPtrs{Pos: pos}, ws, wsBytes, a); err != nil {
 				return err
 			}
 			return v.set.AddI32(v.stream, pos, 1, 1)
 		}
-		if err := v.set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a); err != nil {
+		if err := v.set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, KVPtrs{Pos: pos}, a); err != nil {
 			return err
 		}
-		if err := v.set.Attention(v.stream, out, q, dK, dV, pos, ws, wsBytes, a); err != nil {
+		if err := v.set.Attention(v.stream, out, q, dK, dV, KVPtrs{Pos: pos}, ws, wsBytes, a); err != nil {
 			return err
 		}
 		return v.set.AddI32(v.stream, pos, 1, 1)
