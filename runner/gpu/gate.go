@@ -64,6 +64,8 @@ func checkForFamily(family string) string {
 		return "fp8"
 	case strings.HasPrefix(family, "gemv"):
 		return "linear"
+	case strings.HasPrefix(family, "gather_last"):
+		return "gather_last"
 	}
 	return family
 }
@@ -107,9 +109,10 @@ func ChecksForOps(ops []string) []string {
 }
 
 // withDecodeGraph adds the captured decode step's check where its kernels
-// (rope_kv_write, attention) are checked, and sorts without repeats.
+// (rope_kv_write, attention, kv_advance) are checked, and sorts without
+// repeats.
 func withDecodeGraph(checks []string) []string {
-	if slices.Contains(checks, "attention") || slices.Contains(checks, "rope_kv_write") {
+	if slices.Contains(checks, "attention") || slices.Contains(checks, "rope_kv_write") || slices.Contains(checks, "kv_advance") {
 		checks = append(checks, "decode_graph")
 	}
 	slices.Sort(checks)

@@ -124,6 +124,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 			}
 		}
 	}
+	v.verifyPagedAll(models)
 	if v.wants("add_i32") {
 		v.verifyAddI32()
 	}
@@ -144,10 +145,12 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA context unusable")
 
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
-// covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu) and
-// decode_graph for the replayed decode step.
+// covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu),
+// decode_graph for the replayed decode step, and paged for every check of
+// the block table's kernels alone (their attention, rope_kv_write,
+// gather_last, decode graph and kv_advance checks).
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm", "kv_advance", "paged"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.
