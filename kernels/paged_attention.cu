@@ -69,6 +69,24 @@ __device__ __forceinline__ long long pa_slot(const int* __restrict__ tab, int j,
     return (long long)__ldg(tab + page) * pageSize + (j - page * pageSize);
 }
 
+// pa_cp_async16 starts the 16-byte copy of src to shared memory at dst
+// (whose shared-window address is dst_addr) when full, else fills dst with
+// zeros (cp.async's src-size 0: src is not read, but must be an address of
+// the allocation): one instruction either way, no branch around a copy.
+__device__ __forceinline__ void pa_cp_async16(void* dst, unsigned dst_addr, const void* src, bool full) {
+#ifdef __SBEMU__
+    (void)dst_addr;
+    if (full) {
+        cp_async16(dst, src);
+    } else {
+        *(u32x4*)dst = u32x4{0, 0, 0, 0};
+    }
+#else
+    (void)dst;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_addr), "l"(src), "r"(full ? 16 : 0));
+#endif
+}
+
 // pa_ldsm_x4 / pa_ldsm_x4_trans: ldmatrix from a tile at a byte offset (the
 // tile's shared-window address computed once by the caller).
 __device__ __forceinline__ void pa_ldsm_x4(unsigned r[4], const unsigned short* tile, unsigned tile_addr,
@@ -138,34 +156,38 @@ __device__ __forceinline__ pf4_plan<D> pf4_make_plan(int kvh) {
     return p;
 }
 
-// pf4_slots computes the slots of the plan's rows of the tile at key k0
-// (rows at or past keys are left 0: never copied).
+// pf4_rows computes the element offsets in a cache of the plan's rows of
+// the tile at key k0 (slot * kvHeads * D + the chunk's column; K's and V's
+// alike); rows at or past keys get the column alone (never copied). A
+// warp's threads copy 8 distinct rows of a tile (32 / (D/8) per step, CPT
+// steps): lane l < 8 computes one row's slot, one table load, and every
+// thread takes its rows' by __shfl_sync.
 template <int D>
-__device__ __forceinline__ void pf4_slots(long long slot[pf4_plan<D>::CPT], const pf4_plan<D>& p,
-                                          const int* __restrict__ tab, int k0, int keys, int pageSize,
-                                          int pageShift) {
+__device__ __forceinline__ void pf4_rows(long long at[pf4_plan<D>::CPT], const pf4_plan<D>& p,
+                                         const int* __restrict__ tab, int k0, int keys, long long pos_stride,
+                                         int pageSize, int pageShift) {
+    constexpr int LPR = D / 8, RPW = 32 / LPR;  // lanes per row, a warp's rows per step
+    static_assert(RPW * pf4_plan<D>::CPT == 8, "a warp copies 8 rows of a tile");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int j = k0 + warp * RPW + lane % RPW + (lane / RPW) * pf4_plan<D>::ROWS_PER_STEP;
+    const long long mine = lane < 8 && j < keys ? pa_slot(tab, j, pageSize, pageShift) * pos_stride : 0;
 #pragma unroll
-    for (int i = 0; i < pf4_plan<D>::CPT; i++) {
-        const int j = k0 + p.row0 + i * pf4_plan<D>::ROWS_PER_STEP;
-        slot[i] = j < keys ? pa_slot(tab, j, pageSize, pageShift) : 0;
-    }
+    for (int i = 0; i < pf4_plan<D>::CPT; i++) at[i] = __shfl_sync(0xffffffffu, mine, i * RPW + lane / LPR) + p.col;
 }
 
 // pf4_load_tile starts one tile's copy: the plan's rows below valid from
-// their slots, the rest zero-filled.
+// their offsets, the rest zero-filled.
 template <int D>
-__device__ __forceinline__ void pf4_load_tile(unsigned short* dst, const unsigned short* __restrict__ cache,
-                                              long long pos_stride, const pf4_plan<D>& p,
-                                              const long long slot[pf4_plan<D>::CPT], int valid) {
+__device__ __forceinline__ void pf4_load_tile(unsigned short* dst, unsigned dst_addr,
+                                              const unsigned short* __restrict__ cache, const pf4_plan<D>& p,
+                                              const long long at[pf4_plan<D>::CPT], int valid) {
     constexpr int STEP_BYTES = pf4_plan<D>::ROWS_PER_STEP * D * 2;
     char* d = (char*)dst + p.smem_off;
+    const unsigned a = dst_addr + p.smem_off;
 #pragma unroll
     for (int i = 0; i < pf4_plan<D>::CPT; i++) {
-        if (p.row0 + i * pf4_plan<D>::ROWS_PER_STEP < valid) {
-            cp_async16(d + i * STEP_BYTES, cache + slot[i] * pos_stride + p.col);
-        } else {
-            *(u32x4*)(d + i * STEP_BYTES) = u32x4{0, 0, 0, 0};
-        }
+        const bool full = p.row0 + i * pf4_plan<D>::ROWS_PER_STEP < valid;
+        pa_cp_async16(d + i * STEP_BYTES, a + i * STEP_BYTES, cache + at[i], full);
     }
 }
 
@@ -332,15 +354,16 @@ __device__ __noinline__ void attn_prefill4(unsigned short* __restrict__ out, con
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
     const pf4_plan<D> plan = pf4_make_plan<D>(kvh);
 
-    // Q tile, then K/V tile 0: one group. slot holds the plan's slots of
-    // the next tile to copy.
+    // Q tile, then K/V tile 0: one group. at holds the plan's rows'
+    // offsets in the next tile to copy.
     pf4_load_q<D>(qs, q + ((long long)row_start + q0) * q_stride + (long long)h * D, q_stride, rows_here);
-    long long slot[CPT];
-    pf4_slots<D>(slot, plan, tab, 0, keys_here, pageSize, pageShift);
-    pf4_load_tile<D>(ks, kCache, pos_stride, plan, slot, min(PF4_BK, keys_here));
-    pf4_load_tile<D>(vs, vCache, pos_stride, plan, slot, min(PF4_BK, keys_here));
+    long long at[CPT];
+    pf4_rows<D>(at, plan, tab, 0, keys_here, pos_stride, pageSize, pageShift);
+    const unsigned ks_addr = smem_addr(ks), vs_addr = smem_addr(vs);
+    pf4_load_tile<D>(ks, ks_addr, kCache, plan, at, min(PF4_BK, keys_here));
+    pf4_load_tile<D>(vs, vs_addr, vCache, plan, at, min(PF4_BK, keys_here));
     cp_async_commit();
-    pf4_slots<D>(slot, plan, tab, PF4_BK, keys_here, pageSize, pageShift);
+    pf4_rows<D>(at, plan, tab, PF4_BK, keys_here, pos_stride, pageSize, pageShift);
 
     // This thread's two rows; rows past q_len act as the last real row so
     // that none is ever fully masked.
@@ -351,7 +374,6 @@ __device__ __noinline__ void attn_prefill4(unsigned short* __restrict__ out, con
     const int z = pa_z<D>(r8);
     const unsigned k_base = (unsigned)((8 * (lane >> 4) + r8) * D * 2) + 16u * (unsigned)(((lane >> 3) & 1) ^ z);
     const unsigned v_base = (unsigned)((8 * ((lane >> 3) & 1) + r8) * D * 2) + 16u * (unsigned)((lane >> 4) ^ z);
-    const unsigned ks_addr = smem_addr(ks), vs_addr = smem_addr(vs);
 
     unsigned qa[D / 16][4];
     float o[D / 8][4];
@@ -364,10 +386,10 @@ __device__ __noinline__ void attn_prefill4(unsigned short* __restrict__ out, con
         if (tile + 1 < ntiles) {
             const int nb = (tile + 1) & 1;
             const int valid = min(PF4_BK, keys_here - (k0 + PF4_BK));
-            pf4_load_tile<D>(ks + nb * TILE, kCache, pos_stride, plan, slot, valid);
-            pf4_load_tile<D>(vs + nb * TILE, vCache, pos_stride, plan, slot, valid);
+            pf4_load_tile<D>(ks + nb * TILE, ks_addr + nb * TILE * 2, kCache, plan, at, valid);
+            pf4_load_tile<D>(vs + nb * TILE, vs_addr + nb * TILE * 2, vCache, plan, at, valid);
             cp_async_commit();
-            pf4_slots<D>(slot, plan, tab, k0 + 2 * PF4_BK, keys_here, pageSize, pageShift);
+            pf4_rows<D>(at, plan, tab, k0 + 2 * PF4_BK, keys_here, pos_stride, pageSize, pageShift);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -515,49 +537,58 @@ __device__ __forceinline__ dec6_item decode6_schedule(const int* __restrict__ se
 }
 
 // decode6_lane_slot is the slot this lane holds for the sub-tile at kb0:
-// key kb0's (a page size that is a multiple of 16: the sub-tile's first
-// key, every row follows it), else key kb0 + (lane & 15)'s, clamped into
-// the chunk.
-__device__ __forceinline__ long long decode6_lane_slot(const int* __restrict__ tab, int kb0, int j1, bool in_page,
-                                                       int pageSize, int pageShift) {
-    const int key = in_page ? kb0 : min(kb0 + (int)(threadIdx.x & 15), j1 - 1);
+// IN_PAGE (a page size that is a multiple of 16: the sub-tile lies in one
+// page, every row follows its first key) key kb0's, else key kb0 +
+// (lane & 15)'s, clamped into the chunk.
+template <bool IN_PAGE>
+__device__ __forceinline__ long long decode6_lane_slot(const int* __restrict__ tab, int kb0, int j1, int pageSize,
+                                                       int pageShift) {
+    const int key = IN_PAGE ? kb0 : min(kb0 + (int)(threadIdx.x & 15), j1 - 1);
     return pa_slot(tab, key, pageSize, pageShift);
 }
 
 // decode6_row_slot is the slot of row r (< 16) of the sub-tile, from the
 // lanes' slots (every lane of the warp calls it: a shuffle when the rows
 // are not in one page).
-__device__ __forceinline__ long long decode6_row_slot(long long lane_slot, int r, bool in_page) {
-    return in_page ? lane_slot + r : __shfl_sync(0xffffffffu, lane_slot, r);
+template <bool IN_PAGE>
+__device__ __forceinline__ long long decode6_row_slot(long long lane_slot, int r) {
+    return IN_PAGE ? lane_slot + r : __shfl_sync(0xffffffffu, lane_slot, r);
 }
 
 // decode6_sub adds one 16-key sub-tile (keys kb0..kb0+15 of [.., j1)) to a
 // warp's state: attention.cu's decode4_sub with each row's slot.
-template <int D>
+template <int D, bool IN_PAGE>
 __device__ __forceinline__ void decode6_sub(float o[D / 8][4], float& m, float& l, const unsigned qa[D / 32][2][4],
                                             const unsigned short* __restrict__ kcol,
                                             const unsigned short* __restrict__ vcol, long long pos_stride,
-                                            unsigned short* vt, int kb0, int j1, long long lane_slot, bool in_page,
+                                            unsigned short* vt, int kb0, int j1, long long lane_slot,
                                             float scale_log2) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    // V sub-tile copy: chunk c = lane + 32i of 16 rows x D/8 chunks.
+    // V sub-tile copy: chunk c = lane + 32i of 16 rows x D/8 chunks, i.e.
+    // column ch = lane % (D/8) of rows r0 + RS*i. In one page the rows'
+    // sources are a base and a fixed stride apart; across pages each row's
+    // slot comes from its lane.
+    constexpr int RS = 32 / (D / 8);
+    const int r0 = lane / (D / 8), ch = lane % (D / 8);
+    const unsigned short* vsrc = vcol + (IN_PAGE ? (lane_slot + r0) * pos_stride : 0) + ch * 8;
+    const unsigned vt_addr = smem_addr(vt);
 #pragma unroll
-    for (int i = 0; i < DEC6_SUB * (D / 8) / 32; i++) {
-        const int c = lane + 32 * i, row = c / (D / 8), ch = c % (D / 8);
-        const long long slot = decode6_row_slot(lane_slot, row, in_page);
-        u32x4* d = (u32x4*)vt + pa_chunk<D>(row, ch);
-        if (kb0 + row < j1) {
-            cp_async16(d, vcol + slot * pos_stride + ch * 8);
-        } else {
-            *d = u32x4{0, 0, 0, 0};
-        }
+    for (int i = 0; i < DEC6_SUB / RS; i++) {
+        const int row = r0 + RS * i;
+        const long long slot = decode6_row_slot<IN_PAGE>(lane_slot, row);
+        const bool full = kb0 + row < j1;
+        // A row past the chunk copies nothing: its source is row r0's.
+        const unsigned short* src = IN_PAGE ? vsrc + (full ? (long long)(RS * i) * pos_stride : 0)
+                                            : vcol + (full ? slot : lane_slot) * pos_stride + ch * 8;
+        const int chunk = pa_chunk<D>(row, ch);
+        pa_cp_async16((u32x4*)vt + chunk, vt_addr + 16u * chunk, src, full);
     }
     cp_async_commit();
     // S for keys kb0 + 8nb + g (clamped into the chunk: masked below).
     float s[2][4];
 #pragma unroll
     for (int nb = 0; nb < 2; nb++) {
-        const long long slot = decode6_row_slot(lane_slot, min(8 * nb + g, j1 - 1 - kb0), in_page);
+        const long long slot = decode6_row_slot<IN_PAGE>(lane_slot, min(8 * nb + g, j1 - 1 - kb0));
         const unsigned short* kr = kcol + slot * pos_stride + 8 * t;
         u32x4 kv[D / 32];
 #pragma unroll
@@ -611,6 +642,27 @@ __device__ __forceinline__ void decode6_sub(float o[D / 8][4], float& m, float& 
     smem_retire(vt, DEC6_SUB * D * 2);
 }
 
+// decode6_loop runs a warp's sub-tiles of the block's item (w, w + 4, ...
+// of 16 keys), the next sub-tile's table load issued before this one's K
+// loads.
+template <int D, bool IN_PAGE>
+__device__ __forceinline__ void decode6_loop(float o[D / 8][4], float& m, float& l, const unsigned qa[D / 32][2][4],
+                                             const dec6_item& it, const unsigned short* __restrict__ kcol,
+                                             const unsigned short* __restrict__ vcol, long long pos_stride,
+                                             const int* __restrict__ tab, int pageSize, int pageShift,
+                                             float scale_log2) {
+    const int warp = threadIdx.x >> 5;
+    unsigned short* vt = (unsigned short*)dyn_smem + warp * DEC6_SUB * D;
+    int kb0 = it.j0 + warp * DEC6_SUB;
+    long long slot = kb0 < it.j1 ? decode6_lane_slot<IN_PAGE>(tab, kb0, it.j1, pageSize, pageShift) : 0;
+    for (; kb0 < it.j1; kb0 += DEC6_QUANTUM) {
+        const int next = kb0 + DEC6_QUANTUM;
+        const long long next_slot = next < it.j1 ? decode6_lane_slot<IN_PAGE>(tab, next, it.j1, pageSize, pageShift) : 0;
+        decode6_sub<D, IN_PAGE>(o, m, l, qa, kcol, vcol, pos_stride, vt, kb0, it.j1, slot, scale_log2);
+        slot = next_slot;
+    }
+}
+
 // decode6_keys runs a warp's sub-tiles of the block's item and leaves the
 // warp's state (o, m and l summed over the row's lanes) in shared memory.
 // q_s is the kv head's group of query heads (group x D bf16).
@@ -623,7 +675,6 @@ __device__ __forceinline__ void decode6_keys(const dec6_item& it, const unsigned
     const int kvh = blockIdx.y, group = heads / kvHeads;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
-    unsigned short* vt = (unsigned short*)dyn_smem + warp * DEC6_SUB * D;
     // Q's A fragments, rows g (heads; g >= group zero), d permuted as K's.
     unsigned qa[D / 32][2][4];
     {
@@ -640,16 +691,12 @@ __device__ __forceinline__ void decode6_keys(const dec6_item& it, const unsigned
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m = neg_inf_f32(), l = 0.0f;
-    const long long pos_stride = (long long)kvHeads * D;
-    const bool in_page = (pageSize & (DEC6_SUB - 1)) == 0;
-    int kb0 = it.j0 + warp * DEC6_SUB;
-    long long slot = kb0 < it.j1 ? decode6_lane_slot(tab, kb0, it.j1, in_page, pageSize, pageShift) : 0;
-    for (; kb0 < it.j1; kb0 += DEC6_QUANTUM) {
-        const int next = kb0 + DEC6_QUANTUM;
-        const long long next_slot = next < it.j1 ? decode6_lane_slot(tab, next, it.j1, in_page, pageSize, pageShift) : 0;
-        decode6_sub<D>(o, m, l, qa, kCache + kvh * D, vCache + kvh * D, pos_stride, vt, kb0, it.j1, slot, in_page,
-                       scale_log2);
-        slot = next_slot;
+    if ((pageSize & (DEC6_SUB - 1)) == 0) {  // uniform: one loop or the other, no branch inside
+        decode6_loop<D, true>(o, m, l, qa, it, kCache + kvh * D, vCache + kvh * D, (long long)kvHeads * D, tab,
+                              pageSize, pageShift, scale_log2);
+    } else {
+        decode6_loop<D, false>(o, m, l, qa, it, kCache + kvh * D, vCache + kvh * D, (long long)kvHeads * D, tab,
+                               pageSize, pageShift, scale_log2);
     }
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);

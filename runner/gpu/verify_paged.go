@@ -25,15 +25,19 @@ import (
 // sequence's length in its last page reads NaN (every slot no sequence
 // holds is poisoned).
 
-// pagedGeometry is one case's layout: the page size (0: the contiguous
-// layout's one page per sequence), the order, each sequence's cached
-// context and new tokens, and extra positions of capacity past them.
+// pagedGeometry is one case's layout: the cache's layout (the zero
+// value: the contiguous layout's one page per sequence), each sequence's
+// cached context and new tokens, and extra positions of capacity past them.
 type pagedGeometry struct {
-	pageSize int
-	order    string
-	ctx      []int
-	qLens    []int
-	extra    int
+	kv    runner.KVOptions
+	ctx   []int
+	qLens []int
+	extra int
+}
+
+// pages is the paged layout of pages of size tokens handed out in order.
+func pages(size int, order string) runner.KVOptions {
+	return runner.KVOptions{Layout: runner.KVPaged, PageSize: size, Order: order}
 }
 
 // pagedView is a geometry laid out: the tabled shape, the plan (block
@@ -57,10 +61,11 @@ func (g pagedGeometry) layout(m kernels.ModelShape, seed uint64) *pagedView {
 		lens[b] = g.ctx[b] + g.qLens[b]
 		capacity[b] = lens[b] + g.extra
 	}
-	o := runner.KVOptions{Layout: runner.KVContiguous}
-	if g.pageSize > 0 {
-		o = runner.KVOptions{Layout: runner.KVPaged, PageSize: g.pageSize, Order: g.order, Seed: seed, PoisonTable: true}
+	o := g.kv
+	if o.Seed == 0 {
+		o.Seed = seed
 	}
+	o.PoisonTable = true
 	p := runner.PlanKV(capacity, o)
 	v := &pagedView{plan: p, label: fmt.Sprintf("%s %s", m.Name, o)}
 	v.a = kernels.AttnShape{Batch: batch, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim,
@@ -116,23 +121,23 @@ func pagedModels(models []kernels.ModelShape) []kernels.ModelShape {
 // sequence of 1 token, ones ending on a page boundary, the longest filling
 // its table row, and one long enough to take many splits of attn_decode 6.
 var pagedDecodeGeometries = []pagedGeometry{
-	{pageSize: 16, order: runner.PagesShuffled, ctx: []int{0, 36, 63, 199, 255}, qLens: []int{1, 1, 1, 1, 1}},
-	{pageSize: 1, order: runner.PagesShuffled, ctx: []int{0, 4, 32, 99}, qLens: []int{1, 1, 1, 1}},
-	{pageSize: 64, order: runner.PagesSequential, ctx: []int{63, 0, 129, 190}, qLens: []int{1, 1, 1, 1}},
-	{pageSize: 24, order: runner.PagesShuffled, ctx: []int{24, 0, 47, 70}, qLens: []int{1, 1, 1, 1}},
-	{pageSize: 0, ctx: []int{2, 149, 76}, qLens: []int{1, 1, 1}},
-	{pageSize: 16, order: runner.PagesShuffled, ctx: []int{999, 16, 0}, qLens: []int{1, 1, 1}},
+	{kv: pages(16, runner.PagesShuffled), ctx: []int{0, 36, 63, 199, 255}, qLens: []int{1, 1, 1, 1, 1}},
+	{kv: pages(1, runner.PagesShuffled), ctx: []int{0, 4, 32, 99}, qLens: []int{1, 1, 1, 1}},
+	{kv: pages(64, runner.PagesSequential), ctx: []int{63, 0, 129, 190}, qLens: []int{1, 1, 1, 1}},
+	{kv: pages(24, runner.PagesShuffled), ctx: []int{24, 0, 47, 70}, qLens: []int{1, 1, 1, 1}},
+	{ctx: []int{2, 149, 76}, qLens: []int{1, 1, 1}},
+	{kv: pages(16, runner.PagesShuffled), ctx: []int{999, 16, 0}, qLens: []int{1, 1, 1}},
 }
 
 // pagedPrefillGeometries are varlen prefills: prompts of 1 token and of
 // more than one 128-row query tile, chunked prefill over cached contexts,
 // boundaries as above.
 var pagedPrefillGeometries = []pagedGeometry{
-	{pageSize: 16, order: runner.PagesShuffled, ctx: []int{0, 40, 3, 16}, qLens: []int{5, 1, 130, 16}},
-	{pageSize: 1, order: runner.PagesShuffled, ctx: []int{9, 0}, qLens: []int{7, 64}},
-	{pageSize: 24, order: runner.PagesShuffled, ctx: []int{18, 45}, qLens: []int{30, 3}},
-	{pageSize: 64, order: runner.PagesSequential, ctx: []int{0, 63}, qLens: []int{70, 1}},
-	{pageSize: 0, ctx: []int{0, 5}, qLens: []int{12, 3}},
+	{kv: pages(16, runner.PagesShuffled), ctx: []int{0, 40, 3, 16}, qLens: []int{5, 1, 130, 16}},
+	{kv: pages(1, runner.PagesShuffled), ctx: []int{9, 0}, qLens: []int{7, 64}},
+	{kv: pages(24, runner.PagesShuffled), ctx: []int{18, 45}, qLens: []int{30, 3}},
+	{kv: pages(64, runner.PagesSequential), ctx: []int{0, 63}, qLens: []int{70, 1}},
+	{ctx: []int{0, 5}, qLens: []int{12, 3}},
 }
 
 // pagedCaches draws a view's K and V caches: random rows at every slot a
@@ -209,7 +214,7 @@ func (v *Verifier) verifyPagedAttention(pv *pagedView) {
 		if _, err := pickFor(set, op, a); err != nil {
 			continue
 		}
-		got, want := v.runPagedAttention(set, pv)
+		got, want := v.runPagedAttention(set, pv, nil)
 		rel, err := closeBF16(got, want)
 		v.record(v.checkName(op, name, ver)+" paged", pv.label, rel, false, err)
 	}
@@ -224,15 +229,16 @@ func pickFor(set *Kernels, op string, a kernels.AttnShape) (int, error) {
 }
 
 // runPagedAttention draws q and the caches of a view, launches attention
-// (output poisoned first) and returns its output and the twin's.
-func (v *Verifier) runPagedAttention(set *Kernels, pv *pagedView) (got, want []uint16) {
+// (output poisoned first) and returns its output and the twin's of the
+// rows tokens lists (nil: every row).
+func (v *Verifier) runPagedAttention(set *Kernels, pv *pagedView, tokens []int) (got, want []uint16) {
 	a := pv.a
 	width := a.Heads * a.HeadDim
 	T := a.Tokens()
 	q := RandomBF16(v.rng, T*width, 0, 1)
 	kCache, vCache := v.pagedCaches(pv)
 	want = make([]uint16, T*width)
-	ref.AttentionPaged(want, q, kCache, vCache, pv.kv, a.Heads, a.KVHeads, a.HeadDim, nil)
+	ref.AttentionPaged(want, q, kCache, vCache, pv.kv, a.Heads, a.KVHeads, a.HeadDim, tokens)
 	wsBytes := set.AttentionWorkspaceBytes(a)
 	var ws cuda.DevPtr
 	if wsBytes > 0 {
@@ -323,17 +329,35 @@ func (v *Verifier) verifyPagedRopeAt(set *Kernels, check string, m kernels.Model
 // verifyGatherLastRagged checks gather_last_ragged: sequences of 1 to 19
 // new rows, hidden and vocab wide.
 func (v *Verifier) verifyGatherLastRagged(m kernels.ModelShape) {
-	starts := []int32{0, 1, 20, 27, 28}
 	for _, width := range []int{m.Hidden, m.Vocab} {
-		batch, rows := len(starts)-1, int(starts[len(starts)-1])
-		in := RandomBF16(v.rng, rows*width, 0, 1)
-		want := make([]uint16, batch*width)
-		ref.GatherLastRagged(want, in, starts, width)
-		out, dIn, dStarts := v.poisoned(batch*width), v.bf16(in), v.i32(starts)
-		v.launch(func() error { return v.set.GatherLastRagged(v.stream, out, dIn, dStarts, batch, width, rows) })
-		err := equalBits(v.getBF16(out, batch*width), want)
-		v.record("gather_last ragged", fmt.Sprintf("%s query starts %v width=%d", m.Name, starts, width), 0, true, err)
+		v.gatherLastRaggedAt(m, []int32{0, 1, 20, 27, 28}, width)
 	}
+}
+
+// gatherLastRaggedAt checks gather_last_ragged at query starts (the input's
+// rows capped within gateMaxElements: the last sequences' starts are
+// clamped, the rows the kernel reads stay the ones it must).
+func (v *Verifier) gatherLastRaggedAt(m kernels.ModelShape, starts []int32, width int) {
+	batch := len(starts) - 1
+	rows := capRows(int(starts[batch]), width)
+	if rows < int(starts[batch]) {
+		starts = slices.Clone(starts)
+		for b := 1; b <= batch; b++ {
+			starts[b] = max(starts[b-1]+1, min(starts[b], int32(rows-batch+b)))
+		}
+		rows = int(starts[batch])
+	}
+	in := RandomBF16(v.rng, rows*width, 0, 1)
+	want := make([]uint16, batch*width)
+	ref.GatherLastRagged(want, in, starts, width)
+	out, dIn, dStarts := v.poisoned(batch*width), v.bf16(in), v.i32(starts)
+	v.launch(func() error { return v.set.GatherLastRagged(v.stream, out, dIn, dStarts, batch, width, rows) })
+	err := equalBits(v.getBF16(out, batch*width), want)
+	label := fmt.Sprintf("%s query starts %v width=%d", m.Name, starts, width)
+	if len(starts) > 8 {
+		label = fmt.Sprintf("%s %d sequences, %d rows, width=%d", m.Name, batch, rows, width)
+	}
+	v.record("gather_last ragged", label, 0, true, err)
 }
 
 // verifyKVAdvance checks kv_advance on a shuffled table of pages of 16:

@@ -19,7 +19,7 @@ import (
 // (the first sequence crosses two), every replay compared with the twins
 // at its own lengths.
 func (v *Verifier) verifyPagedDecodeGraph(m kernels.ModelShape) {
-	g := pagedGeometry{pageSize: 16, order: runner.PagesShuffled, ctx: []int{0, 14, 40}, qLens: []int{1, 1, 1}, extra: 20}
+	g := pagedGeometry{kv: pages(16, runner.PagesShuffled), ctx: []int{0, 14, 40}, qLens: []int{1, 1, 1}, extra: 20}
 	v.pagedDecodeGraphAt(m, g, 7, 20, nil)
 }
 
