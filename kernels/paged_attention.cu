@@ -39,6 +39,24 @@
 // The kernel bodies are __noinline__ device templates called from extern "C"
 // entry points, as in attention.cu (NVRTC 11.8 cannot name template
 // kernels, and crashes inlining them for sm_90 with -lineinfo).
+//
+// Napkin math at Llama-3-8B (32 heads, 8 kv heads, D 128), per layer;
+// peaks H100 SXM 3.35 TB/s, H200 4.8 TB/s, 989 TFLOP/s bf16 dense (the cost
+// model's): a key costs 2 x 8 x 128 x 2 B = 4 KB of K and V and 4 x 32 x
+// 128 = 16.4 kFLOP per query row.
+//  - decode, batch 32, 1k keys each (32k keys): 134 MB of K/V, 0.5 GFLOP:
+//    floor 40 us (H100) / 28 us (H200) per layer, 1.28 / 0.89 ms per step.
+//    The block table adds 4 B per 16 keys and kv head read (pages of 16:
+//    64 KB per layer, 0.05%, from L2), seq_lens 128 B per block (L2).
+//  - decode, batch 32, lengths spread over 200..8000 (the issue's step,
+//    about 131k keys): 537 MB, floor 160 / 112 us per layer, 5.1 / 3.6 ms
+//    per step; attn_decode 6's chunk is then about 4k keys (131k / 33
+//    chunks per kv head on 132 SMs): the 8000-token sequences take 2
+//    blocks, the 200-token ones 1, no block more than 4,032 keys (2 MB of
+//    one kv head's K and V), 48 items per kv head over 264 block slots.
+//  - prefill, 4 prompts of 1k tokens: 4 x 8.6 GFLOP = 34 GFLOP, floor 35
+//    us per layer at the tensor-core peak; the table's reads are 4 B per
+//    64-key tile and warp row (0.4 KB per tile against 32 KB of K/V).
 
 // ---- shared helpers ----
 
@@ -125,10 +143,25 @@ __device__ __forceinline__ void pa_ldsm_x4_trans(unsigned r[4], const unsigned s
 // its heaviest (last) tile is launched first. 64-key K/V tiles stream
 // through shared memory by cp.async, double-buffered: a thread copies
 // chunk column ch of rows row0 + i * (256 / (D/8)) of each tile, whose
-// slots it computes one tile ahead of the copy (pf4_slots): the table loads
-// of tile t+2 are issued while tile t is used, so their latency never sits
-// between a tile's barrier and its copy. Keys past the tile's last live
-// key are zero-filled (never read: no slot of them is computed).
+// slots are computed one tile ahead of the copy (pf4_rows: 8 lanes of a
+// warp load the table entries of the warp's 8 rows of a tile, and every
+// thread takes its own rows' by __shfl_sync): the table loads of tile t+2
+// are issued while tile t is used, so their latency never sits between a
+// tile's barrier and its copy. Keys past the tile's last live key are
+// zero-filled by cp.async's src-size 0 (never read: no slot of them is
+// formed from the table).
+//
+// Evidence without a GPU: ptxas (NVRTC 11.8) attn_prefill4_d128 195
+// registers on sm_90 and sm_80 (version 3: 174 / 178; one 256-thread block
+// per SM either way: 96 KB of shared memory), _d64 126 / 128, _d32 118; 0
+// spills. SASS (sm_90, d128): the key loop per warp and 64-key tile is 971
+// static instructions (version 3: 945), 128 HMMA, 72 LDSM, 8 LDGSTS, 3 LDG
+// (the table, a lane in 4 of a warp), about 30 of the division for a page
+// size that is not a power of two: on pages of 16 the issued count is
+// version 3's. ESTIMATE: the prefill runs at version 3's rate (issue 19's
+// 350-500 TFLOP/s at 1 x 8192 on an H100/H200) on any layout; a ragged
+// batch's tiles past a sequence's rows exit at once (grid x sized by the
+// longest prompt: at most one wave of empty blocks of the short ones).
 
 #define PF4_BQ 128
 #define PF4_BK 64
@@ -467,6 +500,54 @@ DEFINE_PREFILL4(128)
 // clamped (K, masked to -inf) or zero-filled (V): no slot past a
 // sequence's length is ever formed from the table.
 //
+// Evidence without a GPU (no figure here is a GPU measurement):
+//  - ptxas (NVRTC 11.8, -Xptxas -v): attn_decode6_d128_gG 180 registers on
+//    sm_90, 192-194 on sm_80 (version 4: 176 / 184; 2 blocks of 4 warps per
+//    SM either way), _d64 126 / 128, _d32 88; 0 spills, no stack; static
+//    shared 80-2128 B (q of the kv head's group) beside version 4's dynamic
+//    layout. __launch_bounds__(128, 1): without the 1, ptxas capped the d64
+//    kernels at 96 registers on sm_80 and spilled 4 bytes.
+//  - SASS (cuobjdump -sass, scripts/sass-mix), d128_g4 on sm_90: the
+//    16-key sub-tile loop on pages of a multiple of 16 is 361 static
+//    instructions (32 HMMA, 8 LDG.E.128 of K, 8 LDGSTS of V, 8 LDSM.T, 72
+//    fp32, 6 MUFU, 3 LDG of the table and the lengths, 145 integer, 2
+//    SHFL), about 30 of them the division of a page size that is not a
+//    power of two, never issued on pages of 16: about 330 issued against
+//    version 4's 362. The other loop (page size 1 or 24: a slot per lane)
+//    is 419, 22 of them SHFL. The schedule (seq_lens summed and scanned by
+//    each warp: 2 reads per 32 sequences, warp shuffles, no barrier) and
+//    the q copy (one barrier) run once per block.
+//  - Access counters (EMULATED, every request's sectors, no cache;
+//    TestEmulatorPagedDecodeReadsNoMoreSectors), Llama-3-8B heads, 4
+//    sequences of 1000 tokens: attn_decode 4 on the contiguous layout reads
+//    569,408 sectors (18.2 MB; 1.110 sector bytes per byte the step needs:
+//    K, V, q), attn_decode 6 on shuffled pages of 16 544,560 (17.4 MB;
+//    1.061 per byte needed, the table's and lengths' counted as needed),
+//    on pages of 1 546,544, on the contiguous layout's one-page table
+//    543,568: V's cp.async 16 sectors per request, every byte used, K's
+//    16-sector requests as version 4's; q read once per block instead of
+//    once per warp saves 24.6k sectors, the table costs about 2k.
+//  - ESTIMATE (not measured) of pages of 16 shuffled against the
+//    contiguous layout, bandwidth-bound (batch 32, 1k keys, 40 / 28 us):
+//    the same bytes and sectors per byte (above), the same instructions
+//    per 16 keys (about 330 against 362: the issue rate, 1 of 4 per clock
+//    at 4.8 TB/s, is not the bound); the extra latencies per block are
+//    the schedule's read of seq_lens and the block's copy of q before the
+//    first key (two L2 round trips and a barrier, about 0.4 us) and each
+//    warp's first table load ahead of its first K load (0.2 us; the next
+//    sub-tile's is issued a sub-tile ahead and hidden), once per block,
+//    whose 16 sub-tiles per warp (one 1k sequence, one block: chunk 1,024)
+//    take the whole 40 / 28 us wave: 1.5-2%; and
+//    scattered 32 KB pages instead of one stripe: each page's K and V rows
+//    are 256 B at a 2 KB stride as in the contiguous layout, so DRAM sees
+//    the same bursts, and a page per 16 keys may miss the SM's L1 TLB where
+//    a stripe misses it once per 1024 keys: an L2 TLB hit, about 0.1-0.2 us
+//    of added latency on a sub-tile, hidden while the SM keeps 2 blocks x 4
+//    warps x 8 KB in flight against the ~18 KB (H100) to 26 KB (H200) that
+//    Little's law asks at ~1 us (0-3%). Total: 2-5% slower than attn_decode
+//    4 contiguous at batch 32 (the issue's bound: 10%). At batch 1 (1k keys:
+//    a latency-bound ~4 us launch) the schedule's 0.4 us is up to 10%.
+//
 // Workspace: item x's partial of query head h at ((x * heads + h) * D) floats,
 // (max, sum) pairs after the gridDim.x * heads * D sums, then one counter
 // per (sequence, kv head) (kernels.Decode6WorkspaceBytes). A sequence of one
@@ -484,29 +565,22 @@ struct dec6_item {
 };
 
 // decode6_schedule computes the launch's chunk from seq_lens and block
-// blockIdx.x's item (every block computes the same chunk and numbering).
+// blockIdx.x's item. Every warp computes it alone (the same chunk and
+// numbering in every warp and block, warp-uniform values, no barrier):
+// lane l sums and numbers the splits of sequences [l * per, (l + 1) * per)
+// by a warp scan, the lane whose range holds item blockIdx.x finds its
+// sequence and split, and a shuffle hands them to the warp.
 __device__ __forceinline__ dec6_item decode6_schedule(const int* __restrict__ seqLens, int batch, int cap,
                                                       int target) {
-    __shared__ long long red_s[DEC6_WARPS];
-    __shared__ int scan_s[DEC6_WARPS];
-    __shared__ dec6_item item_s;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int lane = threadIdx.x & 31;
+    const int per = (batch + 31) / 32;
+    const int lo = min(lane * per, batch), hi = min(lo + per, batch);
     long long total = 0;
-    for (int i = tid; i < batch; i += DEC6_WARPS * 32) total += min(seqLens[i], cap);
+    for (int i = lo; i < hi; i++) total += min(seqLens[i], cap);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
-    if (lane == 0) red_s[warp] = total;
-    if (tid == 0) item_s.b = -1;
-    __syncthreads();
-    total = 0;
-#pragma unroll
-    for (int w = 0; w < DEC6_WARPS; w++) total += red_s[w];
     const long long per_chunk = (total + target - 1) / target;
     const int chunk = (int)max((long long)DEC6_QUANTUM, (per_chunk + DEC6_QUANTUM - 1) / DEC6_QUANTUM * DEC6_QUANTUM);
-    // Thread tid numbers the splits of sequences [lo, hi): a block-wide
-    // exclusive scan of the per-thread counts places them.
-    const int per = (batch + DEC6_WARPS * 32 - 1) / (DEC6_WARPS * 32);
-    const int lo = min(tid * per, batch), hi = min(lo + per, batch);
     int count = 0;
     for (int i = lo; i < hi; i++) count += (min(seqLens[i], cap) + chunk - 1) / chunk;
     int incl = count;
@@ -515,25 +589,24 @@ __device__ __forceinline__ dec6_item decode6_schedule(const int* __restrict__ se
         const int up = __shfl_up_sync(0xffffffffu, incl, off);
         if (lane >= off) incl += up;
     }
-    if (lane == 31) scan_s[warp] = incl;
-    __syncthreads();
-    int first = incl - count;
-    for (int w = 0; w < warp; w++) first += scan_s[w];
     const int x = blockIdx.x;
+    int first = incl - count, b = -1, split = 0;
     if (x >= first && x < first + count) {
-        for (int i = lo; i < hi; i++) {
-            const int len = min(seqLens[i], cap);
-            const int splits = (len + chunk - 1) / chunk;
+        for (int i = lo; i < hi && b < 0; i++) {
+            const int splits = (min(seqLens[i], cap) + chunk - 1) / chunk;
             if (x < first + splits) {
-                const int split = x - first;
-                item_s = dec6_item{i, split, splits, split * chunk, min(split * chunk + chunk, len)};
-                break;
+                b = i, split = x - first;
             }
             first += splits;
         }
     }
-    __syncthreads();
-    return item_s;
+    const unsigned found = __ballot_sync(0xffffffffu, b >= 0);
+    if (found == 0) return dec6_item{-1, 0, 0, 0, 0};  // warp-uniform
+    const int src = __ffs(found) - 1;
+    b = __shfl_sync(0xffffffffu, b, src);
+    split = __shfl_sync(0xffffffffu, split, src);
+    const int len = min(seqLens[b], cap), splits = (len + chunk - 1) / chunk;
+    return dec6_item{b, split, splits, split * chunk, min(split * chunk + chunk, len)};
 }
 
 // decode6_lane_slot is the slot this lane holds for the sub-tile at kb0:
