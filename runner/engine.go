@@ -273,17 +273,26 @@ func (e *Engine) uploadViews() error {
 	if err := e.be.UploadI32(e.prefillKV.BlockTable, e.plan.Table); err != nil {
 		return fmt.Errorf("upload block table: %w", err)
 	}
-	if err := e.uploadView(e.prefillKV, e.plan.stepView(cached, prompt)); err != nil {
+	prefill := e.plan.stepView(cached, prompt)
+	if err := e.uploadView(e.prefillKV, prefill); err != nil {
 		return fmt.Errorf("upload the prefill's view: %w", err)
 	}
-	if e.outputLen < 2 {
-		return nil
+	var decode kvStep
+	var decodeShape AttnShape
+	if e.outputLen >= 2 {
+		for b, s := range e.seqs {
+			cached[b] = s.Context + s.Prompt
+		}
+		decode = e.plan.stepView(cached, ones)
+		if err := e.uploadView(e.decodeKV, decode); err != nil {
+			return fmt.Errorf("upload the first decode step's view: %w", err)
+		}
+		decodeShape = e.shapeAfter(false, cached)
 	}
-	for b, s := range e.seqs {
-		cached[b] = s.Context + s.Prompt
-	}
-	if err := e.uploadView(e.decodeKV, e.plan.stepView(cached, ones)); err != nil {
-		return fmt.Errorf("upload the first decode step's view: %w", err)
+	if p, ok := e.be.(KVPlanner); ok {
+		if err := p.PlanKV(prefill.host(e.plan.Table), e.shapeAfter(true, e.lens), decode.host(e.plan.Table), decodeShape); err != nil {
+			return fmt.Errorf("plan the steps: %w", err)
+		}
 	}
 	return nil
 }
@@ -576,7 +585,11 @@ func (e *Engine) Tabled() bool { return e.tabled }
 func (e *Engine) Plan() KVPlan { return e.plan }
 
 // shape is the attention shape of the prefill or the next decode step.
-func (e *Engine) shape(prefill bool) AttnShape {
+func (e *Engine) shape(prefill bool) AttnShape { return e.shapeAfter(prefill, e.lens) }
+
+// shapeAfter is the attention shape of the prefill or a decode step once
+// sequence b holds lens[b] tokens.
+func (e *Engine) shapeAfter(prefill bool, lens []int) AttnShape {
 	s := AttnShape{Batch: e.batch, SeqLen: 1, StartPos: e.pos, Heads: e.tp.Heads,
 		KVHeads: e.tp.KVHeads, HeadDim: e.cfg.HeadDim, MaxSeq: e.maxSeq}
 	if prefill {
@@ -593,7 +606,7 @@ func (e *Engine) shape(prefill bool) AttnShape {
 		if prefill {
 			s.QLens[b] = e.seqs[b].Prompt
 		}
-		s.SeqLens[b] = e.lens[b] + s.QLens[b]
+		s.SeqLens[b] = lens[b] + s.QLens[b]
 		s.SeqLen = max(s.SeqLen, s.QLens[b])
 	}
 	return s
