@@ -10,19 +10,19 @@ import (
 
 // Point is one measured step or op placed on a roofline.
 type Point struct {
-	Label     string `json:"label"`          // e.g. "decode b=8"
-	Phase     string `json:"phase"`          // "prefill" or "decode"
-	Op        string `json:"op,omitempty"`   // set for per-op points
-	Batch     int    `json:"batch_size"`     //
-	InputLen  int    `json:"input_len"`      //
-	OutputLen int    `json:"output_len"`     //
-	Position  int    `json:"position"`       // KV length the cost was computed at
+	Label     string `json:"label"`        // e.g. "decode b=8"
+	Phase     string `json:"phase"`        // "prefill" or "decode"
+	Op        string `json:"op,omitempty"` // set for per-op points
+	Batch     int    `json:"batch_size"`   //
+	InputLen  int    `json:"input_len"`    //
+	OutputLen int    `json:"output_len"`   //
+	Position  int    `json:"position"`     // KV length the cost was computed at
 	// KVTokens is a ragged or synthetically filled batch's tokens in its
 	// caches after the step (what its attention reads: the sum of the
 	// sequences' lengths); absent for a uniform batch, batch × (Position+1)
 	// for decode and batch × input_len for the prefill.
 	KVTokens int    `json:"kv_tokens,omitempty"`
-	Roof      string `json:"roof,omitempty"` // the roof's Source
+	Roof     string `json:"roof,omitempty"` // the roof's Source
 	// The cost model's work and the measured (median device) time.
 	FLOPs float64 `json:"flops"`
 	// FP8FLOPs is the part of FLOPs FP8 GEMMs do (at the roof's FP8 rate).
