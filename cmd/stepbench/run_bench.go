@@ -69,7 +69,7 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	}
 	d.env.Roof, d.env.Roofs = roof, roofs
 	build := report.Builder{Model: s.cfg, Roof: roof, Telemetry: tel.Recorder(), DiscardThrottled: f.telemetry.discardThrottled,
-		TPSize: d.tpSize}
+		TPSize: d.tpSize, KV: f.kv.options(f.seed)}
 	created := d.now()
 	files := f.resultFiles(textOut)
 	files.Device = compat.Device(d.env.Backend, d.env.Emulated)
