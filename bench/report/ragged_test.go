@@ -109,3 +109,26 @@ func TestRaggedShapeReportJSON(t *testing.T) {
 		}
 	}
 }
+
+// A ragged batch's gobench lines name its KV tokens and lengths (and a
+// synthetic fill), its prefill's tokens/s counts its prompts, and the
+// configuration lines carry the layout and the lengths' spec and seed; a
+// uniform contiguous run's lines and configuration are as they were.
+func TestWriteGoBenchRagged(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := KVGoBenchConfig(&KVCache{Layout: "paged", PageSize: 16, PageOrder: "shuffled", ContextLens: "uniform:8-64", KVFill: "prefill"}, 7)
+	if err := WriteGoBench(&buf, "m", cfg, raggedShapes()[:2]); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"context_lens: uniform:8-64\n", "kv_layout: paged 16 shuffled\n", "seed: 7\n",
+		"BenchmarkPrefill/model=m/batch=2/input=1024/output=4/kv=2048/lens=512,1536-1\t1\t10000000 ns/op\t5000000 device-ns/op\t204800.00 tokens/s\n",
+		"BenchmarkPrefill/model=m/batch=2/input=64/output=3/kv=128/fill=synthetic-1\t1\t10000000 ns/op\t5000000 device-ns/op\t200.00 tokens/s\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if c := KVGoBenchConfig(&KVCache{Layout: "contiguous", KVFill: "prefill"}, 42); len(c) != 0 {
+		t.Errorf("a uniform contiguous run's configuration adds %v", c)
+	}
+}
