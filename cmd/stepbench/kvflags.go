@@ -114,6 +114,42 @@ func (k *kvFlags) describe(seed uint64) string {
 	return s
 }
 
+// baselineKV is ab's baseline arm's layout (--baseline-kv-layout,
+// --baseline-page-size, --baseline-page-order): A's where not given.
+type baselineKV struct {
+	layout, order string
+	pageSize      int
+}
+
+func (b *baselineKV) register(fs *pflag.FlagSet) {
+	fs.StringVar(&b.layout, "baseline-kv-layout", "", "baseline (B): the KV cache's layout (default: --kv-layout's)")
+	fs.IntVar(&b.pageSize, "baseline-page-size", 0, "baseline (B): tokens per page (default: --page-size's)")
+	fs.StringVar(&b.order, "baseline-page-order", "", "baseline (B): how pages are handed out (default: --page-order's)")
+}
+
+// resolve is B's flags: A's (k) with b's given ones over them, checked as A's.
+func (b *baselineKV) resolve(fs *pflag.FlagSet, k kvFlags) (kvFlags, error) {
+	kb := k
+	if fs.Changed("baseline-kv-layout") {
+		kb.layout = b.layout
+	}
+	if fs.Changed("baseline-page-size") {
+		kb.pageSize = b.pageSize
+	}
+	if fs.Changed("baseline-page-order") {
+		kb.order = b.order
+	}
+	switch {
+	case kb.layout != runner.KVPaged && kb.layout != runner.KVContiguous:
+		return kb, usagef("--baseline-kv-layout %q: want %s or %s", kb.layout, runner.KVPaged, runner.KVContiguous)
+	case kb.order != runner.PagesSequential && kb.order != runner.PagesShuffled:
+		return kb, usagef("--baseline-page-order %q: want %s or %s", kb.order, runner.PagesSequential, runner.PagesShuffled)
+	case kb.pageSize < 1 || kb.pageSize > runner.MaxPageSize:
+		return kb, usagef("--baseline-page-size %d: want 1..%d", kb.pageSize, runner.MaxPageSize)
+	}
+	return kb, nil
+}
+
 // sweep is the run's shapes with their lengths resolved (bench.Options.Shapes).
 func sweep(k *kvFlags, s shapeFlags, seed uint64, cfg runner.Config) ([]bench.Shape, error) {
 	opt := bench.Options{BatchSizes: s.batch, InputLens: s.input, OutputLens: s.output, Seed: seed}
