@@ -208,7 +208,7 @@ func (s Shape) Longest() int {
 
 // Label names the shape in reports: "batch=B/seq=S/pos=P"; a ragged step's
 // seq and pos lists where its sequences differ ("batch=3/seq=1/
-// pos=128;4096;512"; past 8 sequences their range, their KV tokens and a
+// pos=128:4096:512"; past 8 sequences their range, their KV tokens and a
 // hash of the lists, "pos=200..8000/kv=131072/h=1a2b3c4d"), and a paged
 // layout after it ("/paged=16", "/paged=16/shuffled").
 func (s Shape) Label() string {
@@ -234,8 +234,8 @@ func (s Shape) Label() string {
 	return out
 }
 
-// labelList is one value when all are the same, the list joined by ';' up
-// to 8, else "least..greatest".
+// labelList is one value when all are the same, the list joined by ':' up
+// to 8 (as --shape reads it), else "least..greatest".
 func labelList(xs []int) string {
 	if slices.Min(xs) == slices.Max(xs) {
 		return strconv.Itoa(xs[0])
@@ -247,15 +247,15 @@ func labelList(xs []int) string {
 	for i, x := range xs {
 		parts[i] = strconv.Itoa(x)
 	}
-	return strings.Join(parts, ";")
+	return strings.Join(parts, ":")
 }
 
 // ParseShape parses "batch=B,seq=S,pos=P" (any order; batch and seq
 // default to 1, pos to 0). seq and pos take a list, one value per
-// sequence: "seq=128;4096;512" (a varlen prefill), "pos=128;4096;512" (a
-// decode step at each sequence's length); lens=L1;L2;... is pos's list
-// under the name run's --context-lens gives it. batch, when given, must be
-// the lists' length.
+// sequence, separated by ':' (or ';'): "seq=128:4096:512" (a varlen
+// prefill), "pos=128:4096:512" (a decode step at each sequence's length);
+// lens=L1:L2:... is pos's list under the name run's --context-lens gives
+// it. batch, when given, must be the lists' length.
 func ParseShape(text string) (Shape, error) {
 	if strings.TrimSpace(text) == "" {
 		return Shape{}, errors.New("shape: empty")
@@ -287,10 +287,10 @@ func ParseShape(text string) (Shape, error) {
 	return shapeOf(values)
 }
 
-// parseShapeList is a key's value or ';'-separated values, each an integer
-// in [0, 2^24] (batch: one).
+// parseShapeList is a key's value or values separated by ':' (or ';',
+// which a shell needs quoted), each an integer in [0, 2^24] (batch: one).
 func parseShapeList(key, value string) ([]int, error) {
-	parts := strings.Split(value, ";")
+	parts := strings.Split(strings.ReplaceAll(value, ";", ":"), ":")
 	if key == "batch" && len(parts) > 1 {
 		return nil, fmt.Errorf("shape: batch=%q is one number", value)
 	}
@@ -298,7 +298,7 @@ func parseShapeList(key, value string) ([]int, error) {
 	for i, p := range parts {
 		v, err := strconv.Atoi(p)
 		if err != nil || v < 0 || v > 1<<24 {
-			return nil, fmt.Errorf("shape: %s=%q is not an integer in [0, 2^24] (or a list of them, 128;4096)", key, value)
+			return nil, fmt.Errorf("shape: %s=%q is not an integer in [0, 2^24] (or a list of them, 128:4096)", key, value)
 		}
 		out[i] = v
 	}

@@ -17,18 +17,18 @@ func TestParseRaggedShape(t *testing.T) {
 		want  Shape
 		label string // "" : an error
 	}{
-		{"batch=3,lens=128;4096;512", Shape{Batch: 3, SeqLen: 1, Seqs: decode}, "batch=3/seq=1/pos=128;4096;512"},
-		{"lens=128;4096;512", Shape{Batch: 3, SeqLen: 1, Seqs: decode}, "batch=3/seq=1/pos=128;4096;512"},
-		{"pos=128;4096;512,seq=1", Shape{Batch: 3, SeqLen: 1, Seqs: decode}, "batch=3/seq=1/pos=128;4096;512"},
-		{"seq=5;9", Shape{Batch: 2, SeqLen: 9, Seqs: []runner.SeqSpec{{Prompt: 5}, {Prompt: 9}}}, "batch=2/seq=5;9/pos=0"},
+		{"batch=3,lens=128;4096;512", Shape{Batch: 3, SeqLen: 1, Seqs: decode}, "batch=3/seq=1/pos=128:4096:512"},
+		{"lens=128:4096:512", Shape{Batch: 3, SeqLen: 1, Seqs: decode}, "batch=3/seq=1/pos=128:4096:512"},
+		{"pos=128:4096:512,seq=1", Shape{Batch: 3, SeqLen: 1, Seqs: decode}, "batch=3/seq=1/pos=128:4096:512"},
+		{"seq=5:9", Shape{Batch: 2, SeqLen: 9, Seqs: []runner.SeqSpec{{Prompt: 5}, {Prompt: 9}}}, "batch=2/seq=5:9/pos=0"},
 		{"seq=4,lens=100;300", Shape{Batch: 2, SeqLen: 4, Seqs: []runner.SeqSpec{{Context: 100, Prompt: 4}, {Context: 300, Prompt: 4}}},
-			"batch=2/seq=4/pos=100;300"},
+			"batch=2/seq=4/pos=100:300"},
 		{"lens=7;7", Shape{Batch: 2, SeqLen: 1, StartPos: 7}, "batch=2/seq=1/pos=7"},
 		{"batch=2,lens=1;2;3", Shape{}, ""},
 		{"pos=1,lens=2", Shape{}, ""},
 		{"lens=2,pos=1", Shape{}, ""},
-		{"seq=1;2,pos=3;4;5", Shape{}, ""},
-		{"seq=0;3", Shape{}, ""},
+		{"seq=1:2,pos=3:4:5", Shape{}, ""},
+		{"seq=0:3", Shape{}, ""},
 		{"lens=1;x", Shape{}, ""},
 		{"batch=2;3", Shape{}, ""},
 	} {

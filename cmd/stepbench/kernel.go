@@ -44,7 +44,7 @@ func (f *kernelFlags) register(fs *pflag.FlagSet) {
 	f.backend.register(fs)
 	fs.IntVar(&f.batch, "batch-size", 1, "batch size of the model shapes")
 	fs.IntVar(&f.inputLen, "input-len", 1024, "prompt length: prefill runs seq=input-len, decode seq=1 at pos=input-len")
-	fs.StringVar(&f.shapeText, "shape", "", "instead of the model shapes: batch=B,seq=S,pos=P; seq and pos take a list per sequence, a ragged step through the block table: lens=128;4096;512 (a decode step at each length, pos's list), seq=128;4096;512 (a varlen prefill)")
+	fs.StringVar(&f.shapeText, "shape", "", "instead of the model shapes: batch=B,seq=S,pos=P; seq and pos take a list per sequence, a ragged step through the block table: lens=128:4096:512 (a decode step at each length, pos's list), seq=128:4096:512 (a varlen prefill)")
 	f.kv.register(fs, false)
 	fs.StringVar(&f.kv.contextLens, "context-lens", "", "instead of --input-len, a ragged batch's model shapes: its varlen prefill and the decode step after it, through the block table: a list 128,4096,512 (the batch size is its length), uniform:LO-HI or normal:MEAN,SD (drawn for --batch-size with seed 42, as run --seed 42 draws them)")
 	fs.IntVar(&f.minSamples, "min-samples", 10, "cold samples to take at least")
@@ -485,7 +485,7 @@ func (f *kernelFlags) raggedShapes(shapes []kernelbench.Shape, cfg runner.Config
 // kvReport is the layout and lengths --json-out records; nil for the
 // model shapes on the contiguous layout (a report as it was).
 func (f *kernelFlags) kvReport() *report.KVCache {
-	if f.kv.layout == runner.KVContiguous && f.kv.contextLens == "" && !strings.Contains(f.shapeText, ";") {
+	if f.kv.layout == runner.KVContiguous && f.kv.contextLens == "" && !strings.ContainsAny(f.shapeText, ";:") {
 		return nil
 	}
 	r := &report.KVCache{Layout: f.kv.layout, ContextLens: f.kv.contextLens}

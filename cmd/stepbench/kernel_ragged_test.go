@@ -39,11 +39,11 @@ func TestKernelRaggedShapes(t *testing.T) {
 		labels []string
 		kv     runner.KVOptions
 	}{
-		{[]string{"--context-lens", "5,40,17"}, []string{"batch=3/seq=5;40;17/pos=0", "batch=3/seq=1/pos=5;40;17"}, runner.KVOptions{Layout: runner.KVContiguous}},
+		{[]string{"--context-lens", "5,40,17"}, []string{"batch=3/seq=5:40:17/pos=0", "batch=3/seq=1/pos=5:40:17"}, runner.KVOptions{Layout: runner.KVContiguous}},
 		{[]string{"--context-lens", "5,40,17", "--kv-layout", "paged", "--page-size", "4", "--page-order", "shuffled"},
-			[]string{"batch=3/seq=5;40;17/pos=0/paged=4/shuffled", "batch=3/seq=1/pos=5;40;17/paged=4/shuffled"},
+			[]string{"batch=3/seq=5:40:17/pos=0/paged=4/shuffled", "batch=3/seq=1/pos=5:40:17/paged=4/shuffled"},
 			runner.KVOptions{Layout: runner.KVPaged, PageSize: 4, Order: runner.PagesShuffled, Seed: 42}},
-		{[]string{"--shape", "batch=3,lens=128;1000;512", "--kv-layout", "paged"}, []string{"batch=3/seq=1/pos=128;1000;512/paged=16"},
+		{[]string{"--shape", "batch=3,lens=128:1000:512", "--kv-layout", "paged"}, []string{"batch=3/seq=1/pos=128:1000:512/paged=16"},
 			runner.KVOptions{Layout: runner.KVPaged, PageSize: 16, Order: runner.PagesSequential, Seed: 42}},
 		{[]string{"--batch-size", "4", "--input-len", "32"}, []string{"batch=4/seq=32/pos=0", "batch=4/seq=1/pos=32"}, runner.KVOptions{Layout: runner.KVContiguous}},
 	} {
