@@ -61,6 +61,22 @@ func TestRaggedRunResultsRecordTheLengths(t *testing.T) {
 	if err != nil || doc["kv_tokens"] != 55.0 || doc["latencies"] == nil {
 		t.Errorf("vLLM file (%v): %s", err, data)
 	}
+	// The gobench lines and a dashboard's series name the lengths and the layout.
+	layout := []string{"--context-lens", "5,17,33", "--kv-layout", "paged", "--page-size", "4", "--page-order", "shuffled"}
+	for _, tc := range []struct {
+		format string
+		want   []string
+	}{
+		{"gobench", []string{"kv_layout: paged 4 shuffled\n", "context_lens: 5,17,33\n", "BenchmarkPrefill/model=llama-tiny/batch=3/input=18/output=3/kv=55/lens=5,17,33-1\t"}},
+		{"github-action-benchmark", []string{"/b3_i18_o3_kv55_lens5,17,33_paged4_shuffled/prefill_device"}},
+	} {
+		stdout, _, _, _ := raggedRun(t, append(layout, "--format", tc.format)...)
+		for _, want := range tc.want {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("--format %s lacks %q:\n%s", tc.format, want, stdout)
+			}
+		}
+	}
 }
 
 // compare refuses, in one line with exit 2, two runs whose layouts, page
