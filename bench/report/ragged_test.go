@@ -9,6 +9,7 @@ import (
 
 	"stepbench/bench"
 	"stepbench/bench/benchtest"
+	"stepbench/bench/breakdown"
 	"stepbench/bench/roofline"
 	"stepbench/runner"
 )
@@ -130,5 +131,31 @@ func TestWriteGoBenchRagged(t *testing.T) {
 	}
 	if c := KVGoBenchConfig(&KVCache{Layout: "contiguous", KVFill: "prefill"}, 42); len(c) != 0 {
 		t.Errorf("a uniform contiguous run's configuration adds %v", c)
+	}
+}
+
+// A ragged batch's breakdown tables name its lengths.
+func TestWriteBreakdownTableRagged(t *testing.T) {
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Seed: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	sb, err := breakdown.Measure(e, bench.RaggedShape([]int{5, 19}, 3, ""), 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := WriteBreakdownTable(&out, sb, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"prefill breakdown: batch_size=2 input_len=12 output_len=3 context_lens=5,19 (", "decode breakdown: batch_size=2 input_len=12"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
 	}
 }
