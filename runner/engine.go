@@ -273,17 +273,26 @@ func (e *Engine) uploadViews() error {
 	if err := e.be.UploadI32(e.prefillKV.BlockTable, e.plan.Table); err != nil {
 		return fmt.Errorf("upload block table: %w", err)
 	}
-	if err := e.uploadView(e.prefillKV, e.plan.stepView(cached, prompt)); err != nil {
+	prefill := e.plan.stepView(cached, prompt)
+	if err := e.uploadView(e.prefillKV, prefill); err != nil {
 		return fmt.Errorf("upload the prefill's view: %w", err)
 	}
-	if e.outputLen < 2 {
-		return nil
+	var decode kvStep
+	var decodeShape AttnShape
+	if e.outputLen >= 2 {
+		for b, s := range e.seqs {
+			cached[b] = s.Context + s.Prompt
+		}
+		decode = e.plan.stepView(cached, ones)
+		if err := e.uploadView(e.decodeKV, decode); err != nil {
+			return fmt.Errorf("upload the first decode step's view: %w", err)
+		}
+		decodeShape = e.shapeAfter(false, cached)
 	}
-	for b, s := range e.seqs {
-		cached[b] = s.Context + s.Prompt
-	}
-	if err := e.uploadView(e.decodeKV, e.plan.stepView(cached, ones)); err != nil {
-		return fmt.Errorf("upload the first decode step's view: %w", err)
+	if p, ok := e.be.(KVPlanner); ok {
+		if err := p.PlanKV(prefill.host(e.plan.Table), e.shapeAfter(true, e.lens), decode.host(e.plan.Table), decodeShape); err != nil {
+			return fmt.Errorf("plan the steps: %w", err)
+		}
 	}
 	return nil
 }
@@ -375,6 +384,22 @@ func (e *Engine) ensureBuffers(batch, tokens int, plan KVPlan, tabled bool) erro
 	if e.coll != nil {
 		alloc(&e.keys, I32, 2*batch, "argmax keys")
 	}
+	e.allocKV(alloc, batch, tokens, plan, tabled)
+	if err != nil {
+		return errors.Join(err, e.freeRunBuffers())
+	}
+	e.capTokens, e.capBatch, e.capSlots, e.capPages, e.capTabled = tokens, batch, plan.Slots(), plan.MaxPages, tabled
+	if r, ok := e.be.(AttentionReserver); ok {
+		if err := r.ReserveAttention(e.decodeReserveShape(batch, plan, tabled)); err != nil {
+			return fmt.Errorf("reserve attention workspace: %w", err)
+		}
+	}
+	return nil
+}
+
+// allocKV allocates the caches and, for a tabled run, the prefill's and
+// decode steps' views (sharing posBuf and one block table), through alloc.
+func (e *Engine) allocKV(alloc func(*Buffer, DType, int, string), batch, tokens int, plan KVPlan, tabled bool) {
 	e.prefillKV, e.decodeKV = KVView{Pos: e.posBuf}, KVView{Pos: e.posBuf}
 	if tabled {
 		alloc(&e.prefillKV.BlockTable, I32, batch*plan.MaxPages, "block table")
@@ -390,23 +415,13 @@ func (e *Engine) ensureBuffers(batch, tokens int, plan KVPlan, tabled bool) erro
 			alloc(&v.view.SlotMapping, I64, v.rows, v.name+" slot mapping")
 		}
 	}
-	e.kCache = make([]Buffer, c.NumHiddenLayers)
-	e.vCache = make([]Buffer, c.NumHiddenLayers)
+	e.kCache = make([]Buffer, e.cfg.NumHiddenLayers)
+	e.vCache = make([]Buffer, e.cfg.NumHiddenLayers)
 	for l := range e.kCache {
-		n := plan.Slots() * lay.KVHeads * D
+		n := plan.Slots() * e.tp.KVHeads * e.cfg.HeadDim
 		alloc(&e.kCache[l], BF16, n, fmt.Sprintf("layer %d K cache", l))
 		alloc(&e.vCache[l], BF16, n, fmt.Sprintf("layer %d V cache", l))
 	}
-	if err != nil {
-		return errors.Join(err, e.freeRunBuffers())
-	}
-	e.capTokens, e.capBatch, e.capSlots, e.capPages, e.capTabled = tokens, batch, plan.Slots(), plan.MaxPages, tabled
-	if r, ok := e.be.(AttentionReserver); ok {
-		if err := r.ReserveAttention(e.decodeReserveShape(batch, plan, tabled)); err != nil {
-			return fmt.Errorf("reserve attention workspace: %w", err)
-		}
-	}
-	return nil
 }
 
 // decodeReserveShape is the decode step a run of plan's geometry may run
@@ -576,7 +591,11 @@ func (e *Engine) Tabled() bool { return e.tabled }
 func (e *Engine) Plan() KVPlan { return e.plan }
 
 // shape is the attention shape of the prefill or the next decode step.
-func (e *Engine) shape(prefill bool) AttnShape {
+func (e *Engine) shape(prefill bool) AttnShape { return e.shapeAfter(prefill, e.lens) }
+
+// shapeAfter is the attention shape of the prefill or a decode step once
+// sequence b holds lens[b] tokens.
+func (e *Engine) shapeAfter(prefill bool, lens []int) AttnShape {
 	s := AttnShape{Batch: e.batch, SeqLen: 1, StartPos: e.pos, Heads: e.tp.Heads,
 		KVHeads: e.tp.KVHeads, HeadDim: e.cfg.HeadDim, MaxSeq: e.maxSeq}
 	if prefill {
@@ -593,7 +612,7 @@ func (e *Engine) shape(prefill bool) AttnShape {
 		if prefill {
 			s.QLens[b] = e.seqs[b].Prompt
 		}
-		s.SeqLens[b] = e.lens[b] + s.QLens[b]
+		s.SeqLens[b] = lens[b] + s.QLens[b]
 		s.SeqLen = max(s.SeqLen, s.QLens[b])
 	}
 	return s

@@ -119,6 +119,23 @@ type KVPlan struct {
 	Table []int32
 }
 
+// PlanSize is PlanKV's slots per layer and pages per sequence, without
+// making its table (for memory estimates).
+func PlanSize(positions []int, o KVOptions) (slots, maxPages int) {
+	longest := 1
+	for _, n := range positions {
+		longest = max(longest, n)
+	}
+	if !o.Paged() {
+		return len(positions) * longest, 1
+	}
+	ps := o.pageSize()
+	for _, n := range positions {
+		slots += (max(n, 1) + ps - 1) / ps * ps
+	}
+	return slots, (longest + ps - 1) / ps
+}
+
 // PlanKV lays out sequences that each write up to positions[b] positions
 // (context, prompt and the decode steps' tokens) under o: a pool of
 // exactly the pages they need, handed out in o's order; contiguous, one
@@ -212,4 +229,26 @@ func (p KVPlan) stepView(cached, newTokens []int) kvStep {
 		}
 	}
 	return v
+}
+
+// KVHostView is the host's copy of a tabled step's view (KVView's
+// buffers' contents when the step begins).
+type KVHostView struct {
+	BlockTable, SeqLens, QueryStart, Positions []int32
+	SlotMapping                                []int64
+}
+
+// KVPlanner is implemented by backends that prepare a tabled run's steps on
+// the host before they run (an op library's plan entry point, FlashInfer's
+// plan): the engine calls PlanKV at Begin, after uploading the views,
+// outside any timed region or capture, with the prefill's view and shape
+// and the first decode step's (decode.Batch 0 when the run has no decode
+// step). Later decode steps move their view on the device (AdvanceKV): a
+// plan must stay valid for them, as a captured step's launches do.
+type KVPlanner interface {
+	PlanKV(prefill KVHostView, prefillShape AttnShape, decode KVHostView, decodeShape AttnShape) error
+}
+
+func (v kvStep) host(table []int32) KVHostView {
+	return KVHostView{BlockTable: table, SeqLens: v.seqLens, QueryStart: v.queryStart, Positions: v.positions, SlotMapping: v.slots}
 }

@@ -110,6 +110,20 @@ type RunConfig struct {
 	// Prompts says where the timed prompts came from when not from random
 	// ids (run --prompt-file); absent: random ids.
 	Prompts *Prompts `json:"prompts,omitempty"`
+	// KV is the KV cache's layout and the batches' lengths (run
+	// --kv-layout, --page-size, --page-order, --context-lens, --kv-fill);
+	// absent in reports from before it was recorded: the contiguous layout.
+	KV *KVCache `json:"kv_cache,omitempty"`
+}
+
+// KVCache is a run's KV cache layout and where its lengths came from; each
+// shape's own lengths are its context_lens.
+type KVCache struct {
+	Layout      string `json:"layout"`                 // "paged" or "contiguous"
+	PageSize    int    `json:"page_size,omitempty"`    // tokens per page (paged)
+	PageOrder   string `json:"page_order,omitempty"`   // "sequential" or "shuffled" (paged; shuffled by Seed)
+	ContextLens string `json:"context_lens,omitempty"` // --context-lens as given (drawn with Seed); absent: --input-len
+	KVFill      string `json:"kv_fill,omitempty"`      // "prefill" or "synthetic"
 }
 
 // Prompts are the text prompts of a run (bench.TextPrompts): the file,
@@ -126,6 +140,10 @@ type Prompts struct {
 // ShapeReport is one shape's samples, summaries and roofline floors.
 type ShapeReport struct {
 	bench.Shape
+	// KVTokens is a ragged or synthetically filled batch's tokens in its
+	// caches after the prefill: the sum of its context_lens (absent for a
+	// uniform batch: batch_size × input_len).
+	KVTokens int  `json:"kv_tokens,omitempty"`
 	Complete bool `json:"complete"`
 	// Iterations is the count of timed iterations, StopReason why they
 	// stopped (num_iters, target_noise, max_seconds, interrupted, error)
@@ -235,6 +253,9 @@ func NewShapeReport(s bench.ShapeResult) ShapeReport {
 		DecodeHostSeconds:         s.Summary.DecodeHostSeconds,
 		DecodeDeviceSeconds:       s.Summary.DecodeDeviceSeconds,
 		TotalHostSeconds:          s.Summary.TotalHostSeconds,
+	}
+	if s.Shape.Ragged() {
+		r.KVTokens = s.Shape.KVTokens()
 	}
 	if s.StopReason != "" {
 		noise := s.Noise

@@ -16,9 +16,9 @@ import (
 // runs it: the KV cache holds InputLen+OutputLen positions, the prefill
 // starts at position 0 and decode step k at InputLen+k.
 //
-// Seqs, when set, are the run's own sequences (runner.Engine.BeginSeqs:
-// each its context and prompt; Batch and InputLen are then ignored), and
-// KV the cache's layout (the zero value: contiguous). A run the engine
+// Seqs, when set, are a ragged run's own sequences (runner.Engine.BeginSeqs:
+// each its context and prompt; Batch is then their count and InputLen
+// their mean), and KV the cache's layout (the zero value: contiguous). A run the engine
 // takes through the block table (the paged layout, a ragged batch, or a
 // selection of the table's kernel versions: RunShape.tabled) is checked at
 // its own table, lengths and slots (gate_paged.go).
@@ -144,6 +144,7 @@ func (v *Verifier) VerifyRunShapes(m kernels.ModelShape, shapes []RunShape, chec
 		return nil, errors.New("verify run shapes: no checks named")
 	}
 	v.results = nil
+	shapes = slices.Clone(shapes)
 	for i, s := range shapes {
 		if err := s.check(); err != nil {
 			return nil, fmt.Errorf("verify run shapes: %w", err)

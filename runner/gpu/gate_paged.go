@@ -35,12 +35,13 @@ func (s RunShape) check() error {
 	return s.KV.Validate()
 }
 
-// normalized sets Batch and InputLen from Seqs (the longest prompt).
+// normalized sets Batch from Seqs, and InputLen (their mean prompt) when
+// unset.
 func (s RunShape) normalized() RunShape {
 	if s.Seqs != nil {
-		s.Batch, s.InputLen = len(s.Seqs), 0
-		for _, q := range s.Seqs {
-			s.InputLen = max(s.InputLen, q.Prompt)
+		s.Batch = len(s.Seqs)
+		if s.InputLen < 1 {
+			s.InputLen = max(1, s.tokens()/len(s.Seqs))
 		}
 	}
 	return s
