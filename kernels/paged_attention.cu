@@ -521,12 +521,13 @@ DEFINE_PREFILL4(128)
 //    TestEmulatorPagedDecodeReadsNoMoreSectors), Llama-3-8B heads, 4
 //    sequences of 1000 tokens: attn_decode 4 on the contiguous layout reads
 //    569,408 sectors (18.2 MB; 1.110 sector bytes per byte the step needs:
-//    K, V, q), attn_decode 6 on shuffled pages of 16 544,560 (17.4 MB;
-//    1.061 per byte needed, the table's and lengths' counted as needed),
-//    on pages of 1 546,544, on the contiguous layout's one-page table
-//    543,568: V's cp.async 16 sectors per request, every byte used, K's
+//    K, V, q), attn_decode 6 on shuffled pages of 16 548,128 (17.5 MB;
+//    1.068 per byte needed, the table's and lengths' counted as needed),
+//    on pages of 1 550,112, on the contiguous layout's one-page table
+//    547,136: V's cp.async 16 sectors per request, every byte used, K's
 //    16-sector requests as version 4's; q read once per block instead of
-//    once per warp saves 24.6k sectors, the table costs about 2k.
+//    once per warp saves 24.6k sectors, the table and each warp's reads of
+//    seq_lens cost about 3.5k.
 //  - ESTIMATE (not measured) of pages of 16 shuffled against the
 //    contiguous layout, bandwidth-bound (batch 32, 1k keys, 40 / 28 us):
 //    the same bytes and sectors per byte (above), the same instructions
