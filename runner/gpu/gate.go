@@ -315,8 +315,8 @@ func (v *Verifier) gateAttention(a kernels.AttnShape) {
 		op, name = kernels.OpAttnPrefill, "attention prefill"
 		ver, err = v.set.Selection().PrefillVersion(a)
 	}
-	if err != nil {
-		return // no version takes the shape: neither can the run
+	if err != nil || ver == kernels.TabledVersion(op) {
+		return // no version takes the shape: neither can the run (the table's: gatePaged)
 	}
 	c, label := v.newSampledAttentionCase(a)
 	v.verifySampledAttention(v.pinned(op, ver), v.checkName(op, name, ver), c, label)

@@ -117,7 +117,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 			}
 		}
 	}
-	if v.wants("decode_graph") {
+	if v.wants("decode_graph") && !v.set.Selection().UsesKVTable() { // else only the tabled step runs: verifyPagedDecodeGraph
 		for _, m := range models {
 			if supportedHeadDim(m.HeadDim) && v.dead == nil {
 				v.verifyDecodeGraph(m)
@@ -591,8 +591,8 @@ func versioned(check string, ver int) string { return fmt.Sprintf("%s v%d", chec
 func (v *Verifier) verifyRope(m kernels.ModelShape) {
 	for _, ver := range v.versions(kernels.OpRope) {
 		set := v.pinned(kernels.OpRope, ver)
-		if _, err := set.Selection().RopeVersion(m.HeadDim); err != nil {
-			continue // this version does not take the shape
+		if _, err := set.Selection().RopeVersion(m.HeadDim); err != nil || ver == kernels.RopeTabledVersion {
+			continue // this version does not take the shape (the table's: verifyPagedRopes)
 		}
 		for _, a := range []kernels.AttnShape{
 			{Batch: 2, SeqLen: 9, StartPos: 0, MaxSeq: 32},
@@ -675,6 +675,9 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 	var in *attentionCase
 	outs := map[int][]uint16{}
 	for _, ver := range v.versions(op) {
+		if ver == kernels.TabledVersion(op) {
+			continue // the block table's: verifyPagedAttentions
+		}
 		set := v.pinned(op, ver)
 		var supported error
 		if op == kernels.OpAttnPrefill {
