@@ -47,16 +47,17 @@
 //  - decode, batch 32, 1k keys each (32k keys): 134 MB of K/V, 0.5 GFLOP:
 //    floor 40 us (H100) / 28 us (H200) per layer, 1.28 / 0.89 ms per step.
 //    The block table adds 4 B per 16 keys and kv head read (pages of 16:
-//    64 KB per layer, 0.05%, from L2), seq_lens 128 B per block (L2).
+//    64 KB per layer, 0.05%, from L2), seq_lens 128 B per warp (L2).
 //  - decode, batch 32, lengths spread over 200..8000 (the issue's step,
 //    about 131k keys): 537 MB, floor 160 / 112 us per layer, 5.1 / 3.6 ms
 //    per step; attn_decode 6's chunk is then about 4k keys (131k / 33
 //    chunks per kv head on 132 SMs): the 8000-token sequences take 2
 //    blocks, the 200-token ones 1, no block more than 4,032 keys (2 MB of
-//    one kv head's K and V), 48 items per kv head over 264 block slots.
+//    one kv head's K and V, 1/33 of its keys), about 48 items per kv head:
+//    384 blocks over the 264 slots of 2 per SM.
 //  - prefill, 4 prompts of 1k tokens: 4 x 8.6 GFLOP = 34 GFLOP, floor 35
-//    us per layer at the tensor-core peak; the table's reads are 4 B per
-//    64-key tile and warp row (0.4 KB per tile against 32 KB of K/V).
+//    us per layer at the tensor-core peak; the table's reads are 8 entries
+//    per warp and 64-key tile (256 B per tile against 32 KB of K/V).
 
 // ---- shared helpers ----
 
