@@ -148,7 +148,7 @@ func TestWorkNamesEveryField(t *testing.T) {
 	base := Work{Model: cfg, LoadFormat: "dummy", Seed: 42, BatchSizes: []int{1, 8}, InputLens: []int{1024}, OutputLens: []int{16},
 		NumIters: 10, WarmupIters: 1, KernelVersions: "attn_prefill=2 argmax=2"}
 	want := "model=llama-tiny/h128/l4/heads4/kv2/v4096/i384 load-format=dummy seed=42 batch-size=1,8 input-len=1024 output-len=16 " +
-		"num-iters=10 num-iters-warmup=1 correctness-test=false prompt-ids=cbf29ce484222325 kernel=attn_prefill=2,argmax=2 disable-cuda-graph=false"
+		"num-iters=10 num-iters-warmup=1 correctness-test=false prompt-ids=cbf29ce484222325 kernel=attn_prefill=2,argmax=2 disable-cuda-graph=false kv-cache="
 	if got := base.String(); got != want {
 		t.Errorf("Work.String:\n got %s\nwant %s", got, want)
 	}
@@ -168,6 +168,7 @@ func TestWorkNamesEveryField(t *testing.T) {
 		{func(w *Work) { w.Prompts = [][]int32{{1, 2}} }, "prompt-ids"},
 		{func(w *Work) { w.KernelVersions = "attn_prefill=1 argmax=2" }, "kernel"},
 		{func(w *Work) { w.DisableCUDAGraph = true }, "disable-cuda-graph"},
+		{func(w *Work) { w.KVCache = "paged 16" }, "kv-cache"},
 	} {
 		other := base
 		tc.change(&other)
