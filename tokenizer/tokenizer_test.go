@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -189,6 +190,8 @@ func TestBadFiles(t *testing.T) {
 		{"merge of an unknown token", replace(`"merges": [`, `"merges": ["Ġzzzq a", `), `names "Ġzzzq", which is not in model.vocab`},
 		{"merge making an unknown token", replace(`"merges": [`, `"merges": ["x q", `), `makes "xq", which is not in model.vocab`},
 		{"bad merge string", replace(`"merges": [`, `"merges": ["a b c", `), "not two tokens separated by one space"},
+		{"merges null", regexp.MustCompile(`"merges": \[[^\]]*\]`).ReplaceAllString(good, `"merges": null`), "model.merges is missing or null"},
+		{"no merges", regexp.MustCompile(`"merges": \[[^\]]*\],?`).ReplaceAllString(good, ``), "model.merges is missing or null"},
 		{"duplicate vocab id", replace(`"vocab": {`, `"vocab": {"zzz": 5, `), "duplicate id 5"},
 		{"token listed twice", replace(`"vocab": {`, `"vocab": {"!": 33, `), `lists token "!" twice`},
 		{"added token on a vocab id", replace(`"id": 1016,`, `"id": 7,`), "duplicate id 7"},

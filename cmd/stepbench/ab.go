@@ -69,7 +69,7 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 	f.model.register(fs)
 	f.shapes.register(fs, []int{1024}, []int{16})
 	f.weights.register(fs)
-	registerPromptFile(fs, &f.text.promptFile, "")
+	registerPromptFile(fs, &f.text, "")
 	f.tp.register(fs)
 	f.kv.register(fs, true)
 	f.baselineKV.register(fs)
