@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -297,6 +298,12 @@ func (f *runFlags) outputFiles() []report.OutputFile {
 	}
 	add("--result-filename", f.resultFile, true)
 	if f.outputJSON != "" {
+		// With several shapes the files go beside --output-json, named
+		// after it: a name that is a device (/dev/full), a FIFO or a
+		// directory is itself checked, and refused, first.
+		if info, err := os.Stat(f.outputJSON); f.severalShapes() && err == nil && !info.Mode().IsRegular() {
+			add("--output-json", f.outputJSON, false)
+		}
 		for _, b := range f.shapes.batch {
 			for _, in := range f.shapes.input {
 				for _, o := range f.shapes.output {
