@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/spf13/pflag"
 
@@ -34,7 +35,12 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cacheDir, "cache-dir", "", "where calibrations are cached (default: <user cache dir>/stepbench/calibration)")
 	fs.StringVar(&cublasPath, "cublas", "", "path of libcublas.so to use")
 	registerOneRank(fs, "calibrate")
+	var stepTimeout stepTimeoutFlag
+	stepTimeout.register(fs, "calibrate")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := stepTimeout.check(); err != nil {
 		return err
 	}
 	if copyMiB < 1 || opt.GEMMSize < 16 || opt.Repeats < 1 {
@@ -68,6 +74,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	in := newInterruption() // before the line below, which tells a test it may interrupt
 	defer in.stop()
+	defer watchSteps("calibrate", stepTimeout.resolveFLOPs(2*math.Pow(float64(opt.GEMMSize), 3), emulated), stderr, nil)()
 	fmt.Fprintf(stderr, "stepbench: calibrating %s (%s): %d MiB copy and %d³ bf16 GEMM, %d runs each\n",
 		props.Name, props.UUID, opt.CopyBytes>>20, opt.GEMMSize, opt.Repeats)
 	stderr = newProgressLine(stderr, false)

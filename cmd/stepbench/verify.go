@@ -38,7 +38,12 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	shapes.register(fs, []int{1024}, []int{16})
 	counters := fs.String("counters", "", "emulated device only: count every check's loads and stores (warp requests, 32-byte sectors, shared-memory bank conflicts) into this JSONL file and print them per check beside the cost model's bytes")
 	registerOneRank(fs, "verify")
+	var stepTimeout stepTimeoutFlag
+	stepTimeout.register(fs, "verify")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := stepTimeout.check(); err != nil {
 		return err
 	}
 	atRunShapes := fs.Changed("batch-size") || fs.Changed("input-len") || fs.Changed("output-len")
@@ -83,6 +88,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer watchSteps("verify", stepTimeout.resolve(cfg, slices.Max(shapes.batch), slices.Max(shapes.input), drv.Emulated() != ""), stderr, nil)()
 	be, err := gpu.New(gpu.Options{Ops: ops, KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
