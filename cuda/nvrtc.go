@@ -259,7 +259,7 @@ func (n *NVRTC) compile(src, fileName string, opts []string, sizeFn, getFn unsaf
 			C.free(unsafe.Pointer(cOpts))
 		}()
 	}
-	leave := watch(Compile, callText("NVRTC compiling " + fileName))
+	leave := watch(Compile, callText("NVRTC compiling "+fileName))
 	compileErr := n.check(C.sb_nvrtcCompileProgram(n.api.compileProgram, prog, C.int(len(opts)), cOpts), "nvrtcCompileProgram(%s)", fileName)
 
 	leave()
