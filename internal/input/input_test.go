@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Open and ReadFile refuse everything but a regular file, at once: a FIFO
@@ -169,4 +170,26 @@ func TestReadAllLimit(t *testing.T) {
 		!strings.Contains(err.Error(), "stdin: more than the 4 bytes that a text may hold") {
 		t.Errorf("5 bytes under a limit of 4: %v", err)
 	}
+}
+
+// CheckText passes exactly valid UTF-8 without NUL or control bytes other
+// than \t \n \v \f \r, and its error points at such a byte.
+func FuzzCheckText(f *testing.F) {
+	for _, s := range []string{"text\n", "\x00", "\xff", "é\x1b", "\r\n\t\v\f"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want := utf8.Valid(data) && !strings.ContainsFunc(string(data), func(r rune) bool {
+			return (r < 0x20 && !strings.ContainsRune("\t\n\v\f\r", r)) || r == 0x7f
+		})
+		err := CheckText(data)
+		if (err == nil) != want {
+			t.Fatalf("CheckText(%q) = %v, want text %v", data, err, want)
+		}
+		var nt *NotTextError
+		if err != nil && (!errors.As(err, &nt) || nt.Offset >= int64(len(data)) || data[nt.Offset] != nt.Byte ||
+			nt.Line != 1+strings.Count(string(data[:nt.Offset]), "\n")) {
+			t.Errorf("CheckText(%q): %v does not point at the byte", data, err)
+		}
+	})
 }

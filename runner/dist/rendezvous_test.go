@@ -326,3 +326,41 @@ func TestLocalRanks(t *testing.T) {
 		}
 	}
 }
+
+// Node 0's answer to any first line: what lacks the magic (or is
+// malformed) is dropped without ending the wait and without an answer
+// other than an "error" line; what ends the wait is a stepbench node's
+// hello, told why it may not join; nothing panics.
+func FuzzHandshake(f *testing.F) {
+	job := Job{NNodes: 2, TPSize: 2, Work: "model=llama-tiny seed=42"}
+	node1 := job
+	node1.NodeRank = 1
+	f.Add(node1.Hello())
+	f.Add("GET / HTTP/1.1\r\n")
+	f.Add("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\n")
+	f.Add("stepbench-nccl-id 3 1 2 2 0123456789abcdef \"x\"\n")
+	f.Add("stepbench-nccl-id 2 1 2 2 \"\"\n")
+	f.Fuzz(func(t *testing.T, line string) {
+		a, b := net.Pipe()
+		defer a.Close()
+		answered := make(chan string, 1)
+		go func() {
+			data, _ := io.ReadAll(io.LimitReader(b, 1<<16))
+			answered <- string(data)
+		}()
+		node, drop, err := answer(helloLine{conn: a, line: line}, job, make([]byte, 8), nil, time.Second)
+		a.Close()
+		got := <-answered
+		b.Close()
+		switch {
+		case !strings.HasPrefix(line, helloMagic+" ") && (drop == "" || err != nil):
+			t.Errorf("%q without the magic: drop %q, err %v", line, drop, err)
+		case drop != "" && err != nil:
+			t.Errorf("%q: both dropped (%q) and an error %v", line, drop, err)
+		case err == nil && drop == "" && (node != 1 || !strings.HasPrefix(got, "ok\n")):
+			t.Errorf("%q: served node %d, answered %q", line, node, got)
+		case (err != nil || drop != "") && got != "" && !strings.HasPrefix(got, "error "):
+			t.Errorf("%q: refused, but answered %q", line, got)
+		}
+	})
+}
