@@ -68,6 +68,10 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ops, err := parseOps("--op", flags.ops) // a library that is no file is refused before any GPU is looked for
+	if err != nil {
+		return err
+	}
 	if *counters != "" {
 		// Read by the emulated driver and NVRTC as they start (and ignored by a real one).
 		if err := os.Setenv("STEPBENCH_EMU_COUNTERS", *counters); err != nil {
@@ -82,10 +86,6 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		return usagef("--counters: the access counters are the emulated device's (STEPBENCH_CUDA_LIBS=$PWD/build/emu); on a GPU Nsight Compute measures them: ncu --metrics %s stepbench verify ...", ncuCounterMetrics)
 	}
 	if err := checkIncludeDirs(flags.includeDirs); err != nil {
-		return err
-	}
-	ops, err := parseOps("--op", flags.ops)
-	if err != nil {
 		return err
 	}
 	defer watchSteps("verify", stepTimeout.resolve(cfg, slices.Max(shapes.batch), slices.Max(shapes.input), drv.Emulated() != ""), stderr, nil)()
