@@ -106,6 +106,8 @@ int sb_crash_install(void) {
     return rc;
 }
 
+void sb_crash_set(const char *label) { sb_crash_label = label; }
+
 void sb_crash_call(void (*fn)(void), const char *label) {
     const char *outer = sb_crash_label;
     sb_crash_label = label;

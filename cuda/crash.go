@@ -47,7 +47,21 @@ func crashLabel(path, op, call string) *C.char {
 	} else {
 		what += " crashed in " + call
 	}
-	return C.CString("stepbench: " + what + " (its fault, not stepbench's): ")
+	return C.CString("stepbench: " + what + ": ")
+}
+
+// LabelCrashes labels the calling thread's calls until done is called: a
+// crash in them (the library's constructors as it is opened,
+// stepbench_op_get) writes "stepbench: op library PATH crashed in OP's
+// CALL" and the signal. The calling goroutine must stay on its thread
+// (runtime.LockOSThread) until done.
+func LabelCrashes(path, op, call string) (done func()) {
+	label := crashLabel(path, op, call)
+	C.sb_crash_set(label)
+	return func() {
+		C.sb_crash_set(nil)
+		C.free(unsafe.Pointer(label))
+	}
 }
 
 // crashCall calls fn (a C function of no arguments) with label set: a

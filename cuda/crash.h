@@ -18,6 +18,9 @@ extern __thread const char *sb_crash_label;
 // 0, or the errno of the sigaction that failed.
 int sb_crash_install(void);
 
+// sb_crash_set sets this thread's label (NULL: none).
+void sb_crash_set(const char *label);
+
 // sb_crash_call calls fn with sb_crash_label set to label (for tests and
 // for calls without arguments).
 void sb_crash_call(void (*fn)(void), const char *label);

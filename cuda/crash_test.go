@@ -72,7 +72,7 @@ func TestCrashNamesTheLibrary(t *testing.T) {
 		case !errors.As(err, &exit) || !exit.Sys().(syscall.WaitStatus).Signaled() || exit.Sys().(syscall.WaitStatus).Signal() != tc.sig:
 			t.Errorf("%s: %v, want death by %v\n%s", tc.child, err, tc.sig, stderr.String())
 		default:
-			want := "stepbench: op library " + lib + " crashed in attn_decode's run (its fault, not stepbench's): " +
+			want := "stepbench: op library " + lib + " crashed in attn_decode's run: " +
 				map[syscall.Signal]string{syscall.SIGSEGV: "SIGSEGV", syscall.SIGABRT: "SIGABRT", syscall.SIGFPE: "SIGFPE"}[tc.sig]
 			if !strings.HasPrefix(stderr.String(), want) || strings.Count(stderr.String(), "\n") != 1 ||
 				strings.Contains(stderr.String(), "goroutine") {

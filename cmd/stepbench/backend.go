@@ -59,6 +59,11 @@ func parseOps(flag string, items []string) (map[string]string, error) {
 		}
 		ops[op] = abs
 	}
+	// Loaded first in a child process: a crash or a hang there is named,
+	// and this process never loads a library that crashed.
+	if err := probeOpLibraries(flag, ops); err != nil {
+		return nil, err
+	}
 	return ops, nil
 }
 

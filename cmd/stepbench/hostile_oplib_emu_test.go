@@ -85,3 +85,65 @@ func TestIrregularOpLibrariesRefused(t *testing.T) {
 		}
 	}
 }
+
+// hostileOp builds testdata/hostile_op.c with the given -D definitions
+// into dir/name.
+func hostileOp(t *testing.T, dir, name string, defines ...string) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, name)
+	args := []string{"-std=c11", "-shared", "-fPIC", "-O1", "-I" + filepath.Join(root, "include"), "-o", so}
+	for _, d := range defines {
+		args = append(args, "-D"+d)
+	}
+	if out, err := exec.Command("gcc", append(args, filepath.Join("testdata", "hostile_op.c"))...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", name, err, out)
+	}
+	return so
+}
+
+// A user's library that crashes as it loads (its constructor, its ABI
+// version, stepbench_op_get), whose stepbench_op_get never returns, that
+// is no ELF file or whose error is full of escape sequences: one line
+// names the library and the call, exit 2 (exit 1 for the hang, a step
+// timeout), never "no usable GPU" and never Go's dump of every goroutine
+// (158-171 lines that named no library); with several --op flags the
+// line names the one that crashed.
+func TestEmulatedHostileOpLibraries(t *testing.T) {
+	onEmulator(t)
+	dir := t.TempDir()
+	good := hostileOp(t, dir, "libgood.so")
+	notELF := filepath.Join(dir, "libtext.so")
+	if err := os.WriteFile(notELF, []byte(strings.Repeat("not a shared object\n", 10)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const load = "crashed in its load (dlopen: its constructors; stepbench_op_abi_version): "
+	for _, tc := range []struct {
+		name    string
+		defines []string
+		code    int
+		want    string
+	}{
+		{"libctor.so", []string{"BOOM_CTOR"}, exitUsage, load + "SIGABRT (abort)"},
+		{"libabi.so", []string{"BOOM_ABI"}, exitUsage, load + "SIGSEGV (an invalid memory access)"},
+		{"libget.so", []string{"BOOM_GET"}, exitUsage, "crashed in rope_kv_write's stepbench_op_get: SIGSEGV"},
+		{"libhang.so", []string{"HANG_GET"}, exitFailure, "looking up rope_kv_write (dlopen, its constructors, stepbench_op_get) did not finish within 1s"},
+		{"liberr.so", []string{"ERR_GET"}, exitUsage, `\x1b[2J\x1b]0;pwned\ano rope_kv_write here\nsecond line`},
+		{"libtext.so", nil, exitUsage, "invalid ELF header"},
+	} {
+		lib := notELF
+		if tc.defines != nil {
+			lib = hostileOp(t, dir, tc.name, tc.defines...)
+		}
+		args := append([]string{"verify", "--op", "attn_decode=" + good + ",rope_kv_write=" + lib, "--check", "attention"}, tinyRunShape...)
+		code, _, stderr := runProcess(t, 2*time.Minute, []string{"XDG_CACHE_HOME=" + emuCacheHome, "STEPBENCH_SETUP_TIMEOUT=1s"}, args...)
+		if code != tc.code || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, lib) || !strings.Contains(stderr, tc.want) ||
+			strings.Contains(stderr, "no usable GPU") || strings.Contains(stderr, "\x1b") || strings.Contains(stderr, "goroutine ") {
+			t.Errorf("%s: exit %d, stderr %q; want exit %d and one line naming the library with %q (no escape, no GPU blamed)",
+				tc.name, code, stderr, tc.code, tc.want)
+		}
+	}
+}
