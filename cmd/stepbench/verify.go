@@ -95,20 +95,25 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 		return openFailure("no usable GPU", err)
 	}
 	defer be.Close()
-	info := be.Info()
+	printVerifyHeader(stdout, be.Info(), flags.kernelsDir, sel)
+	if atRunShapes {
+		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, *counters, stdout)
+	}
+	return runVerify(be, cfg, *seed, gpu.VerifyOptions{Only: *only, Long: *long, Counters: *counters}, stdout)
+}
+
+// printVerifyHeader says what verify runs on: the device, the libraries,
+// the kernels and their versions, and every op library.
+func printVerifyHeader(stdout io.Writer, info gpu.Info, kernelsDir string, sel kernels.Selection) {
 	if info.Emulated != "" {
 		fmt.Fprintln(stdout, report.EmulatedNote)
 	}
 	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, versions %s, decode %s\n\n",
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
-		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
+		cublasVersionString(info.CublasVersion), kernelsOrigin(kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
 	for _, l := range info.OpLibraries {
 		fmt.Fprintf(stdout, "op %s from %s (sha256 %s; %s, ABI %d.%d)\n", l.Op, l.Path, l.SHA256, l.Name, l.ABI>>16, l.ABI&0xffff)
 	}
-	if atRunShapes {
-		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, *counters, stdout)
-	}
-	return runVerify(be, cfg, *seed, gpu.VerifyOptions{Only: *only, Long: *long, Counters: *counters}, stdout)
 }
 
 // ncuCounterMetrics are Nsight Compute's names of what --counters counts.
