@@ -343,6 +343,9 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]abArm, []stri
 	sels := []kernels.Selection{f.selA, f.selB}
 	ops := []map[string]string{f.opsA, f.opsB}
 	for i, dir := range []string{f.kernelsA, f.kernelsB} {
+		if err := probeOpLibraries([]string{"--op", "--baseline-op"}[i], ops[i], f.backend); err != nil {
+			return nil, header, closeAll, err
+		}
 		be, err := openCUDAWithKernels(dir, sels[i], ops[i], f.backend, stderr)
 		if err != nil {
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], openFailure(fmt.Sprintf("kernels %q, versions %s", dir, sels[i]), err))

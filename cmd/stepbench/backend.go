@@ -59,11 +59,6 @@ func parseOps(flag string, items []string) (map[string]string, error) {
 		}
 		ops[op] = abs
 	}
-	// Loaded first in a child process: a crash or a hang there is named,
-	// and this process never loads a library that crashed.
-	if err := probeOpLibraries(flag, ops); err != nil {
-		return nil, err
-	}
 	return ops, nil
 }
 
@@ -213,6 +208,9 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 		}
 		ops, err := parseOps("--op", flags.ops)
 		if err != nil {
+			return nil, report.Environment{}, err
+		}
+		if err := probeOpLibraries("--op", ops, flags); err != nil {
 			return nil, report.Environment{}, err
 		}
 		opts := flags.options(sel)

@@ -13,6 +13,11 @@ import (
 	"time"
 )
 
+// The probe of an op library (probe.go) re-executes this test binary,
+// which is stepbench only with STEPBENCH_TEST_MAIN=1: a test that runs a
+// command in its own process would otherwise start every test again.
+func init() { probeEnv = []string{"STEPBENCH_TEST_MAIN=1"} }
+
 // processIn runs stepbench (this test binary) in dir, killed after 5
 // minutes (a hang is a failure).
 func processIn(t *testing.T, dir string, args ...string) (int, string, string) {

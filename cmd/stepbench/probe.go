@@ -24,7 +24,8 @@ import (
 // with the library and the call, and this process never loads it. A crash
 // in the run's own calls is named by the crash handler (cuda's).
 
-// probeCommand is the hidden subcommand of the probe: OP PATH.
+// probeCommand is the hidden subcommand of the probe: OP PATH NVRTC
+// CUBLAS (the --nvrtc and --cublas paths, "" for the search).
 const probeCommand = "__probe-op-library"
 
 // Exit codes of the probe: probeOK, probeBad (the library is refused: its
@@ -36,29 +37,36 @@ const (
 	probeNoGPU = 3
 )
 
+// probeEnv is added to the probe's environment: in cmd/stepbench's tests,
+// whose executable is the test binary, what makes it stepbench.
+var probeEnv []string
+
 // maxProbeOutput bounds what the probe's stderr keeps (a library may write
 // without end).
 const maxProbeOutput = 16 << 10
 
 // probeOpLibraries probes each of ops' libraries (op → absolute path) in
-// a child process, within the setup timeout.
-func probeOpLibraries(flag string, ops map[string]string) error {
+// a child process, within the setup timeout; flags' --nvrtc and --cublas
+// are opened there first, as the backend opens them (a library that
+// dlopens libnvrtc.so.13 by name gets the one stepbench loaded).
+func probeOpLibraries(flag string, ops map[string]string, flags backendFlags) error {
 	for op, path := range ops {
-		if err := probeOpLibrary(flag, op, path, setupTimeout(0)); err != nil {
+		if err := probeOpLibrary(flag, op, path, flags, setupTimeout(0)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func probeOpLibrary(flag, op, path string, timeout time.Duration) error {
+func probeOpLibrary(flag, op, path string, flags backendFlags, timeout time.Duration) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("%s %s=%s: probe the library: %w", flag, op, path, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, probeCommand, op, path)
+	cmd := exec.CommandContext(ctx, exe, probeCommand, op, path, flags.nvrtcPath, flags.cublasPath)
+	cmd.Env = append(os.Environ(), probeEnv...)
 	stderr := &limitedBuffer{max: maxProbeOutput}
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
 	err = cmd.Run()
@@ -89,11 +97,12 @@ func probeOpLibrary(flag, op, path string, timeout time.Duration) error {
 	return fmt.Errorf("%s %s=%s: the probe of the library exited %d: %s", flag, op, path, status.ExitStatus(), line)
 }
 
-// probeMain is the probe: load the library at args[1] on device 0 and look
-// up op args[0], each call labelled for the crash handler.
+// probeMain is the probe: with the CUDA libraries open as the backend
+// opens them, load the library at args[1] on device 0 and look up op
+// args[0], each call labelled for the crash handler.
 func probeMain(args []string, stderr io.Writer) int {
-	if len(args) != 2 {
-		fmt.Fprintf(stderr, "usage: %s OP PATH\n", probeCommand)
+	if len(args) != 4 {
+		fmt.Fprintf(stderr, "usage: %s OP PATH NVRTC CUBLAS\n", probeCommand)
 		return probeBad
 	}
 	op, path := args[0], args[1]
@@ -110,6 +119,12 @@ func probeMain(args []string, stderr io.Writer) int {
 		return probeNoGPU
 	}
 	defer gpuCtx.Close()
+	if _, err := cuda.OpenNVRTC(args[2]); err != nil {
+		return probeNoGPU
+	}
+	if _, err := cuda.OpenCublas(args[3]); err != nil {
+		return probeNoGPU
+	}
 	done := cuda.LabelCrashes(path, "", "its load (dlopen: its constructors; stepbench_op_abi_version)")
 	lib, err := cuda.OpenOpLibrary(path)
 	done()

@@ -88,6 +88,9 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkIncludeDirs(flags.includeDirs); err != nil {
 		return err
 	}
+	if err := probeOpLibraries("--op", ops, flags); err != nil {
+		return err
+	}
 	defer watchSteps("verify", stepTimeout.resolve(cfg, slices.Max(shapes.batch), slices.Max(shapes.input), drv.Emulated() != ""), stderr, nil)()
 	be, err := gpu.New(gpu.Options{Ops: ops, KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
