@@ -39,9 +39,9 @@ type KVOptions struct {
 	Order    string // PagesSequential ("") or PagesShuffled
 	Seed     uint64 // the shuffled order's permutation
 	// PoisonTable fills the block table's entries past each sequence's
-	// pages (and a padded row's) with page ids past the pool instead of
-	// vLLM's zeros, so that a kernel reading past a sequence's pages
-	// faults instead of reading another sequence's (verify, tests).
+	// pages (and a padded row's) with the first page id past the pool
+	// instead of vLLM's zeros, so that a kernel reading past a sequence's
+	// pages faults instead of reading another sequence's (verify, tests).
 	PoisonTable bool
 }
 
@@ -170,7 +170,11 @@ func PlanKV(positions []int, o KVOptions) KVPlan {
 	p.Table = make([]int32, batch*p.MaxPages)
 	if o.PoisonTable {
 		for i := range p.Table {
-			p.Table[i] = int32(p.NumPages) + 1<<20 // far past the pool
+			// The first page past the pool: its slots start where the
+			// cache's allocation ends, so a read of one faults at once on
+			// the emulated device's guard page after it (an id far past
+			// the pool may land in another live allocation by chance).
+			p.Table[i] = int32(p.NumPages)
 		}
 	}
 	next := 0
