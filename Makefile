@@ -116,6 +116,7 @@ fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptText -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/report -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/kernelbench -run '^$$' -fuzz FuzzParseShape -fuzztime $(FUZZTIME)
+	$(GO) test ./bench -run '^$$' -fuzz FuzzParseLengthSpec -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/stats -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/compat -run '^$$' -fuzz FuzzPyFloatRoundTrip -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)
@@ -125,6 +126,9 @@ fuzz:
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParseSelection -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzLlama3Chat$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/dist -run '^$$' -fuzz FuzzHandshake -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/input -run '^$$' -fuzz FuzzCheckText -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh

@@ -53,12 +53,12 @@ func (h *harness) measureEnergy(sh Shape) (*ShapeEnergy, error) {
 	if minSeconds <= 0 {
 		minSeconds = DefaultEnergyWindowSeconds
 	}
-	prefill, err := h.energyWindow(sh, minSeconds, sh.Batch*sh.InputLen, h.target.Prefill)
+	prefill, err := h.energyWindow(sh, minSeconds, sh.PromptTokens(), h.target.Prefill)
 	if err != nil {
 		return nil, fmt.Errorf("prefill energy window: %w", err)
 	}
 	e := &ShapeEnergy{Prefill: &prefill}
-	iteration, err := h.energyWindow(sh, minSeconds, sh.Batch*(sh.InputLen+sh.OutputLen), func() error {
+	iteration, err := h.energyWindow(sh, minSeconds, sh.IterationTokens(), func() error {
 		if err := h.target.Prefill(); err != nil {
 			return err
 		}
@@ -135,7 +135,7 @@ func (h *harness) energyWindow(sh Shape, minSeconds float64, tokensPerRep int, b
 		if err != nil {
 			return EnergyWindow{}, err
 		}
-		if err := h.target.Begin(sh.Batch, sh.InputLen, sh.OutputLen, prompts); err != nil {
+		if err := begin(h.target, sh, prompts); err != nil {
 			return EnergyWindow{}, fmt.Errorf("begin: %w", err)
 		}
 		rep := reps

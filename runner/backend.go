@@ -15,6 +15,7 @@ const (
 	F32
 	I32
 	F8E4M3 // raw FP8 E4M3 bytes (uint8): quantized weights and activations
+	I64    // int64: the KV cache's slot mapping
 )
 
 func (d DType) String() string {
@@ -27,6 +28,8 @@ func (d DType) String() string {
 		return "i32"
 	case F8E4M3:
 		return "f8e4m3"
+	case I64:
+		return "i64"
 	}
 	return "unknown"
 }
@@ -38,6 +41,8 @@ func (d DType) Size() int {
 		return 2
 	case F8E4M3:
 		return 1
+	case I64:
+		return 8
 	}
 	return 4
 }
@@ -72,6 +77,7 @@ type Backend interface {
 	UploadBF16(dst Buffer, offset int, src []uint16) error
 	UploadF32(dst Buffer, src []float32) error
 	UploadI32(dst Buffer, src []int32) error
+	UploadI64(dst Buffer, src []int64) error
 	DownloadBF16(src Buffer, dst []uint16) error
 	DownloadI32(src Buffer, dst []int32) error
 	// FillDummy writes elements [first, first+n) of the dummy tensor `name`
@@ -87,14 +93,23 @@ type Backend interface {
 	AddRMSNorm(out, residual, add, weight Buffer, rows, hidden int, eps float32) error
 	// Linear: out[m,n] = x[m,k] · w[n,k]ᵀ.
 	Linear(out, x, w Buffer, m, n, k int) error
-	// RopeKVWrite and Attention read the start position from pos (one I32 on
-	// the backend) rather than from s.StartPos, so that a captured decode step
-	// replays correctly at every position; s.StartPos is the caller's
+	// RopeKVWrite and Attention read the positions from kv on the backend
+	// (the start position kv.Pos of a uniform contiguous step; the block
+	// table, lengths, positions and slots of a tabled one, s.Tabled())
+	// rather than from s, so that a captured decode step replays correctly
+	// at every position; s's positions and lengths are the caller's
 	// expectation, used for launch shapes and checks.
-	RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos Buffer, s AttnShape) error
-	Attention(out, q, kCache, vCache, pos Buffer, s AttnShape) error
+	RopeKVWrite(q, kCache, vCache, qkv, invFreq Buffer, kv KVView, s AttnShape) error
+	Attention(out, q, kCache, vCache Buffer, kv KVView, s AttnShape) error
 	// AddI32 adds delta to every element of an I32 buffer (advances pos).
 	AddI32(buf Buffer, delta int) error
+	// AdvanceKV moves a tabled decode step's view one token on, on the
+	// backend (ref.KVAdvance): positions, lengths and slots of every
+	// sequence, and kv.Pos.
+	AdvanceKV(kv KVView, s AttnShape) error
+	// GatherLastRagged copies each sequence's last new row of a ragged
+	// step (ref.GatherLastRagged), reading the rows from queryStart.
+	GatherLastRagged(out, in, queryStart Buffer, batch, width int) error
 	SiluMul(out, gateUp Buffer, rows, inter int) error
 	GatherLast(out, in Buffer, batch, seqLen, width int) error
 	Argmax(out, logits Buffer, rows, vocab int) error
@@ -170,7 +185,7 @@ type RopeAttentionFuser interface {
 	// RopeAttention is RopeKVWrite of the qkv rows (k and v of the new
 	// token into the caches) and Attention of the rotated q into out
 	// [tokens, heads*headDim]; the rotated q is written nowhere else.
-	RopeAttention(out, qkv, kCache, vCache, invFreq, pos Buffer, s AttnShape) error
+	RopeAttention(out, qkv, kCache, vCache, invFreq Buffer, kv KVView, s AttnShape) error
 }
 
 // BufferNamer is implemented by backends that can label a buffer for their

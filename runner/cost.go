@@ -23,7 +23,13 @@ import (
 //	rope_kv_write  bytes: qkv read, q written, k and v written to the cache, inv_freq;
 //	               FLOPs: 3 per rotated element of q and k
 //	attention      bytes: q read + out written + each sequence's K and V read once
-//	               (startPos+seqLen positions); FLOPs: 4×head_dim per (query head, visible key)
+//	               (its length after the step: startPos+seqLen, or its own in a ragged
+//	               batch; the block table's page ids are left out); FLOPs: 4×head_dim per
+//	               (query head, visible key), query i of q new ones in a sequence of L
+//	               seeing L−q+i+1 keys
+//	advance_kv     bytes: per sequence its position and length read and written, a
+//	               table entry read, its slot written (28), and the start position (8)
+//	gather_last    (ragged) as gather_last, and the batch+1 query starts read
 //	silu_mul       bytes: gate and up read, out written; FLOPs 5 per output (silu 4, mul 1)
 //	gather_last    bytes: batch×width read and written;                      FLOPs 0
 //	argmax         bytes: rows×vocab read, rows ids written;                 FLOPs: rows×vocab compares
@@ -69,10 +75,15 @@ type OpCost struct {
 
 // StepCost is a whole step: the sum of its ops.
 type StepCost struct {
-	Phase       string  `json:"phase"` // PhasePrefill or PhaseDecode
-	Batch       int     `json:"batch"`
-	SeqLen      int     `json:"seq_len"`   // new tokens per sequence
-	StartPos    int     `json:"start_pos"` // cached tokens per sequence before the step
+	Phase    string `json:"phase"` // PhasePrefill or PhaseDecode
+	Batch    int    `json:"batch"`
+	SeqLen   int    `json:"seq_len"`   // new tokens per sequence
+	StartPos int    `json:"start_pos"` // cached tokens per sequence before the step
+	// Tokens and KVTokens, for a ragged batch (SeqLen is then its most new
+	// tokens, StartPos 0): the step's new tokens, and the tokens in its
+	// caches after the step (the sum of the sequences' lengths).
+	Tokens      int     `json:"tokens,omitempty"`
+	KVTokens    int     `json:"kv_tokens,omitempty"`
 	FLOPs       float64 `json:"flops"`
 	FP8FLOPs    float64 `json:"fp8_flops,omitempty"` // the part of FLOPs at the FP8 tensor-core rate
 	Bytes       float64 `json:"bytes"`
@@ -119,6 +130,23 @@ func CostOf(op string, run func(be Backend) error) (OpCost, error) {
 	return OpCost{Op: op}, nil
 }
 
+// costLens is a step's SeqLen and StartPos (StepCost): a uniform batch's
+// new tokens and cached tokens per sequence, a ragged one's most new tokens
+// and 0.
+func costLens(seqs []SeqSpec, decodeLens []int) (seqLen, startPos int) {
+	if decodeLens != nil {
+		seqLen = 1
+		if Uniform(seqs) {
+			startPos = decodeLens[0]
+		}
+		return seqLen, startPos
+	}
+	for _, s := range seqs {
+		seqLen = max(seqLen, s.Prompt)
+	}
+	return seqLen, 0
+}
+
 // Intensity is FLOPs per byte.
 func (c StepCost) Intensity() float64 {
 	if c.Bytes == 0 {
@@ -129,31 +157,88 @@ func (c StepCost) Intensity() float64 {
 
 // PrefillCost is the cost of prefilling batch prompts of inputLen tokens.
 func PrefillCost(cfg Config, batch, inputLen int) (StepCost, error) {
-	return stepCost(cfg, 0, PhasePrefill, batch, inputLen, inputLen, 0)
+	return PrefillCostTP(cfg, 0, batch, inputLen)
 }
 
 // DecodeCost is the cost of one decode step whose sequences already hold
 // startPos tokens (the step attends over startPos+1 positions).
 func DecodeCost(cfg Config, batch, startPos int) (StepCost, error) {
-	return stepCost(cfg, 0, PhaseDecode, batch, startPos, 1, startPos)
+	return DecodeCostTP(cfg, 0, batch, startPos)
 }
 
 // PrefillCostTP is PrefillCost for one rank of tpSize tensor-parallel ranks
 // (rank 0, a Group's), all-reduces included.
 func PrefillCostTP(cfg Config, tpSize, batch, inputLen int) (StepCost, error) {
-	return stepCost(cfg, tpSize, PhasePrefill, batch, inputLen, inputLen, 0)
+	if batch < 1 || inputLen < 1 {
+		return StepCost{}, fmt.Errorf("%s cost: batch %d and input length %d must be positive", PhasePrefill, batch, inputLen)
+	}
+	return PrefillCostSeqs(cfg, tpSize, uniformSeqs(batch, inputLen), KVOptions{})
 }
 
 // DecodeCostTP is DecodeCost for one rank of tpSize tensor-parallel ranks.
 func DecodeCostTP(cfg Config, tpSize, batch, startPos int) (StepCost, error) {
-	return stepCost(cfg, tpSize, PhaseDecode, batch, startPos, 1, startPos)
+	if batch < 1 || startPos < 1 {
+		return StepCost{}, fmt.Errorf("%s cost: batch %d and input length %d must be positive", PhaseDecode, batch, startPos)
+	}
+	lens := make([]int, batch)
+	for b := range lens {
+		lens[b] = startPos
+	}
+	return DecodeCostSeqs(cfg, tpSize, lens, KVOptions{})
+}
+
+func uniformSeqs(batch, inputLen int) []SeqSpec {
+	seqs := make([]SeqSpec, batch)
+	for b := range seqs {
+		seqs[b].Prompt = inputLen
+	}
+	return seqs
+}
+
+// PrefillCostSeqs is the cost of the prefill of seqs (each sequence's
+// Prompt tokens over its Context) with the cache laid out as kv, on the
+// whole model (tpSize 0) or rank 0 of tpSize ranks.
+func PrefillCostSeqs(cfg Config, tpSize int, seqs []SeqSpec, kv KVOptions) (StepCost, error) {
+	return stepCost(cfg, tpSize, PhasePrefill, seqs, nil, kv)
+}
+
+// DecodeCostSeqs is the cost of one decode step at which sequence b
+// already holds lens[b] tokens (it attends over lens[b]+1 positions).
+func DecodeCostSeqs(cfg Config, tpSize int, lens []int, kv KVOptions) (StepCost, error) {
+	seqs := make([]SeqSpec, len(lens))
+	for b, n := range lens {
+		seqs[b].Prompt = n
+	}
+	return stepCost(cfg, tpSize, PhaseDecode, seqs, lens, kv)
+}
+
+// DecodeCostAfter is the cost of decode step `step` (0: the first) of a run
+// of seqs laid out as kv: sequence b then holds Context+Prompt+step tokens.
+// The run is begun with seqs themselves, so the step goes through the block
+// table exactly when the engine's does (a uniform batch over synthetic
+// contexts does; DecodeCostSeqs's uniform lengths do not).
+func DecodeCostAfter(cfg Config, tpSize int, seqs []SeqSpec, step int, kv KVOptions) (StepCost, error) {
+	if step < 0 {
+		return StepCost{}, fmt.Errorf("%s cost: step %d: want 0 or more", PhaseDecode, step)
+	}
+	lens := make([]int, len(seqs))
+	for b, s := range seqs {
+		lens[b] = s.Context + s.Prompt + step
+	}
+	return stepCost(cfg, tpSize, PhaseDecode, seqs, lens, kv)
 }
 
 // stepCost runs one step against the counting backend: on the whole model
-// for tpSize 0, else on rank 0 of tpSize ranks.
-func stepCost(cfg Config, tpSize int, phase string, batch, inputLen, seqLen, startPos int) (StepCost, error) {
-	if batch < 1 || inputLen < 1 {
-		return StepCost{}, fmt.Errorf("%s cost: batch %d and input length %d must be positive", phase, batch, inputLen)
+// for tpSize 0, else on rank 0 of tpSize ranks. The prefill of seqs, or,
+// with decodeLens, the decode step after sequence b holds decodeLens[b].
+func stepCost(cfg Config, tpSize int, phase string, seqs []SeqSpec, decodeLens []int, kv KVOptions) (StepCost, error) {
+	if len(seqs) < 1 {
+		return StepCost{}, fmt.Errorf("%s cost: no sequences", phase)
+	}
+	for b, s := range seqs {
+		if s.Prompt < 1 || s.Context < 0 {
+			return StepCost{}, fmt.Errorf("%s cost: sequence %d: prompt %d and context %d: want a positive prompt", phase, b, s.Prompt, s.Context)
+		}
 	}
 	cb := &costBackend{ops: map[string]*OpCost{}, tpSize: max(tpSize, 1)}
 	var e *Engine
@@ -166,32 +251,39 @@ func stepCost(cfg Config, tpSize int, phase string, batch, inputLen, seqLen, sta
 			e, err = NewEngineRank(cfg, lay, cb, WeightSource{}, nil)
 		}
 	}
+	if err == nil {
+		err = e.SetKVOptions(kv)
+	}
 	if err != nil {
 		return StepCost{}, err
 	}
-	prompts := make([]int32, batch*inputLen)
-	outLen := 1 + startPos + seqLen - inputLen
-	if phase == PhasePrefill {
-		outLen = 1
+	outLen := 1
+	if decodeLens != nil {
+		outLen = 2
 	}
-	if outLen < 1 {
-		outLen = 1
-	}
-	if err := e.Begin(batch, inputLen, outLen, prompts); err != nil {
+	// No prompt ids: the counting backend uploads nothing, and batch ×
+	// input ids (up to 2^31, 8 GiB) were allocated per cost evaluation.
+	e.costOnly = true
+	if err := e.BeginSeqs(seqs, outLen, nil); err != nil {
 		return StepCost{}, err
 	}
 	e.OnOp = func(op string) { cb.label = op }
 	cb.counting = true
-	if phase == PhasePrefill {
-		err = e.forward(e.ids, seqLen)
+	if decodeLens == nil {
+		err = e.forward(e.ids, true)
 	} else {
-		e.pos, e.prefilled = startPos, true
-		err = e.forward(e.next, 1)
+		copy(e.lens, decodeLens)
+		e.pos, e.prefilled = decodeLens[0], true
+		err = e.forward(e.next, false)
 	}
 	if err != nil {
 		return StepCost{}, fmt.Errorf("%s cost: %w", phase, err)
 	}
-	sc := StepCost{Phase: phase, Batch: batch, SeqLen: seqLen, StartPos: startPos, WeightBytes: cb.weightBytes, calls: cb.calls}
+	sc := StepCost{Phase: phase, Batch: len(seqs), WeightBytes: cb.weightBytes, calls: cb.calls}
+	sc.SeqLen, sc.StartPos = costLens(seqs, decodeLens)
+	if !Uniform(seqs) {
+		sc.Tokens, sc.KVTokens = cb.tokens, cb.kvTokens
+	}
 	if tpSize > 0 {
 		sc.TPSize = tpSize
 	}
@@ -224,6 +316,9 @@ type costBackend struct {
 	counting    bool
 	weightBytes float64
 	tpSize      int // ranks of the collectives (1 outside tensor parallelism)
+	// tokens and kvTokens are the last attention call's new tokens and
+	// cached tokens after it (StepCost.Tokens, KVTokens).
+	tokens, kvTokens int
 }
 
 var (
@@ -337,6 +432,7 @@ func (c *costBackend) Free(Buffer) error                      { return nil }
 func (c *costBackend) UploadBF16(Buffer, int, []uint16) error { return nil }
 func (c *costBackend) UploadF32(Buffer, []float32) error      { return nil }
 func (c *costBackend) UploadI32(Buffer, []int32) error        { return nil }
+func (c *costBackend) UploadI64(Buffer, []int64) error        { return nil }
 func (c *costBackend) DownloadBF16(Buffer, []uint16) error    { return nil }
 func (c *costBackend) DownloadI32(Buffer, []int32) error      { return nil }
 func (c *costBackend) FillDummy(Buffer, int, int, uint64, string, uint64, ref.DummyKind) error {
@@ -368,7 +464,7 @@ func (c *costBackend) Linear(_, _, w Buffer, m, n, k int) error {
 	return nil
 }
 
-func (c *costBackend) RopeKVWrite(_, _, _, _, _, _ Buffer, s AttnShape) error {
+func (c *costBackend) RopeKVWrite(_, _, _, _, _ Buffer, _ KVView, s AttnShape) error {
 	T, D := float64(s.Tokens()), float64(s.HeadDim)
 	H, KV := float64(s.Heads), float64(s.KVHeads)
 	bytes := 2*T*(H+2*KV)*D + 2*T*H*D + 2*2*T*KV*D + 4*D/2
@@ -376,12 +472,34 @@ func (c *costBackend) RopeKVWrite(_, _, _, _, _, _ Buffer, s AttnShape) error {
 	return nil
 }
 
-func (c *costBackend) Attention(_, _, _, _, _ Buffer, s AttnShape) error {
-	B, S, P := float64(s.Batch), float64(s.SeqLen), float64(s.StartPos)
+func (c *costBackend) Attention(_, _, _, _ Buffer, _ KVView, s AttnShape) error {
 	D, H, KV := float64(s.HeadDim), float64(s.Heads), float64(s.KVHeads)
-	visible := B * (S*(P+1) + S*(S-1)/2) // Σ over queries of visible keys
-	bytes := 2*2*B*S*H*D + 2*2*B*(P+S)*KV*D
+	var visible float64 // Σ over queries of visible keys
+	if s.Ragged() {
+		for b, q := range s.QLens {
+			Q, L := float64(q), float64(s.SeqLens[b])
+			visible += Q*(L-Q+1) + Q*(Q-1)/2
+		}
+	} else {
+		B, S, P := float64(s.Batch), float64(s.SeqLen), float64(s.StartPos)
+		visible = B * (S*(P+1) + S*(S-1)/2)
+	}
+	c.tokens, c.kvTokens = s.Tokens(), s.KVTokens()
+	T, kvTokens := float64(s.Tokens()), float64(s.KVTokens())
+	bytes := 2*2*T*H*D + 2*2*kvTokens*KV*D
 	c.add(4*D*H*visible, bytes, 0)
+	return nil
+}
+
+// AdvanceKV reads and writes each sequence's position and length, reads
+// its table entry and writes its slot.
+func (c *costBackend) AdvanceKV(_ KVView, s AttnShape) error {
+	c.add(0, float64(s.Batch)*(4*4+4+8)+8, 0)
+	return nil
+}
+
+func (c *costBackend) GatherLastRagged(_, _, _ Buffer, batch, width int) error {
+	c.add(0, 2*2*float64(batch*width)+4*float64(batch+1), 0)
 	return nil
 }
 

@@ -30,6 +30,7 @@ type cpuBuffer struct {
 	f32 []float32
 	i32 []int32
 	u8  []uint8 // F8E4M3
+	i64 []int64
 	// wide is the float32 copy of a bf16 weight matrix (PrepareWeights);
 	// any write to the buffer drops it.
 	wide []float32
@@ -60,6 +61,8 @@ func (b *cpuBuffer) Len() int {
 		return len(b.f32)
 	case F8E4M3:
 		return len(b.u8)
+	case I64:
+		return len(b.i64)
 	}
 	return len(b.i32)
 }
@@ -100,6 +103,8 @@ func (*CPU) Alloc(dt DType, n int) (Buffer, error) {
 		b.i32 = make([]int32, n)
 	case F8E4M3:
 		b.u8 = make([]uint8, n)
+	case I64:
+		b.i64 = make([]int64, n)
 	default:
 		return nil, fmt.Errorf("alloc: unknown dtype %d", dt)
 	}
@@ -188,6 +193,19 @@ func (*CPU) UploadI32(dst Buffer, src []int32) error {
 		return fmt.Errorf("upload i32: %d elements into %d", len(src), len(cb.i32))
 	}
 	copy(cb.i32, src)
+	return nil
+}
+
+// UploadI64 copies src into dst.
+func (*CPU) UploadI64(dst Buffer, src []int64) error {
+	cb, err := asCPU(dst, I64, "upload i64")
+	if err != nil {
+		return err
+	}
+	if len(src) > len(cb.i64) {
+		return fmt.Errorf("upload i64: %d elements into %d", len(src), len(cb.i64))
+	}
+	copy(cb.i64, src)
 	return nil
 }
 
@@ -304,13 +322,41 @@ func cpuPos(pos Buffer, s AttnShape, op string) error {
 	return nil
 }
 
-// RopeKVWrite rotates q and k and writes k and v to the cache.
-func (*CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos Buffer, s AttnShape) error {
-	if err := cpuPos(pos, s, "rope_kv_write"); err != nil {
-		return err
+// cpuView is a tabled step's view as the twins take it, read from kv's
+// buffers and checked (ref.PagedKV.Check) against s.
+func cpuView(kv KVView, s AttnShape, op string) (ref.PagedKV, error) {
+	i32 := func(b Buffer, n int, what string) ([]int32, error) {
+		cb, err := asCPU(b, I32, op+" "+what)
+		if err != nil {
+			return nil, err
+		}
+		if len(cb.i32) < n {
+			return nil, fmt.Errorf("%s: %s holds %d, need %d", op, what, len(cb.i32), n)
+		}
+		return cb.i32[:n], nil
 	}
+	var view ref.PagedKV
+	var errs [3]error
+	view.BlockTable, errs[0] = i32(kv.BlockTable, s.Batch*s.MaxPages, "block table")
+	view.SeqLens, errs[1] = i32(kv.SeqLens, s.Batch, "sequence lengths")
+	view.QueryStart, errs[2] = i32(kv.QueryStart, s.Batch+1, "query starts")
+	if err := errors.Join(errs[:]...); err != nil {
+		return view, err
+	}
+	view.PageSize, view.NumPages, view.MaxPages = s.PageSize, s.NumPages, s.MaxPages
+	if err := view.Check(); err != nil {
+		return view, fmt.Errorf("%s: %w", op, err)
+	}
+	if view.Tokens() != s.Tokens() {
+		return view, fmt.Errorf("%s: the view holds %d new tokens, the shape %d", op, view.Tokens(), s.Tokens())
+	}
+	return view, nil
+}
+
+// RopeKVWrite rotates q and k and writes k and v to the cache.
+func (*CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq Buffer, kv KVView, s AttnShape) error {
 	T, D := s.Tokens(), s.HeadDim
-	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	cache := s.CacheSlots() * s.KVHeads * D
 	bs, err := bf16s("rope_kv_write", []Buffer{q, kCache, vCache, qkv},
 		[]int{T * s.Heads * D, cache, cache, T * (s.Heads + 2*s.KVHeads) * D}, 3)
 	if err != nil {
@@ -323,20 +369,46 @@ func (*CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos Buffer, s AttnShape
 	if len(fb.f32) < D/2 {
 		return fmt.Errorf("rope_kv_write: %d inverse frequencies for head_dim %d", len(fb.f32), D)
 	}
-	ref.RopeKVWrite(bs[0], bs[1], bs[2], bs[3], fb.f32, s.Batch, s.SeqLen, s.StartPos, s.Heads, s.KVHeads, D, s.MaxSeq)
+	if !s.Tabled() {
+		if err := cpuPos(kv.Pos, s, "rope_kv_write"); err != nil {
+			return err
+		}
+		ref.RopeKVWrite(bs[0], bs[1], bs[2], bs[3], fb.f32, s.Batch, s.SeqLen, s.StartPos, s.Heads, s.KVHeads, D, s.MaxSeq)
+		return nil
+	}
+	pb, err := asCPU(kv.Positions, I32, "rope_kv_write positions")
+	if err != nil {
+		return err
+	}
+	sb, err := asCPU(kv.SlotMapping, I64, "rope_kv_write slot mapping")
+	if err != nil {
+		return err
+	}
+	if len(pb.i32) < T || len(sb.i64) < T {
+		return fmt.Errorf("rope_kv_write: %d positions and %d slots for %d tokens", len(pb.i32), len(sb.i64), T)
+	}
+	for t := range T {
+		if pb.i32[t] < 0 || sb.i64[t] >= int64(s.CacheSlots()) {
+			return fmt.Errorf("rope_kv_write: token %d at position %d, slot %d of %d", t, pb.i32[t], sb.i64[t], s.CacheSlots())
+		}
+	}
+	ref.RopeKVWritePaged(bs[0], bs[1], bs[2], bs[3], fb.f32, pb.i32, sb.i64, T, s.Heads, s.KVHeads, D, s.CacheSlots())
 	return nil
 }
 
 // Attention is causal GQA attention over the cache, its tokens shared
 // among the cores (each token's output is its own: the same bits).
-func (c *CPU) Attention(out, q, kCache, vCache, pos Buffer, s AttnShape) error {
-	if err := cpuPos(pos, s, "attention"); err != nil {
-		return err
-	}
+func (c *CPU) Attention(out, q, kCache, vCache Buffer, kv KVView, s AttnShape) error {
 	T, D := s.Tokens(), s.HeadDim
-	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	cache := s.CacheSlots() * s.KVHeads * D
 	bs, err := bf16s("attention", []Buffer{out, q, kCache, vCache}, []int{T * s.Heads * D, T * s.Heads * D, cache, cache}, 1)
 	if err != nil {
+		return err
+	}
+	if s.Tabled() {
+		return c.attentionPaged(bs, kv, s)
+	}
+	if err := cpuPos(kv.Pos, s, "attention"); err != nil {
 		return err
 	}
 	qWidth, kvWidth := s.Heads*D, s.KVHeads*D
@@ -356,6 +428,53 @@ func (c *CPU) Attention(out, q, kCache, vCache, pos Buffer, s AttnShape) error {
 		ref.Attention(bs[0][t0*qWidth:], bs[1][t0*qWidth:], bs[2][cacheAt:], bs[3][cacheAt:],
 			1, p.s1-p.s0, s.StartPos+p.s0, s.Heads, s.KVHeads, D, s.MaxSeq)
 	})
+	return nil
+}
+
+// attentionPaged is Attention of a tabled step: the step's tokens in
+// parts shared among the cores, each part's rows computed by the twin.
+func (c *CPU) attentionPaged(bs [][]uint16, kv KVView, s AttnShape) error {
+	view, err := cpuView(kv, s, "attention")
+	if err != nil {
+		return err
+	}
+	T := view.Tokens()
+	per := max(1, T/(8*c.workers))
+	c.parallel((T+per-1)/per, T*s.KVTokens()/max(1, s.Batch)*s.Heads*s.HeadDim, func(i int) {
+		rows := make([]int, 0, per)
+		for t := i * per; t < min(T, (i+1)*per); t++ {
+			rows = append(rows, t)
+		}
+		ref.AttentionPaged(bs[0], bs[1], bs[2], bs[3], view, s.Heads, s.KVHeads, s.HeadDim, rows)
+	})
+	return nil
+}
+
+// AdvanceKV moves a decode step's view one token on (ref.KVAdvance).
+func (*CPU) AdvanceKV(kv KVView, s AttnShape) error {
+	bufs := map[string]*cpuBuffer{}
+	for _, b := range []struct {
+		name string
+		buf  Buffer
+		dt   DType
+		n    int
+	}{{"positions", kv.Positions, I32, s.Batch}, {"sequence lengths", kv.SeqLens, I32, s.Batch},
+		{"slot mapping", kv.SlotMapping, I64, s.Batch}, {"block table", kv.BlockTable, I32, s.Batch * s.MaxPages},
+		{"position", kv.Pos, I32, 1}} {
+		cb, err := asCPU(b.buf, b.dt, "advance kv "+b.name)
+		if err != nil {
+			return err
+		}
+		if cb.Len() < b.n {
+			return fmt.Errorf("advance kv: %s holds %d, need %d", b.name, cb.Len(), b.n)
+		}
+		bufs[b.name] = cb
+	}
+	if s.PageSize < 1 || s.MaxPages < 1 {
+		return fmt.Errorf("advance kv: page size %d, %d pages per sequence", s.PageSize, s.MaxPages)
+	}
+	ref.KVAdvance(bufs["positions"].i32, bufs["sequence lengths"].i32, bufs["slot mapping"].i64,
+		bufs["block table"].i32, bufs["position"].i32, s.Batch, s.PageSize, s.MaxPages)
 	return nil
 }
 
@@ -416,6 +535,32 @@ func (*CPU) GatherLast(out, in Buffer, batch, seqLen, width int) error {
 		return err
 	}
 	ref.GatherLast(bs[0], bs[1], batch, seqLen, width)
+	return nil
+}
+
+// GatherLastRagged copies each sequence's last new row.
+func (*CPU) GatherLastRagged(out, in, queryStart Buffer, batch, width int) error {
+	qb, err := asCPU(queryStart, I32, "gather_last query starts")
+	if err != nil {
+		return err
+	}
+	if len(qb.i32) < batch+1 {
+		return fmt.Errorf("gather_last: %d query starts for %d sequences", len(qb.i32), batch)
+	}
+	starts := qb.i32[:batch+1]
+	if starts[0] != 0 {
+		return fmt.Errorf("gather_last: query starts %v do not begin at 0", starts)
+	}
+	for b := range batch {
+		if starts[b+1] <= starts[b] {
+			return fmt.Errorf("gather_last: sequence %d has no new rows (query starts %v)", b, starts)
+		}
+	}
+	bs, err := bf16s("gather_last", []Buffer{out, in}, []int{batch * width, int(starts[batch]) * width}, 1)
+	if err != nil {
+		return err
+	}
+	ref.GatherLastRagged(bs[0], bs[1], starts, width)
 	return nil
 }
 

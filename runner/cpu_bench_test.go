@@ -101,8 +101,8 @@ func BenchmarkCPUOps(b *testing.B) {
 			b.Fatal(err)
 		}
 		for name, op := range map[string]func() error{
-			"attention":     func() error { return be.Attention(out, q, kc, vc, pos, s) },
-			"rope_kv_write": func() error { return be.RopeKVWrite(q, kc, vc, qkv, invFreq, pos, s) },
+			"attention":     func() error { return be.Attention(out, q, kc, vc, KVView{Pos: pos}, s) },
+			"rope_kv_write": func() error { return be.RopeKVWrite(q, kc, vc, qkv, invFreq, KVView{Pos: pos}, s) },
 			"add_rmsnorm":   func() error { return be.AddRMSNorm(out, resid, nil, norm, T, h, 1e-5) },
 			"silu_mul":      func() error { return be.SiluMul(out, gateUp, T, inter) },
 			"argmax":        func() error { return be.Argmax(ids, logits, sh.batch, cfg.VocabSize) },

@@ -24,20 +24,43 @@ type Engine struct {
 	// fp8 runs the FP8 projections of a quantized model (nil otherwise).
 	fp8 FP8Backend
 
-	// Shape of the current run.
-	batch, inputLen, outputLen, maxSeq int
-	pos                                int // tokens already in the cache of every sequence (host view)
-	begun, prefilled                   bool
+	// kv is how the cache is laid out (SetKVOptions).
+	kv KVOptions
 
-	capTokens, capBatch, capSeq int // what the buffers below are sized for
-	act                         activations
-	kCache, vCache              []Buffer
-	posBuf                      Buffer // I32[1]: the device's view of pos
-	ids                         Buffer // I32[capTokens]: prefill input ids
-	next                        Buffer // I32[capBatch]: argmax of the last step; decode input
-	keys                        Buffer // I32[2*capBatch]: a rank's argmax keys (uint64 each)
-	prompts                     []int32
-	graphs                      decodeGraphs // captured decode steps of the buffers above
+	// Shape of the current run: batch sequences (seqs) that generate
+	// outputLen tokens each; inputLen is their prompt length when the
+	// batch is uniform (0 otherwise), maxSeq the cache positions a
+	// sequence can hold.
+	batch, inputLen, outputLen, maxSeq int
+	seqs                               []SeqSpec
+	pos                                int   // tokens already in the cache of every sequence of a uniform batch (host view)
+	lens                               []int // tokens already in each sequence's cache (host view)
+	decoded                            int   // decode steps run
+	// tabled runs the step through the block table (AttnShape.Tabled):
+	// the paged layout, a ragged batch, or a backend whose chosen kernels
+	// take only the table (KVTableUser); plan is the run's table.
+	tabled           bool
+	plan             KVPlan
+	begun, prefilled bool
+	// costOnly is the cost model's engine (stepCost): BeginSeqs takes nil
+	// prompts and never materialises one id per token.
+	costOnly bool
+
+	capTokens, capBatch int  // what the buffers below are sized for
+	capSlots, capPages  int  // the cache's slots per layer, the table's pages per sequence
+	capTabled           bool // whether the views below are allocated
+	act                 activations
+	kCache, vCache      []Buffer
+	posBuf              Buffer // I32[1]: the device's view of pos
+	// prefillKV and decodeKV are the prefill's and the decode steps'
+	// views of the cache (tabled runs; both share posBuf and one block
+	// table); decodeKV moves on at the end of every decode step.
+	prefillKV, decodeKV KVView
+	ids                 Buffer // I32[capTokens]: prefill input ids
+	next                Buffer // I32[capBatch]: argmax of the last step; decode input
+	keys                Buffer // I32[2*capBatch]: a rank's argmax keys (uint64 each)
+	prompts             []int32
+	graphs              decodeGraphs // captured decode steps of the buffers above
 
 	// OnOp, when set, is called before every backend op with the op's
 	// label (e.g. "qkv_proj"); the cost model and per-op breakdowns use it.
@@ -123,31 +146,75 @@ func (e *Engine) Backend() Backend { return e.be }
 // generates outputLen tokens writes: inputLen + outputLen − 1.
 func Positions(inputLen, outputLen int) int { return inputLen + outputLen - 1 }
 
+// KVTableUser is implemented by backends whose chosen kernels take only
+// the block table (a kernel version for the paged layout chosen on the
+// contiguous one): the engine then runs even a uniform contiguous batch
+// through the table (one page per sequence).
+type KVTableUser interface {
+	UsesKVTable() bool
+}
+
+// SetKVOptions lays the cache out as o from the next Begin on (the zero
+// KVOptions is the contiguous layout).
+func (e *Engine) SetKVOptions(o KVOptions) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	e.kv = o
+	return nil
+}
+
+// KVOptions is the cache's layout.
+func (e *Engine) KVOptions() KVOptions { return e.kv }
+
 // Begin starts a fresh run of batch sequences of inputLen prompt tokens that
 // will generate outputLen tokens: the KV cache is emptied and sized for the
 // positions the run writes, inputLen + outputLen − 1 (the prefill's
 // inputLen, then one per decode step; the last token generated is never
 // fed back). prompts holds batch*inputLen ids, row-major.
 func (e *Engine) Begin(batch, inputLen, outputLen int, prompts []int32) error {
-	switch {
-	case batch < 1 || inputLen < 1 || outputLen < 1:
+	if batch < 1 || inputLen < 1 {
 		return fmt.Errorf("begin: batch %d, input %d, output %d: each must be at least 1", batch, inputLen, outputLen)
-	case len(prompts) != batch*inputLen:
-		return fmt.Errorf("begin: %d prompt ids for batch %d × input %d", len(prompts), batch, inputLen)
-	case Positions(inputLen, outputLen) > e.cfg.MaxPositionEmbeddings:
-		return fmt.Errorf("begin: input %d + output %d − 1 = %d positions exceeds the model's %d", inputLen, outputLen,
-			Positions(inputLen, outputLen), e.cfg.MaxPositionEmbeddings)
 	}
-	for i, id := range prompts {
-		if id < 0 || int(id) >= e.cfg.VocabSize {
-			return fmt.Errorf("begin: prompt id %d at %d outside the vocabulary [0, %d)", id, i, e.cfg.VocabSize)
-		}
+	seqs := make([]SeqSpec, batch)
+	for b := range seqs {
+		seqs[b].Prompt = inputLen
 	}
-	maxSeq := Positions(inputLen, outputLen)
-	if err := e.ensureBuffers(batch, batch*inputLen, maxSeq); err != nil {
+	return e.BeginSeqs(seqs, outputLen, prompts)
+}
+
+// BeginSeqs starts a fresh run of the sequences seqs, each generating
+// outputLen tokens: sequence b's cache holds seqs[b].Context tokens of a
+// deterministic fill (never computed), its prefill runs its Prompt tokens
+// over them, and each decode step adds one. prompts holds the prompts'
+// ids one sequence after another (Σ Prompt). The cache is sized for the
+// positions each sequence writes, Context + Prompt + outputLen − 1.
+func (e *Engine) BeginSeqs(seqs []SeqSpec, outputLen int, prompts []int32) error {
+	tokens, positions, err := e.checkSeqs(seqs, outputLen, prompts)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	uniform := Uniform(seqs)
+	tabled := e.kv.Paged() || !uniform
+	if u, ok := e.be.(KVTableUser); ok && u.UsesKVTable() {
+		tabled = true
+	}
+	plan := PlanKV(positions, e.kv)
+	if err := e.ensureBuffers(len(seqs), tokens, plan, tabled); err != nil {
 		return err
 	}
-	e.batch, e.inputLen, e.outputLen, e.maxSeq, e.pos = batch, inputLen, outputLen, maxSeq, 0
+	e.batch, e.outputLen, e.tabled, e.plan = len(seqs), outputLen, tabled, plan
+	e.maxSeq = plan.MaxPages * plan.PageSize
+	e.inputLen = 0
+	if uniform {
+		e.inputLen = seqs[0].Prompt
+	}
+	e.seqs = append(e.seqs[:0], seqs...)
+	e.lens = e.lens[:0]
+	for _, s := range seqs {
+		e.lens = append(e.lens, s.Context)
+	}
+	e.pos, e.decoded = 0, 0
 	e.prompts = append(e.prompts[:0], prompts...)
 	e.begun, e.prefilled = true, false
 	// The cache is not cleared: attention never reads a position the run has
@@ -155,12 +222,125 @@ func (e *Engine) Begin(batch, inputLen, outputLen int, prompts []int32) error {
 	if err := e.be.UploadI32(e.posBuf, []int32{0}); err != nil {
 		return fmt.Errorf("begin: reset position: %w", err)
 	}
+	if tabled {
+		if err := e.uploadViews(); err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+	}
+	if err := e.fillContexts(); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
 	return e.be.Sync()
 }
 
-// ensureBuffers (re)allocates activations and cache when the shape outgrows them.
-func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
-	if e.posBuf != nil && tokens <= e.capTokens && batch == e.capBatch && maxSeq == e.capSeq {
+// checkSeqs validates a run's sequences and prompts; it returns the
+// prefill's token count and the positions each sequence writes.
+func (e *Engine) checkSeqs(seqs []SeqSpec, outputLen int, prompts []int32) (int, []int, error) {
+	if len(seqs) < 1 || outputLen < 1 {
+		return 0, nil, fmt.Errorf("%d sequences, output %d: each must be at least 1", len(seqs), outputLen)
+	}
+	tokens := 0
+	positions := make([]int, len(seqs))
+	for b, s := range seqs {
+		if s.Prompt < 1 || s.Context < 0 {
+			return 0, nil, fmt.Errorf("sequence %d: prompt %d, context %d: want a prompt of at least 1 token and a context of at least 0", b, s.Prompt, s.Context)
+		}
+		positions[b] = s.Context + Positions(s.Prompt, outputLen)
+		if positions[b] > e.cfg.MaxPositionEmbeddings {
+			return 0, nil, fmt.Errorf("sequence %d: context %d + input %d + output %d − 1 = %d positions exceeds the model's %d",
+				b, s.Context, s.Prompt, outputLen, positions[b], e.cfg.MaxPositionEmbeddings)
+		}
+		tokens += s.Prompt
+	}
+	if e.costOnly && prompts == nil {
+		return tokens, positions, nil
+	}
+	if len(seqs) > 1 && Uniform(seqs) && len(prompts) != tokens {
+		return 0, nil, fmt.Errorf("%d prompt ids for batch %d × input %d", len(prompts), len(seqs), seqs[0].Prompt)
+	}
+	if len(prompts) != tokens {
+		return 0, nil, fmt.Errorf("%d prompt ids for %d prompt tokens", len(prompts), tokens)
+	}
+	for i, id := range prompts {
+		if id < 0 || int(id) >= e.cfg.VocabSize {
+			return 0, nil, fmt.Errorf("prompt id %d at %d outside the vocabulary [0, %d)", id, i, e.cfg.VocabSize)
+		}
+	}
+	return tokens, positions, nil
+}
+
+// uploadViews writes a tabled run's block table and the views of its
+// prefill and first decode step.
+func (e *Engine) uploadViews() error {
+	cached, prompt, ones := make([]int, e.batch), make([]int, e.batch), make([]int, e.batch)
+	for b, s := range e.seqs {
+		cached[b], prompt[b], ones[b] = s.Context, s.Prompt, 1
+	}
+	if err := e.be.UploadI32(e.prefillKV.BlockTable, e.plan.Table); err != nil {
+		return fmt.Errorf("upload block table: %w", err)
+	}
+	prefill := e.plan.stepView(cached, prompt)
+	if err := e.uploadView(e.prefillKV, prefill); err != nil {
+		return fmt.Errorf("upload the prefill's view: %w", err)
+	}
+	var decode kvStep
+	var decodeShape AttnShape
+	if e.outputLen >= 2 {
+		for b, s := range e.seqs {
+			cached[b] = s.Context + s.Prompt
+		}
+		decode = e.plan.stepView(cached, ones)
+		if err := e.uploadView(e.decodeKV, decode); err != nil {
+			return fmt.Errorf("upload the first decode step's view: %w", err)
+		}
+		decodeShape = e.shapeAfter(false, cached)
+	}
+	if p, ok := e.be.(KVPlanner); ok {
+		if err := p.PlanKV(prefill.host(e.plan.Table), e.shapeAfter(true, e.lens), decode.host(e.plan.Table), decodeShape); err != nil {
+			return fmt.Errorf("plan the steps: %w", err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) uploadView(kv KVView, v kvStep) error {
+	return errors.Join(e.be.UploadI32(kv.SeqLens, v.seqLens), e.be.UploadI32(kv.QueryStart, v.queryStart),
+		e.be.UploadI32(kv.Positions, v.positions), e.be.UploadI64(kv.SlotMapping, v.slots))
+}
+
+// contextFillSeed keys the deterministic values of the sequences'
+// contexts (ref.FillDummy, uniform in ±1/8 like the dummy weights' norms'
+// neighbours): the same every run, never a prefix of another run.
+const contextFillSeed = 0x6b76_f111
+
+// fillContexts writes every layer's whole cache with deterministic values
+// when a sequence has a context: its positions 0..Context−1 are read by
+// the prefill and never written by the run. The values depend on the slot,
+// not on the sequence (documented in run.md: they stand in for a context's
+// bytes, not its meaning).
+func (e *Engine) fillContexts() error {
+	if !slices.ContainsFunc(e.seqs, func(s SeqSpec) bool { return s.Context > 0 }) {
+		return nil
+	}
+	n := e.plan.Slots() * e.tp.KVHeads * e.cfg.HeadDim
+	for l := range e.kCache {
+		for _, c := range []struct {
+			buf  Buffer
+			name string
+		}{{e.kCache[l], "k"}, {e.vCache[l], "v"}} {
+			if err := e.be.FillDummy(c.buf, 0, n, contextFillSeed, fmt.Sprintf("context.%d.%s", l, c.name), 0, ref.DummyUniform); err != nil {
+				return fmt.Errorf("fill layer %d's %s cache: %w", l, c.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ensureBuffers (re)allocates activations, cache and views when the run's
+// shape differs from what they are sized for.
+func (e *Engine) ensureBuffers(batch, tokens int, plan KVPlan, tabled bool) error {
+	if e.posBuf != nil && tokens <= e.capTokens && batch == e.capBatch && plan.Slots() == e.capSlots &&
+		plan.MaxPages == e.capPages && tabled == e.capTabled {
 		return nil
 	}
 	// Captured decode steps point at the buffers about to be freed.
@@ -210,24 +390,60 @@ func (e *Engine) ensureBuffers(batch, tokens, maxSeq int) error {
 	if e.coll != nil {
 		alloc(&e.keys, I32, 2*batch, "argmax keys")
 	}
-	e.kCache = make([]Buffer, c.NumHiddenLayers)
-	e.vCache = make([]Buffer, c.NumHiddenLayers)
-	for l := range e.kCache {
-		n := batch * maxSeq * lay.KVHeads * D
-		alloc(&e.kCache[l], BF16, n, fmt.Sprintf("layer %d K cache", l))
-		alloc(&e.vCache[l], BF16, n, fmt.Sprintf("layer %d V cache", l))
-	}
+	e.allocKV(alloc, batch, tokens, plan, tabled)
 	if err != nil {
 		return errors.Join(err, e.freeRunBuffers())
 	}
-	e.capTokens, e.capBatch, e.capSeq = tokens, batch, maxSeq
+	e.capTokens, e.capBatch, e.capSlots, e.capPages, e.capTabled = tokens, batch, plan.Slots(), plan.MaxPages, tabled
 	if r, ok := e.be.(AttentionReserver); ok {
-		s := AttnShape{Batch: batch, SeqLen: 1, Heads: lay.Heads, KVHeads: lay.KVHeads, HeadDim: D, MaxSeq: maxSeq}
-		if err := r.ReserveAttention(s); err != nil {
+		if err := r.ReserveAttention(e.decodeReserveShape(batch, plan, tabled)); err != nil {
 			return fmt.Errorf("reserve attention workspace: %w", err)
 		}
 	}
 	return nil
+}
+
+// allocKV allocates the caches and, for a tabled run, the prefill's and
+// decode steps' views (sharing posBuf and one block table), through alloc.
+func (e *Engine) allocKV(alloc func(*Buffer, DType, int, string), batch, tokens int, plan KVPlan, tabled bool) {
+	e.prefillKV, e.decodeKV = KVView{Pos: e.posBuf}, KVView{Pos: e.posBuf}
+	if tabled {
+		alloc(&e.prefillKV.BlockTable, I32, batch*plan.MaxPages, "block table")
+		e.decodeKV.BlockTable = e.prefillKV.BlockTable
+		for _, v := range []struct {
+			view *KVView
+			rows int
+			name string
+		}{{&e.prefillKV, tokens, "prefill"}, {&e.decodeKV, batch, "decode"}} {
+			alloc(&v.view.SeqLens, I32, batch, v.name+" sequence lengths")
+			alloc(&v.view.QueryStart, I32, batch+1, v.name+" query starts")
+			alloc(&v.view.Positions, I32, v.rows, v.name+" positions")
+			alloc(&v.view.SlotMapping, I64, v.rows, v.name+" slot mapping")
+		}
+	}
+	e.kCache = make([]Buffer, e.cfg.NumHiddenLayers)
+	e.vCache = make([]Buffer, e.cfg.NumHiddenLayers)
+	for l := range e.kCache {
+		n := plan.Slots() * e.tp.KVHeads * e.cfg.HeadDim
+		alloc(&e.kCache[l], BF16, n, fmt.Sprintf("layer %d K cache", l))
+		alloc(&e.vCache[l], BF16, n, fmt.Sprintf("layer %d V cache", l))
+	}
+}
+
+// decodeReserveShape is the decode step a run of plan's geometry may run
+// (and the one-token prefill of a context fill): the shape the attention
+// workspace is reserved for.
+func (e *Engine) decodeReserveShape(batch int, plan KVPlan, tabled bool) AttnShape {
+	s := AttnShape{Batch: batch, SeqLen: 1, Heads: e.tp.Heads, KVHeads: e.tp.KVHeads, HeadDim: e.cfg.HeadDim,
+		MaxSeq: plan.MaxPages * plan.PageSize}
+	if tabled {
+		s.PageSize, s.NumPages, s.MaxPages, s.Paged = plan.PageSize, plan.NumPages, plan.MaxPages, e.kv.Paged()
+		s.QLens, s.SeqLens = make([]int, batch), make([]int, batch)
+		for b := range batch {
+			s.QLens[b], s.SeqLens[b] = 1, 1
+		}
+	}
+	return s
 }
 
 func (e *Engine) freeRunBuffers() error {
@@ -240,14 +456,17 @@ func (e *Engine) freeRunBuffers() error {
 	}
 	a := &e.act
 	for _, b := range []*Buffer{&a.x, &a.normed, &a.qkv, &a.q, &a.attn, &a.o, &a.gateUp, &a.act, &a.down,
-		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &a.xq, &a.xScale, &a.normParts, &e.posBuf, &e.ids, &e.next, &e.keys} {
+		&a.lastX, &a.lastDown, &a.lastNormed, &a.logits, &a.xq, &a.xScale, &a.normParts, &e.posBuf, &e.ids, &e.next, &e.keys,
+		&e.prefillKV.BlockTable, &e.prefillKV.SeqLens, &e.prefillKV.QueryStart, &e.prefillKV.Positions, &e.prefillKV.SlotMapping,
+		&e.decodeKV.SeqLens, &e.decodeKV.QueryStart, &e.decodeKV.Positions, &e.decodeKV.SlotMapping} {
 		free(b)
 	}
+	e.prefillKV, e.decodeKV = KVView{}, KVView{}
 	for l := range e.kCache {
 		free(&e.kCache[l])
 		free(&e.vCache[l])
 	}
-	e.capTokens, e.capBatch, e.capSeq = 0, 0, 0
+	e.capTokens, e.capBatch, e.capSlots, e.capPages, e.capTabled = 0, 0, 0, 0, false
 	return errors.Join(errs...)
 }
 
@@ -265,7 +484,7 @@ func (e *Engine) Prefill() error {
 	if err := e.be.UploadI32(e.ids, e.prompts); err != nil {
 		return fmt.Errorf("prefill: upload prompt ids: %w", err)
 	}
-	if err := e.forward(e.ids, e.inputLen); err != nil {
+	if err := e.forward(e.ids, true); err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
 	e.prefilled = true
@@ -278,19 +497,28 @@ func (e *Engine) Decode() error {
 	if !e.prefilled {
 		return errors.New("decode: prefill first")
 	}
-	if done := e.pos - e.inputLen; done >= e.outputLen-1 {
-		return fmt.Errorf("decode: the run's %d decode steps (output length %d) are done", done, e.outputLen)
+	if e.decoded >= e.outputLen-1 {
+		return fmt.Errorf("decode: the run's %d decode steps (output length %d) are done", e.decoded, e.outputLen)
 	}
 	if sc, ok := e.be.(StepCapturer); ok && sc.CaptureEnabled() {
 		if err := e.decodeCaptured(sc); err != nil {
-			return fmt.Errorf("decode at position %d: %w", e.pos, err)
+			return fmt.Errorf("decode at %s: %w", e.where(), err)
 		}
 		return nil
 	}
-	if err := e.forward(e.next, 1); err != nil {
-		return fmt.Errorf("decode at position %d: %w", e.pos, err)
+	if err := e.forward(e.next, false); err != nil {
+		return fmt.Errorf("decode at %s: %w", e.where(), err)
 	}
 	return nil
+}
+
+// where is the next step's place in the run, for errors: the position of a
+// uniform batch, else the decode step.
+func (e *Engine) where() string {
+	if !e.tabled || e.inputLen > 0 {
+		return fmt.Sprintf("position %d", e.lens[0])
+	}
+	return fmt.Sprintf("decode step %d", e.decoded)
 }
 
 // decodeCaptured replays the decode step captured for this batch and cache
@@ -299,20 +527,22 @@ func (e *Engine) Decode() error {
 // device, so one recording serves every position. OnOp sees the ops only
 // while they are captured.
 func (e *Engine) decodeCaptured(sc StepCapturer) error {
-	key := graphKey{batch: e.batch, maxSeq: e.maxSeq}
+	key := graphKey{batch: e.batch, maxSeq: e.maxSeq, slots: e.plan.Slots(), tabled: e.tabled}
 	step := e.graphs.get(key)
 	if step == nil && !e.graphs.ranEager(key) {
 		// The first step of a key runs eagerly, so that every kernel is
 		// loaded before any capture; the next one is captured.
-		return e.forward(e.next, 1)
+		return e.forward(e.next, false)
 	}
 	if step == nil {
 		if err := sc.BeginCapture(); err != nil {
 			return err
 		}
-		pos := e.pos
-		fwdErr := e.forward(e.next, 1)
-		e.pos = pos // nothing ran yet: the launch below advances it
+		pos, lens, decoded := e.pos, slices.Clone(e.lens), e.decoded
+		fwdErr := e.forward(e.next, false)
+		// Nothing ran yet: the launch below advances the host's view.
+		e.pos, e.decoded = pos, decoded
+		copy(e.lens, lens)
 		captured, endErr := sc.EndCapture()
 		if err := errors.Join(fwdErr, endErr); err != nil {
 			if captured != nil {
@@ -326,18 +556,80 @@ func (e *Engine) decodeCaptured(sc StepCapturer) error {
 	if err := step.Launch(); err != nil {
 		return err
 	}
-	e.pos++
+	e.advanceHost(false)
 	return nil
 }
 
-// Position is the number of tokens in the cache of every sequence.
-func (e *Engine) Position() int { return e.pos }
+// advanceHost moves the host's view past a step: each sequence's prompt
+// after the prefill, one token after a decode step.
+func (e *Engine) advanceHost(prefill bool) {
+	for b := range e.lens {
+		if prefill {
+			e.lens[b] += e.seqs[b].Prompt
+		} else {
+			e.lens[b]++
+		}
+	}
+	if prefill {
+		e.pos += e.inputLen
+	} else {
+		e.pos++
+		e.decoded++
+	}
+}
 
-// shape is the attention shape of the next step over seqLen new tokens per
-// sequence.
-func (e *Engine) shape(seqLen int) AttnShape {
-	return AttnShape{Batch: e.batch, SeqLen: seqLen, StartPos: e.pos, Heads: e.tp.Heads,
+// Position is the number of tokens in the cache of every sequence of a
+// uniform batch (the first sequence's of a ragged one: Lengths).
+func (e *Engine) Position() int {
+	if len(e.lens) == 0 {
+		return 0
+	}
+	return e.lens[0]
+}
+
+// Lengths is the number of tokens in each sequence's cache.
+func (e *Engine) Lengths() []int { return slices.Clone(e.lens) }
+
+// Tabled reports whether the run's steps go through the block table.
+func (e *Engine) Tabled() bool { return e.tabled }
+
+// Plan is the run's cache geometry and block table.
+func (e *Engine) Plan() KVPlan { return e.plan }
+
+// shape is the attention shape of the prefill or the next decode step.
+func (e *Engine) shape(prefill bool) AttnShape { return e.shapeAfter(prefill, e.lens) }
+
+// shapeAfter is the attention shape of the prefill or a decode step once
+// sequence b holds lens[b] tokens.
+func (e *Engine) shapeAfter(prefill bool, lens []int) AttnShape {
+	s := AttnShape{Batch: e.batch, SeqLen: 1, StartPos: e.pos, Heads: e.tp.Heads,
 		KVHeads: e.tp.KVHeads, HeadDim: e.cfg.HeadDim, MaxSeq: e.maxSeq}
+	if prefill {
+		s.SeqLen = e.inputLen
+	}
+	if !e.tabled {
+		return s
+	}
+	s.PageSize, s.NumPages, s.MaxPages, s.Paged = e.plan.PageSize, e.plan.NumPages, e.plan.MaxPages, e.kv.Paged()
+	s.QLens, s.SeqLens = make([]int, e.batch), make([]int, e.batch)
+	s.SeqLen = 0
+	for b := range e.batch {
+		s.QLens[b] = 1
+		if prefill {
+			s.QLens[b] = e.seqs[b].Prompt
+		}
+		s.SeqLens[b] = lens[b] + s.QLens[b]
+		s.SeqLen = max(s.SeqLen, s.QLens[b])
+	}
+	return s
+}
+
+// view is the cache view of the prefill or the decode steps.
+func (e *Engine) view(prefill bool) KVView {
+	if prefill {
+		return e.prefillKV
+	}
+	return e.decodeKV
 }
 
 func (e *Engine) op(name string) {
@@ -375,7 +667,7 @@ type layerStep struct {
 // all-reduces the partial sums of o_proj and down_proj. Where the backend
 // fuses silu_mul into gate_up_proj at s (GateUpFuser) and the weights are
 // bf16, gate_up_proj is the fused op and there is no silu_mul step.
-func (e *Engine) layerSteps(s AttnShape) []layerStep {
+func (e *Engine) layerSteps(s AttnShape, kv KVView) []layerStep {
 	c, be, w, a := e.cfg, e.be, e.w, &e.act
 	T, h, inter := s.Tokens(), c.HiddenSize, e.tp.Inter
 	qDim, qkvDim := e.tp.Heads*c.HeadDim, e.tp.QKVDim(c.HeadDim)
@@ -392,9 +684,9 @@ func (e *Engine) layerSteps(s AttnShape) []layerStep {
 	steps = append(steps, e.projection("qkv_proj", a.qkv, a.normed, func(l int) linearWeight { return w.layers[l].qkv }, T, qkvDim, h)...)
 	steps = append(steps, []layerStep{
 		{name: "rope_kv_write", run: func(l int) error {
-			return be.RopeKVWrite(a.q, e.kCache[l], e.vCache[l], a.qkv, w.invFreq, e.posBuf, s)
+			return be.RopeKVWrite(a.q, e.kCache[l], e.vCache[l], a.qkv, w.invFreq, kv, s)
 		}},
-		{name: "attention", run: func(l int) error { return be.Attention(a.attn, a.q, e.kCache[l], e.vCache[l], e.posBuf, s) }},
+		{name: "attention", run: func(l int) error { return be.Attention(a.attn, a.q, e.kCache[l], e.vCache[l], kv, s) }},
 	}...)
 	steps = append(steps, e.projection("o_proj", a.o, a.attn, func(l int) linearWeight { return w.layers[l].o }, T, h, qDim)...)
 	steps = append(steps, []layerStep{
@@ -421,7 +713,7 @@ func (e *Engine) layerSteps(s AttnShape) []layerStep {
 		}
 		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return st.name == "silu_mul" })
 	}
-	return e.fuseNorms(e.fuseRopeAttention(steps, s), s)
+	return e.fuseNorms(e.fuseRopeAttention(steps, s, kv), s)
 }
 
 // normFuser is the backend's NormLinearFuser when it fuses the residual add
@@ -487,7 +779,7 @@ func (e *Engine) fuseNorms(steps []layerStep, s AttnShape) []layerStep {
 // fuseRopeAttention makes the attention step rope_kv_write and attention in
 // one op, and drops rope_kv_write, where the backend fuses them at s
 // (RopeAttentionFuser: a decode step under attn_decode version 5).
-func (e *Engine) fuseRopeAttention(steps []layerStep, s AttnShape) []layerStep {
+func (e *Engine) fuseRopeAttention(steps []layerStep, s AttnShape, kv KVView) []layerStep {
 	f, ok := e.be.(RopeAttentionFuser)
 	if !ok || !f.FusesRopeAttention(s) {
 		return steps
@@ -496,7 +788,7 @@ func (e *Engine) fuseRopeAttention(steps []layerStep, s AttnShape) []layerStep {
 	for i := range steps {
 		if steps[i].name == "attention" {
 			steps[i].run = func(l int) error {
-				return f.RopeAttention(a.attn, a.qkv, e.kCache[l], e.vCache[l], w.invFreq, e.posBuf, s)
+				return f.RopeAttention(a.attn, a.qkv, e.kCache[l], e.vCache[l], w.invFreq, kv, s)
 			}
 		}
 	}
@@ -533,17 +825,18 @@ func (e *Engine) xScaleOf(w linearWeight) Buffer {
 	return e.act.xScale
 }
 
-// forward runs every layer over batch×seqLen new tokens whose ids are in
-// ids, then writes each sequence's greedy next token to e.next.
-func (e *Engine) forward(ids Buffer, seqLen int) error {
+// forward runs every layer over the prefill's or a decode step's new tokens,
+// whose ids are in ids, then writes each sequence's greedy next token to
+// e.next.
+func (e *Engine) forward(ids Buffer, prefill bool) error {
 	c, be, w, a := e.cfg, e.be, e.w, &e.act
-	s := e.shape(seqLen)
+	s, kv := e.shape(prefill), e.view(prefill)
 	defer e.endOpRange()
 	e.op("embed")
 	if err := be.Embed(a.x, w.embed, ids, s.Tokens(), c.HiddenSize); err != nil {
 		return fmt.Errorf("embed: %w", err)
 	}
-	steps := e.layerSteps(s)
+	steps := e.layerSteps(s, kv)
 	for l := 0; l < c.NumHiddenLayers; l++ {
 		for _, st := range steps {
 			if st.skip != nil && st.skip(l) {
@@ -555,32 +848,57 @@ func (e *Engine) forward(ids Buffer, seqLen int) error {
 			}
 		}
 	}
-	if err := e.head(s); err != nil {
+	if err := e.head(s, kv); err != nil {
 		return err
 	}
+	if err := e.advance(s, kv, prefill); err != nil {
+		return err
+	}
+	e.advanceHost(prefill)
+	return nil
+}
+
+// advance moves the device's view past the step: the start position of a
+// uniform contiguous run; a tabled decode step's view one token on (the
+// prefill's is its own, and the first decode step's was uploaded at Begin).
+func (e *Engine) advance(s AttnShape, kv KVView, prefill bool) error {
+	if e.tabled && prefill {
+		return nil
+	}
 	e.op("advance_position")
-	if err := be.AddI32(e.posBuf, seqLen); err != nil {
+	if e.tabled {
+		if err := e.be.AdvanceKV(kv, s); err != nil {
+			return fmt.Errorf("advance the cache view: %w", err)
+		}
+		return nil
+	}
+	if err := e.be.AddI32(e.posBuf, s.SeqLen); err != nil {
 		return fmt.Errorf("advance position: %w", err)
 	}
-	e.pos += seqLen
 	return nil
 }
 
 // head computes each sequence's logits from its last token and its greedy
 // next token into e.next.
-func (e *Engine) head(s AttnShape) error {
+func (e *Engine) head(s AttnShape, kv KVView) error {
 	c, be, w, a := e.cfg, e.be, e.w, &e.act
 	h := c.HiddenSize
 	// Only each sequence's last token needs logits: gather it before the
-	// final norm so the norm and lm_head run on batch rows, not batch×seqLen.
+	// final norm so the norm and lm_head run on batch rows, not every token.
 	x, down := a.x, a.down
-	if s.SeqLen > 1 {
+	if s.Tokens() != s.Batch {
+		gather := func(out, in Buffer) error {
+			if s.Ragged() {
+				return be.GatherLastRagged(out, in, kv.QueryStart, s.Batch, h)
+			}
+			return be.GatherLast(out, in, s.Batch, s.SeqLen, h)
+		}
 		e.op("gather_last")
-		if err := be.GatherLast(a.lastX, a.x, s.Batch, s.SeqLen, h); err != nil {
+		if err := gather(a.lastX, a.x); err != nil {
 			return fmt.Errorf("gather last residual: %w", err)
 		}
 		e.op("gather_last")
-		if err := be.GatherLast(a.lastDown, a.down, s.Batch, s.SeqLen, h); err != nil {
+		if err := gather(a.lastDown, a.down); err != nil {
 			return fmt.Errorf("gather last down: %w", err)
 		}
 		x, down = a.lastX, a.lastDown

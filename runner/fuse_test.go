@@ -16,7 +16,7 @@ type ropeFusingCPU struct {
 
 func (c *ropeFusingCPU) FusesRopeAttention(s AttnShape) bool { return s.SeqLen == 1 }
 
-func (c *ropeFusingCPU) RopeAttention(out, qkv, kCache, vCache, invFreq, pos Buffer, s AttnShape) error {
+func (c *ropeFusingCPU) RopeAttention(out, qkv, kCache, vCache, invFreq Buffer, kv KVView, s AttnShape) error {
 	c.fused++
 	if c.q == nil {
 		q, err := c.Alloc(BF16, s.Tokens()*s.Heads*s.HeadDim)
@@ -25,10 +25,10 @@ func (c *ropeFusingCPU) RopeAttention(out, qkv, kCache, vCache, invFreq, pos Buf
 		}
 		c.q = q
 	}
-	if err := c.RopeKVWrite(c.q, kCache, vCache, qkv, invFreq, pos, s); err != nil {
+	if err := c.RopeKVWrite(c.q, kCache, vCache, qkv, invFreq, kv, s); err != nil {
 		return err
 	}
-	return c.Attention(out, c.q, kCache, vCache, pos, s)
+	return c.Attention(out, c.q, kCache, vCache, kv, s)
 }
 
 // Where the backend fuses rope_kv_write into decode attention

@@ -66,7 +66,10 @@ func (e *Engine) DecodeGraphNodes() []GraphNodes {
 
 // graphKey is what a captured decode step depends on besides the buffers
 // (which Engine.ensureBuffers owns: reallocating them drops every graph).
-type graphKey struct{ batch, maxSeq int }
+type graphKey struct {
+	batch, maxSeq, slots int
+	tabled               bool
+}
 
 // decodeGraphs holds the captured decode steps of the current buffers.
 type decodeGraphs struct {

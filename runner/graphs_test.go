@@ -92,12 +92,12 @@ func TestEngineCapturesDecodeOncePerBuffers(t *testing.T) {
 func TestDecodeGraphsInvalidate(t *testing.T) {
 	var launches, destroys int
 	var g decodeGraphs
-	if g.get(graphKey{1, 8}) != nil {
+	if g.get(graphKey{batch: 1, maxSeq: 8}) != nil {
 		t.Fatal("empty cache returned a graph")
 	}
-	g.put(graphKey{1, 8}, fakeStep{&launches, &destroys})
-	g.put(graphKey{4, 8}, fakeStep{&launches, &destroys})
-	if g.get(graphKey{1, 8}) == nil || g.get(graphKey{1, 9}) != nil {
+	g.put(graphKey{batch: 1, maxSeq: 8}, fakeStep{&launches, &destroys})
+	g.put(graphKey{batch: 4, maxSeq: 8}, fakeStep{&launches, &destroys})
+	if g.get(graphKey{batch: 1, maxSeq: 8}) == nil || g.get(graphKey{batch: 1, maxSeq: 9}) != nil {
 		t.Fatal("lookup by (batch, maxSeq) is wrong")
 	}
 	if err := g.invalidate(); err != nil {

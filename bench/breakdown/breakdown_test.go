@@ -82,9 +82,9 @@ func (c *countingBackend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	return c.Backend.Linear(out, x, w, m, n, k)
 }
 
-func (c *countingBackend) Attention(out, q, kCache, vCache, pos runner.Buffer, s runner.AttnShape) error {
+func (c *countingBackend) Attention(out, q, kCache, vCache runner.Buffer, kv runner.KVView, s runner.AttnShape) error {
 	c.launches += 2
-	return c.Backend.Attention(out, q, kCache, vCache, pos, s)
+	return c.Backend.Attention(out, q, kCache, vCache, kv, s)
 }
 
 // The breakdown attributes a backend's launches to the op that made them.

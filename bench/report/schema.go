@@ -110,6 +110,20 @@ type RunConfig struct {
 	// Prompts says where the timed prompts came from when not from random
 	// ids (run --prompt-file); absent: random ids.
 	Prompts *Prompts `json:"prompts,omitempty"`
+	// KV is the KV cache's layout and the batches' lengths (run
+	// --kv-layout, --page-size, --page-order, --context-lens, --kv-fill);
+	// absent in reports from before it was recorded: the contiguous layout.
+	KV *KVCache `json:"kv_cache,omitempty"`
+}
+
+// KVCache is a run's KV cache layout and where its lengths came from; each
+// shape's own lengths are its context_lens.
+type KVCache struct {
+	Layout      string `json:"layout"`                 // "paged" or "contiguous"
+	PageSize    int    `json:"page_size,omitempty"`    // tokens per page (paged)
+	PageOrder   string `json:"page_order,omitempty"`   // "sequential" or "shuffled" (paged; shuffled by Seed)
+	ContextLens string `json:"context_lens,omitempty"` // --context-lens as given (drawn with Seed); absent: --input-len
+	KVFill      string `json:"kv_fill,omitempty"`      // "prefill" or "synthetic"
 }
 
 // Prompts are the text prompts of a run (bench.TextPrompts): the file,
@@ -126,6 +140,10 @@ type Prompts struct {
 // ShapeReport is one shape's samples, summaries and roofline floors.
 type ShapeReport struct {
 	bench.Shape
+	// KVTokens is a ragged or synthetically filled batch's tokens in its
+	// caches after the prefill: the sum of its context_lens (absent for a
+	// uniform batch: batch_size × input_len).
+	KVTokens int  `json:"kv_tokens,omitempty"`
 	Complete bool `json:"complete"`
 	// Iterations is the count of timed iterations, StopReason why they
 	// stopped (num_iters, target_noise, max_seconds, interrupted, error)
@@ -236,6 +254,9 @@ func NewShapeReport(s bench.ShapeResult) ShapeReport {
 		DecodeDeviceSeconds:       s.Summary.DecodeDeviceSeconds,
 		TotalHostSeconds:          s.Summary.TotalHostSeconds,
 	}
+	if s.Shape.Ragged() {
+		r.KVTokens = s.Shape.KVTokens()
+	}
 	if s.StopReason != "" {
 		noise := s.Noise
 		r.Noise = &noise
@@ -331,6 +352,10 @@ func Parse(data []byte) (Report, error) {
 	return r, nil
 }
 
+// MaxSampleSeconds bounds a sample's times in a report read back: the
+// largest --step-timeout (a step that took longer was cut off).
+const MaxSampleSeconds = 1e6
+
 func (s ShapeReport) validate() error {
 	if s.Batch < 1 || s.InputLen < 1 || s.OutputLen < 1 {
 		return errors.New("batch_size, input_len and output_len must be >= 1")
@@ -344,6 +369,12 @@ func (s ShapeReport) validate() error {
 		if sample.HostSeconds < 0 || sample.DeviceSeconds < 0 {
 			return fmt.Errorf("sample %d: negative time (host_seconds=%v device_seconds=%v)",
 				i, sample.HostSeconds, sample.DeviceSeconds)
+		}
+		// A finite time past any step's (1e308 s) overflowed the medians
+		// and ratios to ±Inf and NaN, which compare then called SAME.
+		if sample.HostSeconds > MaxSampleSeconds || sample.DeviceSeconds > MaxSampleSeconds {
+			return fmt.Errorf("sample %d: a time longer than any step takes (host_seconds=%v device_seconds=%v; at most %g)",
+				i, sample.HostSeconds, sample.DeviceSeconds, MaxSampleSeconds)
 		}
 		if sample.Iter < 0 || sample.Step < 0 || sample.Position < 0 {
 			return fmt.Errorf("sample %d: negative iter, step or position", i)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -69,7 +71,7 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	}
 	d.env.Roof, d.env.Roofs = roof, roofs
 	build := report.Builder{Model: s.cfg, Roof: roof, Telemetry: tel.Recorder(), DiscardThrottled: f.telemetry.discardThrottled,
-		TPSize: d.tpSize}
+		TPSize: d.tpSize, KV: f.kv.options(f.seed)}
 	created := d.now()
 	files := f.resultFiles(textOut)
 	files.Device = compat.Device(d.env.Backend, d.env.Emulated)
@@ -144,6 +146,7 @@ func (f *runFlags) benchOptions(s runSetup, d runDeps, textOut, stderr io.Writer
 	if s.textSource != nil {
 		opt.Prompts = s.textSource
 	}
+	f.kv.apply(&opt, s.cfg)
 	f.sampling.options(&opt)
 	return opt
 }
@@ -161,7 +164,11 @@ func (f *runFlags) resultFiles(lines io.Writer) report.ResultFiles {
 }
 
 func (f *runFlags) severalShapes() bool {
-	return len(f.shapes.batch)*len(f.shapes.input)*len(f.shapes.output) > 1
+	inputs := len(f.shapes.input)
+	if f.kv.contextLens != "" {
+		inputs = 1
+	}
+	return len(f.kv.batchSizes(f.shapes.batch))*inputs*len(f.shapes.output) > 1
 }
 
 // header is the native report without its shapes: tool, time, machine and
@@ -184,6 +191,7 @@ func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment,
 		cfg.Prompts = &report.Prompts{Source: "text", File: f.text.promptFile, Count: len(s.prompts), Tokens: tokens,
 			DistinctRows: s.textSource.Distinct()}
 	}
+	cfg.KV = f.kv.report()
 	if v.Status == "" {
 		v.Status = report.VerificationEmbedded // a run without a gate: the embedded defaults
 	}
@@ -221,6 +229,7 @@ func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, st
 		if q := final.Config.Model.Quantization; q != nil {
 			cfg["quantization"] = q.String()
 		}
+		maps.Copy(cfg, report.KVGoBenchConfig(final.Config.KV, final.Config.Seed))
 		errs = append(errs, report.WriteGoBench(stdout, final.Config.Model.Name, cfg, shapes))
 	}
 	if write := tracker.Formats[f.format]; write != nil {
@@ -281,8 +290,9 @@ func orString(s, fallback string) string {
 }
 
 // outputFiles are every file the run writes (CheckOutputs checks them up
-// front): --output-json's per-shape names, --plot's two plots included.
-func (f *runFlags) outputFiles() []report.OutputFile {
+// front): --output-json's per-shape names (of shapes, the sweep with its
+// lengths resolved, when given), --plot's two plots included.
+func (f *runFlags) outputFiles(shapes []bench.Shape) []report.OutputFile {
 	var out []report.OutputFile
 	add := func(label, path string, appended bool) {
 		if path != "" {
@@ -290,7 +300,18 @@ func (f *runFlags) outputFiles() []report.OutputFile {
 		}
 	}
 	add("--result-filename", f.resultFile, true)
-	if f.outputJSON != "" {
+	// With several shapes the files go beside --output-json, named after
+	// it: a name that is a device (/dev/full), a FIFO or a directory is
+	// itself checked, and refused, first.
+	if info, err := os.Stat(f.outputJSON); f.outputJSON != "" && f.severalShapes() && err == nil && !info.Mode().IsRegular() {
+		add("--output-json", f.outputJSON, false)
+	}
+	for _, sh := range shapes {
+		if f.outputJSON != "" {
+			add("--output-json", compat.VLLMPath(f.outputJSON, f.severalShapes(), sh.Batch, sh.InputLen, sh.OutputLen), false)
+		}
+	}
+	if f.outputJSON != "" && shapes == nil {
 		for _, b := range f.shapes.batch {
 			for _, in := range f.shapes.input {
 				for _, o := range f.shapes.output {

@@ -47,43 +47,72 @@ func AttentionTokens(out, q, kCache, vCache []uint16, batch, seqLen, startPos, h
 			tokens[t] = t
 		}
 	}
-	scale := float32(1 / math.Sqrt(float64(headDim)))
-	groupSize := heads / kvHeads
-	query := make([]float32, headDim)
-	scores := make([]float32, startPos+seqLen)
-	acc := make([]float32, headDim)
+	rows := make([]int, startPos+seqLen)
+	var a attender
+	a.init(heads, kvHeads, headDim, startPos+seqLen)
 	for _, t := range tokens {
 		b, s := t/seqLen, t%seqLen
 		keys := startPos + s + 1 // positions 0..p
-		for h := 0; h < heads; h++ {
-			ToF32(query, q[t*qWidth+h*headDim:t*qWidth+(h+1)*headDim])
-			kvOffset := (h / groupSize) * headDim
-
-			maxScore := float32(math.Inf(-1))
-			for j := 0; j < keys; j++ {
-				k := kCache[(b*maxSeq+j)*kvWidth+kvOffset:][:headDim]
-				var dot float32
-				for d, qd := range query {
-					dot += qd * BF16ToF32(k[d])
-				}
-				scores[j] = dot * scale
-				maxScore = max(maxScore, scores[j])
-			}
-			var sum float32
-			for j := 0; j < keys; j++ {
-				scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
-				sum += scores[j]
-			}
-
-			clear(acc)
-			for j := 0; j < keys; j++ {
-				prob := scores[j] / sum
-				v := vCache[(b*maxSeq+j)*kvWidth+kvOffset:][:headDim]
-				for d := range acc {
-					acc[d] += prob * BF16ToF32(v[d])
-				}
-			}
-			ToBF16(out[t*qWidth+h*headDim:t*qWidth+(h+1)*headDim], acc)
+		for j := range keys {
+			rows[j] = (b*maxSeq + j) * kvWidth
 		}
+		a.token(out[t*qWidth:(t+1)*qWidth], q[t*qWidth:(t+1)*qWidth], kCache, vCache, rows[:keys])
+	}
+}
+
+// attender is the arithmetic Attention and AttentionPaged share, so that
+// the two give the same bits wherever they see the same keys: the scratch
+// of one query token and the loop over its heads.
+type attender struct {
+	heads, kvHeads, headDim int
+	scale                   float32
+	query, scores, acc      []float32
+}
+
+func (a *attender) init(heads, kvHeads, headDim, maxKeys int) {
+	*a = attender{heads: heads, kvHeads: kvHeads, headDim: headDim,
+		scale: float32(1 / math.Sqrt(float64(headDim))),
+		query: make([]float32, headDim), scores: make([]float32, maxKeys), acc: make([]float32, headDim)}
+}
+
+// token writes out [heads*headDim] for one query row q [heads*headDim]
+// attending to the keys whose rows (element offsets into the caches of kv
+// head 0) are rows, in key order.
+func (a *attender) token(out, q, kCache, vCache []uint16, rows []int) {
+	headDim := a.headDim
+	groupSize := a.heads / a.kvHeads
+	if cap(a.scores) < len(rows) {
+		a.scores = make([]float32, len(rows))
+	}
+	scores := a.scores[:len(rows)]
+	for h := 0; h < a.heads; h++ {
+		ToF32(a.query, q[h*headDim:(h+1)*headDim])
+		kvOffset := (h / groupSize) * headDim
+
+		maxScore := float32(math.Inf(-1))
+		for j, r := range rows {
+			k := kCache[r+kvOffset:][:headDim]
+			var dot float32
+			for d, qd := range a.query {
+				dot += qd * BF16ToF32(k[d])
+			}
+			scores[j] = dot * a.scale
+			maxScore = max(maxScore, scores[j])
+		}
+		var sum float32
+		for j := range scores {
+			scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
+			sum += scores[j]
+		}
+
+		clear(a.acc)
+		for j, r := range rows {
+			prob := scores[j] / sum
+			v := vCache[r+kvOffset:][:headDim]
+			for d := range a.acc {
+				a.acc[d] += prob * BF16ToF32(v[d])
+			}
+		}
+		ToBF16(out[h*headDim:(h+1)*headDim], a.acc)
 	}
 }

@@ -127,3 +127,57 @@ func rotateHalf(out, x []uint16, cos, sin []float32) {
 		out[i+half] = F32ToBF16(RoundBF16(hi*cos[i]) + RoundBF16(lo*sin[i]))
 	}
 }
+
+// RopeKVWritePaged is RopeKVWrite for a ragged batch over a paged cache
+// (rope.cu's version 3, vLLM's rotary embedding and reshape_and_cache in
+// one): row t of qkv [T, (H+2·KV)·D] sits at position positions[t]; its
+// rotated q goes to row t of q [T, H·D] and its rotated k and raw v to slot
+// slots[t] of kCache and vCache ([numSlots, KV·D], slot = page·pageSize +
+// offset). A negative slot is padding: q is rotated, nothing is written to
+// the caches. The rotation is RopeKVWrite's, bit for bit.
+//
+// Preconditions: headDim even, heads and kvHeads >= 1, every position >= 0,
+// every slot below numSlots, len(invFreq) >= headDim/2, len(positions) and
+// len(slots) >= tokens, and every slice as long as its shape.
+func RopeKVWritePaged(q, kCache, vCache, qkv []uint16, invFreq []float32, positions []int32, slots []int64, tokens, heads, kvHeads, headDim, numSlots int) {
+	const op = "RopeKVWritePaged"
+	needShape(op, tokens >= 0 && heads >= 1 && kvHeads >= 1 && headDim >= 0 && headDim%2 == 0 && numSlots >= 0,
+		"bad shape tokens %d heads %d kvHeads %d headDim %d slots %d", tokens, heads, kvHeads, headDim, numSlots)
+	qWidth, kvWidth := heads*headDim, kvHeads*headDim
+	rowWidth := qWidth + 2*kvWidth
+	half := headDim / 2
+	needLen(op, "qkv", len(qkv), tokens*rowWidth)
+	needLen(op, "q", len(q), tokens*qWidth)
+	needLen(op, "kCache", len(kCache), numSlots*kvWidth)
+	needLen(op, "vCache", len(vCache), numSlots*kvWidth)
+	needLen(op, "invFreq", len(invFreq), half)
+	needLen(op, "positions", len(positions), tokens)
+	needLen(op, "slots", len(slots), tokens)
+	for t := range tokens {
+		needShape(op, positions[t] >= 0 && slots[t] < int64(numSlots), "token %d: position %d, slot %d of %d", t, positions[t], slots[t], numSlots)
+	}
+	cos := make([]float32, half)
+	sin := make([]float32, half)
+	for t := range tokens {
+		pos := positions[t]
+		for i := range half {
+			angle := float64(float32(pos) * invFreq[i])
+			cos[i] = RoundBF16(float32(math.Cos(angle)))
+			sin[i] = RoundBF16(float32(math.Sin(angle)))
+		}
+		row := qkv[t*rowWidth : (t+1)*rowWidth]
+		qOut := q[t*qWidth : (t+1)*qWidth]
+		for h := 0; h < heads; h++ {
+			rotateHalf(qOut[h*headDim:(h+1)*headDim], row[h*headDim:(h+1)*headDim], cos, sin)
+		}
+		if slots[t] < 0 {
+			continue
+		}
+		cacheAt := int(slots[t]) * kvWidth
+		for h := 0; h < kvHeads; h++ {
+			kIn := row[qWidth+h*headDim : qWidth+(h+1)*headDim]
+			rotateHalf(kCache[cacheAt+h*headDim:cacheAt+(h+1)*headDim], kIn, cos, sin)
+		}
+		copy(vCache[cacheAt:cacheAt+kvWidth], row[qWidth+kvWidth:rowWidth])
+	}
+}

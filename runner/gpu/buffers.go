@@ -26,7 +26,7 @@ func (c *Backend) Alloc(dt runner.DType, n int) (runner.Buffer, error) {
 	if err := c.notCapturing("alloc"); err != nil {
 		return nil, err
 	}
-	if dt != runner.BF16 && dt != runner.F32 && dt != runner.I32 && dt != runner.F8E4M3 {
+	if dt != runner.BF16 && dt != runner.F32 && dt != runner.I32 && dt != runner.F8E4M3 && dt != runner.I64 {
 		return nil, fmt.Errorf("alloc: unknown dtype %d", dt)
 	}
 	if n < 0 || int64(n) > math.MaxInt64/8 {
@@ -150,7 +150,7 @@ func (c *Backend) download(op string, dst []byte, src cuda.DevPtr) error {
 	return nil
 }
 
-func asBytes[T uint8 | uint16 | int32 | float32](s []T) []byte {
+func asBytes[T uint8 | uint16 | int32 | int64 | float32](s []T) []byte {
 	if len(s) == 0 {
 		return nil
 	}
@@ -185,6 +185,15 @@ func (c *Backend) UploadI32(dst runner.Buffer, src []int32) error {
 		return err
 	}
 	return c.upload("upload i32", p, asBytes(src))
+}
+
+// UploadI64 copies src into dst.
+func (c *Backend) UploadI64(dst runner.Buffer, src []int64) error {
+	p, err := dev(dst, runner.I64, len(src), "upload i64", "dst", false)
+	if err != nil {
+		return err
+	}
+	return c.upload("upload i64", p, asBytes(src))
 }
 
 // DownloadBF16 waits for the stream and copies the first len(dst) elements.

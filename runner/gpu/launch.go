@@ -97,7 +97,7 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		}
 	}
 	for _, d := range kernels.TensorCoreHeadDims {
-		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d)} {
+		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d), "attn_prefill4": kernels.Prefill4SharedBytes(d)} {
 			pre := k.fn[kernels.EntryPoint(name, d)]
 			if pre != nil && shared > kernels.DefaultSharedLimitBytes {
 				if err := pre.SetMaxDynamicShared(shared); err != nil {
@@ -324,7 +324,11 @@ func checkAttnShape(c *argCheck, a kernels.AttnShape) {
 // captured decode step replays at every position; a.StartPos is the caller's
 // expectation, used only for the argument checks. Rows whose position would
 // fall outside the cache are not written.
-func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, pos cuda.DevPtr, a kernels.AttnShape) error {
+func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cuda.DevPtr, kv KVPtrs, a kernels.AttnShape) error {
+	if a.Tabled() {
+		return k.ropeKVWriteTabled(s, q, kCache, vCache, qkv, invFreq, kv, a)
+	}
+	pos := kv.Pos
 	c := argCheck{op: "rope_kv_write"}
 	checkAttnShape(&c, a)
 	c.require(a.HeadDim%2 == 0 && a.HeadDim <= kernels.RopeMaxHeadDim, "headDim = %d, want even and <= %d", a.HeadDim, kernels.RopeMaxHeadDim)
@@ -346,6 +350,9 @@ func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq, p
 	version, err := k.sel.RopeVersion(a.HeadDim)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
+	}
+	if version == kernels.RopeTabledVersion {
+		return fmt.Errorf("%s: %w", c.op, tableOnly(kernels.OpRope, version))
 	}
 	name := "rope_kv_write"
 	if version == 2 {
@@ -375,7 +382,11 @@ func (k *Kernels) AttentionWorkspaceBytes(a kernels.AttnShape) int {
 // SeqLen > 1 the tiled prefill kernel (workspace unused, may be 0). The
 // kernels read startPos from pos (one int32 in device memory); a.StartPos is
 // the caller's expectation, used only for the argument checks.
-func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache cuda.DevPtr, kv KVPtrs, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	if a.Tabled() {
+		return k.attentionTabled(s, out, q, kCache, vCache, kv, workspace, workspaceBytes, a)
+	}
+	pos := kv.Pos
 	c := argCheck{op: "attention"}
 	checkAttnShape(&c, a)
 	c.require(slices.Contains(kernels.SupportedHeadDims, a.HeadDim), "headDim = %d, want one of %v", a.HeadDim, kernels.SupportedHeadDims)
@@ -399,6 +410,12 @@ func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache, pos, workspa
 	return k.decode(s, &c, out, q, kCache, vCache, pos, workspace, workspaceBytes, a)
 }
 
+// tableOnly refuses a block-table version (kernels.TabledVersion) at a
+// contiguous uniform shape: it reads the table the engine builds for it.
+func tableOnly(op string, version int) error {
+	return fmt.Errorf("%s %d reads the block table: a contiguous uniform batch reaches it through the engine's table of one page per sequence (the backend's UsesKVTable)", op, version)
+}
+
 // attentionOp is the op attention at a is: prefill for several new tokens, else decode.
 func attentionOp(a kernels.AttnShape) string {
 	if a.SeqLen > 1 {
@@ -412,6 +429,9 @@ func (k *Kernels) prefill(s *cuda.Stream, op string, out, q, kCache, vCache, pos
 	version, err := k.sel.PrefillVersion(a)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
+	}
+	if version == kernels.PrefillTabledVersion {
+		return fmt.Errorf("%s: %w", op, tableOnly(kernels.OpAttnPrefill, version))
 	}
 	name, tile := kernels.EntryPoint("attn_prefill", a.HeadDim), kernels.PrefillQueryTile
 	threads, shared := kernels.PrefillThreads, kernels.PrefillSharedBytes(a.HeadDim)
@@ -437,6 +457,9 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 	version, err := k.sel.DecodeVersion(a)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
+	}
+	if version == kernels.DecodeTabledVersion {
+		return fmt.Errorf("%s: %w", c.op, tableOnly(kernels.OpAttnDecode, version))
 	}
 	chunkKeys, splits := kernels.DecodePlan(a, k.smCount)
 	need := kernels.DecodePartialBytes(a, splits)
@@ -497,8 +520,10 @@ func (k *Kernels) FusesRope(a kernels.AttnShape) bool {
 // rotated k and raw v of the new token to the caches at (b, startPos) and
 // the attention of rotated q into out [batch, heads*headDim]. Decode only
 // (a.SeqLen == 1); the caches and out get the bits of the two ops unfused.
-func (k *Kernels) RopeAttention(s *cuda.Stream, out, qkv, kCache, vCache, invFreq, pos, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+func (k *Kernels) RopeAttention(s *cuda.Stream, out, qkv, kCache, vCache, invFreq cuda.DevPtr, kv KVPtrs, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	pos := kv.Pos
 	c := argCheck{op: "rope_attention"}
+	c.require(!a.Tabled(), "attn_decode version 5 takes the contiguous layout's uniform batches only")
 	checkAttnShape(&c, a)
 	c.require(a.SeqLen == 1, "seqLen = %d, want 1 (a decode step)", a.SeqLen)
 	if v, err := k.sel.DecodeVersion(a); err != nil {

@@ -31,43 +31,43 @@ func TestWrappersRejectBadArguments(t *testing.T) {
 		{"norm zero hidden", "add_rmsnorm", "hidden", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 0, 1e-5) }},
 		{"norm negative eps", "add_rmsnorm", "eps", func() error { return k.AddRMSNorm(s, p, p, 0, p, 1, 64, -1) }},
 		{"rope odd head dim", "rope_kv_write", "headDim", func() error {
-			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *kernels.AttnShape) { a.HeadDim = 63 }))
+			return k.RopeKVWrite(s, p, p, p, p, p, KVPtrs{Pos: p}, with(func(a *kernels.AttnShape) { a.HeadDim = 63 }))
 		}},
 		{"rope past maxSeq", "rope_kv_write", "maxSeq", func() error {
-			return k.RopeKVWrite(s, p, p, p, p, p, p, with(func(a *kernels.AttnShape) { a.StartPos = 8 }))
+			return k.RopeKVWrite(s, p, p, p, p, p, KVPtrs{Pos: p}, with(func(a *kernels.AttnShape) { a.StartPos = 8 }))
 		}},
 		{"attention head dim 96", "attention", "headDim", func() error {
-			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.HeadDim = 96 }))
+			return k.Attention(s, p, p, p, p, KVPtrs{Pos: p}, p, 1<<20, with(func(a *kernels.AttnShape) { a.HeadDim = 96 }))
 		}},
 		{"attention heads not multiple of kv", "attention", "multiple of kvHeads", func() error {
-			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.Heads = 5 }))
+			return k.Attention(s, p, p, p, p, KVPtrs{Pos: p}, p, 1<<20, with(func(a *kernels.AttnShape) { a.Heads = 5 }))
 		}},
 		{"attention zero kv heads", "attention", "kvHeads", func() error {
-			return k.Attention(s, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.KVHeads = 0 }))
+			return k.Attention(s, p, p, p, p, KVPtrs{Pos: p}, p, 1<<20, with(func(a *kernels.AttnShape) { a.KVHeads = 0 }))
 		}},
 		{"attention small workspace", "attention", "workspace has 16 bytes", func() error {
-			return k.Attention(s, p, p, p, p, p, p, 16, good)
+			return k.Attention(s, p, p, p, p, KVPtrs{Pos: p}, p, 16, good)
 		}},
 		{"attention misaligned q", "attention", "q = ", func() error {
-			return k.Attention(s, p, p+2, p, p, p, p, 1<<20, good)
+			return k.Attention(s, p, p+2, p, p, KVPtrs{Pos: p}, p, 1<<20, good)
 		}},
 		{"rope null pos", "rope_kv_write", "pos is a null pointer", func() error {
-			return k.RopeKVWrite(s, p, p, p, p, p, 0, good)
+			return k.RopeKVWrite(s, p, p, p, p, p, KVPtrs{Pos: 0}, good)
 		}},
 		{"attention misaligned pos", "attention", "pos = ", func() error {
-			return k.Attention(s, p, p, p, p, p+2, p, 1<<20, good)
+			return k.Attention(s, p, p, p, p, KVPtrs{Pos: p + 2}, p, 1<<20, good)
 		}},
 		{"rope_attention unfused version", "rope_attention", "attn_decode version 4", func() error {
-			return k.RopeAttention(s, p, p, p, p, p, p, p, 1<<20, good)
+			return k.RopeAttention(s, p, p, p, p, p, KVPtrs{Pos: p}, p, 1<<20, good)
 		}},
 		{"rope_attention prefill", "rope_attention", "seqLen = 2, want 1", func() error {
-			return fused.RopeAttention(s, p, p, p, p, p, p, p, 1<<20, with(func(a *kernels.AttnShape) { a.SeqLen = 2 }))
+			return fused.RopeAttention(s, p, p, p, p, p, KVPtrs{Pos: p}, p, 1<<20, with(func(a *kernels.AttnShape) { a.SeqLen = 2 }))
 		}},
 		{"rope_attention misaligned qkv", "rope_attention", "qkv = ", func() error {
-			return fused.RopeAttention(s, p, p+2, p, p, p, p, p, 1<<20, good)
+			return fused.RopeAttention(s, p, p+2, p, p, p, KVPtrs{Pos: p}, p, 1<<20, good)
 		}},
 		{"rope_attention small workspace", "rope_attention", "workspace has 16 bytes", func() error {
-			return fused.RopeAttention(s, p, p, p, p, p, p, p, 16, good)
+			return fused.RopeAttention(s, p, p, p, p, p, KVPtrs{Pos: p}, p, 16, good)
 		}},
 		{"add_i32 negative n", "add_i32", "n = -1", func() error { return k.AddI32(s, p, -1, 1) }},
 		{"add_i32 null buf", "add_i32", "buf is a null pointer", func() error { return k.AddI32(s, 0, 1, 1) }},
@@ -145,8 +145,8 @@ func TestWrappersSkipEmptyWork(t *testing.T) {
 	for name, err := range map[string]error{
 		"embed":     k.Embed(s, p, p, p, 0, 64),
 		"norm":      k.AddRMSNorm(s, p, p, 0, p, 0, 64, 1e-5),
-		"rope":      k.RopeKVWrite(s, p, p, p, p, p, p, empty),
-		"attention": k.Attention(s, p, p, p, p, p, 0, 0, empty),
+		"rope":      k.RopeKVWrite(s, p, p, p, p, p, KVPtrs{Pos: p}, empty),
+		"attention": k.Attention(s, p, p, p, p, KVPtrs{Pos: p}, 0, 0, empty),
 		"add_i32":   k.AddI32(s, p, 0, 1),
 		"silu":      k.SiluMul(s, p, p, 0, 64),
 		"gather":    k.GatherLast(s, p, p, 0, 3, 64),
@@ -173,4 +173,58 @@ func ranNothing(ran bool, err error) error {
 		return errors.New("launched a kernel")
 	}
 	return err
+}
+
+// The block table's wrappers refuse a bad view, geometry or version before
+// any launch (no GPU needed).
+func TestTabledWrappersRejectBadArguments(t *testing.T) {
+	k := &Kernels{smCount: 132}
+	var s *cuda.Stream
+	const p = cuda.DevPtr(1 << 20)
+	kv := KVPtrs{BlockTable: p, SeqLens: p, QueryStart: p, Positions: p, SlotMapping: p}
+	good := kernels.AttnShape{Batch: 2, SeqLen: 1, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 32, PageSize: 16, NumPages: 4, MaxPages: 2,
+		Paged: true, QLens: []int{1, 1}, SeqLens: []int{5, 17}}
+	with := func(change func(*kernels.AttnShape)) kernels.AttnShape {
+		a := good
+		change(&a)
+		return a
+	}
+	old := k.With(kernels.Selection{kernels.OpAttnDecode: 4})
+	checkWrapperErrors(t, []wrapperCase{
+		{"tabled attention null table", "attention", "block table is a null pointer", func() error {
+			bad := kv
+			bad.BlockTable = 0
+			return k.Attention(s, p, p, p, p, bad, p, 1<<20, good)
+		}},
+		{"tabled attention no pages", "attention", "maxPages = 0", func() error {
+			return k.Attention(s, p, p, p, p, kv, p, 1<<20, with(func(a *kernels.AttnShape) { a.MaxPages = 0 }))
+		}},
+		{"tabled attention head dim 96", "attention", "headDim = 96", func() error {
+			return k.Attention(s, p, p, p, p, kv, p, 1<<20, with(func(a *kernels.AttnShape) { a.HeadDim = 96 }))
+		}},
+		{"tabled decode small workspace", "attention", "workspace has 16 bytes", func() error {
+			return k.Attention(s, p, p, p, p, kv, p, 16, good)
+		}},
+		{"tabled decode with version 4", "attention", "attn_decode 4 takes the contiguous layout's uniform batches; the paged layout runs 6", func() error {
+			return old.Attention(s, p, p, p, p, kv, p, 1<<20, good)
+		}},
+		{"tabled rope misaligned slots", "rope_kv_write", "slot mapping = ", func() error {
+			bad := kv
+			bad.SlotMapping = p + 4
+			return k.RopeKVWrite(s, p, p, p, p, p, bad, good)
+		}},
+		{"tabled rope head dim 40", "rope_kv_write", "multiple of 16", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, kv, with(func(a *kernels.AttnShape) { a.HeadDim = 40 }))
+		}},
+		{"contiguous rope with version 3", "rope_kv_write", "rope_kv_write 3 reads the block table", func() error {
+			return k.With(kernels.Selection{kernels.OpRope: 3}).RopeKVWrite(s, p, p, p, p, p, KVPtrs{Pos: p},
+				kernels.AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8})
+		}},
+		{"advance of a prefill's view", "advance_kv", "one per sequence", func() error {
+			return k.AdvanceKV(s, kv, with(func(a *kernels.AttnShape) { a.QLens = []int{3, 1} }))
+		}},
+		{"ragged gather null starts", "gather_last", "query starts is a null pointer", func() error {
+			return k.GatherLastRagged(s, p, p, 0, 2, 64, 9)
+		}},
+	})
 }

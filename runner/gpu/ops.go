@@ -164,22 +164,62 @@ func (c *Backend) rootCause(err error) error {
 	return err
 }
 
+// kvPtrs are the device addresses of kv's buffers that a step of shape s
+// reads: the start position of a uniform contiguous step, the whole view of
+// a tabled one.
+func kvPtrs(o *operands, kv runner.KVView, s runner.AttnShape) KVPtrs {
+	if !s.Tabled() {
+		return KVPtrs{Pos: o.get(kv.Pos, runner.I32, 1, "pos")}
+	}
+	T := s.Tokens()
+	return KVPtrs{
+		Pos:         o.getOpt(kv.Pos, runner.I32, 1, "pos", true),
+		BlockTable:  o.get(kv.BlockTable, runner.I32, s.Batch*s.MaxPages, "block table"),
+		SeqLens:     o.get(kv.SeqLens, runner.I32, s.Batch, "sequence lengths"),
+		QueryStart:  o.get(kv.QueryStart, runner.I32, s.Batch+1, "query starts"),
+		Positions:   o.get(kv.Positions, runner.I32, T, "positions"),
+		SlotMapping: o.get(kv.SlotMapping, runner.I64, T, "slot mapping"),
+	}
+}
+
 // RopeKVWrite rotates q and k and writes k and v to the cache; the kernel
-// reads the start position from pos.
-func (c *Backend) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos runner.Buffer, s runner.AttnShape) error {
+// reads the positions from kv.
+func (c *Backend) RopeKVWrite(q, kCache, vCache, qkv, invFreq runner.Buffer, kv runner.KVView, s runner.AttnShape) error {
 	T, D := s.Tokens(), s.HeadDim
-	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	cache := s.CacheSlots() * s.KVHeads * D
 	o := operands{op: "rope_kv_write"}
 	pQ := o.get(q, runner.BF16, T*s.Heads*D, "q")
 	pK := o.get(kCache, runner.BF16, cache, "kCache")
 	pV := o.get(vCache, runner.BF16, cache, "vCache")
 	pQKV := o.get(qkv, runner.BF16, T*(s.Heads+2*s.KVHeads)*D, "qkv")
 	pFreq := o.get(invFreq, runner.F32, D/2, "invFreq")
-	pPos := o.get(pos, runner.I32, 1, "pos")
+	pKV := kvPtrs(&o, kv, s)
 	if o.err != nil {
 		return o.err
 	}
-	return c.set.RopeKVWrite(c.stream, pQ, pK, pV, pQKV, pFreq, pPos, s)
+	return c.set.RopeKVWrite(c.stream, pQ, pK, pV, pQKV, pFreq, pKV, s)
+}
+
+// AdvanceKV moves a tabled decode step's view one token on, on the device.
+func (c *Backend) AdvanceKV(kv runner.KVView, s runner.AttnShape) error {
+	o := operands{op: "advance_kv"}
+	p := kvPtrs(&o, kv, s)
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.AdvanceKV(c.stream, p, s)
+}
+
+// GatherLastRagged copies each sequence's last new row of a ragged step.
+func (c *Backend) GatherLastRagged(out, in, queryStart runner.Buffer, batch, width int) error {
+	o := operands{op: "gather_last"}
+	pOut := o.get(out, runner.BF16, batch*width, "out")
+	pIn := o.get(in, runner.BF16, 0, "in")
+	pStarts := o.get(queryStart, runner.I32, batch+1, "query starts")
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.GatherLastRagged(c.stream, pOut, pIn, pStarts, batch, width, in.Len()/max(width, 1))
 }
 
 // ReserveAttention makes the decode workspace big enough for s's batch and
@@ -188,7 +228,7 @@ func (c *Backend) RopeKVWrite(q, kCache, vCache, qkv, invFreq, pos runner.Buffer
 // device); Attention calls it too, as a guard, and fails inside a capture.
 func (c *Backend) ReserveAttention(s runner.AttnShape) error {
 	decode := s
-	decode.SeqLen, decode.StartPos = 1, 0
+	decode.SeqLen, decode.StartPos = 1, 0 // a tabled one's lengths do not size it
 	need := c.set.AttentionWorkspaceBytes(decode)
 	if need <= c.attnWorkspaceBytes {
 		return nil
@@ -211,23 +251,23 @@ func (c *Backend) ReserveAttention(s runner.AttnShape) error {
 }
 
 // Attention is causal GQA attention over the cache; the kernels read the
-// start position from pos.
-func (c *Backend) Attention(out, q, kCache, vCache, pos runner.Buffer, s runner.AttnShape) error {
+// positions from kv.
+func (c *Backend) Attention(out, q, kCache, vCache runner.Buffer, kv runner.KVView, s runner.AttnShape) error {
 	T, D := s.Tokens(), s.HeadDim
-	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	cache := s.CacheSlots() * s.KVHeads * D
 	o := operands{op: "attention"}
 	pOut := o.get(out, runner.BF16, T*s.Heads*D, "out")
 	pQ := o.get(q, runner.BF16, T*s.Heads*D, "q")
 	pK := o.get(kCache, runner.BF16, cache, "kCache")
 	pV := o.get(vCache, runner.BF16, cache, "vCache")
-	pPos := o.get(pos, runner.I32, 1, "pos")
+	pKV := kvPtrs(&o, kv, s)
 	if o.err != nil {
 		return o.err
 	}
 	if err := c.ReserveAttention(s); err != nil {
 		return err
 	}
-	return c.set.Attention(c.stream, pOut, pQ, pK, pV, pPos, c.attnWorkspace, c.attnWorkspaceBytes, s)
+	return c.set.Attention(c.stream, pOut, pQ, pK, pV, pKV, c.attnWorkspace, c.attnWorkspaceBytes, s)
 }
 
 // FusesRopeAttention reports whether RopeAttention takes s
@@ -239,24 +279,24 @@ func (c *Backend) FusesRopeAttention(s runner.AttnShape) bool {
 }
 
 // RopeAttention is rope_kv_write and decode attention in one kernel
-// (attn_decode version 5); the kernel reads the position from pos.
-func (c *Backend) RopeAttention(out, qkv, kCache, vCache, invFreq, pos runner.Buffer, s runner.AttnShape) error {
+// (attn_decode version 5); the kernel reads the positions from kv.
+func (c *Backend) RopeAttention(out, qkv, kCache, vCache, invFreq runner.Buffer, kv runner.KVView, s runner.AttnShape) error {
 	T, D := s.Tokens(), s.HeadDim
-	cache := s.Batch * s.MaxSeq * s.KVHeads * D
+	cache := s.CacheSlots() * s.KVHeads * D
 	o := operands{op: "rope_attention"}
 	pOut := o.get(out, runner.BF16, T*s.Heads*D, "out")
 	pQKV := o.get(qkv, runner.BF16, T*(s.Heads+2*s.KVHeads)*D, "qkv")
 	pK := o.get(kCache, runner.BF16, cache, "kCache")
 	pV := o.get(vCache, runner.BF16, cache, "vCache")
 	pFreq := o.get(invFreq, runner.F32, D/2, "invFreq")
-	pPos := o.get(pos, runner.I32, 1, "pos")
+	pKV := kvPtrs(&o, kv, s)
 	if o.err != nil {
 		return o.err
 	}
 	if err := c.ReserveAttention(s); err != nil {
 		return err
 	}
-	return c.set.RopeAttention(c.stream, pOut, pQKV, pK, pV, pFreq, pPos, c.attnWorkspace, c.attnWorkspaceBytes, s)
+	return c.set.RopeAttention(c.stream, pOut, pQKV, pK, pV, pFreq, pKV, c.attnWorkspace, c.attnWorkspaceBytes, s)
 }
 
 // AddI32 adds delta to every element of buf on the device.
@@ -325,3 +365,9 @@ func (c *Backend) reserveArgmax(rows, vocab int) error {
 	c.argmaxWorkspace, c.argmaxWorkspaceBytes = p, need
 	return nil
 }
+
+// UsesKVTable reports whether the selection chooses a block-table version
+// of attention or rope_kv_write (runner.KVTableUser): the engine then runs
+// even a uniform contiguous batch through a table of one page per
+// sequence, the only cache those kernels read.
+func (c *Backend) UsesKVTable() bool { return c.set.Selection().UsesKVTable() }

@@ -117,13 +117,14 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 			}
 		}
 	}
-	if v.wants("decode_graph") {
+	if v.wants("decode_graph") && !v.set.Selection().UsesKVTable() { // else only the tabled step runs: verifyPagedDecodeGraph
 		for _, m := range models {
 			if supportedHeadDim(m.HeadDim) && v.dead == nil {
 				v.verifyDecodeGraph(m)
 			}
 		}
 	}
+	v.verifyPagedAll(models)
 	if v.wants("add_i32") {
 		v.verifyAddI32()
 	}
@@ -144,10 +145,12 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA context unusable")
 
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
-// covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu) and
-// decode_graph for the replayed decode step.
+// covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu),
+// decode_graph for the replayed decode step, and paged for every check of
+// the block table's kernels alone (their attention, rope_kv_write,
+// gather_last, decode graph and kv_advance checks).
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm", "kv_advance", "paged"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.
@@ -588,8 +591,8 @@ func versioned(check string, ver int) string { return fmt.Sprintf("%s v%d", chec
 func (v *Verifier) verifyRope(m kernels.ModelShape) {
 	for _, ver := range v.versions(kernels.OpRope) {
 		set := v.pinned(kernels.OpRope, ver)
-		if _, err := set.Selection().RopeVersion(m.HeadDim); err != nil {
-			continue // this version does not take the shape
+		if _, err := set.Selection().RopeVersion(m.HeadDim); err != nil || ver == kernels.RopeTabledVersion {
+			continue // this version does not take the shape (the table's: verifyPagedRopes)
 		}
 		for _, a := range []kernels.AttnShape{
 			{Batch: 2, SeqLen: 9, StartPos: 0, MaxSeq: 32},
@@ -622,9 +625,9 @@ func (v *Verifier) verifyRopeAt(set *Kernels, check string, m kernels.ModelShape
 	wantQ := make([]uint16, tokens*qWidth)
 	ref.RopeKVWrite(wantQ, kCache, vCache, qkv, invFreq, a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq)
 	q, dQKV, dFreq, pos := v.poisoned(tokens*qWidth), v.bf16(qkv), v.f32(invFreq), v.i32([]int32{int32(a.StartPos)})
-	v.launch(func() error { return set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a) })
+	v.launch(func() error { return set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, KVPtrs{Pos: pos}, a) })
 	v.modelBytes = costBytes("rope_kv_write", func(be runner.Backend, b func(int) runner.Buffer) error {
-		return be.RopeKVWrite(b(1), b(1), b(1), b(1), b(1), b(1), a)
+		return be.RopeKVWrite(b(1), b(1), b(1), b(1), b(1), runner.KVView{Pos: b(1)}, a)
 	})
 	rel, err := closeBF16(v.getBF16(q, tokens*qWidth), wantQ)
 	gotK, gotV := v.getBF16(dK, cacheLen), v.getBF16(dV, cacheLen)
@@ -672,6 +675,9 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 	var in *attentionCase
 	outs := map[int][]uint16{}
 	for _, ver := range v.versions(op) {
+		if ver == kernels.TabledVersion(op) {
+			continue // the block table's: verifyPagedAttentions
+		}
 		set := v.pinned(op, ver)
 		var supported error
 		if op == kernels.OpAttnPrefill {
@@ -749,9 +755,9 @@ func (v *Verifier) runAttention(set *Kernels, c *attentionCase) []uint16 {
 	}
 	out := v.poisoned(len(c.want))
 	dQ, dK, dV, pos := v.bf16(c.q), v.bf16(c.kCache), v.bf16(c.vCache), v.i32([]int32{int32(a.StartPos)})
-	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, pos, ws, wsBytes, a) })
+	v.launch(func() error { return set.Attention(v.stream, out, dQ, dK, dV, KVPtrs{Pos: pos}, ws, wsBytes, a) })
 	v.modelBytes = costBytes("attention", func(be runner.Backend, b func(int) runner.Buffer) error {
-		return be.Attention(b(1), b(1), b(1), b(1), b(1), a)
+		return be.Attention(b(1), b(1), b(1), b(1), runner.KVView{Pos: b(1)}, a)
 	})
 	return v.getBF16(out, len(c.want))
 }
@@ -791,15 +797,15 @@ func (v *Verifier) decodeGraphAt(m kernels.ModelShape, batch, start, replays, ma
 	}
 	step := func() error {
 		if fused {
-			if err := v.set.RopeAttention(v.stream, out, dQKV, dK, dV, dFreq, pos, ws, wsBytes, a); err != nil {
+			if err := v.set.RopeAttention(v.stream, out, dQKV, dK, dV, dFreq, KVPtrs{Pos: pos}, ws, wsBytes, a); err != nil {
 				return err
 			}
 			return v.set.AddI32(v.stream, pos, 1, 1)
 		}
-		if err := v.set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, pos, a); err != nil {
+		if err := v.set.RopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, KVPtrs{Pos: pos}, a); err != nil {
 			return err
 		}
-		if err := v.set.Attention(v.stream, out, q, dK, dV, pos, ws, wsBytes, a); err != nil {
+		if err := v.set.Attention(v.stream, out, q, dK, dV, KVPtrs{Pos: pos}, ws, wsBytes, a); err != nil {
 			return err
 		}
 		return v.set.AddI32(v.stream, pos, 1, 1)

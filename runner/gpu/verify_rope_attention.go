@@ -42,8 +42,8 @@ func (v *Verifier) verifyRopeAttentionAt(check string, c *attentionCase) {
 	v.launch(func() error { return fused.ZeroAttentionWorkspace(v.stream, ws, wsBytes) })
 
 	k4, v4, q4, out4 := v.bf16(c.kCache), v.bf16(c.vCache), v.poisoned(len(q)), v.poisoned(len(want))
-	v.launch(func() error { return unfused.RopeKVWrite(v.stream, q4, k4, v4, dQKV, dFreq, pos, a) })
-	v.launch(func() error { return unfused.Attention(v.stream, out4, q4, k4, v4, pos, ws, wsBytes, a) })
+	v.launch(func() error { return unfused.RopeKVWrite(v.stream, q4, k4, v4, dQKV, dFreq, KVPtrs{Pos: pos}, a) })
+	v.launch(func() error { return unfused.Attention(v.stream, out4, q4, k4, v4, KVPtrs{Pos: pos}, ws, wsBytes, a) })
 
 	k5, v5, out5 := v.bf16(c.kCache), v.bf16(c.vCache), v.poisoned(len(want))
 	for b := 0; b < a.Batch && v.err == nil; b++ {
@@ -51,7 +51,9 @@ func (v *Verifier) verifyRopeAttentionAt(check string, c *attentionCase) {
 		v.fail(v.stream.Memset16(k5+at, poisonBF16, kvWidth))
 		v.fail(v.stream.Memset16(v5+at, poisonBF16, kvWidth))
 	}
-	v.launch(func() error { return fused.RopeAttention(v.stream, out5, dQKV, k5, v5, dFreq, pos, ws, wsBytes, a) })
+	v.launch(func() error {
+		return fused.RopeAttention(v.stream, out5, dQKV, k5, v5, dFreq, KVPtrs{Pos: pos}, ws, wsBytes, a)
+	})
 
 	got := v.getBF16(out5, len(want))
 	rel, err := closeBF16(got, want)
@@ -71,9 +73,9 @@ func (v *Verifier) verifyRopeAttentionAt(check string, c *attentionCase) {
 	// attention's, as the step counts them (the counters list the unfused
 	// reference's kernels beside attn_decode5's, each by name).
 	v.modelBytes = costBytes("rope_kv_write", func(be runner.Backend, b func(int) runner.Buffer) error {
-		return be.RopeKVWrite(b(1), b(1), b(1), b(1), b(1), b(1), a)
+		return be.RopeKVWrite(b(1), b(1), b(1), b(1), b(1), runner.KVView{Pos: b(1)}, a)
 	}) + costBytes("attention", func(be runner.Backend, b func(int) runner.Buffer) error {
-		return be.Attention(b(1), b(1), b(1), b(1), b(1), a)
+		return be.Attention(b(1), b(1), b(1), b(1), runner.KVView{Pos: b(1)}, a)
 	})
 	v.record(check, FormatShape(a), rel, false, err)
 }
