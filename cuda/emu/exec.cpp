@@ -107,6 +107,11 @@ struct Worker {
     // returns to the scheduler. null: every yield returns to it.
     const std::vector<unsigned> *order = nullptr;
     size_t pos = 0;  // the running fiber's place in order
+    // Warp-serial: order is one warp's lanes, passed in while no barrier
+    // is released (the block's bar_gen is still phase).
+    bool serial = false;
+    unsigned long long phase = 0;
+    std::vector<unsigned> lanes;
     unsigned char *dyn = nullptr;  // dynamic shared memory of the running block
     Block block;
     BlockCounter *counter = nullptr;  // the running block's access counters (STEPBENCH_EMU_COUNTERS)
@@ -353,7 +358,7 @@ Fiber &Me() { return *static_cast<Fiber *>(Self()->fiber); }
 // schedules.
 void Yield(Fiber &f) {
     Worker &w = *f.w;
-    if (w.order != nullptr && w.block.error_code == 0) {
+    if (w.order != nullptr && w.block.error_code == 0 && (!w.serial || w.block.bar_gen == w.phase)) {
         const std::vector<unsigned> &order = *w.order;
         for (size_t i = w.pos + 1; i < order.size(); i++) {
             Fiber &g = w.fibers[order[i]];
@@ -820,21 +825,32 @@ bool RoundOver(Worker &w, bool ran) {
 // phase from the first warp again, so no warp of a phase sees another's
 // work of that phase: a missing barrier between a buffer's last reader and
 // its refill shows.
+// A pass over a warp's lanes is a chain: each yielding lane switches to the
+// next runnable one of the pass (Yield) while the phase lasts.
 void RunWarpSerial(Worker &w, bool reverse) {
     Block &b = w.block;
+    struct Unset {
+        Worker &w;
+        ~Unset() { w.order = nullptr, w.serial = false; }
+    } unset{w};
+    w.order = &w.lanes;
+    w.serial = true;
     for (;;) {
         bool ran = false;
-        const unsigned long long phase = b.bar_gen;
+        const unsigned long long phase = w.phase = b.bar_gen;
         for (unsigned k = 0; k < b.nwarps && b.bar_gen == phase; k++) {
             const unsigned wi = reverse ? b.nwarps - 1 - k : k;
             const unsigned first = wi * 32, last = std::min(b.nthreads, first + 32);
+            w.lanes.clear();
+            for (unsigned t = first; t < last; t++) w.lanes.push_back(t);
             for (bool warp_ran = true; warp_ran && b.bar_gen == phase;) {
-                warp_ran = false;
-                for (unsigned t = first; t < last && b.bar_gen == phase; t++) {
-                    Fiber &f = w.fibers[t];
-                    if (f.state != kRunnable) continue;
-                    if (!RunFiber(w, f)) return;
-                    warp_ran = ran = true;
+                size_t i = 0;
+                while (i < w.lanes.size() && w.fibers[w.lanes[i]].state != kRunnable) i++;
+                warp_ran = i < w.lanes.size();
+                if (warp_ran) {
+                    w.pos = i;
+                    if (!RunFiber(w, w.fibers[w.lanes[i]])) return;
+                    ran = true;
                 }
             }
         }
