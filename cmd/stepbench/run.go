@@ -121,6 +121,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return f.runGroup(fs, setup, stdout, stderr)
 	}
+	if err := checkFP8Arch(setup.device, setup.cfg); err != nil {
+		return err
+	}
 	stopWatch := f.watchSetup(setup, stderr) // the compile and the op libraries' loads
 	be, env, err := openBackend(setup.device, f.backend, setup.cfg.KernelShape(), setup.est, stderr)
 	stopWatch()
