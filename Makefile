@@ -13,7 +13,7 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build install test test-prereqs test-times vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
+.PHONY: all build install test test-full test-prereqs test-times vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
 
 all: build
 
@@ -48,7 +48,10 @@ vet:
 # compile every kernel with it.
 # make test ends with the 30 slowest tests and each package's wall time
 # (scripts/testtimes, from go test -json, kept in TEST_DIR/test.json), even
-# when a test fails; make test-times prints them again.
+# when a test fails; make test-times prints them again. Then the seeded
+# bugs: make test fails unless each bug docs/development.md lists was
+# reported caught by its test in this run (internal/seeded), and each
+# reported is listed.
 # -timeout: cmd/stepbench's end-to-end tests run real processes on the
 # emulated device (minutes, more when the cores are shared), beyond go
 # test's default 10 minutes per package.
@@ -60,7 +63,12 @@ TEST_FLAGS ?= -count=1 -timeout 45m
 test: test-prereqs
 	@rm -rf $(TEST_DIR) && mkdir -p $(TEST_DIR)/modules $(TEST_DIR)/cubin
 	@$(TEST_ENV) $(TESTTIMES) -save $(TEST_DIR)/test.json -- $(GO) test -json $(TEST_FLAGS) ./...; \
-	  rc=$$?; echo; $(TESTTIMES) $(TEST_DIR)/test.json; exit $$rc
+	  rc=$$?; echo; $(TESTTIMES) -seeded docs/development.md $(TEST_DIR)/test.json || rc=1; exit $$rc
+
+# make test with every combination of the tests' feature matrices
+# (internal/testmatrix), not their pairwise covering subsets.
+test-full:
+	@STEPBENCH_TEST_FULL=1 $(MAKE) --no-print-directory test
 
 test-prereqs:
 	@$(MAKE) --no-print-directory -j2 vet nocgo emu oracle examples $(TESTTIMES)

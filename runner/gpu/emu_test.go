@@ -11,6 +11,7 @@ import (
 
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
+	"stepbench/internal/seeded"
 	"stepbench/kernels"
 	"stepbench/runner"
 )
@@ -197,13 +198,17 @@ func TestEmulatorCatchesSeededBugs(t *testing.T) {
 			t.Errorf("%s: every check passed", b.name)
 			continue
 		}
-		first := failures[0]
+		first, caught := failures[0], true
 		for _, w := range b.want {
 			if !strings.Contains(first, w) {
 				t.Errorf("%s: first failure lacks %q:\n%s", b.name, w, first)
+				caught = false
 			}
 		}
 		t.Logf("%s caught: %s", b.name, first)
+		if caught {
+			seeded.Caught(t, b.name)
+		}
 	}
 }
 
@@ -263,6 +268,8 @@ func TestEmulatorScheduleRevealsRace(t *testing.T) {
 	}
 	if !failed || len(distinct) < 2 {
 		t.Errorf("the race should fail under some schedule and pass or fail differently under another: %v", outcomes)
+	} else {
+		seeded.Caught(t, raceBug.name)
 	}
 }
 
@@ -424,6 +431,8 @@ func TestReverseOrderRevealsWrongRopeWriter(t *testing.T) {
 		caught := !strings.HasPrefix(line, "0 ")
 		if caught != c.caught || (caught && !strings.Contains(line, "attention decode v5")) {
 			t.Errorf("%s under %s: %s; want caught %v", ropeWriterBug.name, c.schedule, line, c.caught)
+		} else if caught {
+			seeded.Caught(t, ropeWriterBug.name)
 		}
 		t.Logf("%s under %s: %.200s", ropeWriterBug.name, c.schedule, line)
 	}
@@ -454,6 +463,8 @@ func TestWarpSerialRevealsDroppedBarriers(t *testing.T) {
 			}
 			if !caught {
 				t.Errorf("%s: every attention check passed under %s", b.name, schedule)
+			} else {
+				seeded.Caught(t, b.name)
 			}
 			t.Logf("%s under %s: caught %v", b.name, schedule, caught)
 		}
@@ -477,6 +488,8 @@ func TestRetiredBufferRevealsMissingZeroFill(t *testing.T) {
 	joined := strings.Join(failures, "\n")
 	if !strings.Contains(joined, "b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
 		t.Errorf("the prefill whose sixth tile is partial passed:\n%s", joined)
+	} else {
+		seeded.Caught(t, bug.name)
 	}
 	// attn_prefill3's own tile copy, zero-fill dropped: the same prefill fails in version 3.
 	bug3 := seededBug{name: "v3: no zero-fill of a partial tile", file: "attention.cu", kernel: "attention",
@@ -487,6 +500,8 @@ func TestRetiredBufferRevealsMissingZeroFill(t *testing.T) {
 	joined = strings.Join(failures, "\n")
 	if !strings.Contains(joined, "attention prefill v3 [b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
 		t.Errorf("version 3's prefill whose sixth tile is partial passed:\n%s", joined)
+	} else {
+		seeded.Caught(t, bug3.name)
 	}
 }
 

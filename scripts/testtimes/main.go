@@ -2,7 +2,7 @@
 // the slowest tests and each package's wall time: where a test run's minutes
 // go.
 //
-//	go run ./scripts/testtimes [-n 30] [-markdown] FILE...
+//	go run ./scripts/testtimes [-n 30] [-markdown] [-seeded docs/development.md] FILE...
 //	go run ./scripts/testtimes -save FILE -- go test -json ./...
 //
 // With files it prints the tables of those streams (run one after another:
@@ -11,6 +11,11 @@
 // `go test` would (each package's ok or FAIL line, the output of failed
 // tests only, build errors), then exits with the command's status; print
 // the tables afterwards from the saved file.
+//
+// -seeded checks the run against a list of seeded bugs (its section
+// "## Seeded bugs", rows "| `NAME` | ... | `PACKAGE` `TestName` |"): each
+// listed bug must be reported caught (internal/seeded) by its test, which
+// passed, and each bug reported caught must be listed; else exit 1.
 //
 // A test's time is go test's elapsed time for it (a parallel test's from the
 // moment it resumed); a package's is its test binary's elapsed time, which
@@ -29,6 +34,7 @@ func main() {
 	n := flag.Int("n", 30, "how many of the slowest tests to print")
 	markdown := flag.Bool("markdown", false, "print Markdown tables (for docs/development.md)")
 	save := flag.String("save", "", "with a command after --: the file its JSON stream is written to")
+	seededList := flag.String("seeded", "", "a Markdown file whose section \"## Seeded bugs\" lists each seeded bug and its test: fail unless the run agrees")
 	flag.Parse()
 	if *save != "" {
 		os.Exit(wrap(*save, flag.Args(), os.Stdout, os.Stderr))
@@ -50,7 +56,11 @@ func main() {
 	if *markdown {
 		print = printMarkdown
 	}
-	print(os.Stdout, Merge(runs), *n)
+	all := Merge(runs)
+	print(os.Stdout, all, *n)
+	if *seededList != "" && !checkSeeded(os.Stdout, *seededList, all) {
+		os.Exit(1)
+	}
 }
 
 func readFile(name string) (*Run, error) {

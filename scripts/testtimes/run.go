@@ -45,11 +45,17 @@ type Run struct {
 	spans       []span // each stream's first and last event
 	byPackage   map[string]*PackageTime
 	output      map[string][]string // a running test's lines, printed if it fails
+	// seeded bugs (seeded.go): reported caught by a running test, caught
+	// by a test that passed (package, test, bug), each top-level test's status
+	pending map[string][]string
+	caught  map[string]bool
+	status  map[string]string
 }
 
 // NewRun is an empty run.
 func NewRun() *Run {
-	return &Run{byPackage: map[string]*PackageTime{}, output: map[string][]string{}}
+	return &Run{byPackage: map[string]*PackageTime{}, output: map[string][]string{},
+		pending: map[string][]string{}, caught: map[string]bool{}, status: map[string]string{}}
 }
 
 // Read takes the events of one stream. What plain `go test` would print
@@ -118,6 +124,7 @@ func (r *Run) Add(e Event, human io.Writer) {
 	case e.Action == "output":
 		key := e.Package + "\x00" + e.Test
 		r.output[key] = append(r.output[key], e.Output)
+		r.noteSeeded(e)
 	default:
 		r.testEvent(e, human)
 	}
@@ -159,6 +166,7 @@ func (r *Run) testEvent(e Event, human io.Writer) {
 	if strings.Contains(e.Test, "/") {
 		return
 	}
+	r.testDone(e)
 	r.Tests = append(r.Tests, TestTime{Package: e.Package, Test: e.Test, Status: e.Action, Seconds: e.Elapsed})
 	r.pkg(e.Package).Tests++
 }
@@ -177,6 +185,14 @@ func Merge(runs []*Run) *Run {
 			}
 		}
 		out.spans = append(out.spans, r.spans...)
+		for k, v := range r.caught {
+			out.caught[k] = v
+		}
+		for k, v := range r.status {
+			if out.status[k] != "pass" {
+				out.status[k] = v
+			}
+		}
 		out.Failed = out.Failed || r.Failed
 	}
 	out.Wall = wall(out.spans)
