@@ -323,14 +323,18 @@ func (b *opBuilder) attentionSide(op string) func() error {
 	q, qkv := b.alloc(runner.BF16, T*qDim), b.alloc(runner.BF16, T*cfg.QKVDim())
 	pos := b.alloc(runner.I32, 1)
 	b.upload(pos, func() error { return be.UploadI32(pos, []int32{int32(s.StartPos)}) })
+	kv := runner.KVView{Pos: pos}
+	if takesTable(be) { // an op library of op ABI 2: the same cache, through a table (tabled.go)
+		attn, kv = b.tabledView(attn)
+	}
 	if op == "attention" {
 		out := b.alloc(runner.BF16, T*qDim)
-		return func() error { return be.Attention(out, q, kCache, vCache, runner.KVView{Pos: pos}, attn) }
+		return func() error { return be.Attention(out, q, kCache, vCache, kv, attn) }
 	}
 	freqs := cfg.RopeInvFreq()
 	invFreq := b.alloc(runner.F32, len(freqs))
 	b.upload(invFreq, func() error { return be.UploadF32(invFreq, freqs) })
-	return func() error { return be.RopeKVWrite(q, kCache, vCache, qkv, invFreq, runner.KVView{Pos: pos}, attn) }
+	return func() error { return be.RopeKVWrite(q, kCache, vCache, qkv, invFreq, kv, attn) }
 }
 
 // FlushL2 overwrites the flush buffer with fresh dummy data (Target).

@@ -11,6 +11,7 @@ import (
 
 	"stepbench/bench/report"
 	"stepbench/cuda"
+	"stepbench/internal/input"
 	"stepbench/kernels"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
@@ -248,6 +249,9 @@ func openFailure(what string, err error) error {
 	var ce *kernels.CompileError
 	if errors.As(err, &ce) {
 		return ce
+	}
+	if input.IsBad(err) { // a refused input (an op library's ABI or caps), not a GPU's failure
+		return err
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

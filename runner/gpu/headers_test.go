@@ -116,7 +116,8 @@ func TestExampleKernelSourcesCompileWithNVRTC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ex := range []struct{ file, source string }{{"examples/ops/attn_decode/attn_decode.c", "kKernel"}, {"examples/ops/reference/reference_ops.c", "kKernels"}} {
+	for _, ex := range []struct{ file, source string }{{"examples/ops/attn_decode/attn_decode.c", "kKernel"}, {"examples/ops/reference/reference_ops.c", "kKernels"},
+		{"examples/ops/paged/attn_decode_paged.c", "kKernels"}} {
 		harness := filepath.Join(t.TempDir(), "harness.c")
 		text := fmt.Sprintf("#include \"%s\"\nint main(void) { fputs(%s, stdout); return 0; }\n", filepath.Join(root, ex.file), ex.source)
 		if err := os.WriteFile(harness, []byte(text), 0o644); err != nil {

@@ -19,10 +19,16 @@ type KVPtrs struct {
 var errNoTabledKernels = fmt.Errorf("the paged KV cache's kernels are not built yet")
 
 func (k *Kernels) ropeKVWriteTabled(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cuda.DevPtr, kv KVPtrs, a kernels.AttnShape) error {
+	if ran, err := k.libRopeKVWrite(s, q, kCache, vCache, qkv, invFreq, kv, a); ran || err != nil {
+		return err
+	}
 	return fmt.Errorf("rope_kv_write: %w", errNoTabledKernels)
 }
 
 func (k *Kernels) attentionTabled(s *cuda.Stream, out, q, kCache, vCache cuda.DevPtr, kv KVPtrs, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	if ran, err := k.libAttention(s, out, q, kCache, vCache, kv, a); ran || err != nil {
+		return err
+	}
 	return fmt.Errorf("attention: %w", errNoTabledKernels)
 }
 
