@@ -88,6 +88,7 @@ fuzz:
 	$(GO) test ./runner -run '^$$' -fuzz FuzzParsePromptText -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/report -run '^$$' -fuzz FuzzParseReport -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/kernelbench -run '^$$' -fuzz FuzzParseShape -fuzztime $(FUZZTIME)
+	$(GO) test ./bench -run '^$$' -fuzz FuzzParseLengthSpec -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/stats -run '^$$' -fuzz FuzzPercentileWithinBoundsAndMonotone -fuzztime $(FUZZTIME)
 	$(GO) test ./bench/compat -run '^$$' -fuzz FuzzPyFloatRoundTrip -fuzztime $(FUZZTIME)
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParsePtxasReport -fuzztime $(FUZZTIME)

@@ -18,6 +18,18 @@ type GenerationArm interface {
 	ForceNextTokens(ids []int32) error
 }
 
+// beginArm starts sh on arm e: a ragged shape needs a RaggedTarget.
+func beginArm(e GenerationArm, sh Shape, prompts []int32) error {
+	if !sh.Ragged() {
+		return e.Begin(sh.Batch, sh.InputLen, sh.OutputLen, prompts)
+	}
+	rt, ok := e.(RaggedTarget)
+	if !ok {
+		return fmt.Errorf("%s: this arm runs uniform batches only (%T)", sh, e)
+	}
+	return rt.BeginSeqs(sh.Seqs(), sh.OutputLen, prompts)
+}
+
 // GenerationCheck is two arms compared over one shape's whole generation.
 type GenerationCheck struct {
 	Shape Shape
@@ -57,7 +69,7 @@ func CheckGeneration(a, b GenerationArm, sh Shape, seed uint64, vocabSize int, m
 		}
 		return nil
 	}
-	if res.Err = each("begin", func(e GenerationArm) error { return e.Begin(sh.Batch, sh.InputLen, sh.OutputLen, prompts) }); res.Err != nil {
+	if res.Err = each("begin", func(e GenerationArm) error { return beginArm(e, sh, prompts) }); res.Err != nil {
 		return res
 	}
 	if res.Err = each("prefill", GenerationArm.Prefill); res.Err != nil {

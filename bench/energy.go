@@ -135,7 +135,7 @@ func (h *harness) energyWindow(sh Shape, minSeconds float64, tokensPerRep int, b
 		if err != nil {
 			return EnergyWindow{}, err
 		}
-		if err := h.target.Begin(sh.Batch, sh.InputLen, sh.OutputLen, prompts); err != nil {
+		if err := begin(h.target, sh, prompts); err != nil {
 			return EnergyWindow{}, fmt.Errorf("begin: %w", err)
 		}
 		rep := reps

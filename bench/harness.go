@@ -28,6 +28,15 @@ type Options struct {
 	// BatchSizes, InputLens and OutputLens span the sweep: their cross product,
 	// batch outermost, then input length, then output length.
 	BatchSizes, InputLens, OutputLens []int
+	// ContextLens, when set, replaces InputLens: each batch size's
+	// sequences get their own lengths (LengthSpec.Lengths, seeded by Seed,
+	// clipped so that every position fits MaxPositions); KVFill says how
+	// their contexts are filled (KVFillPrefill or KVFillSynthetic; the
+	// synthetic fill applies to uniform input lengths too). Ragged shapes
+	// need a RaggedTarget.
+	ContextLens  LengthSpec
+	KVFill       string
+	MaxPositions int
 	// NumIters > 0 is a fixed count of timed iterations per shape; 0 means
 	// adaptive sampling by Adaptive. Every shape (not only the first) is
 	// preceded by WarmupIters untimed-in-results iterations.
@@ -146,24 +155,59 @@ func (o Options) afterShape(s ShapeResult) error {
 	return o.AfterShape(s)
 }
 
-// shapes is the sweep: the cross product, batch outermost.
+// shapes is the sweep: the cross product, batch outermost (validate
+// first: it resolves the lengths without errors then).
 func (o Options) shapes() []Shape {
+	shapes, _ := o.Shapes()
+	return shapes
+}
+
+// Shapes is the sweep: the cross product of batch sizes, input lengths (or
+// each batch size's context lengths) and output lengths, batch outermost.
+func (o Options) Shapes() ([]Shape, error) {
 	var out []Shape
 	for _, b := range o.BatchSizes {
+		if !o.ContextLens.IsZero() {
+			for _, ol := range o.OutputLens {
+				longest := o.MaxPositions - ol + 1
+				if o.MaxPositions == 0 {
+					longest = runner.MaxTokens
+				}
+				lens, err := o.ContextLens.Lengths(b, o.Seed, longest)
+				if err != nil {
+					return nil, fmt.Errorf("bench: %w", err)
+				}
+				out = append(out, RaggedShape(lens, ol, o.KVFill))
+			}
+			continue
+		}
 		for _, in := range o.InputLens {
 			for _, ol := range o.OutputLens {
-				out = append(out, Shape{b, in, ol})
+				sh := Shape{Batch: b, InputLen: in, OutputLen: ol}
+				if o.KVFill == KVFillSynthetic {
+					sh.KVFill = KVFillSynthetic
+				}
+				out = append(out, sh)
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (o Options) validate() error {
+	inputLens := o.InputLens
+	if !o.ContextLens.IsZero() {
+		inputLens = []int{1} // the lengths are checked as they are drawn (Shapes)
+	}
+	switch o.KVFill {
+	case "", KVFillPrefill, KVFillSynthetic:
+	default:
+		return fmt.Errorf("bench: kv fill %q: want %s or %s", o.KVFill, KVFillPrefill, KVFillSynthetic)
+	}
 	for _, list := range []struct {
 		name   string
 		values []int
-	}{{"batch sizes", o.BatchSizes}, {"input lengths", o.InputLens}, {"output lengths", o.OutputLens}} {
+	}{{"batch sizes", o.BatchSizes}, {"input lengths", inputLens}, {"output lengths", o.OutputLens}} {
 		if len(list.values) == 0 {
 			return fmt.Errorf("bench: no %s given", list.name)
 		}
@@ -174,11 +218,20 @@ func (o Options) validate() error {
 		}
 	}
 	for _, b := range o.BatchSizes {
-		for _, in := range o.InputLens {
+		for _, in := range inputLens {
 			if b > runner.MaxBatch || b > runner.MaxTokens/in {
 				return fmt.Errorf("bench: batch %d × input length %d beyond the limits (batch %d, %d prompt tokens)",
 					b, in, runner.MaxBatch, runner.MaxTokens)
 			}
+		}
+	}
+	shapes, err := o.Shapes()
+	if err != nil {
+		return err
+	}
+	for _, sh := range shapes {
+		if sh.KVTokens() > runner.MaxTokens/2 {
+			return fmt.Errorf("bench: %s: %d tokens beyond the limit of %d", sh, sh.KVTokens(), runner.MaxTokens/2)
 		}
 	}
 	switch {

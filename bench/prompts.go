@@ -27,6 +27,13 @@ func (k PromptKey) stream() uint64 {
 	for _, field := range []uint64{uint64(k.Batch), uint64(k.InputLen), uint64(k.OutputLen), uint64(k.Iter), warmup} {
 		state = mix64(state ^ field)
 	}
+	// A ragged shape's lengths and fill enter too (a uniform shape's
+	// streams stay what they were).
+	if k.Lens != "" || k.KVFill != "" {
+		for _, b := range []byte(k.Lens + "\x00" + k.KVFill) {
+			state = mix64(state ^ uint64(b))
+		}
+	}
 	return state
 }
 
@@ -38,8 +45,9 @@ func mix64(x uint64) uint64 {
 }
 
 // PromptIDs returns the key.Batch×key.InputLen prompt ids (row-major) of one
-// iteration: uniform in [0, vocabSize) from math/rand/v2's PCG seeded by
-// (seed, key's stream). The same arguments always give the same ids.
+// iteration (a ragged shape's prompts one after another: PromptTokens):
+// uniform in [0, vocabSize) from math/rand/v2's PCG seeded by (seed, key's
+// stream). The same arguments always give the same ids.
 func PromptIDs(seed uint64, vocabSize int, key PromptKey) ([]int32, error) {
 	if vocabSize < 1 || int64(vocabSize) > 1<<31 {
 		return nil, fmt.Errorf("prompt ids: vocab size %d out of range [1, 2^31]", vocabSize)
@@ -51,7 +59,11 @@ func PromptIDs(seed uint64, vocabSize int, key PromptKey) ([]int32, error) {
 		return nil, fmt.Errorf("prompt ids: batch %d × input length %d exceeds %d tokens", key.Batch, key.InputLen, runner.MaxTokens)
 	}
 	rng := rand.New(rand.NewPCG(seed, key.stream()))
-	ids := make([]int32, key.Batch*key.InputLen)
+	n := key.Batch * key.InputLen
+	if key.Ragged() {
+		n = key.PromptTokens()
+	}
+	ids := make([]int32, n)
 	for i := range ids {
 		ids[i] = int32(rng.IntN(vocabSize))
 	}
@@ -115,6 +127,11 @@ func (p *TextPrompts) PromptIDs(key PromptKey) ([]int32, error) {
 	if key.Batch < 1 || key.InputLen < 1 {
 		return nil, fmt.Errorf("prompt ids: batch %d and input length %d must be >= 1", key.Batch, key.InputLen)
 	}
+	rowLen := func(int) int { return key.InputLen }
+	if key.Ragged() {
+		seqs := key.Seqs()
+		rowLen = func(r int) int { return seqs[r].Prompt }
+	}
 	ids := make([]int32, 0, key.Batch*key.InputLen)
 	for r := 0; r < key.Batch; r++ {
 		g := int64(key.Iter)*int64(key.Batch) + int64(r)
@@ -129,7 +146,7 @@ func (p *TextPrompts) PromptIDs(key PromptKey) ([]int32, error) {
 		n := int64(len(p.prompts))
 		prompt := p.prompts[floorMod(h, n)]
 		start := floorMod(floorDiv(h, n), int64(len(prompt)))
-		for k := int64(0); k < int64(key.InputLen); k++ {
+		for k := int64(0); k < int64(rowLen(r)); k++ {
 			ids = append(ids, prompt[(start+k)%int64(len(prompt))])
 		}
 	}

@@ -25,7 +25,7 @@ func (h *harness) runIteration(key PromptKey) (IterationResult, error) {
 	if err := h.ctx.Err(); err != nil {
 		return it, fmt.Errorf("%w: %v", ErrInterrupted, err)
 	}
-	if err := h.target.Begin(key.Batch, key.InputLen, key.OutputLen, prompts); err != nil {
+	if err := begin(h.target, key.Shape, prompts); err != nil {
 		return it, fmt.Errorf("begin: %w", err)
 	}
 
@@ -182,4 +182,22 @@ func (h *harness) deviceTime() (time.Duration, []float64, error) {
 		secs[i] = d.Seconds()
 	}
 	return slices.Max(per), secs, nil
+}
+
+// RaggedTarget is a Target that runs ragged shapes (Shape.Ragged): each
+// sequence its own prompt over its own context (runner.Engine.BeginSeqs).
+type RaggedTarget interface {
+	BeginSeqs(seqs []runner.SeqSpec, outputLen int, prompts []int32) error
+}
+
+// begin starts a fresh run of sh on t with prompts.
+func begin(t Target, sh Shape, prompts []int32) error {
+	if !sh.Ragged() {
+		return t.Begin(sh.Batch, sh.InputLen, sh.OutputLen, prompts)
+	}
+	rt, ok := t.(RaggedTarget)
+	if !ok {
+		return fmt.Errorf("%s: this target runs uniform batches only (%T)", sh, t)
+	}
+	return rt.BeginSeqs(sh.Seqs(), sh.OutputLen, prompts)
 }

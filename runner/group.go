@@ -354,6 +354,16 @@ func (g *Group) Ranks() []int {
 	return out
 }
 
+// BeginSeqs starts a fresh run of seqs on every rank (see Engine.BeginSeqs).
+func (g *Group) BeginSeqs(seqs []SeqSpec, outputLen int, prompts []int32) error {
+	return g.Do(func(_ int, e *Engine) error { return e.BeginSeqs(seqs, outputLen, prompts) })
+}
+
+// SetKVOptions lays every rank's cache out as o (see Engine.SetKVOptions).
+func (g *Group) SetKVOptions(o KVOptions) error {
+	return g.Do(func(_ int, e *Engine) error { return e.SetKVOptions(o) })
+}
+
 // Begin starts a fresh run on every rank (see Engine.Begin).
 func (g *Group) Begin(batch, inputLen, outputLen int, prompts []int32) error {
 	return g.Do(func(_ int, e *Engine) error { return e.Begin(batch, inputLen, outputLen, prompts) })

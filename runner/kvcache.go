@@ -119,6 +119,23 @@ type KVPlan struct {
 	Table []int32
 }
 
+// PlanSize is PlanKV's slots per layer and pages per sequence, without
+// making its table (for memory estimates).
+func PlanSize(positions []int, o KVOptions) (slots, maxPages int) {
+	longest := 1
+	for _, n := range positions {
+		longest = max(longest, n)
+	}
+	if !o.Paged() {
+		return len(positions) * longest, 1
+	}
+	ps := o.pageSize()
+	for _, n := range positions {
+		slots += (max(n, 1) + ps - 1) / ps * ps
+	}
+	return slots, (longest + ps - 1) / ps
+}
+
 // PlanKV lays out sequences that each write up to positions[b] positions
 // (context, prompt and the decode steps' tokens) under o: a pool of
 // exactly the pages they need, handed out in o's order; contiguous, one

@@ -91,6 +91,14 @@ func (c Config) rankParamCount(l TPLayout) int64 {
 // (rank l.Rank of l.Size): its weights, its KV heads' cache and its
 // activations, matching NewEngineRank's allocations.
 func EstimateMemoryRank(c Config, l TPLayout, batch, tokens, maxSeq int) MemoryEstimate {
+	return EstimateMemorySlots(c, l, batch, tokens, satMul(int64(batch), int64(maxSeq)), 0)
+}
+
+// EstimateMemorySlots is EstimateMemoryRank for a cache of slots token rows
+// per layer (a paged run's pages × page size: KVPlan.Slots) whose block
+// table holds maxPages pages per sequence (0: no table, the contiguous
+// layout's uniform runs): the views' buffers counted with the activations.
+func EstimateMemorySlots(c Config, l TPLayout, batch, tokens int, slots int64, maxPages int) MemoryEstimate {
 	h, D := int64(c.HiddenSize), int64(c.HeadDim)
 	T, B := int64(tokens), int64(batch)
 	perToken := satAdd(4*h, int64(l.QKVDim(c.HeadDim)), satMul(2, int64(l.Heads), D), satMul(3, int64(l.Inter)))
@@ -100,8 +108,14 @@ func EstimateMemoryRank(c Config, l TPLayout, batch, tokens, maxSeq int) MemoryE
 	}
 	est := MemoryEstimate{
 		WeightBytes:     satAdd(satMul(2, c.rankParamCount(l)), satMul(4, D/2)),
-		KVCacheBytes:    satMul(2, 2, int64(c.NumHiddenLayers), B, int64(maxSeq), int64(l.KVHeads), D),
+		KVCacheBytes:    satMul(2, 2, int64(c.NumHiddenLayers), slots, int64(l.KVHeads), D),
 		ActivationBytes: satAdd(satMul(2, satAdd(satMul(T, perToken), satMul(B, satAdd(3*h, int64(l.Vocab))))), satMul(4, i32)),
+	}
+	if maxPages > 0 {
+		// The block table, each view's lengths and query starts, the
+		// prefill's and decode's positions (i32) and slots (i64).
+		views := satAdd(satMul(B, int64(maxPages)), satMul(2, satAdd(B, B, 1)), T, B)
+		est.ActivationBytes = satAdd(est.ActivationBytes, satMul(4, views), satMul(8, satAdd(T, B)))
 	}
 	if c.Quantization != nil {
 		fp8, scales, largest := c.fp8Params(l)

@@ -175,3 +175,14 @@ func TestPlanKV(t *testing.T) {
 		t.Error("the shuffled order is not a function of its seed")
 	}
 }
+
+func TestPlanSizeIsPlanKV(t *testing.T) {
+	for _, kv := range []KVOptions{{}, {Layout: KVPaged}, {Layout: KVPaged, PageSize: 1}, {Layout: KVPaged, PageSize: 7}} {
+		positions := []int{5, 17, 1, 33}
+		p := PlanKV(positions, kv)
+		slots, pages := PlanSize(positions, kv)
+		if slots != p.Slots() || pages != p.MaxPages {
+			t.Errorf("%s: PlanSize %d slots, %d pages; PlanKV %d, %d", kv, slots, pages, p.Slots(), p.MaxPages)
+		}
+	}
+}

@@ -66,7 +66,7 @@ type Result struct {
 // nil) gives the attainment column. e.OnOp is restored afterwards.
 func Measure(e *runner.Engine, sh bench.Shape, seed uint64, roof *roofline.Roof) (Result, error) {
 	sb := Result{Shape: sh}
-	batch, inputLen, outputLen := sh.Batch, sh.InputLen, sh.OutputLen
+	outputLen := sh.OutputLen
 	if e == nil {
 		return sb, errors.New("breakdown: nil engine")
 	}
@@ -75,11 +75,11 @@ func Measure(e *runner.Engine, sh bench.Shape, seed uint64, roof *roofline.Roof)
 		return sb, errors.New("breakdown: decode steps replay a CUDA graph; the per-op pass needs eager launches (--disable-cuda-graph)")
 	}
 	cfg := e.Config()
-	prefillCost, err := runner.PrefillCost(cfg, batch, inputLen)
+	prefillCost, err := runner.PrefillCostSeqs(cfg, 0, sh.Seqs(), e.KVOptions())
 	if err != nil {
 		return sb, fmt.Errorf("breakdown: %w", err)
 	}
-	decodeCost, err := meanDecodeCost(cfg, batch, inputLen, outputLen)
+	decodeCost, err := meanDecodeCost(cfg, sh, e.KVOptions())
 	if err != nil {
 		return sb, fmt.Errorf("breakdown: %w", err)
 	}
@@ -98,7 +98,7 @@ func Measure(e *runner.Engine, sh bench.Shape, seed uint64, roof *roofline.Roof)
 	if err != nil {
 		return sb, fmt.Errorf("breakdown: %w", err)
 	}
-	if err := e.Begin(batch, inputLen, outputLen, prompts); err != nil {
+	if err := e.BeginSeqs(sh.Seqs(), outputLen, prompts); err != nil {
 		return sb, fmt.Errorf("breakdown: begin: %w", err)
 	}
 	prefill := newOpTotals()
@@ -119,15 +119,19 @@ func Measure(e *runner.Engine, sh bench.Shape, seed uint64, roof *roofline.Roof)
 // meanDecodeCost is the per-op cost averaged over the shape's decode steps:
 // exact as the mean of the first and last step, costs being affine in the
 // position.
-func meanDecodeCost(cfg runner.Config, batch, inputLen, outputLen int) ([]runner.OpCost, error) {
-	if outputLen < 2 {
+func meanDecodeCost(cfg runner.Config, sh bench.Shape, kv runner.KVOptions) ([]runner.OpCost, error) {
+	if sh.OutputLen < 2 {
 		return nil, nil
 	}
-	first, err := runner.DecodeCost(cfg, batch, inputLen)
+	lens := sh.ContextLens()
+	first, err := runner.DecodeCostSeqs(cfg, 0, lens, kv)
 	if err != nil {
 		return nil, err
 	}
-	last, err := runner.DecodeCost(cfg, batch, inputLen+outputLen-2)
+	for b := range lens {
+		lens[b] += sh.OutputLen - 2
+	}
+	last, err := runner.DecodeCostSeqs(cfg, 0, lens, kv)
 	if err != nil {
 		return nil, err
 	}

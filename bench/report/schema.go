@@ -110,6 +110,20 @@ type RunConfig struct {
 	// Prompts says where the timed prompts came from when not from random
 	// ids (run --prompt-file); absent: random ids.
 	Prompts *Prompts `json:"prompts,omitempty"`
+	// KV is the KV cache's layout and the batches' lengths (run
+	// --kv-layout, --page-size, --page-order, --context-lens, --kv-fill);
+	// absent in reports from before it was recorded: the contiguous layout.
+	KV *KVCache `json:"kv_cache,omitempty"`
+}
+
+// KVCache is a run's KV cache layout and where its lengths came from; each
+// shape's own lengths are its context_lens.
+type KVCache struct {
+	Layout      string `json:"layout"`                 // "paged" or "contiguous"
+	PageSize    int    `json:"page_size,omitempty"`    // tokens per page (paged)
+	PageOrder   string `json:"page_order,omitempty"`   // "sequential" or "shuffled" (paged; shuffled by Seed)
+	ContextLens string `json:"context_lens,omitempty"` // --context-lens as given (drawn with Seed); absent: --input-len
+	KVFill      string `json:"kv_fill,omitempty"`      // "prefill" or "synthetic"
 }
 
 // Prompts are the text prompts of a run (bench.TextPrompts): the file,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -39,6 +40,9 @@ type abFlags struct {
 	text               textFlags    // --prompt-file only
 	serving            servingFlags // vLLM's and SGLang's habits
 	tp                 tpFlags
+	kv                 kvFlags    // A's layout, and both arms' lengths
+	kvB                kvFlags    // B's layout (baselineKV over kv)
+	baselineKV         baselineKV // --baseline-kv-layout, --baseline-page-size, --baseline-page-order
 	verdict            verdictFlags
 	backend            backendFlags
 	jsonOut            string // --json-out: the comparison as JSON
@@ -58,6 +62,7 @@ type abFlags struct {
 	loadFormat               string        // resolved: dummy or safetensors
 	prompts                  [][]int32     // --prompt-file's, tokenized
 	textSource               *bench.TextPrompts
+	sweep                    []bench.Shape // the sweep, lengths resolved
 }
 
 func (f *abFlags) register(fs *pflag.FlagSet) {
@@ -66,6 +71,8 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 	f.weights.register(fs)
 	registerPromptFile(fs, &f.text.promptFile, "")
 	f.tp.register(fs)
+	f.kv.register(fs, true)
+	f.baselineKV.register(fs)
 	fs.StringVar(&f.jsonOut, "json-out", "", "also write the comparison as JSON (what --format json prints: every row, the header, the verdicts) to this file, atomically")
 	fs.BoolVar(&f.backend.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
 	registerLibraryFlags(fs, &f.backend.nvrtcPath, &f.backend.cublasPath)
@@ -150,8 +157,7 @@ func (f *abFlags) checkGenerations(engines []abArm, cfg runner.Config, stderr io
 	}
 	var worst bench.GenerationCheck
 	steps := 0
-	for _, sh := range runShapes(f.shapes.batch, f.shapes.input, f.shapes.output) {
-		shape := bench.Shape{Batch: sh.Batch, InputLen: sh.InputLen, OutputLen: sh.OutputLen}
+	for _, shape := range f.sweep {
 		c := bench.CheckGeneration(engines[0], engines[1], shape, f.seed, cfg.VocabSize, abMaxLogitsRelErr)
 		if c.Err != nil {
 			return nil, fmt.Errorf("%w (nothing was timed; --no-verify times it anyway)", c.Err)
@@ -170,6 +176,13 @@ func (f *abFlags) checkGenerations(engines []abArm, cfg runner.Config, stderr io
 func (f *abFlags) check(fs *pflag.FlagSet, stderr io.Writer) (func(io.Writer, compare.Result) error, runner.Config, error) {
 	var cfg runner.Config
 	if err := f.checkArms(); err != nil {
+		return nil, cfg, err
+	}
+	if err := f.kv.check(fs); err != nil {
+		return nil, cfg, err
+	}
+	var err error
+	if f.kvB, err = f.baselineKV.resolve(fs, f.kv); err != nil {
 		return nil, cfg, err
 	}
 	for _, check := range []func() error{f.weights.check, func() error { return f.serving.check(fs) },
@@ -247,7 +260,14 @@ func (f *abFlags) checkModel(fs *pflag.FlagSet, stderr io.Writer) (runner.Config
 	if err := f.resolveVersions(f.tp.rankShape(cfg)); err != nil {
 		return cfg, err
 	}
-	if err := f.shapes.validate(cfg); err != nil {
+	checked := f.shapes
+	if f.kv.contextLens != "" {
+		checked.input = []int{1} // the lengths are checked as they are drawn (sweep)
+	}
+	if err := checked.validate(cfg); err != nil {
+		return cfg, err
+	}
+	if f.sweep, err = sweep(&f.kv, f.shapes, f.seed, cfg); err != nil {
 		return cfg, err
 	}
 	if err := f.serving.checkShapes(fs, cfg, f.shapes, f.backend.disableCUDAGraph); err != nil {
@@ -291,8 +311,7 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]abArm, []stri
 			closers[i]()
 		}
 	}
-	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
-	est := runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
+	est := f.armsEstimate(cfg.FullLayout(), cfg)
 	fmt.Fprintf(stderr, "stepbench ab: two copies of %s of weights (%s)\n", report.Bytes(est.WeightBytes), report.Bytes(2*est.WeightBytes))
 	src, closeSrc, err := openWeights(f.loadFormat, f.model.modelPath, f.seed, cfg)
 	if err != nil {
@@ -327,6 +346,9 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]abArm, []stri
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
 		closers = append(closers, e.Close)
+		if err := e.SetKVOptions(f.armKV(i).options(f.seed)); err != nil {
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
+		}
 		arms[i] = e
 	}
 	return arms, append(header, f.inputLines(cfg)...), closeAll, nil
@@ -343,7 +365,7 @@ func (f *abFlags) checkArm(i int, be *gpu.Backend, cfg runner.Config, stderr io.
 	if err := checkFP8Device(be, cfg); err != nil {
 		return lines, err
 	}
-	v, err := f.gates[i].check(be, cfg, runShapes(f.shapes.batch, f.shapes.input, f.shapes.output), f.seed, stderr)
+	v, err := f.gates[i].check(be, cfg, runGateShapes(f.sweep, f.armKV(i).options(f.seed)), f.seed, stderr)
 	if err != nil {
 		return lines, err
 	}
@@ -357,6 +379,14 @@ func (f *abFlags) checkArm(i int, be *gpu.Backend, cfg runner.Config, stderr io.
 // inputLines say what both arms ran on: the weights and the prompts.
 func (f *abFlags) inputLines(cfg runner.Config) []string {
 	lines := []string{"both arms: " + weightsLine(f.loadFormat, f.model.modelPath, f.seed, cfg)}
+	if a, b := f.kv.options(f.seed).String(), f.kvB.options(f.seed).String(); a != b {
+		lines = append(lines, fmt.Sprintf("arm A: KV cache %s; arm B: KV cache %s", a, b))
+	} else {
+		lines = append(lines, "both arms: KV cache "+a)
+	}
+	if f.kv.contextLens != "" || f.kv.fill == bench.KVFillSynthetic {
+		lines = append(lines, "both arms: "+strings.TrimPrefix(f.kv.describe(f.seed), "KV cache "+f.kv.options(f.seed).String()+", "))
+	}
 	if f.textSource != nil {
 		tokens := 0
 		for _, p := range f.prompts {
@@ -395,6 +425,7 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, header []strin
 	if f.textSource != nil {
 		opt.Prompts = f.textSource
 	}
+	f.kv.apply(&opt, cfg)
 	f.sampling.options(&opt)
 	baseline, candidate, runErr := bench.RunAB(pair, opt)
 	errs := []error{runErr}
@@ -439,4 +470,21 @@ func (f *abFlags) resolveVersions(shape kernels.ModelShape) error {
 		return usagef("the arms are the same (both run %s): give --kernels-dir A (and --baseline-kernels-dir B), --kernel OP=V and --baseline-kernel OP=V that differ, or --op OP=LIB", f.versionsOfA)
 	}
 	return nil
+}
+
+// armKV is arm i's layout flags: A's (--kv-layout ...) or B's.
+func (f *abFlags) armKV(i int) *kvFlags {
+	if i == 0 {
+		return &f.kv
+	}
+	return &f.kvB
+}
+
+// armsEstimate is what one arm needs on a GPU holding l's share: the
+// larger of the arms' caches (their layouts may differ).
+func (f *abFlags) armsEstimate(l runner.TPLayout, cfg runner.Config) runner.MemoryEstimate {
+	a := kvEstimate(cfg, l, f.sweep, f.kv.options(f.seed))
+	b := kvEstimate(cfg, l, f.sweep, f.kvB.options(f.seed))
+	a.KVCacheBytes, a.ActivationBytes = max(a.KVCacheBytes, b.KVCacheBytes), max(a.ActivationBytes, b.ActivationBytes)
+	return a
 }

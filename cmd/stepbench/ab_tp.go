@@ -25,8 +25,7 @@ func (f *abFlags) loadGroupArms(cfg runner.Config, stderr io.Writer) ([]abArm, [
 		}
 	}
 	t := &f.tp
-	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
-	est := t.rankEstimate(cfg, maxBatch, maxTokens, maxSeq)
+	est := f.armsEstimate(t.rankLayout(cfg, true), cfg)
 	fmt.Fprintf(stderr, "stepbench ab: two copies of %s of weights on each of %d GPUs (tensor-parallel size %d)\n",
 		report.Bytes(est.WeightBytes), t.size, t.size)
 	job := t.job("stepbench ab")
@@ -65,6 +64,9 @@ func (f *abFlags) loadGroupArms(cfg runner.Config, stderr io.Writer) ([]abArm, [
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
 		closers = append(closers, g.Close)
+		if err := g.SetKVOptions(f.armKV(i).options(f.seed)); err != nil {
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
+		}
 		arms[i] = g
 		fmt.Fprintf(stderr, "stepbench ab: arm %c: kernels %s, versions %s, ranks %v (NCCL %s)\n", "AB"[i], kernelsOrigin(opts.KernelsDir),
 			[]string{f.versionsOfA, f.versionsOfB}[i], ranks, nccl.Path())

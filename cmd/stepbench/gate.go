@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"stepbench/bench"
 	"stepbench/bench/report"
 	"stepbench/kernels"
 	"stepbench/runner"
@@ -209,6 +210,19 @@ func appendDistinct(list []string, n int) []string {
 }
 
 // runShapes is the cross product of a sweep's lists, as the harness runs it.
+// runGateShapes are the run's resolved shapes as the gate takes them.
+func runGateShapes(shapes []bench.Shape, kv runner.KVOptions) []gpu.RunShape {
+	var out []gpu.RunShape
+	for _, sh := range shapes {
+		rs := gpu.RunShape{Batch: sh.Batch, InputLen: sh.InputLen, OutputLen: sh.OutputLen, KV: kv}
+		if sh.Ragged() {
+			rs.Seqs = sh.Seqs()
+		}
+		out = append(out, rs)
+	}
+	return out
+}
+
 func runShapes(batch, input, output []int) []gpu.RunShape {
 	var out []gpu.RunShape
 	for _, b := range batch {

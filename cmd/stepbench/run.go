@@ -33,6 +33,7 @@ type runFlags struct {
 	jsonOut       string
 	gpu           string
 	correctness   bool
+	raggedBatch   bool // --ragged-batch: --correctness-test's prompts as one batch, against each alone
 	promptIDs     string
 	text          textFlags // --prompt, --prompt-file, --chat, --stop-at-eos
 	logitsOut     string
@@ -43,6 +44,7 @@ type runFlags struct {
 	telemetry     telemetryFlags
 	profile       profileFlags
 	tp            tpFlags
+	kv            kvFlags // --kv-layout, --page-size, --page-order, --context-lens, --kv-fill
 	output        outputFlags
 	serving       servingFlags // vLLM's and SGLang's habits
 	modelNote     string       // why the model is not the --model default (said after the checks)
@@ -64,6 +66,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.jsonOut, "json-out", "", "write the native JSON report (environment, config, every sample, summaries, noise), rewritten as each shape ends")
 	fs.StringVar(&f.gpu, "gpu", report.RoofAuto, "the run's one roof, of every floor and attainment: auto (a cached calibration of this GPU, else its SM count and maximum clocks, else the datasheet preset matching its name; none on cpu), none, or a preset's datasheet: "+joinNames(roofline.PresetNames()))
 	fs.BoolVar(&f.correctness, "correctness-test", false, "greedy generation from --prompt-ids or text prompts (--prompt, --prompt-file), printing the generated ids and text (compare with HF transformers)")
+	fs.BoolVar(&f.raggedBatch, "ragged-batch", false, "with --correctness-test: run all the prompts as one ragged batch (each its own length and positions) and check that every sequence generates the tokens and logits (within 2e-2) it generates alone; exit 1 when one does not")
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "with --correctness-test: file with one prompt per line, token ids separated by spaces")
 	f.text.register(fs)
 	fs.StringVar(&f.logitsOut, "logits-out", "", "with --correctness-test: append one JSON object per prompt {prompt, generated, logits; with text prompts also prompt_text, generated_text}")
@@ -76,6 +79,7 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 		"github-action-benchmark (customSmallerIsBetter), bencher (Bencher Metric Format); all but text put the text on stderr")
 	f.profile.register(fs)
 	f.tp.register(fs)
+	f.kv.register(fs, true)
 	f.output.register(fs)
 	f.serving.register(fs)
 	registerNoVerify(fs, &f.noVerify)
@@ -92,6 +96,7 @@ type runSetup struct {
 	textSource         *bench.TextPrompts   // run --prompt-file: the timed iterations' prompts
 	window             *bench.ProfileWindow // --profile
 	gate               kernelGate           // what to check before timing
+	shapes             []bench.Shape        // the sweep, lengths resolved (not with --correctness-test)
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -132,7 +137,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	verification := report.Verification{Status: report.VerificationReference}
 	if g, ok := be.(*gpu.Backend); ok && !f.correctness {
 		// Checked before the weights load: a wrong kernel costs no load.
-		shapes := runShapes(f.shapes.batch, f.shapes.input, f.shapes.output)
+		shapes := runGateShapes(setup.shapes, f.kv.options(f.seed))
 		stop := f.deadline(setup, env, "the kernel check before timing", stderr)
 		verification, err = setup.gate.check(g, setup.cfg, shapes, f.seed, stderr)
 		stop()
@@ -146,6 +151,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	defer engine.Close()
 	if f.correctness {
+		if f.raggedBatch {
+			return f.runRaggedCorrectness(engine, setup, stdout)
+		}
 		return f.runCorrectness(engine, setup, stdout)
 	}
 	deps := engineDeps(engine, env)
@@ -183,7 +191,14 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 		}
 	}
 	if !f.correctness {
-		if err := f.shapes.validate(s.cfg); err != nil {
+		checked := f.shapes
+		if f.kv.contextLens != "" {
+			checked.input = []int{1} // the lengths are checked as they are drawn (sweep)
+		}
+		if err := checked.validate(s.cfg); err != nil {
+			return s, err
+		}
+		if s.shapes, err = sweep(&f.kv, f.shapes, f.seed, s.cfg); err != nil {
 			return s, err
 		}
 		if err := f.serving.checkShapes(fs, s.cfg, f.shapes, f.backend.disableCUDAGraph); err != nil {
@@ -213,7 +228,7 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 			return s, err
 		}
 	}
-	s.est = f.memoryEstimate(fs, s.cfg, s.prompts)
+	s.est = f.memoryEstimate(fs, s.cfg, s.prompts, s.shapes)
 	if f.modelNote != "" { // said once nothing was refused: an error stays one line
 		fmt.Fprintln(stderr, "stepbench: "+f.modelNote)
 	}
@@ -289,7 +304,7 @@ func (f *runFlags) checkDevice(device string) error {
 
 // memoryEstimate is what one GPU (or the host) needs: with --tp-size, one
 // rank's share.
-func (f *runFlags) memoryEstimate(fs *pflag.FlagSet, cfg runner.Config, prompts [][]int32) runner.MemoryEstimate {
+func (f *runFlags) memoryEstimate(fs *pflag.FlagSet, cfg runner.Config, prompts [][]int32, shapes []bench.Shape) runner.MemoryEstimate {
 	maxBatch, maxTokens, maxSeq := f.shapes.maxima()
 	if f.correctness {
 		maxBatch, maxTokens, maxSeq = 1, 0, 0
@@ -298,10 +313,13 @@ func (f *runFlags) memoryEstimate(fs *pflag.FlagSet, cfg runner.Config, prompts 
 			maxSeq = max(maxSeq, runner.Positions(len(p), f.shapes.output[0]))
 		}
 	}
-	if f.tp.grouped(fs) {
-		return f.tp.rankEstimate(cfg, maxBatch, maxTokens, maxSeq)
+	if f.correctness {
+		if f.tp.grouped(fs) {
+			return f.tp.rankEstimate(cfg, maxBatch, maxTokens, maxSeq)
+		}
+		return runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
 	}
-	return runner.EstimateMemory(cfg, maxBatch, maxTokens, maxSeq)
+	return kvEstimate(cfg, f.tp.rankLayout(cfg, f.tp.grouped(fs)), shapes, f.kv.options(f.seed))
 }
 
 func (f *runFlags) loadEngine(s runSetup, be runner.Backend, stderr io.Writer) (*runner.Engine, error) {
@@ -314,6 +332,9 @@ func (f *runFlags) loadEngine(s runSetup, be runner.Backend, stderr io.Writer) (
 	engine, err := runner.NewEngine(s.cfg, be, src, loadProgress(stderr, s.loadFormat))
 	if err != nil {
 		return nil, err
+	}
+	if err := engine.SetKVOptions(f.kv.options(f.seed)); err != nil {
+		return nil, errors.Join(err, engine.Close())
 	}
 	fmt.Fprintf(stderr, "stepbench: %s weights (%s, %s) on %s in %.1f s\n", s.cfg.Name, s.loadFormat,
 		weightsLabel(s.cfg, s.est), be.Name(), time.Since(loadStart).Seconds())

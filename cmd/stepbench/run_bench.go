@@ -144,6 +144,7 @@ func (f *runFlags) benchOptions(s runSetup, d runDeps, textOut, stderr io.Writer
 	if s.textSource != nil {
 		opt.Prompts = s.textSource
 	}
+	f.kv.apply(&opt, s.cfg)
 	f.sampling.options(&opt)
 	return opt
 }
@@ -161,7 +162,11 @@ func (f *runFlags) resultFiles(lines io.Writer) report.ResultFiles {
 }
 
 func (f *runFlags) severalShapes() bool {
-	return len(f.shapes.batch)*len(f.shapes.input)*len(f.shapes.output) > 1
+	inputs := len(f.shapes.input)
+	if f.kv.contextLens != "" {
+		inputs = 1
+	}
+	return len(f.kv.batchSizes(f.shapes.batch))*inputs*len(f.shapes.output) > 1
 }
 
 // header is the native report without its shapes: tool, time, machine and
@@ -184,6 +189,7 @@ func (f *runFlags) header(fs *pflag.FlagSet, s runSetup, env report.Environment,
 		cfg.Prompts = &report.Prompts{Source: "text", File: f.text.promptFile, Count: len(s.prompts), Tokens: tokens,
 			DistinctRows: s.textSource.Distinct()}
 	}
+	cfg.KV = f.kv.report()
 	if v.Status == "" {
 		v.Status = report.VerificationEmbedded // a run without a gate: the embedded defaults
 	}

@@ -144,7 +144,7 @@ func (s *samplingFlags) options(opt *bench.Options) {
 var correctnessFlags = []string{"model", "model-path", "load-format", "quantization", "device", "seed", "correctness-test", "prompt-ids",
 	"prompt", "prompt-file", "chat", "stop-at-eos", "logits-out", "output-len", "kernels-dir", "include", "op", "kernel", "disable-cuda-graph", "nvrtc", "cublas",
 	"tp-size", "nnodes", "node-rank", "dist-init-addr", "dist-timeout", "nccl",
-	"tokenizer", "trust-remote-code", "dtype", "kv-cache-dtype", "n"}
+	"tokenizer", "trust-remote-code", "dtype", "kv-cache-dtype", "n", "ragged-batch", "kv-layout", "page-size", "page-order"}
 
 // check validates flags that need no model.
 func (f *runFlags) check(fs *pflag.FlagSet) error {
@@ -154,7 +154,7 @@ func (f *runFlags) check(fs *pflag.FlagSet) error {
 		_, err := f.backend.selection()
 		return err
 	}, func(*pflag.FlagSet) error { return f.telemetry.check() }, func(fs *pflag.FlagSet) error { return f.tp.check(fs, f) },
-		f.checkStepTimeout, f.serving.check}
+		f.checkStepTimeout, f.serving.check, f.kv.check, f.checkKVModes}
 	for _, check := range checks {
 		if err := check(fs); err != nil {
 			return err
@@ -232,6 +232,17 @@ func checkKernelsDir(dir string) error {
 	}
 	if sources, _ := filepath.Glob(filepath.Join(dir, "*.cu")); len(sources) == 0 {
 		return usagef("--kernels-dir: %s holds no *.cu file", dir)
+	}
+	return nil
+}
+
+// checkKVModes refuses the layout flags where they mean nothing.
+func (f *runFlags) checkKVModes(fs *pflag.FlagSet) error {
+	if f.raggedBatch && !f.correctness {
+		return usagef("--ragged-batch checks --correctness-test's prompts as one batch; a timed ragged batch is --context-lens")
+	}
+	if f.raggedBatch && (f.logitsOut != "" || f.text.stopAtEOS) {
+		return usagef("--ragged-batch compares every step of every prompt; it writes no --logits-out and does not stop at end of turn")
 	}
 	return nil
 }

@@ -141,6 +141,45 @@ func generate(e generator, prompt []int32, outputLen int, withLogits bool, stop 
 	return rec, nil
 }
 
+// runRaggedCorrectness runs the prompts as one ragged batch against each
+// alone (runner.RaggedAgainstAlone) and prints each sequence's agreement;
+// a sequence that disagrees is exit 1.
+func (f *runFlags) runRaggedCorrectness(g runner.Generator, s runSetup, stdout io.Writer) error {
+	outputLen := f.shapes.output[0]
+	checks, err := runner.RaggedAgainstAlone(g, s.prompts, outputLen)
+	if err != nil {
+		return err
+	}
+	lens := make([]int, len(checks))
+	bad := 0
+	for i, c := range checks {
+		lens[i] = c.PromptLen
+		verdict := "same tokens"
+		if c.FirstTokenDiffer >= 0 {
+			verdict = fmt.Sprintf("tokens differ from step %d", c.FirstTokenDiffer)
+		}
+		if !c.OK() {
+			bad++
+		}
+		fmt.Fprintf(stdout, "prompt %d (%d tokens): batch %s | alone %s: %s, logits worst rel err %.3g at step %d (bound %g)\n",
+			i+1, c.PromptLen, joinIDs(c.Batch), joinIDs(c.Alone), verdict, c.WorstRelErr, c.WorstStep, runner.RaggedBound)
+	}
+	what := fmt.Sprintf("ragged batch of %d prompts (lengths %s), %d steps, KV cache %s", len(checks), joinInts(lens), outputLen, f.kv.options(f.seed))
+	if bad > 0 {
+		return fmt.Errorf("%s: %d of %d sequences differ from the same prompt alone", what, bad, len(checks))
+	}
+	fmt.Fprintf(stdout, "%s: every sequence generates what it generates alone\n", what)
+	return nil
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ",")
+}
+
 func joinIDs(ids []int32) string {
 	var b strings.Builder
 	for i, id := range ids {

@@ -122,6 +122,17 @@ func (t *tpFlags) checkModel(cfg runner.Config, device string) error {
 	return nil
 }
 
+// rankLayout is the share of the model one GPU holds: rank 0's of a
+// tensor-parallel run, else the whole model.
+func (t *tpFlags) rankLayout(cfg runner.Config, grouped bool) runner.TPLayout {
+	if grouped {
+		if l, err := cfg.TPLayout(0, t.size); err == nil {
+			return l
+		}
+	}
+	return cfg.FullLayout()
+}
+
 // rankEstimate is the memory one GPU needs: rank 0's (the largest
 // vocabulary slice).
 func (t *tpFlags) rankEstimate(cfg runner.Config, batch, tokens, maxSeq int) runner.MemoryEstimate {
@@ -143,7 +154,13 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 		return err
 	}
 	defer group.Close()
+	if err := group.SetKVOptions(f.kv.options(f.seed)); err != nil {
+		return err
+	}
 	if f.correctness {
+		if f.raggedBatch {
+			return f.runRaggedCorrectness(group, s, stdout)
+		}
 		return f.runCorrectness(group, s, stdout)
 	}
 	if f.tp.nnodes > 1 && f.telemetry.energyWindowSeconds > 0 {
@@ -246,5 +263,6 @@ func (f *runFlags) distWork(s runSetup, versions string) dist.Work {
 	return dist.Work{Model: s.cfg, LoadFormat: s.loadFormat, Seed: f.seed,
 		BatchSizes: f.shapes.batch, InputLens: f.shapes.input, OutputLens: f.shapes.output,
 		NumIters: f.sampling.numIters, WarmupIters: f.warmupIters, CorrectnessTest: f.correctness,
-		Prompts: s.prompts, KernelVersions: versions, DisableCUDAGraph: f.backend.disableCUDAGraph}
+		Prompts: s.prompts, KernelVersions: versions, DisableCUDAGraph: f.backend.disableCUDAGraph,
+		KVCache: f.kv.options(f.seed).String() + " " + f.kv.contextLens + " " + f.kv.fill}
 }

@@ -21,6 +21,7 @@ type Work struct {
 	Prompts                           [][]int32 // --prompt-ids, compared by hash
 	KernelVersions                    string    // "op=v op=v", as kernels.Selection resolves them
 	DisableCUDAGraph                  bool
+	KVCache                           string // the layout and lengths (spaces become commas in String)
 }
 
 // String is the work as "key=value" items separated by spaces, in a fixed
@@ -42,6 +43,7 @@ func (w Work) String() string {
 		fmt.Sprintf("prompt-ids=%x", promptsHash(w.Prompts)),
 		"kernel=" + strings.ReplaceAll(w.KernelVersions, " ", ","),
 		fmt.Sprintf("disable-cuda-graph=%t", w.DisableCUDAGraph),
+		"kv-cache=" + strings.ReplaceAll(w.KVCache, " ", ","),
 	}, " ")
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"stepbench/kernels"
 	"stepbench/kernels/ref"
+	"stepbench/runner"
 )
 
 // RunShape is one shape of a timed run: Batch sequences of InputLen prompt
@@ -16,6 +17,10 @@ import (
 // starts at position 0 and decode step k at InputLen+k.
 type RunShape struct {
 	Batch, InputLen, OutputLen int
+	// Seqs, when set, are a ragged shape's sequences (InputLen their mean)
+	// and KV the run's layout: the steps then go through the block table.
+	Seqs []runner.SeqSpec
+	KV   runner.KVOptions
 }
 
 // maxSeq is the engine's cache length for the shape (runner.Engine.Begin).

@@ -47,10 +47,10 @@ func TestDecodePositions(t *testing.T) {
 		s    RunShape
 		want []int
 	}{
-		{RunShape{1, 64, 16}, []int{64, 71, 78}},
-		{RunShape{1, 8, 2}, []int{8}},
-		{RunShape{1, 8, 3}, []int{8, 9}},
-		{RunShape{2, 100, 1}, nil},
+		{RunShape{Batch: 1, InputLen: 64, OutputLen: 16}, []int{64, 71, 78}},
+		{RunShape{Batch: 1, InputLen: 8, OutputLen: 2}, []int{8}},
+		{RunShape{Batch: 1, InputLen: 8, OutputLen: 3}, []int{8, 9}},
+		{RunShape{Batch: 2, InputLen: 100, OutputLen: 1}, nil},
 	} {
 		if got := tc.s.decodePositions(); !slices.Equal(got, tc.want) {
 			t.Errorf("%+v: %v, want %v", tc.s, got, tc.want)
