@@ -26,6 +26,10 @@ type backendFlags struct {
 	kernelVersions   []string
 	includeDirs      []string // --include
 	ops              []string // --op OP=PATH
+	// kv is the layout of the runs' KV cache, for the op libraries' caps
+	// (gpu.Options.KV): set by the command from its layout flags; nil for
+	// none in particular (verify).
+	kv *runner.KVOptions
 }
 
 func (b *backendFlags) register(fs *pflag.FlagSet) {
@@ -100,7 +104,7 @@ func (b *backendFlags) selection() (kernels.Selection, error) {
 // versions sel.
 func (b *backendFlags) options(sel kernels.Selection) gpu.Options {
 	return gpu.Options{KernelsDir: b.kernelsDir, IncludeDirs: b.includeDirs, NVRTCPath: b.nvrtcPath, CublasPath: b.cublasPath,
-		DisableGraphs: b.disableCUDAGraph, Kernels: sel}
+		DisableGraphs: b.disableCUDAGraph, Kernels: sel, KV: b.kv}
 }
 
 // registerLibraryFlags adds --nvrtc and --cublas (explicit library paths).

@@ -79,20 +79,27 @@ func TestEmulatedOpLibraryOfABI1IsRefused(t *testing.T) {
 }
 
 // A library whose caps do not take the run's cache is refused the same
-// way: one that takes only pages of 48 tokens on the contiguous layout
-// (whose page is a sequence's whole cache), one that takes only HND.
+// way: one that takes only pages of 48 tokens, on the contiguous layout
+// (whose page is a sequence's whole cache) and on pages of 16 (run and
+// ab); one that takes only HND, wherever (verify included: stepbench's
+// cache is NHD).
 func TestEmulatedOpLibraryCapsMismatchIsRefused(t *testing.T) {
 	onEmulator(t)
 	pages48 := abiFixture(t, "record_op.c", "-DCAPS_PAGES_48")
 	hnd := abiFixture(t, "record_op.c", "-DCAPS_HND_ONLY")
-	for _, c := range []struct{ lib, op, lacks string }{
-		{pages48, "attn_decode", "op attn_decode does not take the contiguous layout, whose page is a sequence's whole cache (it takes pages of 48 tokens: run with --kv-layout paged --page-size 48)"},
-		{hnd, "rope_kv_write", "op rope_kv_write does not take stepbench's NHD cache layout (it declares HND)"},
-	} {
-		named := "op library " + c.lib + " (sha256 " + sha256Of(t, c.lib) + "): " + c.lacks
-		refusedInOneLine(t, append([]string{"run", "--device", "cuda", "--op", c.op + "=" + c.lib, "--num-iters", "1"}, tinyRunShape...), named)
-		refusedInOneLine(t, append([]string{"verify", "--op", c.op + "=" + c.lib}, tinyRunShape...), named)
+	named := func(lib, lacks string) string { return "op library " + lib + " (sha256 " + sha256Of(t, lib) + "): " + lacks }
+	run := func(op, lib string, more ...string) []string {
+		return append(append([]string{"run", "--device", "cuda", "--op", op + "=" + lib, "--num-iters", "1"}, more...), tinyRunShape...)
 	}
+	refusedInOneLine(t, run("attn_decode", pages48), named(pages48,
+		"op attn_decode does not take the contiguous layout, whose page is a sequence's whole cache (it takes pages of 48 tokens: run with --kv-layout paged --page-size 48)"))
+	paged16 := "op attn_decode does not take pages of 16 tokens (it takes pages of 48 tokens: run with --page-size 48)"
+	refusedInOneLine(t, run("attn_decode", pages48, "--kv-layout", "paged", "--page-size", "16"), named(pages48, paged16))
+	refusedInOneLine(t, append([]string{"ab", "--op", "attn_decode=" + pages48, "--kv-layout", "paged", "--num-iters", "1"}, tinyRunShape...),
+		"arm A: ", named(pages48, paged16))
+	lacksNHD := named(hnd, "op rope_kv_write does not take stepbench's NHD cache layout (it declares HND)")
+	refusedInOneLine(t, run("rope_kv_write", hnd), lacksNHD)
+	refusedInOneLine(t, append([]string{"verify", "--op", "rope_kv_write=" + hnd}, tinyRunShape...), lacksNHD)
 }
 
 // The paged example library (examples/ops/paged: split-KV, a plan, the

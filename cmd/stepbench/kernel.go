@@ -329,6 +329,7 @@ func writeKernelNotes(w io.Writer, env report.Environment, v report.Verification
 // kernels at the op's shapes before anything is timed (kernelGate).
 func openCheckedBackend(flags backendFlags, gate kernelGate, cfg runner.Config, shapes []kernelbench.Shape, est runner.MemoryEstimate,
 	stderr io.Writer) (runner.Backend, report.Environment, report.Verification, error) {
+	flags.kv = &runner.KVOptions{} // kernel times one op over the contiguous cache (a library gets it as a table of whole-cache pages)
 	be, env, err := openBackend("cuda", flags, cfg.KernelShape(), est, stderr)
 	if err != nil {
 		return nil, env, report.Verification{}, err

@@ -121,6 +121,8 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return f.runGroup(fs, setup, stdout, stderr)
 	}
+	kv := f.kv.options(f.seed)
+	f.backend.kv = &kv // the op libraries' caps are checked against it as the backend opens
 	be, env, err := openBackend(setup.device, f.backend, setup.cfg.KernelShape(), setup.est, stderr)
 	if err != nil {
 		return err

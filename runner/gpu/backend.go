@@ -56,8 +56,9 @@ type Options struct {
 	Ops map[string]string
 	// KV is the layout of the runs' KV cache; an op library whose KV op
 	// does not take it (its caps) is refused when the backend opens,
-	// before any weight is loaded (Backend.CheckKV).
-	KV       runner.KVOptions
+	// before any weight is loaded (Kernels.CheckLibKV). nil: no run's
+	// layout in particular (verify): the layout and dtype are checked.
+	KV       *runner.KVOptions
 	Progress io.Writer
 }
 

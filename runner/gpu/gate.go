@@ -150,7 +150,7 @@ func (v *Verifier) VerifyRunShapes(m kernels.ModelShape, shapes []RunShape, chec
 			v.gateAttention(a)
 		}
 	}
-	v.verifyLibKVSuite([]kernels.ModelShape{m}) // op libraries' KV ops: verify_oplib_kv.go
+	v.verifyLibKVSuite([]kernels.ModelShape{m}, RunPageSizes(shapes)...) // op libraries' KV ops: verify_oplib_kv.go
 	if v.wants("decode_graph") && graphs {
 		for _, s := range shapes {
 			if s.OutputLen >= 2 && v.dead == nil {

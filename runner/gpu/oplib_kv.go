@@ -56,14 +56,16 @@ func (k *Kernels) errLibNeedsTable(op string) error {
 	return fmt.Errorf("%s: op library %s takes the block table only (op ABI 2), not the contiguous form's position: run the step tabled (runner.KVTableUser)", op, o.Library().Path)
 }
 
-// CheckKV refuses, as bad input, a run whose KV cache an op library's KV
-// op does not take (Kernels.CheckLibKV).
-func (c *Backend) CheckKV(o runner.KVOptions) error { return c.set.CheckLibKV(o) }
+// CheckKV refuses, as bad input, a run whose KV cache, laid out as o, an
+// op library's KV op does not take (Kernels.CheckLibKV).
+func (c *Backend) CheckKV(o runner.KVOptions) error { return c.set.CheckLibKV(&o) }
 
 // CheckLibKV checks each KV op's library's caps against a run's cache laid
-// out as o (capsLacks). The error is one line naming the library with its
-// sha256, marked as bad input.
-func (k *Kernels) CheckLibKV(o runner.KVOptions) error {
+// out as o (capsLacks); o nil is no run's in particular (verify, which
+// checks a library at the page sizes it takes): the layout and dtype
+// only. The error is one line naming the library with its sha256, marked
+// as bad input.
+func (k *Kernels) CheckLibKV(o *runner.KVOptions) error {
 	for _, op := range kvOps {
 		lib := k.opLib(op)
 		if lib == nil {
@@ -79,8 +81,8 @@ func (k *Kernels) CheckLibKV(o runner.KVOptions) error {
 // capsLacks is what of a cache laid out as o caps do not take:
 // stepbench's NHD layout, bf16, and the page size (the contiguous layout's
 // page is a sequence's whole cache, whose size varies by run: only caps
-// taking any page size take it).
-func capsLacks(caps cuda.OpCaps, o runner.KVOptions) []string {
+// taking any page size take it); o nil: the layout and dtype only.
+func capsLacks(caps cuda.OpCaps, o *runner.KVOptions) []string {
 	var lacks []string
 	if caps.Layouts&cuda.OpKVNHD == 0 {
 		lacks = append(lacks, fmt.Sprintf("stepbench's NHD cache layout (it declares %s)", layoutNames(caps.Layouts)))
@@ -88,11 +90,13 @@ func capsLacks(caps cuda.OpCaps, o runner.KVOptions) []string {
 	if caps.DTypes&cuda.OpKVBF16 == 0 {
 		lacks = append(lacks, fmt.Sprintf("stepbench's bf16 cache (it declares %s)", dtypeNames(caps.DTypes)))
 	}
-	switch ps := o.PageSize; {
+	switch {
+	case o == nil:
 	case !o.Paged() && !caps.AnyPageSize():
 		lacks = append(lacks, fmt.Sprintf("the contiguous layout, whose page is a sequence's whole cache (it takes pages of %s: run with --kv-layout paged --page-size %d)",
 			pageSizeNames(caps), firstPageSize(caps)))
 	case o.Paged():
+		ps := o.PageSize
 		if ps == 0 {
 			ps = runner.DefaultPageSize
 		}

@@ -152,23 +152,48 @@ func (v *Verifier) libLayouts(op string) []libKVCase {
 }
 
 // libSuitePageSizes are the page sizes of the suite: 1, 7 (dividing no
-// length of it), 16 and 64, or the library's own (up to four).
-func (v *Verifier) libSuitePageSizes(op string) []int {
+// length of it), 16 and 64, or the library's own (up to four), and those
+// of extra (the run's) the library takes.
+func (v *Verifier) libSuitePageSizes(op string, extra []int) []int {
 	caps := v.set.opLib(op).Caps()
-	if caps.PageSizes != nil {
-		return caps.PageSizes[:min(4, len(caps.PageSizes))]
+	out := []int{1, 7, 16, 64}
+	switch {
+	case caps.PageSizes != nil:
+		out = slices.Clone(caps.PageSizes[:min(4, len(caps.PageSizes))])
+	case caps.PageSizeMultiple > 1:
+		out = []int{caps.PageSizeMultiple, 4 * caps.PageSizeMultiple}
 	}
-	if caps.PageSizeMultiple > 1 {
-		return []int{caps.PageSizeMultiple, 4 * caps.PageSizeMultiple}
+	for _, ps := range extra {
+		if caps.TakesPageSize(ps) && !slices.Contains(out, ps) {
+			out = append(out, ps)
+		}
 	}
-	return []int{1, 7, 16, 64}
+	return out
+}
+
+// RunPageSizes are the page sizes of the paged layouts of shapes (the
+// suite adds them to its own).
+func RunPageSizes(shapes []RunShape) []int {
+	var out []int
+	for _, s := range shapes {
+		ps := s.KV.PageSize
+		if ps == 0 {
+			ps = runner.DefaultPageSize
+		}
+		if s.KV.Paged() && !slices.Contains(out, ps) {
+			out = append(out, ps)
+		}
+	}
+	return out
 }
 
 // libAttentionAt checks the attention library that replaces a's op at a's
 // lengths (a contiguous, uniform shape of the other checks) on the
-// layouts the engine would run it on; false when no library replaces it.
+// layouts the engine would run it on; false when no library replaces it
+// or a is tabled already (the checks then call the library as they call
+// a tabled kernel).
 func (v *Verifier) libAttentionAt(a kernels.AttnShape) bool {
-	if v.set.opLib(attentionOp(a)) == nil {
+	if v.set.opLib(attentionOp(a)) == nil || a.Tabled() {
 		return false
 	}
 	m := kernels.ModelShape{Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim}
@@ -183,7 +208,7 @@ func (v *Verifier) libAttentionAt(a kernels.AttnShape) bool {
 
 // libRopeAt is libAttentionAt for rope_kv_write.
 func (v *Verifier) libRopeAt(m kernels.ModelShape, a kernels.AttnShape) bool {
-	if v.set.opLib(kernels.OpRope) == nil {
+	if v.set.opLib(kernels.OpRope) == nil || a.Tabled() {
 		return false
 	}
 	if a.Tokens()*(a.Heads+2*a.KVHeads)*a.HeadDim > gateMaxElements {
@@ -203,10 +228,10 @@ func (v *Verifier) libRopeAt(m kernels.ModelShape, a kernels.AttnShape) bool {
 // pages (the table's maximum); prefill of 1, 7 and page+3 tokens over
 // contexts of a page, none and two pages less three (chunked); rope over
 // both, the prefill's last token padding.
-func (v *Verifier) verifyLibKVSuite(models []kernels.ModelShape) {
+func (v *Verifier) verifyLibKVSuite(models []kernels.ModelShape, extraPageSizes ...int) {
 	for _, m := range models {
 		if v.wants("rope_kv_write") && v.set.Replaces(kernels.OpRope) {
-			for _, ps := range v.libSuitePageSizes(kernels.OpRope) {
+			for _, ps := range v.libSuitePageSizes(kernels.OpRope, extraPageSizes) {
 				for _, c := range libSuiteCases(ps) {
 					if v.dead == nil {
 						v.libRopeCase(m, c)
@@ -221,7 +246,7 @@ func (v *Verifier) verifyLibKVSuite(models []kernels.ModelShape) {
 			if !v.set.Replaces(op) {
 				continue
 			}
-			for _, ps := range v.libSuitePageSizes(op) {
+			for _, ps := range v.libSuitePageSizes(op, extraPageSizes) {
 				for _, c := range libSuiteCases(ps) {
 					c.pad = 0
 					if v.dead == nil && (op == kernels.OpAttnPrefill) == (slices.Max(c.newTokens) > 1) {
