@@ -87,7 +87,9 @@ func TestEmulatedOpLibraryCapsMismatchIsRefused(t *testing.T) {
 	onEmulator(t)
 	pages48 := abiFixture(t, "record_op.c", "-DCAPS_PAGES_48")
 	hnd := abiFixture(t, "record_op.c", "-DCAPS_HND_ONLY")
-	named := func(lib, lacks string) string { return "op library " + lib + " (sha256 " + sha256Of(t, lib) + "): " + lacks }
+	named := func(lib, lacks string) string {
+		return "op library " + lib + " (sha256 " + sha256Of(t, lib) + "): " + lacks
+	}
 	run := func(op, lib string, more ...string) []string {
 		return append(append([]string{"run", "--device", "cuda", "--op", op + "=" + lib, "--num-iters", "1"}, more...), tinyRunShape...)
 	}
