@@ -106,7 +106,7 @@ bundle: examples
 	$(GO) build -ldflags "$(LDFLAGS)" -o dist/bundle/bin/stepbench ./cmd/stepbench
 	cp scripts/device-check.sh scripts/hf-check.py scripts/pdl-order dist/bundle/
 	cp $(EXAMPLE_LIBS) dist/bundle/examples/
-	cp -r include examples/ops/nvcc examples/ops/triton dist/bundle/examples/
+	cp -r include examples/ops/nvcc examples/ops/triton examples/ops/flashinfer examples/ops/fa3 dist/bundle/examples/
 	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }
 
 # The emulated CUDA device (cuda/emu): stand-ins for libcuda.so.1, NVRTC,

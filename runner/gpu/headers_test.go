@@ -138,6 +138,17 @@ func TestExampleKernelSourcesCompileWithNVRTC(t *testing.T) {
 			}
 		}
 	}
+	// The FlashInfer recipe's CSR derivation, a header-free kernel (cuda's
+	// TestFlashInferCSRFromTable runs it on the device).
+	src, err := os.ReadFile(filepath.Join(root, "examples/ops/flashinfer/csr_from_table.cuh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range []int{80, 90} {
+		if _, log, err := n.Compile(string(src), "csr_from_table.cu", []string{fmt.Sprintf("--gpu-architecture=sm_%d", arch)}); err != nil {
+			t.Errorf("csr_from_table.cuh for sm_%d: %v\n%s", arch, err, log)
+		}
+	}
 }
 
 // The Triton recipe's shim compiles against a CUDA toolkit's cuda.h (on a
