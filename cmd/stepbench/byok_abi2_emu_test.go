@@ -107,7 +107,8 @@ func TestEmulatedOpLibraryCapsMismatchIsRefused(t *testing.T) {
 // The paged example library (examples/ops/paged: split-KV, a plan, the
 // log-sum-exp) passes verify at the run's shapes: page sizes 1, 7, 16 and
 // 64 shuffled, ragged lengths of 1, a page boundary and the table's
-// maximum, the contiguous layout as a table, the log-sum-exp, and the
+// maximum, the contiguous layout as a table, the caches laid out HND (it
+// declares HND: the same call, other strides), the log-sum-exp, and the
 // captured graph replayed while the view moves on; its build that reads a
 // full last page as empty fails at the page-boundary cases and is refused
 // before timing; and it runs in ab against the built-in kernel, both arms
@@ -118,7 +119,7 @@ func TestEmulatedPagedExampleOpLibrary(t *testing.T) {
 	good, bad := filepath.Join(libs, "libattn_decode_paged.so"), filepath.Join(libs, "libattn_decode_paged_off_by_one.so")
 	stdout, _ := mustProcess(t, append([]string{"verify", "--op", "attn_decode=" + good, "--check", "attention,decode_graph"}, tinyRunShape...)...)
 	for _, want := range []string{"attention decode [op library libattn_decode_paged.so]", "with the log-sum-exp", "paged 1 shuffled", "paged 7 shuffled",
-		"seq_lens=[1 16 17 48] h=4 kv=2 d=32, paged 16 shuffled", "paged 64 shuffled", "contiguous as a table",
+		"seq_lens=[1 16 17 48] h=4 kv=2 d=32, paged 16 shuffled", "paged 64 shuffled", "contiguous as a table", "paged 7 shuffled, HND, with the log-sum-exp",
 		"decode graph replay [op library libattn_decode_paged.so]", "checks passed"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("verify --op attn_decode=paged example lacks %q:\n%s", want, stdout)

@@ -158,13 +158,19 @@ type kvCall struct {
 	kv   *cuda.OpKV
 }
 
-// tabledView builds a's view over the caches; host, when set, holds the
-// values of a plan call (the device pointers are then ignored).
-func tabledView(kCache, vCache cuda.DevPtr, p KVPtrs, a kernels.AttnShape, host *runner.KVHostView) kvCall {
+// tabledView builds a's view over the caches, laid out as layout
+// (cuda.OpKVNHD, stepbench's, or OpKVHND: the same shape, other strides);
+// host, when set, holds the values of a plan call (the device pointers
+// are then ignored).
+func tabledView(kCache, vCache cuda.DevPtr, p KVPtrs, a kernels.AttnShape, host *runner.KVHostView, layout uint32) kvCall {
 	T := a.Tokens()
 	cache := []int64{int64(a.NumPages), int64(a.PageSize), int64(a.KVHeads), int64(a.HeadDim)}
+	var strides []int64 // nil: compact, NHD
+	if layout == cuda.OpKVHND {
+		strides = []int64{cache[1] * cache[2] * cache[3], cache[3], cache[1] * cache[3], 1}
+	}
 	view := []cuda.OpTensor{
-		{Ptr: kCache, DType: cuda.OpBF16, Shape: cache}, {Ptr: vCache, DType: cuda.OpBF16, Shape: cache},
+		{Ptr: kCache, DType: cuda.OpBF16, Shape: cache, Strides: strides}, {Ptr: vCache, DType: cuda.OpBF16, Shape: cache, Strides: strides},
 		i32T(p.BlockTable, a.Batch, a.MaxPages), i32T(p.SeqLens, a.Batch), i32T(p.QueryStart, a.Batch+1),
 		i32T(p.Positions, T), opTensor(p.SlotMapping, cuda.OpI64, []int{T}),
 	}
@@ -180,7 +186,7 @@ func tabledView(kCache, vCache cuda.DevPtr, p KVPtrs, a kernels.AttnShape, host 
 	}
 	return kvCall{view: view, kv: &cuda.OpKV{NumSeqs: a.Batch, NumTokens: T, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim,
 		PageSize: a.PageSize, NumPages: a.NumPages, MaxPages: a.MaxPages, MaxQueryLen: maxQ, MaxSeqLen: a.MaxPages * a.PageSize,
-		Layout: cuda.OpKVNHD, DType: cuda.OpKVBF16, SoftmaxScale: float32(1 / math.Sqrt(float64(a.HeadDim)))}}
+		Layout: layout, DType: cuda.OpKVBF16, SoftmaxScale: float32(1 / math.Sqrt(float64(a.HeadDim)))}}
 }
 
 // i32Bytes and i64Bytes are a host view's values as the bytes of a tensor
@@ -217,8 +223,8 @@ func attentionTensors(out, q, lse cuda.DevPtr, c kvCall, a kernels.AttnShape) []
 }
 
 // checkLibTabled checks a tabled call of a library's KV op: the shape,
-// the pointers, and the page size against the library's caps.
-func (k *Kernels) checkLibTabled(c *argCheck, o *cuda.Op, a kernels.AttnShape, ptrs map[string]cuda.DevPtr, kv KVPtrs) {
+// the pointers, and the page size and layout against the library's caps.
+func (k *Kernels) checkLibTabled(c *argCheck, o *cuda.Op, a kernels.AttnShape, ptrs map[string]cuda.DevPtr, kv KVPtrs, layout uint32) {
 	c.require(a.Tabled(), "the call is not tabled (op ABI 2 takes the block table only)")
 	c.positive("batch", a.Batch)
 	c.positive("heads", a.Heads)
@@ -228,6 +234,7 @@ func (k *Kernels) checkLibTabled(c *argCheck, o *cuda.Op, a kernels.AttnShape, p
 	c.positive("maxPages", a.MaxPages)
 	c.require(a.KVHeads > 0 && a.Heads%a.KVHeads == 0, "heads = %d is not a multiple of kvHeads = %d", a.Heads, a.KVHeads)
 	c.require(o.Caps().TakesPageSize(a.PageSize), "op library %s takes pages of %s, not %d", o.Library().Path, pageSizeNames(o.Caps()), a.PageSize)
+	c.require(o.Caps().Layouts&layout != 0, "op library %s takes the %s layouts, not %s", o.Library().Path, layoutNames(o.Caps().Layouts), layoutNames(layout))
 	for name, p := range ptrs {
 		c.pointer(name, p, 2)
 	}
@@ -241,18 +248,23 @@ func (k *Kernels) checkLibTabled(c *argCheck, o *cuda.Op, a kernels.AttnShape, p
 // libRopeKVWrite runs rope_kv_write's library on a tabled call; ran is
 // false when no library replaces it.
 func (k *Kernels) libRopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cuda.DevPtr, kv KVPtrs, a kernels.AttnShape) (ran bool, err error) {
+	return k.libRopeLayout(s, q, kCache, vCache, qkv, invFreq, kv, a, cuda.OpKVNHD)
+}
+
+// libRopeLayout is libRopeKVWrite over caches laid out as layout.
+func (k *Kernels) libRopeLayout(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cuda.DevPtr, kv KVPtrs, a kernels.AttnShape, layout uint32) (bool, error) {
 	o := k.opLib(kernels.OpRope)
 	if o == nil {
 		return false, nil
 	}
 	c := argCheck{op: kernels.OpRope}
-	k.checkLibTabled(&c, o, a, map[string]cuda.DevPtr{"q": q, "kCache": kCache, "vCache": vCache, "qkv": qkv}, kv)
+	k.checkLibTabled(&c, o, a, map[string]cuda.DevPtr{"q": q, "kCache": kCache, "vCache": vCache, "qkv": qkv}, kv, layout)
 	c.pointer("invFreq", invFreq, 4)
 	c.require(a.HeadDim%2 == 0, "headDim = %d is odd", a.HeadDim)
 	if err := c.err(); err != nil || a.Tokens() == 0 {
 		return true, err
 	}
-	call := tabledView(kCache, vCache, kv, a, nil)
+	call := tabledView(kCache, vCache, kv, a, nil, layout)
 	return true, k.runLib(s, o, kernels.OpRope, cuda.OpArgs{KV: call.kv, Tensors: ropeTensors(q, qkv, invFreq, call, a)})
 }
 
@@ -260,20 +272,20 @@ func (k *Kernels) libRopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq
 // by attentionOp) on a tabled call; ran is false when no library replaces
 // the op.
 func (k *Kernels) libAttention(s *cuda.Stream, out, q, kCache, vCache cuda.DevPtr, kv KVPtrs, a kernels.AttnShape) (ran bool, err error) {
-	return k.libAttentionLSE(s, out, q, kCache, vCache, 0, kv, a)
+	return k.libAttentionLSE(s, out, q, kCache, vCache, 0, kv, a, cuda.OpKVNHD)
 }
 
-// libAttentionLSE is libAttention writing the log-sum-exp into lse
-// ([T, heads] float32) when lse is not 0 (the library must declare
-// STEPBENCH_CAP_LSE).
-func (k *Kernels) libAttentionLSE(s *cuda.Stream, out, q, kCache, vCache, lse cuda.DevPtr, kv KVPtrs, a kernels.AttnShape) (ran bool, err error) {
+// libAttentionLSE is libAttention over caches laid out as layout, writing
+// the log-sum-exp into lse ([T, heads] float32) when lse is not 0 (the
+// library must declare STEPBENCH_CAP_LSE).
+func (k *Kernels) libAttentionLSE(s *cuda.Stream, out, q, kCache, vCache, lse cuda.DevPtr, kv KVPtrs, a kernels.AttnShape, layout uint32) (ran bool, err error) {
 	op := attentionOp(a)
 	o := k.opLib(op)
 	if o == nil {
 		return false, nil
 	}
 	c := argCheck{op: op}
-	k.checkLibTabled(&c, o, a, map[string]cuda.DevPtr{"out": out, "q": q, "kCache": kCache, "vCache": vCache}, kv)
+	k.checkLibTabled(&c, o, a, map[string]cuda.DevPtr{"out": out, "q": q, "kCache": kCache, "vCache": vCache}, kv, layout)
 	if lse != 0 {
 		c.pointer("lse", lse, 4)
 		c.require(o.Caps().Flags&cuda.OpCapLSE != 0, "op library %s does not declare STEPBENCH_CAP_LSE: the log-sum-exp cannot be asked of it", o.Library().Path)
@@ -281,7 +293,7 @@ func (k *Kernels) libAttentionLSE(s *cuda.Stream, out, q, kCache, vCache, lse cu
 	if err := c.err(); err != nil || a.Tokens() == 0 {
 		return true, err
 	}
-	call := tabledView(kCache, vCache, kv, a, nil)
+	call := tabledView(kCache, vCache, kv, a, nil, layout)
 	call.kv.WantLSE = lse != 0
 	return true, k.runLib(s, o, op, cuda.OpArgs{KV: call.kv, Tensors: attentionTensors(out, q, lse, call, a)})
 }
@@ -309,7 +321,7 @@ func (k *Kernels) planLibs(s *cuda.Stream, view runner.KVHostView, a kernels.Att
 		return nil
 	}
 	for _, op := range []string{kernels.OpRope, attentionOp(a)} {
-		if err := k.planLib(s, op, view, a, phase, false); err != nil {
+		if err := k.planLib(s, op, view, a, phase, false, cuda.OpKVNHD); err != nil {
 			return err
 		}
 	}
@@ -317,14 +329,14 @@ func (k *Kernels) planLibs(s *cuda.Stream, view runner.KVHostView, a kernels.Att
 }
 
 // planLib makes op's library's plan call, if it has one, for a step of
-// shape a whose view starts as view; wantLSE says whether the run calls
-// will ask for the log-sum-exp.
-func (k *Kernels) planLib(s *cuda.Stream, op string, view runner.KVHostView, a kernels.AttnShape, phase int, wantLSE bool) error {
+// shape a whose view starts as view over caches laid out as layout;
+// wantLSE says whether the run calls will ask for the log-sum-exp.
+func (k *Kernels) planLib(s *cuda.Stream, op string, view runner.KVHostView, a kernels.AttnShape, phase int, wantLSE bool, layout uint32) error {
 	o := k.opLib(op)
 	if o == nil || !o.HasPlan() {
 		return nil
 	}
-	call := tabledView(0, 0, KVPtrs{}, a, &view)
+	call := tabledView(0, 0, KVPtrs{}, a, &view, layout)
 	call.kv.Phase, call.kv.WantLSE = phase, wantLSE && op != kernels.OpRope
 	tensors := attentionTensors(0, 0, 0, call, a)
 	if op == kernels.OpRope {

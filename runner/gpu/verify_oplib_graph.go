@@ -69,7 +69,7 @@ func (v *Verifier) libGraphRun(g *libGraph, c libKVCase, start, replays int, com
 	g.dK, g.dV, g.dQKV, g.dFreq = v.bf16(g.kC), v.bf16(g.vC), v.bf16(g.qkv), v.f32(g.invFreq)
 	g.dQ, g.dOut = v.alloc(2*g.batch*g.qWidth), v.alloc(2*g.batch*g.qWidth)
 	for _, op := range []string{kernels.OpRope, kernels.OpAttnDecode} {
-		v.launch(func() error { return v.set.planLib(v.stream, op, g.t.host, a, cuda.OpPhaseDecode, false) })
+		v.launch(func() error { return v.set.planLib(v.stream, op, g.t.host, a, cuda.OpPhaseDecode, false, cuda.OpKVNHD) })
 	}
 	step := func() error {
 		if g.rope {

@@ -36,6 +36,51 @@ type libKVCase struct {
 	pageSize, maxSeq  int
 	shuffled          bool
 	pad               int
+	hnd               bool // the caches laid out HND (the same tensors, other strides)
+}
+
+// layout is the case's cache layout (cuda.OpKVNHD or OpKVHND).
+func (c libKVCase) layout() uint32 {
+	if c.hnd {
+		return cuda.OpKVHND
+	}
+	return cuda.OpKVNHD
+}
+
+// hndOrder permutes a cache of pages [pages][ps][kv][d] (NHD) into
+// [pages][kv][ps][d] (HND), or back with back set.
+func hndOrder(cache []uint16, a kernels.AttnShape, back bool) []uint16 {
+	out := make([]uint16, len(cache))
+	ps, kv, d := a.PageSize, a.KVHeads, a.HeadDim
+	for p := range a.NumPages {
+		for o := range ps {
+			for h := range kv {
+				nhd, hnd := ((p*ps+o)*kv+h)*d, ((p*kv+h)*ps+o)*d
+				if back {
+					nhd, hnd = hnd, nhd
+				}
+				copy(out[hnd:hnd+d], cache[nhd:nhd+d])
+			}
+		}
+	}
+	return out
+}
+
+// cacheOn uploads a host cache (NHD) laid out as c says.
+func (v *Verifier) cacheOn(cache []uint16, a kernels.AttnShape, c libKVCase) cuda.DevPtr {
+	if c.hnd {
+		return v.bf16(hndOrder(cache, a, false))
+	}
+	return v.bf16(cache)
+}
+
+// cacheOff downloads a device cache laid out as c says, as NHD.
+func (v *Verifier) cacheOff(p cuda.DevPtr, n int, a kernels.AttnShape, c libKVCase) []uint16 {
+	got := v.getBF16(p, n)
+	if c.hnd {
+		return hndOrder(got, a, true)
+	}
+	return got
 }
 
 // libKVTable is a case laid out on the device.
@@ -82,6 +127,9 @@ func (v *Verifier) layOut(m kernels.ModelShape, c libKVCase, positions []int) *l
 	t.label = strings.TrimSpace(fmt.Sprintf("%s b=%d q=%v seq_lens=%v h=%d kv=%d d=%d, %s", m.Name, B, c.newTokens, lens, m.Heads, m.KVHeads, m.HeadDim, where))
 	if c.pad > 0 {
 		t.label += fmt.Sprintf(", %d padding token(s)", c.pad)
+	}
+	if c.hnd {
+		t.label += ", HND"
 	}
 	t.ptrs = KVPtrs{BlockTable: v.i32(t.plan.Table), SeqLens: v.i32(t.pk.SeqLens), QueryStart: v.i32(t.pk.QueryStart),
 		Positions: v.i32(t.positions), SlotMapping: v.i64(t.slots)}
@@ -232,7 +280,7 @@ func (v *Verifier) verifyLibKVSuite(models []kernels.ModelShape, extraPageSizes 
 	for _, m := range models {
 		if v.wants("rope_kv_write") && v.set.Replaces(kernels.OpRope) {
 			for _, ps := range v.libSuitePageSizes(kernels.OpRope, extraPageSizes) {
-				for _, c := range libSuiteCases(ps) {
+				for _, c := range libSuiteCases(ps, ps == hndPageSize(v.libSuitePageSizes(kernels.OpRope, extraPageSizes)) && v.takesHND(kernels.OpRope)) {
 					if v.dead == nil {
 						v.libRopeCase(m, c)
 					}
@@ -247,7 +295,7 @@ func (v *Verifier) verifyLibKVSuite(models []kernels.ModelShape, extraPageSizes 
 				continue
 			}
 			for _, ps := range v.libSuitePageSizes(op, extraPageSizes) {
-				for _, c := range libSuiteCases(ps) {
+				for _, c := range libSuiteCases(ps, ps == hndPageSize(v.libSuitePageSizes(op, extraPageSizes)) && v.takesHND(op)) {
 					c.pad = 0
 					if v.dead == nil && (op == kernels.OpAttnPrefill) == (slices.Max(c.newTokens) > 1) {
 						v.libAttentionCase(m, c)
@@ -258,13 +306,35 @@ func (v *Verifier) verifyLibKVSuite(models []kernels.ModelShape, extraPageSizes 
 	}
 }
 
-// libSuiteCases are the suite's decode and prefill cases at page size ps.
-func libSuiteCases(ps int) []libKVCase {
-	return []libKVCase{
+// libSuiteCases are the suite's decode and prefill cases at page size ps,
+// and with hnd both again with the caches laid out HND.
+func libSuiteCases(ps int, hnd bool) []libKVCase {
+	cases := []libKVCase{
 		{cached: []int{0, ps - 1, ps, 3*ps - 1}, newTokens: []int{1, 1, 1, 1}, pageSize: ps, shuffled: true},
 		{cached: []int{ps, 0, max(0, 2*ps-3)}, newTokens: []int{1, 7, ps + 3}, pageSize: ps, shuffled: true, pad: 1},
 	}
+	if hnd {
+		for _, c := range cases[:2] {
+			c.hnd = true
+			cases = append(cases, c)
+		}
+	}
+	return cases
 }
+
+// hndPageSize is the page size of sizes the HND cases run at: the first
+// above 1 (at one token a page, HND and NHD are the same bytes).
+func hndPageSize(sizes []int) int {
+	for _, ps := range sizes {
+		if ps > 1 {
+			return ps
+		}
+	}
+	return sizes[0]
+}
+
+// takesHND reports whether op's library declares the HND layout.
+func (v *Verifier) takesHND(op string) bool { return v.set.opLib(op).Caps().Layouts&cuda.OpKVHND != 0 }
 
 // libAttentionCase checks the attention library at case c: the output
 // (every row written; the rows of a sample when the reference of all
@@ -285,7 +355,7 @@ func (v *Verifier) libAttentionCase(m kernels.ModelShape, c libKVCase) {
 	tokens := sampleTabledRows(t, gateAttentionFLOPs, v.rng.Uint64())
 	want := make([]uint16, T*qWidth)
 	ref.AttentionPaged(want, q, kC, vC, t.pk, a.Heads, a.KVHeads, a.HeadDim, tokens)
-	dQ, dK, dV, out := v.bf16(q), v.bf16(kC), v.bf16(vC), v.poisoned(T*qWidth)
+	dQ, dK, dV, out := v.bf16(q), v.cacheOn(kC, a, c), v.cacheOn(vC, a, c), v.poisoned(T*qWidth)
 	var lse cuda.DevPtr
 	if o.Caps().Flags&cuda.OpCapLSE != 0 {
 		lse = v.alloc(4 * T * a.Heads)
@@ -293,8 +363,11 @@ func (v *Verifier) libAttentionCase(m kernels.ModelShape, c libKVCase) {
 			v.fail(v.stream.Memset32(lse, 0x7fc00000, T*a.Heads)) // NaN: a row never written fails
 		}
 	}
-	v.launch(func() error { return v.set.planLib(v.stream, op, t.host, a, libPhase(a), lse != 0) })
-	v.launch(func() error { _, err := v.set.libAttentionLSE(v.stream, out, dQ, dK, dV, lse, t.ptrs, a); return err })
+	v.launch(func() error { return v.set.planLib(v.stream, op, t.host, a, libPhase(a), lse != 0, c.layout()) })
+	v.launch(func() error {
+		_, err := v.set.libAttentionLSE(v.stream, out, dQ, dK, dV, lse, t.ptrs, a, c.layout())
+		return err
+	})
 	got := v.getBF16(out, T*qWidth)
 	label := t.label
 	if err := allWritten(got, qWidth); err != nil {
@@ -396,22 +469,26 @@ func (v *Verifier) libRopeCase(m kernels.ModelShape, c libKVCase) {
 	kC, vC := RandomBF16(v.rng, a.CacheSlots()*kvWidth, 0, 1), RandomBF16(v.rng, a.CacheSlots()*kvWidth, 0, 1)
 	wantQ, wantK, wantV := make([]uint16, T*qWidth), slices.Clone(kC), slices.Clone(vC)
 	ref.RopeKVWritePaged(wantQ, wantK, wantV, qkv, invFreq, t.positions, t.slots, T, a.Heads, a.KVHeads, a.HeadDim, a.CacheSlots())
-	dK, dV := v.bf16(kC), v.bf16(vC)
+	kP, vP := slices.Clone(kC), slices.Clone(vC)
 	for _, s := range t.slots { // poison exactly the rows the library must write
-		if s >= 0 && v.err == nil {
-			v.fail(v.stream.Memset16(dK+cuda.DevPtr(2*int(s)*kvWidth), poisonBF16, kvWidth))
-			v.fail(v.stream.Memset16(dV+cuda.DevPtr(2*int(s)*kvWidth), poisonBF16, kvWidth))
+		if s >= 0 {
+			for i := int(s) * kvWidth; i < int(s+1)*kvWidth; i++ {
+				kP[i], vP[i] = poisonBF16, poisonBF16
+			}
 		}
 	}
+	dK, dV := v.cacheOn(kP, a, c), v.cacheOn(vP, a, c)
 	q, dQKV, dFreq := v.poisoned(T*qWidth), v.bf16(qkv), v.f32(invFreq)
-	v.launch(func() error { return v.set.planLib(v.stream, kernels.OpRope, t.host, a, libPhase(a), false) })
 	v.launch(func() error {
-		_, err := v.set.libRopeKVWrite(v.stream, q, dK, dV, dQKV, dFreq, t.ptrs, a)
+		return v.set.planLib(v.stream, kernels.OpRope, t.host, a, libPhase(a), false, c.layout())
+	})
+	v.launch(func() error {
+		_, err := v.set.libRopeLayout(v.stream, q, dK, dV, dQKV, dFreq, t.ptrs, a, c.layout())
 		return err
 	})
 	rel, err := closeBF16(v.getBF16(q, T*qWidth), wantQ)
-	kRel, kErr := compareCache(v.getBF16(dK, len(kC)), wantK, t.slots, kvWidth, false)
-	_, vErr := compareCache(v.getBF16(dV, len(vC)), wantV, t.slots, kvWidth, true)
+	kRel, kErr := compareCache(v.cacheOff(dK, len(kC), a, c), wantK, t.slots, kvWidth, false)
+	_, vErr := compareCache(v.cacheOff(dV, len(vC), a, c), wantV, t.slots, kvWidth, true)
 	if kErr != nil {
 		kErr = fmt.Errorf("k cache: %w", kErr)
 	}
