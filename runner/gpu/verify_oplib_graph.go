@@ -115,7 +115,7 @@ func (v *Verifier) libGraphRun(g *libGraph, c libKVCase, start, replays int, com
 func (v *Verifier) prepareReplay(g *libGraph, r int) {
 	t := g.t
 	t.setView(g.cachedAt(r), slices.Repeat([]int{1}, g.batch), 0)
-	v.uploadView(t)
+	v.uploadLibView(t)
 	a := t.a
 	g.wantQ = make([]uint16, g.batch*g.qWidth)
 	ref.RopeKVWritePaged(g.wantQ, g.kC, g.vC, g.qkv, g.invFreq, t.positions, t.slots, g.batch, a.Heads, a.KVHeads, a.HeadDim, a.CacheSlots())

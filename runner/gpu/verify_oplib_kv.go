@@ -157,9 +157,9 @@ func (t *libKVTable) setView(cached, newTokens []int, pad int) {
 	t.host = runner.KVHostView{BlockTable: t.plan.Table, SeqLens: t.pk.SeqLens, QueryStart: t.pk.QueryStart, Positions: t.positions, SlotMapping: t.slots}
 }
 
-// upload writes the host view's lengths, positions and slots over the
+// uploadLibView writes the host view's lengths, positions and slots over the
 // device view (the table stays).
-func (v *Verifier) uploadView(t *libKVTable) {
+func (v *Verifier) uploadLibView(t *libKVTable) {
 	v.upload(t.ptrs.SeqLens, unsafe.Pointer(&t.pk.SeqLens[0]), 4*len(t.pk.SeqLens))
 	v.upload(t.ptrs.QueryStart, unsafe.Pointer(&t.pk.QueryStart[0]), 4*len(t.pk.QueryStart))
 	v.upload(t.ptrs.Positions, unsafe.Pointer(&t.positions[0]), 4*len(t.positions))
