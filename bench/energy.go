@@ -53,12 +53,12 @@ func (h *harness) measureEnergy(sh Shape) (*ShapeEnergy, error) {
 	if minSeconds <= 0 {
 		minSeconds = DefaultEnergyWindowSeconds
 	}
-	prefill, err := h.energyWindow(sh, minSeconds, sh.Batch*sh.InputLen, h.target.Prefill)
+	prefill, err := h.energyWindow(sh, minSeconds, sh.PromptTokens(), h.target.Prefill)
 	if err != nil {
 		return nil, fmt.Errorf("prefill energy window: %w", err)
 	}
 	e := &ShapeEnergy{Prefill: &prefill}
-	iteration, err := h.energyWindow(sh, minSeconds, sh.Batch*(sh.InputLen+sh.OutputLen), func() error {
+	iteration, err := h.energyWindow(sh, minSeconds, sh.IterationTokens(), func() error {
 		if err := h.target.Prefill(); err != nil {
 			return err
 		}

@@ -89,3 +89,29 @@ func TestNewEnergyWindow(t *testing.T) {
 		t.Errorf("negative decode energy not clamped: %+v", d)
 	}
 }
+
+// raggedEnergyTarget is an energyTarget that runs ragged shapes.
+type raggedEnergyTarget struct{ energyTarget }
+
+func (e *raggedEnergyTarget) BeginSeqs([]runner.SeqSpec, int, []int32) error { e.begins++; return nil }
+
+// A ragged batch's J/token counts the tokens its steps ran: the sum of its
+// lengths (one per sequence over a synthetic context), not batch × mean.
+func TestEnergyWindowsOfARaggedBatch(t *testing.T) {
+	for _, tc := range []struct {
+		fill              string
+		prefill, iterTkns float64
+	}{{KVFillPrefill, 3 + 10, 3 + 10 + 2*6}, {KVFillSynthetic, 2, 2 + 2*6}} {
+		target := &raggedEnergyTarget{}
+		opt := Options{BatchSizes: []int{2}, ContextLens: LengthSpec{List: []int{3, 10}}, KVFill: tc.fill, OutputLens: []int{6}, NumIters: 1,
+			VocabSize: 10, EnergyMeter: target, EnergyWindowSeconds: 0.01, Now: target.clock}
+		shapes, err := Run(target, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := shapes[0].Energy
+		if e == nil || e.Prefill.Tokens != int(tc.prefill)*e.Prefill.Repetitions || e.Iteration.Tokens != int(tc.iterTkns)*e.Iteration.Repetitions {
+			t.Errorf("%s fill: windows %+v and %+v, want %v and %v tokens per repetition", tc.fill, e.Prefill, e.Iteration, tc.prefill, tc.iterTkns)
+		}
+	}
+}

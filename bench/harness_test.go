@@ -287,12 +287,12 @@ func TestRunStdoutMatchesOneBatch(t *testing.T) {
 
 func TestOneBatchLinesExact(t *testing.T) {
 	tests := []struct{ got, want string }{
-		{prefillLine(4, 256, 0.5), "Prefill. latency: 0.50000 s, throughput:   2048.00 token/s"},
-		{prefillLine(1, 60, 0.0607512), "Prefill. latency: 0.06075 s, throughput:    987.63 token/s"},
+		{prefillLine(4*256, 0.5), "Prefill. latency: 0.50000 s, throughput:   2048.00 token/s"},
+		{prefillLine(1*60, 0.0607512), "Prefill. latency: 0.06075 s, throughput:    987.63 token/s"},
 		{decodeStepLine(3, 8, 0.004), "Decode 3. Batch size: 8, latency: 0.00400 s, throughput:   2000.00 token/s"},
 		{decodeMedianLine(4, 0.01837), "Decode.  median latency: 0.01837 s, median throughput:    217.75 token/s"},
-		{totalLine(1, 60, 10, 0.08), "Total. latency:  0.080 s, throughput:    875.00 token/s"},
-		{totalLine(2, 100, 28, 12.5), "Total. latency: 12.500 s, throughput:     20.48 token/s"},
+		{totalLine((60+10)*1, 0.08), "Total. latency:  0.080 s, throughput:    875.00 token/s"},
+		{totalLine((100+28)*2, 12.5), "Total. latency: 12.500 s, throughput:     20.48 token/s"},
 	}
 	for _, tc := range tests {
 		if tc.got != tc.want {
@@ -391,5 +391,48 @@ func TestDropSamples(t *testing.T) {
 	if got.Summary.PrefillHostSeconds.N != 1 || got.Summary.DecodeHostSeconds.N != 3 || got.Summary.TotalHostSeconds.N != 1 ||
 		got.Summary.TotalHostSeconds.Median != 3 || got.Summary.PrefillHostSeconds.Max != 1 {
 		t.Errorf("summary after discard: %+v", got.Summary)
+	}
+}
+
+// raggedFake is a fakeTarget that runs ragged shapes.
+type raggedFake struct{ fakeTarget }
+
+func (f *raggedFake) BeginSeqs(seqs []runner.SeqSpec, outputLen int, prompts []int32) error {
+	return f.Begin(len(seqs), 0, outputLen, prompts)
+}
+
+// One_batch's prefill and total lines count the tokens a ragged batch's
+// prefill ran: the sum of its lengths, or one per sequence over a
+// synthetic context (not batch × the mean length).
+func TestRunStdoutCountsARaggedBatchsTokens(t *testing.T) {
+	for _, tc := range []struct {
+		fill                string
+		prefillTok, iterTok float64
+	}{{KVFillPrefill, 4 + 9, 4 + 9 + 2*3}, {KVFillSynthetic, 2, 2 + 2*3}} {
+		opt := testOptions()
+		opt.BatchSizes, opt.OutputLens, opt.NumIters, opt.WarmupIters = []int{2}, []int{3}, 1, 0
+		opt.ContextLens, opt.KVFill = LengthSpec{List: []int{4, 9}}, tc.fill
+		clock := time.Unix(0, 0)
+		opt.Now = func() time.Time { clock = clock.Add(250 * time.Millisecond); return clock }
+		var stdout bytes.Buffer
+		opt.Stdout = &stdout
+		if _, err := Run(&raggedFake{}, opt); err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range []struct {
+			pattern string
+			tokens  float64
+		}{{`Prefill\. latency: +([0-9.]+) s, throughput: +([0-9.]+) token/s`, tc.prefillTok}, {`Total\. latency: +([0-9.]+) s, throughput: +([0-9.]+) token/s`, tc.iterTok}} {
+			m := regexp.MustCompile(line.pattern).FindStringSubmatch(stdout.String())
+			if m == nil {
+				t.Fatalf("no line %q in\n%s", line.pattern, stdout.String())
+			}
+			var latency, throughput float64
+			fmt.Sscan(m[1], &latency)
+			fmt.Sscan(m[2], &throughput)
+			if got := latency * throughput; got < line.tokens-0.01 || got > line.tokens+0.01 {
+				t.Errorf("%s fill: %q counts %.3f tokens, want %v", tc.fill, m[0], got, line.tokens)
+			}
+		}
 	}
 }

@@ -43,7 +43,7 @@ func (h *harness) iterationRegions(key PromptKey, it IterationResult, window *pr
 	if err != nil {
 		return it, fmt.Errorf("prefill: %w", err)
 	}
-	fmt.Fprintln(h.stdout, prefillLine(key.Batch, key.InputLen, it.Prefill.HostSeconds))
+	fmt.Fprintln(h.stdout, prefillLine(key.PromptTokens(), it.Prefill.HostSeconds))
 	it.TotalHostSeconds = it.Prefill.HostSeconds
 	it.TotalDeviceSeconds = it.Prefill.DeviceSeconds
 
@@ -66,7 +66,7 @@ func (h *harness) iterationRegions(key PromptKey, it IterationResult, window *pr
 	if key.OutputLen > 1 {
 		fmt.Fprintln(h.stdout, decodeMedianLine(key.Batch, stats.Median(decodeHostSeconds)))
 	}
-	fmt.Fprintln(h.stdout, totalLine(key.Batch, key.InputLen, key.OutputLen, it.TotalHostSeconds))
+	fmt.Fprintln(h.stdout, totalLine(key.IterationTokens(), it.TotalHostSeconds))
 	return it, nil
 }
 

@@ -212,6 +212,22 @@ func DecodeCostSeqs(cfg Config, tpSize int, lens []int, kv KVOptions) (StepCost,
 	return stepCost(cfg, tpSize, PhaseDecode, seqs, lens, kv)
 }
 
+// DecodeCostAfter is the cost of decode step `step` (0: the first) of a run
+// of seqs laid out as kv: sequence b then holds Context+Prompt+step tokens.
+// The run is begun with seqs themselves, so the step goes through the block
+// table exactly when the engine's does (a uniform batch over synthetic
+// contexts does; DecodeCostSeqs's uniform lengths do not).
+func DecodeCostAfter(cfg Config, tpSize int, seqs []SeqSpec, step int, kv KVOptions) (StepCost, error) {
+	if step < 0 {
+		return StepCost{}, fmt.Errorf("%s cost: step %d: want 0 or more", PhaseDecode, step)
+	}
+	lens := make([]int, len(seqs))
+	for b, s := range seqs {
+		lens[b] = s.Context + s.Prompt + step
+	}
+	return stepCost(cfg, tpSize, PhaseDecode, seqs, lens, kv)
+}
+
 // stepCost runs one step against the counting backend: on the whole model
 // for tpSize 0, else on rank 0 of tpSize ranks. The prefill of seqs, or,
 // with decodeLens, the decode step after sequence b holds decodeLens[b].

@@ -384,6 +384,22 @@ func (e *Engine) ensureBuffers(batch, tokens int, plan KVPlan, tabled bool) erro
 	if e.coll != nil {
 		alloc(&e.keys, I32, 2*batch, "argmax keys")
 	}
+	e.allocKV(alloc, batch, tokens, plan, tabled)
+	if err != nil {
+		return errors.Join(err, e.freeRunBuffers())
+	}
+	e.capTokens, e.capBatch, e.capSlots, e.capPages, e.capTabled = tokens, batch, plan.Slots(), plan.MaxPages, tabled
+	if r, ok := e.be.(AttentionReserver); ok {
+		if err := r.ReserveAttention(e.decodeReserveShape(batch, plan, tabled)); err != nil {
+			return fmt.Errorf("reserve attention workspace: %w", err)
+		}
+	}
+	return nil
+}
+
+// allocKV allocates the caches and, for a tabled run, the prefill's and
+// decode steps' views (sharing posBuf and one block table), through alloc.
+func (e *Engine) allocKV(alloc func(*Buffer, DType, int, string), batch, tokens int, plan KVPlan, tabled bool) {
 	e.prefillKV, e.decodeKV = KVView{Pos: e.posBuf}, KVView{Pos: e.posBuf}
 	if tabled {
 		alloc(&e.prefillKV.BlockTable, I32, batch*plan.MaxPages, "block table")
@@ -399,23 +415,13 @@ func (e *Engine) ensureBuffers(batch, tokens int, plan KVPlan, tabled bool) erro
 			alloc(&v.view.SlotMapping, I64, v.rows, v.name+" slot mapping")
 		}
 	}
-	e.kCache = make([]Buffer, c.NumHiddenLayers)
-	e.vCache = make([]Buffer, c.NumHiddenLayers)
+	e.kCache = make([]Buffer, e.cfg.NumHiddenLayers)
+	e.vCache = make([]Buffer, e.cfg.NumHiddenLayers)
 	for l := range e.kCache {
-		n := plan.Slots() * lay.KVHeads * D
+		n := plan.Slots() * e.tp.KVHeads * e.cfg.HeadDim
 		alloc(&e.kCache[l], BF16, n, fmt.Sprintf("layer %d K cache", l))
 		alloc(&e.vCache[l], BF16, n, fmt.Sprintf("layer %d V cache", l))
 	}
-	if err != nil {
-		return errors.Join(err, e.freeRunBuffers())
-	}
-	e.capTokens, e.capBatch, e.capSlots, e.capPages, e.capTabled = tokens, batch, plan.Slots(), plan.MaxPages, tabled
-	if r, ok := e.be.(AttentionReserver); ok {
-		if err := r.ReserveAttention(e.decodeReserveShape(batch, plan, tabled)); err != nil {
-			return fmt.Errorf("reserve attention workspace: %w", err)
-		}
-	}
-	return nil
 }
 
 // decodeReserveShape is the decode step a run of plan's geometry may run

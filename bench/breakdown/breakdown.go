@@ -123,15 +123,11 @@ func meanDecodeCost(cfg runner.Config, sh bench.Shape, kv runner.KVOptions) ([]r
 	if sh.OutputLen < 2 {
 		return nil, nil
 	}
-	lens := sh.ContextLens()
-	first, err := runner.DecodeCostSeqs(cfg, 0, lens, kv)
+	first, err := runner.DecodeCostAfter(cfg, 0, sh.Seqs(), 0, kv)
 	if err != nil {
 		return nil, err
 	}
-	for b := range lens {
-		lens[b] += sh.OutputLen - 2
-	}
-	last, err := runner.DecodeCostSeqs(cfg, 0, lens, kv)
+	last, err := runner.DecodeCostAfter(cfg, 0, sh.Seqs(), sh.OutputLen-2, kv)
 	if err != nil {
 		return nil, err
 	}

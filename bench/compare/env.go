@@ -97,8 +97,10 @@ func formatNumber(x float64) string {
 }
 
 // comparable refuses what no verdict can join: an emulated run against a
-// GPU run (the emulator's times are the CPU's), and a report that lists a
-// shape twice (which of the two would the verdict be about?).
+// GPU run (the emulator's times are the CPU's), two runs of different KV
+// cache layouts, page sizes, page orders or batch lengths (kvComparable),
+// and a report that lists a shape twice (which of the two would the
+// verdict be about?).
 func comparable(oldReport, newReport report.Report) error {
 	oe, ne := oldReport.Environment, newReport.Environment
 	if (oe.Emulated != "") != (ne.Emulated != "") && oe.Backend == "cuda" && ne.Backend == "cuda" {
@@ -107,6 +109,9 @@ func comparable(oldReport, newReport report.Report) error {
 			which = "NEW"
 		}
 		return fmt.Errorf("%w: %s was made on the emulated CUDA device and the other on a GPU: emulated times are the CPU's, never a GPU's", ErrIncomparable, which)
+	}
+	if err := kvComparable(oldReport, newReport); err != nil {
+		return err
 	}
 	for _, r := range []struct {
 		run    string

@@ -11,4 +11,11 @@
 // (population) and np.percentile. Floats are Python's repr, so a file
 // compares equal to the one the replaced tool would write for the same
 // times.
+//
+// Neither tool runs a ragged batch (each sequence its own length) or a
+// synthetic context. Their records (Ragged) keep the tools' keys and
+// order, input_len the lengths' mean and the throughputs over the tokens
+// the steps ran, then add context_lens, kv_tokens and kv_fill before the
+// device: readers that look up the keys they know read them; a uniform
+// batch's files are the tools' own, byte for byte, on any KV layout.
 package compat

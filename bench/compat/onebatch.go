@@ -29,6 +29,42 @@ type OneBatchRecord struct {
 	// Device is "" on a GPU (the record is one_batch's, byte for byte),
 	// else DeviceCPU or DeviceEmulated: the times are a CPU's (see Device).
 	Device string
+	// Ragged is set for a ragged or synthetically filled batch
+	// (bench.Shape.Ragged), whose record one_batch cannot write: InputLen
+	// is then the lengths' mean, the throughputs count the tokens the
+	// steps ran, and the record carries the lengths (see Ragged).
+	Ragged *Ragged
+}
+
+// Ragged is what the one_batch and vLLM files of a ragged batch add after
+// one_batch's or vLLM's own keys: each sequence's context length, their
+// sum, and the fill when it is synthetic (every position but each
+// sequence's last written untimed; the prefill runs the last).
+type Ragged struct {
+	ContextLens []int
+	KVTokens    int
+	KVFill      string // "" or bench.KVFillSynthetic
+}
+
+// raggedOf is a shape's Ragged, nil for a uniform batch.
+func raggedOf(s bench.Shape) *Ragged {
+	if !s.Ragged() {
+		return nil
+	}
+	return &Ragged{ContextLens: s.ContextLens(), KVTokens: s.KVTokens(), KVFill: s.KVFill}
+}
+
+// fields are r's keys in the order the files write them: context_lens,
+// kv_tokens and, for a synthetic fill, kv_fill; none for nil.
+func (r *Ragged) fields() []pyField {
+	if r == nil {
+		return nil
+	}
+	out := []pyField{{"context_lens", r.ContextLens}, {"kv_tokens", r.KVTokens}}
+	if r.KVFill != "" {
+		out = append(out, pyField{"kv_fill", r.KVFill})
+	}
+	return out
 }
 
 // The devices whose times are a CPU's, as the compatible result files name
@@ -83,8 +119,11 @@ func NewOneBatchRecord(runName string, s bench.ShapeResult) OneBatchRecord {
 		rec.PrefillLatency = stats.Median(prefill)
 		rec.TotalLatency = stats.Median(totals)
 	}
-	rec.PrefillThroughput = bench.TokensPerSecond(s.Batch*s.InputLen, rec.PrefillLatency)
-	rec.OverallThroughput = bench.TokensPerSecond((s.InputLen+s.OutputLen)*s.Batch, rec.TotalLatency)
+	// One_batch's batch × input_len and (input_len + output_len) × batch,
+	// and a ragged batch's own counts (the same for a uniform one).
+	rec.PrefillThroughput = bench.TokensPerSecond(s.PromptTokens(), rec.PrefillLatency)
+	rec.OverallThroughput = bench.TokensPerSecond(s.IterationTokens(), rec.TotalLatency)
+	rec.Ragged = raggedOf(s.Shape)
 	if s.OutputLen > 1 && len(decode) > 0 {
 		median := stats.Median(decode)
 		throughput := bench.TokensPerSecond(s.Batch, median)
@@ -96,7 +135,7 @@ func NewOneBatchRecord(runName string, s bench.ShapeResult) OneBatchRecord {
 
 // JSON is the record as one_batch writes it: json.dumps(record), byte for
 // byte, keys in one_batch's order (the two median keys only with decode
-// steps).
+// steps); a ragged batch's keys (Ragged) and then the device follow.
 func (r OneBatchRecord) JSON() (string, error) {
 	obj := pyObject{
 		{"run_name", r.RunName},
@@ -111,6 +150,7 @@ func (r OneBatchRecord) JSON() (string, error) {
 			pyField{"median_decode_throughput", *r.MedianDecodeThroughput})
 	}
 	obj = append(obj, pyField{"total_latency", r.TotalLatency}, pyField{"overall_throughput", r.OverallThroughput})
+	obj = append(obj, r.Ragged.fields()...)
 	if r.Device != "" {
 		obj = append(obj, pyField{"device", r.Device})
 	}

@@ -60,6 +60,11 @@ func pyEncode(b *strings.Builder, v any, indent, depth int) error {
 		return pyContainer(b, "[", "]", len(items), indent, depth, func(i int) error {
 			return pyEncode(b, items[i], indent, depth+1)
 		})
+	case []int:
+		return pyContainer(b, "[", "]", len(x), indent, depth, func(i int) error {
+			b.WriteString(strconv.Itoa(x[i]))
+			return nil
+		})
 	case pyObject:
 		return pyContainer(b, "{", "}", len(x), indent, depth, func(i int) error {
 			b.WriteString(pyString(x[i].Key))

@@ -20,6 +20,9 @@ type VLLMLatency struct {
 	StdLatency  float64         `json:"std_latency"` // np.std: population, ddof=0
 	Latencies   []float64       `json:"latencies"`
 	Percentiles VLLMPercentiles `json:"percentiles"`
+	// Ragged is a ragged or synthetically filled batch's lengths, written
+	// after percentiles (vLLM's bench latency has only --input-len).
+	Ragged *Ragged `json:"-"`
 	// Device is "" on a GPU (the file is vLLM's, byte for byte), else
 	// DeviceCPU or DeviceEmulated, written last.
 	Device string `json:"device,omitempty"`
@@ -81,6 +84,7 @@ func (d VLLMLatency) JSON() (string, error) {
 		{"latencies", d.Latencies},
 		{"percentiles", percentiles},
 	}
+	doc = append(doc, d.Ragged.fields()...)
 	if d.Device != "" {
 		doc = append(doc, pyField{"device", d.Device})
 	}
@@ -109,7 +113,21 @@ func WriteVLLMJSON(path string, iterationLatencies []float64, device string) err
 		return err
 	}
 	doc.Device = device
-	text, err := doc.JSON()
+	return doc.Write(path)
+}
+
+// VLLMLatencyOf is vLLM's latency document of a measured shape: its
+// iterations' latencies (IterationLatencies) and, for a ragged batch, its
+// lengths.
+func VLLMLatencyOf(s bench.ShapeResult) (VLLMLatency, error) {
+	doc, err := NewVLLMLatency(IterationLatencies(s))
+	doc.Ragged = raggedOf(s.Shape)
+	return doc, err
+}
+
+// Write writes the document to path (JSON), atomically.
+func (d VLLMLatency) Write(path string) error {
+	text, err := d.JSON()
 	if err != nil {
 		return err
 	}

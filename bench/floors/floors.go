@@ -14,7 +14,31 @@ import (
 // stepbench roofline prints); its JSON keys are snake_case.
 type ShapeFloors struct {
 	bench.Shape
-	Floors roofline.StepFloors `json:"floors"`
+	// KVTokens is the tokens in the batch's caches after the prefill, the
+	// sum of its context lengths: set for the shapes of FloorsOf (roofline
+	// --context-lens, --kv-fill, --kv-layout), whose tables then show each
+	// step's KV tokens and bytes.
+	KVTokens int                 `json:"kv_tokens,omitempty"`
+	Floors   roofline.StepFloors `json:"floors"`
+}
+
+// FloorsOf costs shapes (ragged or not, bench.Shape.Seqs) under g's
+// datasheet roof with costs (one GPU's share and the layout).
+func FloorsOf(cfg runner.Config, g roofline.Preset, costs roofline.Costs, shapes []bench.Shape) ([]ShapeFloors, error) {
+	if cfg.Quantization != nil {
+		if err := g.CheckFP8(); err != nil {
+			return nil, err
+		}
+	}
+	var out []ShapeFloors
+	for _, sh := range shapes {
+		f, err := costs.Floors(cfg, g.Roof(), roofline.Shape{Seqs: sh.Seqs(), InputLen: sh.InputLen, OutputLen: sh.OutputLen})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sh, err)
+		}
+		out = append(out, ShapeFloors{Shape: sh, KVTokens: sh.KVTokens(), Floors: f})
+	}
+	return out, nil
 }
 
 // Floors costs every shape of the cross product batches × inputLens ×
@@ -35,7 +59,7 @@ func Floors(cfg runner.Config, g roofline.Preset, tpSize int, batches, inputLens
 				if err != nil {
 					return nil, err
 				}
-				shapes = append(shapes, ShapeFloors{bench.Shape{Batch: b, InputLen: in, OutputLen: out}, f})
+				shapes = append(shapes, ShapeFloors{Shape: bench.Shape{Batch: b, InputLen: in, OutputLen: out}, Floors: f})
 			}
 		}
 	}
@@ -65,38 +89,117 @@ func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, tp
 	if cfg.Quantization != nil {
 		fmt.Fprintln(stdout, "FLOPs / peak FLOP/s = FP8 GEMM FLOPs / FP8 peak + the other FLOPs / bf16 peak")
 	}
+	kv := hasKV(shapes)
+	if kv {
+		fmt.Fprintln(stdout, KVNote)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	header := "batch\tinput\toutput\tstep\tkv_len\tGFLOP\tGB\tweight_GB\tFLOP/byte\tfloor_ms\tbound\t"
-	if comm {
-		header += "comm_MB\tcomm_ms\tcollectives\t"
-	}
-	fmt.Fprintln(tw, header)
-	row := func(b, in, out int, step string, kv int, c runner.StepCost, f roofline.Floor) {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t", b, in, out, step, kv,
-			c.FLOPs/1e9, c.Bytes/1e9, c.WeightBytes/1e9, c.Intensity(), f.Seconds*1e3, f.Bound)
-		if comm {
-			fmt.Fprintf(tw, "%.2f\t%.3f\t%d\t", c.CommBytes/1e6, f.CommSeconds*1e3, c.CommCalls)
-		}
-		fmt.Fprintln(tw)
-	}
+	t := floorsTable{tw: tw, comm: comm, kv: kv, kvBytesPerToken: kvBytesPerToken(cfg, tpSize)}
+	t.header()
 	for _, s := range shapes {
-		p := s.Floors.Prefill
-		row(s.Batch, s.InputLen, s.OutputLen, "prefill", p.SeqLen, p, s.Floors.PrefillFloor)
-		if n := len(s.Floors.Decode); n > 0 {
-			d := s.Floors.Decode[0]
-			row(s.Batch, s.InputLen, s.OutputLen, "decode first", d.StartPos+1, d, s.Floors.DecodeFloors[0])
-			if n > 1 {
-				d = s.Floors.Decode[n-1]
-				row(s.Batch, s.InputLen, s.OutputLen, "decode last", d.StartPos+1, d, s.Floors.DecodeFloors[n-1])
+		t.shape(s)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if kv {
+		for _, s := range shapes {
+			if s.Lens != "" {
+				fmt.Fprintf(stdout, "batch %d, output %d: context lengths %s\n", s.Batch, s.OutputLen, s.Lens)
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\titeration\t\t\t\t\t\t%.2f\t\t", s.Batch, s.InputLen, s.OutputLen, s.Floors.IterationSeconds*1e3)
-		if comm {
-			fmt.Fprint(tw, "\t\t\t")
-		}
-		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	return nil
+}
+
+// KVNote explains the floors table's KV columns.
+const KVNote = "kv_len = the longest sequence's tokens in the cache after the step; kv_tokens = all sequences' (the sum of the lengths, " +
+	"what the step's attention reads); kv_GB = their K and V in every layer; input = a ragged batch's mean length"
+
+// hasKV reports whether any shape has its KV tokens (FloorsOf).
+func hasKV(shapes []ShapeFloors) bool {
+	for _, s := range shapes {
+		if s.KVTokens > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// kvBytesPerToken is one token's K and V in every layer's cache (bf16) on
+// one GPU of tpSize ranks (0: the whole model).
+func kvBytesPerToken(cfg runner.Config, tpSize int) float64 {
+	heads := cfg.NumKeyValueHeads
+	if tpSize > 0 {
+		if l, err := cfg.TPLayout(0, tpSize); err == nil {
+			heads = l.KVHeads
+		}
+	}
+	return float64(cfg.NumHiddenLayers) * 2 * float64(heads*cfg.HeadDim) * 2
+}
+
+// floorsTable writes WriteFloorsTable's rows: with comm the all-reduce
+// columns, with kv the KV cache's (kv_tokens, kv_GB).
+type floorsTable struct {
+	tw              *tabwriter.Writer
+	comm, kv        bool
+	kvBytesPerToken float64
+}
+
+func (t floorsTable) header() {
+	header := "batch\tinput\toutput\tstep\tkv_len\t"
+	if t.kv {
+		header += "kv_tokens\tkv_GB\t"
+	}
+	header += "GFLOP\tGB\tweight_GB\tFLOP/byte\tfloor_ms\tbound\t"
+	if t.comm {
+		header += "comm_MB\tcomm_ms\tcollectives\t"
+	}
+	fmt.Fprintln(t.tw, header)
+}
+
+// row is one step of s: kvLen its longest sequence after it, kvTokens all
+// of them.
+func (t floorsTable) row(s ShapeFloors, step string, kvLen, kvTokens int, c runner.StepCost, f roofline.Floor) {
+	fmt.Fprintf(t.tw, "%d\t%d\t%d\t%s\t%d\t", s.Batch, s.InputLen, s.OutputLen, step, kvLen)
+	if t.kv {
+		fmt.Fprintf(t.tw, "%d\t%.3f\t", kvTokens, float64(kvTokens)*t.kvBytesPerToken/1e9)
+	}
+	fmt.Fprintf(t.tw, "%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t", c.FLOPs/1e9, c.Bytes/1e9, c.WeightBytes/1e9, c.Intensity(), f.Seconds*1e3, f.Bound)
+	if t.comm {
+		fmt.Fprintf(t.tw, "%.2f\t%.3f\t%d\t", c.CommBytes/1e6, f.CommSeconds*1e3, c.CommCalls)
+	}
+	fmt.Fprintln(t.tw)
+}
+
+// shape writes s's prefill, first and last decode steps and iteration.
+func (t floorsTable) shape(s ShapeFloors) {
+	longest, total := 0, 0
+	for _, q := range s.Seqs() {
+		longest, total = max(longest, q.Context+q.Prompt), total+q.Context+q.Prompt
+	}
+	p := s.Floors.Prefill
+	prefillLen := p.SeqLen
+	if t.kv {
+		prefillLen = longest
+	}
+	t.row(s, "prefill", prefillLen, total, p, s.Floors.PrefillFloor)
+	if n := len(s.Floors.Decode); n > 0 {
+		// Decode step i: every sequence i+1 tokens on.
+		t.row(s, "decode first", longest+1, total+s.Batch, s.Floors.Decode[0], s.Floors.DecodeFloors[0])
+		if n > 1 {
+			t.row(s, "decode last", longest+n, total+n*s.Batch, s.Floors.Decode[n-1], s.Floors.DecodeFloors[n-1])
+		}
+	}
+	blanks := "\t\t\t\t\t"
+	if t.kv {
+		blanks += "\t\t"
+	}
+	fmt.Fprintf(t.tw, "%d\t%d\t%d\titeration\t%s%.2f\t\t", s.Batch, s.InputLen, s.OutputLen, blanks, s.Floors.IterationSeconds*1e3)
+	if t.comm {
+		fmt.Fprint(t.tw, "\t\t\t")
+	}
+	fmt.Fprintln(t.tw)
 }
 
 // WriteOpFloorsTable writes every op of a shape's prefill and first decode
@@ -106,7 +209,11 @@ func WriteOpFloorsTable(stdout io.Writer, g roofline.Preset, s ShapeFloors) erro
 	if len(s.Floors.Decode) > 0 {
 		steps = append(steps, s.Floors.Decode[0])
 	}
-	fmt.Fprintf(stdout, "\nper op, batch %d, input %d (decode: the first step):\n", s.Batch, s.InputLen)
+	what := "decode: the first step"
+	if s.Lens != "" {
+		what = "context lengths " + s.Lens + "; " + what
+	}
+	fmt.Fprintf(stdout, "\nper op, batch %d, input %d (%s):\n", s.Batch, s.InputLen, what)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "step\top\tcalls\tGFLOP\tMB\tFLOP/byte\tfloor_us\tbound\t")
 	for _, st := range steps {

@@ -2,6 +2,7 @@ package kernelbench
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -108,8 +109,8 @@ func TestParseKernelShape(t *testing.T) {
 		want    Shape
 		wantErr bool
 	}{
-		{"batch=4,seq=1,pos=1024", Shape{4, 1, 1024}, false},
-		{"seq=512", Shape{1, 512, 0}, false},
+		{"batch=4,seq=1,pos=1024", Shape{Batch: 4, SeqLen: 1, StartPos: 1024}, false},
+		{"seq=512", Shape{Batch: 1, SeqLen: 512}, false},
 		{"batch=0", Shape{}, true},
 		{"batch=1,batch=2", Shape{}, true},
 		{"tokens=3", Shape{}, true},
@@ -118,19 +119,19 @@ func TestParseKernelShape(t *testing.T) {
 		{"pos=-1", Shape{}, true},
 	} {
 		got, err := ParseShape(tc.in)
-		if (err != nil) != tc.wantErr || !tc.wantErr && got != tc.want {
+		if (err != nil) != tc.wantErr || !tc.wantErr && !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("ParseShape(%q) = %+v, %v; want %+v, error %v", tc.in, got, err, tc.want, tc.wantErr)
 		}
 	}
 }
 
 func FuzzParseShape(f *testing.F) {
-	for _, seed := range []string{"batch=4,seq=1,pos=1024", "seq=512", "", "a=b=c", "batch=99999999999"} {
+	for _, seed := range []string{"batch=4,seq=1,pos=1024", "seq=512", "", "a=b=c", "batch=99999999999", "lens=1;2;3", "seq=3;4,pos=5;6"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
 		s, err := ParseShape(in)
-		if err == nil && (s.Batch < 1 || s.SeqLen < 1 || s.StartPos < 0) {
+		if err == nil && (s.Batch < 1 || s.SeqLen < 1 || s.StartPos < 0 || s.Seqs != nil && len(s.Seqs) != s.Batch || s.Label() == "") {
 			t.Fatalf("accepted %q as %+v", in, s)
 		}
 	})

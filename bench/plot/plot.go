@@ -236,21 +236,25 @@ func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title st
 	}
 	var points []Point
 	var sweep []SweepPoint
+	ragged := false
 	for _, s := range shapes {
-		sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen}
+		sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen, OutputLen: s.OutputLen, Ragged: s.Lens != ""}
+		ragged = ragged || sp.Ragged
 		for _, p := range s.RooflinePoints {
 			if p.Op != "" {
 				continue
 			}
 			lo, hi := MedianInterval(s, p.Phase)
-			points = append(points, Point{Point: p, LowSeconds: lo, HighSeconds: hi})
+			points = append(points, Point{Point: p, LowSeconds: lo, HighSeconds: hi, Ragged: sp.Ragged})
 			switch p.Phase {
 			case bench.PhasePrefill:
 				sp.PrefillSeconds, sp.PrefillFloorSeconds = p.Seconds, p.FloorSeconds
 				sp.PrefillLowSeconds, sp.PrefillHighSeconds = lo, hi
+				sp.PrefillKVTokens = pointKVTokens(p)
 			case bench.PhaseDecode:
 				sp.DecodeSeconds, sp.DecodeFloorSeconds = p.Seconds, p.FloorSeconds
 				sp.DecodeLowSeconds, sp.DecodeHighSeconds = lo, hi
+				sp.DecodeKVTokens = pointKVTokens(p)
 			}
 		}
 		sweep = append(sweep, sp)
@@ -258,17 +262,46 @@ func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title st
 	if err := WriteRooflinePlot(rooflinePath, roof, points, title+": roofline"); err != nil {
 		return nil, err
 	}
-	if err := WriteSweepPlot(sweepPath, sweep, title+": step latency against batch size"+roofTitle(roof)); err != nil {
+	sweepTitle := title + ": step latency against batch size"
+	if ragged {
+		sweepTitle = title + ": step time and attainment against KV tokens"
+	}
+	if err := WriteSweepPlot(sweepPath, sweep, sweepTitle+roofTitle(roof)); err != nil {
 		return []string{rooflinePath}, err
 	}
 	return []string{rooflinePath, sweepPath}, nil
 }
 
+// pointKVTokens is the tokens in a step's caches after it: a ragged
+// batch's KVTokens, batch × input_len for a uniform prefill, batch ×
+// (position + 1) for a uniform decode step.
+func pointKVTokens(p roofline.Point) int {
+	switch {
+	case p.KVTokens > 0:
+		return p.KVTokens
+	case p.Phase == bench.PhasePrefill:
+		return p.Batch * p.InputLen
+	}
+	return p.Batch * (p.Position + 1)
+}
+
 // Point is a roofline point with the 95% interval of its median time (0,
-// 0 when there is none: fewer than 6 iterations).
+// 0 when there is none: fewer than 6 iterations). Ragged says it is a
+// ragged batch's: the ragged batches share a series, whatever their mean
+// input length.
 type Point struct {
 	roofline.Point
 	LowSeconds, HighSeconds float64
+	Ragged                  bool
+}
+
+// seriesInput is the input length of the point's series (raggedSeries for
+// a ragged batch).
+func (p Point) seriesInput() int {
+	if p.Ragged {
+		return raggedSeries
+	}
+	return p.InputLen
 }
 
 // MedianInterval is the distribution-free 95% interval of a phase's median

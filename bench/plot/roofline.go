@@ -99,7 +99,7 @@ func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []Point) (xs, y
 		for k, in := range inputs {
 			var series []Point
 			for _, pt := range points {
-				if pt.Phase == phase && pt.InputLen == in && pt.IntensityFLOPsPerByte > 0 && pt.AchievedFLOPsPerSec > 0 {
+				if pt.Phase == phase && pt.seriesInput() == in && pt.IntensityFLOPsPerByte > 0 && pt.AchievedFLOPsPerSec > 0 {
 					series = append(series, pt)
 				}
 			}
@@ -160,11 +160,15 @@ func newErrorBars(points errorPoints, c color.Color) (*plotter.YErrorBars, error
 // batchLabel is a point's label: its batch size and, when the figure has
 // several input lengths, its series' input length ("b=64/1k").
 func batchLabel(batch, inputLen, inputs int) string {
-	if inputs == 1 {
+	if inputs == 1 || inputLen == raggedSeries {
 		return fmt.Sprintf("b=%d", batch)
 	}
 	return fmt.Sprintf("b=%d/%s", batch, tokens(inputLen))
 }
+
+// raggedSeries is the input length that stands for the ragged batches'
+// series: they share one per phase (each has its own mean length).
+const raggedSeries = -1
 
 // tokens writes a token count short: 1k for 1024, 8k for 8192, 100 for 100.
 func tokens(n int) string {
@@ -183,6 +187,9 @@ func labelPriority(i, n int) int {
 }
 
 func seriesName(phase string, inputLen, inputs int) string {
+	if inputLen == raggedSeries {
+		return phase + " (ragged batches)"
+	}
 	if inputs == 1 {
 		return fmt.Sprintf("%s (input %d)", phase, inputLen)
 	}
@@ -224,8 +231,8 @@ func addRoofs(p *plot.Plot, legend *plot.Legend, roof *roofline.Roof) ([]plotter
 func inputLengths(points []Point) []int {
 	var inputs []int
 	for _, pt := range points {
-		if !slices.Contains(inputs, pt.InputLen) {
-			inputs = append(inputs, pt.InputLen)
+		if !slices.Contains(inputs, pt.seriesInput()) {
+			inputs = append(inputs, pt.seriesInput())
 		}
 	}
 	slices.Sort(inputs)

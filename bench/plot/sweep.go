@@ -15,7 +15,14 @@ import (
 // SweepPoint is one shape's median step latencies, their 95% intervals and
 // floors.
 type SweepPoint struct {
-	Batch, InputLen                         int
+	Batch, InputLen int
+	// A ragged batch's sweep (Ragged: its sequences have their own
+	// lengths) is drawn against the tokens in the caches after each step:
+	// PrefillKVTokens and DecodeKVTokens (the decode point's), by output
+	// length.
+	OutputLen                               int
+	Ragged                                  bool
+	PrefillKVTokens, DecodeKVTokens         int
 	PrefillSeconds, DecodeSeconds           float64 // medians; 0 when absent
 	PrefillLowSeconds, PrefillHighSeconds   float64 // the prefill median's interval; 0 when none
 	DecodeLowSeconds, DecodeHighSeconds     float64 // the decode median's
@@ -26,9 +33,14 @@ type SweepPoint struct {
 // prefill and decode in panels side by side, one series per input length
 // (colour): measured as solid lines with filled markers and the 95%
 // interval of each median as an error bar, the roofline floors as dashed
-// lines with hollow markers.
+// lines with hollow markers. A sweep of ragged batches is drawn against
+// their KV tokens instead, with the attainment under it
+// (writeKVSweepPlot).
 func WriteSweepPlot(path string, points []SweepPoint, title string) (err error) {
 	defer recoverPlot(path, &err)
+	if slices.ContainsFunc(points, func(p SweepPoint) bool { return p.Ragged }) {
+		return writeKVSweepPlot(path, points, title)
+	}
 	points = slices.Clone(points)
 	sort.SliceStable(points, func(i, j int) bool { return points[i].Batch < points[j].Batch })
 	var inputs []int

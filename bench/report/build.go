@@ -25,6 +25,15 @@ type Builder struct {
 	// are then one GPU's (its share of the work and its all-reduces at the
 	// roof's link bandwidth), against the slowest rank's device time.
 	TPSize int
+	// KV is the run's KV cache layout: a step through the block table
+	// costs its views' few bytes more (roofline.Costs).
+	KV runner.KVOptions
+}
+
+// CostShape is a shape's work as the cost model takes it: each sequence's
+// context and prompt (bench.Shape.Seqs), its InputLen and OutputLen.
+func CostShape(s bench.Shape) roofline.Shape {
+	return roofline.Shape{Seqs: s.Seqs(), InputLen: s.InputLen, OutputLen: s.OutputLen}
 }
 
 // Keep is s with the statistics the run reports: without its throttled
@@ -48,8 +57,9 @@ func (b Builder) Shape(s bench.ShapeResult) ShapeReport {
 	if b.Telemetry != nil {
 		attachTelemetry(b.Telemetry, &sr)
 	}
+	costs, shape := roofline.Costs{TPSize: b.TPSize, KV: b.KV}, CostShape(s.Shape)
 	if b.Roof != nil {
-		if sf, err := roofline.ComputeFloorsTP(b.Model, b.TPSize, *b.Roof, s.Batch, s.InputLen, s.OutputLen); err == nil {
+		if sf, err := costs.Floors(b.Model, *b.Roof, shape); err == nil {
 			sr.PrefillFloorSeconds, sr.PrefillFLOPs, sr.PrefillBytes = sf.PrefillFloor.Seconds, sf.Prefill.FLOPs, sf.Prefill.Bytes
 			if len(sf.Decode) > 0 {
 				sr.DecodeFloorSeconds, sr.DecodeFLOPs, sr.DecodeBytes = sf.DecodeFloors[0].Seconds, sf.Decode[0].FLOPs, sf.Decode[0].Bytes
@@ -57,7 +67,7 @@ func (b Builder) Shape(s bench.ShapeResult) ShapeReport {
 		}
 	}
 	sum := kept.Summary
-	points, err := roofline.Costs{TPSize: b.TPSize}.StepPoints(b.Model, b.Roof, s.Batch, s.InputLen, s.OutputLen,
+	points, err := costs.Points(b.Model, b.Roof, shape,
 		StepSeconds(sum.PrefillDeviceSeconds, sum.PrefillHostSeconds), StepSeconds(sum.DecodeDeviceSeconds, sum.DecodeHostSeconds))
 	if err == nil {
 		sr.RooflinePoints = points

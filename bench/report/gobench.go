@@ -48,15 +48,16 @@ func goBenchNameValue(v string) string {
 
 // WriteGoBench writes every timed region of shapes as a Go benchmark line:
 // host time as ns/op (what one_batch reports), the device time as
-// device-ns/op and the step's tokens/s.
+// device-ns/op and the step's tokens/s (a ragged batch's name adds its
+// KV tokens and lengths, goBenchKV; its prefill's tokens are its prompts).
 func WriteGoBench(w io.Writer, model string, config GoBenchConfig, shapes []bench.ShapeResult) error {
 	if err := writeGoBenchConfig(w, config); err != nil {
 		return err
 	}
 	for _, s := range shapes {
-		suffix := fmt.Sprintf("/model=%s/batch=%d/input=%d/output=%d-1", goBenchNameValue(model), s.Batch, s.InputLen, s.OutputLen)
+		suffix := fmt.Sprintf("/model=%s/batch=%d/input=%d/output=%d%s-1", goBenchNameValue(model), s.Batch, s.InputLen, s.OutputLen, goBenchKV(s.Shape))
 		for _, sample := range s.Samples() {
-			name, tokens := "BenchmarkPrefill", s.Batch*s.InputLen
+			name, tokens := "BenchmarkPrefill", s.PromptTokens()
 			if sample.Phase == bench.PhaseDecode {
 				name, tokens = "BenchmarkDecode", s.Batch
 			}
@@ -67,6 +68,44 @@ func WriteGoBench(w io.Writer, model string, config GoBenchConfig, shapes []benc
 		}
 	}
 	return nil
+}
+
+// goBenchKV is a ragged batch's name parts: its KV tokens, its lengths (up
+// to 8; more are the configuration's context_lens and seed) and a
+// synthetic fill; "" for a uniform batch.
+func goBenchKV(s bench.Shape) string {
+	if !s.Ragged() {
+		return ""
+	}
+	out := fmt.Sprintf("/kv=%d", s.KVTokens())
+	if lens := s.ContextLens(); s.Lens != "" && len(lens) <= 8 {
+		out += "/lens=" + s.Lens
+	}
+	if s.KVFill != "" {
+		out += "/fill=" + s.KVFill
+	}
+	return out
+}
+
+// KVGoBenchConfig are the configuration lines of a run's KV cache (kv
+// nil or contiguous and uniform: none, so that a uniform run's file is
+// as it was): kv_layout ("paged 16 shuffled"), context_lens and the seed
+// that drew them, kv_fill.
+func KVGoBenchConfig(kv *KVCache, seed uint64) GoBenchConfig {
+	c := GoBenchConfig{}
+	if kv == nil {
+		return c
+	}
+	if kv.Layout == "paged" {
+		c["kv_layout"] = fmt.Sprintf("paged %d %s", kv.PageSize, kv.PageOrder)
+	}
+	if kv.ContextLens != "" {
+		c["context_lens"], c["seed"] = kv.ContextLens, fmt.Sprint(seed)
+	}
+	if kv.KVFill == bench.KVFillSynthetic {
+		c["kv_fill"] = kv.KVFill
+	}
+	return c
 }
 
 // WriteKernelGoBench writes a kernel microbenchmark's samples, one line

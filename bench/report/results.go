@@ -85,17 +85,17 @@ func (w *ResultWriter) oneBatchRecord(s bench.ShapeResult) compat.OneBatchRecord
 func (w *ResultWriter) writeVLLM(s bench.ShapeResult) error {
 	f := w.files.VLLMJSON
 	path := compat.VLLMPath(f.Path, w.files.SeveralShapes, s.Batch, s.InputLen, s.OutputLen)
-	doc, err := compat.NewVLLMLatency(compat.IterationLatencies(s))
+	doc, err := compat.VLLMLatencyOf(s)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", f.Label, path, err)
 	}
-	if err := compat.WriteVLLMJSON(path, doc.Latencies, w.files.Device); err != nil {
+	doc.Device = w.files.Device
+	if err := doc.Write(path); err != nil {
 		return fmt.Errorf("%s %s: %w", f.Label, path, err)
 	}
 	w.note(path)
 	if w.files.VLLMLines != nil {
-		fmt.Fprintf(w.files.VLLMLines, "vLLM latency of batch_size=%d input_len=%d output_len=%d (%s):\n%s",
-			s.Batch, s.InputLen, s.OutputLen, path, doc.SummaryLines())
+		fmt.Fprintf(w.files.VLLMLines, "vLLM latency of %s (%s):\n%s", s.Shape, path, doc.SummaryLines())
 	}
 	return nil
 }

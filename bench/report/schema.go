@@ -140,6 +140,10 @@ type Prompts struct {
 // ShapeReport is one shape's samples, summaries and roofline floors.
 type ShapeReport struct {
 	bench.Shape
+	// KVTokens is a ragged or synthetically filled batch's tokens in its
+	// caches after the prefill: the sum of its context_lens (absent for a
+	// uniform batch: batch_size × input_len).
+	KVTokens int  `json:"kv_tokens,omitempty"`
 	Complete bool `json:"complete"`
 	// Iterations is the count of timed iterations, StopReason why they
 	// stopped (num_iters, target_noise, max_seconds, interrupted, error)
@@ -249,6 +253,9 @@ func NewShapeReport(s bench.ShapeResult) ShapeReport {
 		DecodeHostSeconds:         s.Summary.DecodeHostSeconds,
 		DecodeDeviceSeconds:       s.Summary.DecodeDeviceSeconds,
 		TotalHostSeconds:          s.Summary.TotalHostSeconds,
+	}
+	if s.Shape.Ragged() {
+		r.KVTokens = s.Shape.KVTokens()
 	}
 	if s.StopReason != "" {
 		noise := s.Noise

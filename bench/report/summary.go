@@ -40,7 +40,8 @@ const SummaryColumns = 120
 // significant digits. WriteWideSummaryTable has every column.
 func WriteSummaryTable(w io.Writer, shapes []ShapeReport, roof *roofline.Roof) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	header := []string{"batch", "input", "output", "iters", "stop", "prefill_ms", "decode_ms", "tok/s"}
+	ragged := HasRagged(shapes)
+	header := withKVTokens([]string{"batch", "input", "output", "iters", "stop", "prefill_ms", "decode_ms", "tok/s"}, ragged)
 	if roof != nil {
 		header = append(header, "prefill_attain", "decode_attain")
 	}
@@ -52,11 +53,11 @@ func WriteSummaryTable(w io.Writer, shapes []ShapeReport, roof *roofline.Roof) e
 		if prefill.N == 0 || prefill.Median == 0 {
 			prefill, prefillNoise, decode, decodeNoise = s.PrefillHostSeconds, noise.PrefillHost, s.DecodeHostSeconds, noise.DecodeHost
 		}
-		row := []string{fmt.Sprint(s.Batch), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen), fmt.Sprint(s.Iterations), orDash(s.StopReason),
+		row := shapeCells(s, ragged, fmt.Sprint(s.Iterations), orDash(s.StopReason),
 			withShortNoise(sigMilliseconds(prefill.Median, prefill.N > 0), prefillNoise),
 			withShortNoise(sigMilliseconds(decode.Median, decode.N > 0), decodeNoise),
-			withShortNoise(sigOptional(bench.TokensPerSecond((s.InputLen+s.OutputLen)*s.Batch, s.TotalHostSeconds.Median), s.TotalHostSeconds.N > 0),
-				noise.TotalHost)}
+			withShortNoise(sigOptional(bench.TokensPerSecond(s.IterationTokens(), s.TotalHostSeconds.Median), s.TotalHostSeconds.N > 0),
+				noise.TotalHost))
 		if roof != nil {
 			row = append(row, sigPercent(stepPoint(s.RooflinePoints, bench.PhasePrefill).AttainmentFraction),
 				sigPercent(stepPoint(s.RooflinePoints, bench.PhaseDecode).AttainmentFraction))
@@ -70,7 +71,10 @@ func WriteSummaryTable(w io.Writer, shapes []ShapeReport, roof *roofline.Roof) e
 	if roof != nil {
 		legend += attainLegend
 	}
-	if _, err := fmt.Fprint(w, Wrap(legend+"; --wide: every column", SummaryColumns)); err != nil {
+	if ragged {
+		legend += "; " + RaggedLegend
+	}
+	if _, err := fmt.Fprint(w, Wrap(legend+"; --wide: every column", SummaryColumns)+raggedNotes(shapes)); err != nil {
 		return fmt.Errorf("write summary table: %w", err)
 	}
 	return nil
@@ -87,15 +91,16 @@ func WriteSummaryTable(w io.Writer, shapes []ShapeReport, roof *roofline.Roof) e
 // model to a measurement, not a measurement. A missing value prints as "-".
 func WriteWideSummaryTable(w io.Writer, shapes []ShapeReport, roof *roofline.Roof) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	header := []string{"batch", "input", "output", "iters", "stop",
-		"prefill_host_ms", "prefill_dev_ms", "decode_host_ms", "decode_dev_ms", "decode_host_p90_ms", "overall_tok/s"}
+	ragged := HasRagged(shapes)
+	header := withKVTokens([]string{"batch", "input", "output", "iters", "stop",
+		"prefill_host_ms", "prefill_dev_ms", "decode_host_ms", "decode_dev_ms", "decode_host_p90_ms", "overall_tok/s"}, ragged)
 	if roof != nil {
 		header = append(header,
 			"prefill_floor_ms", "prefill_attain(derived)", "decode_floor_ms", "decode_attain(derived)")
 	}
 	writeRow(tw, header)
 	for _, s := range shapes {
-		row := summaryRow(s)
+		row := summaryRow(s, ragged)
 		if roof != nil {
 			prefill, decode := stepPoint(s.RooflinePoints, bench.PhasePrefill), stepPoint(s.RooflinePoints, bench.PhaseDecode)
 			row = append(row, sigMilliseconds(prefill.FloorSeconds, prefill.FloorSeconds > 0), sigPercent(prefill.AttainmentFraction),
@@ -106,7 +111,11 @@ func WriteWideSummaryTable(w io.Writer, shapes []ShapeReport, roof *roofline.Roo
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write summary table: %w", err)
 	}
-	if _, err := fmt.Fprintln(w, SummaryNoiseLegend); err != nil {
+	legend := SummaryNoiseLegend
+	if ragged {
+		legend += "; " + RaggedLegend
+	}
+	if _, err := fmt.Fprint(w, legend+"\n"+raggedNotes(shapes)); err != nil {
 		return fmt.Errorf("write summary table: %w", err)
 	}
 	return nil
@@ -120,21 +129,21 @@ func shapeNoise(s ShapeReport) bench.Noise {
 	return bench.Noise{PrefillHost: math.NaN(), PrefillDevice: math.NaN(), DecodeHost: math.NaN(), DecodeDevice: math.NaN(), TotalHost: math.NaN()}
 }
 
-// summaryRow is a shape's measured cells (the wide table).
-func summaryRow(s ShapeReport) []string {
+// summaryRow is a shape's measured cells (the wide table; ragged: with
+// the kv_tokens column).
+func summaryRow(s ShapeReport, ragged bool) []string {
 	noise := shapeNoise(s)
 	hasDecode := s.DecodeHostSeconds.N > 0
-	return []string{
-		fmt.Sprint(s.Batch), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen),
+	return shapeCells(s, ragged,
 		fmt.Sprint(s.Iterations), orDash(s.StopReason),
 		withNoise(sigMilliseconds(s.PrefillHostSeconds.Median, s.PrefillHostSeconds.N > 0), noise.PrefillHost),
 		withNoise(sigMilliseconds(s.PrefillDeviceSeconds.Median, s.PrefillDeviceSeconds.N > 0), noise.PrefillDevice),
 		withNoise(sigMilliseconds(s.DecodeHostSeconds.Median, hasDecode), noise.DecodeHost),
 		withNoise(sigMilliseconds(s.DecodeDeviceSeconds.Median, hasDecode), noise.DecodeDevice),
 		sigMilliseconds(s.DecodeHostSeconds.P90, hasDecode),
-		withNoise(sigOptional(bench.TokensPerSecond((s.InputLen+s.OutputLen)*s.Batch, s.TotalHostSeconds.Median),
+		withNoise(sigOptional(bench.TokensPerSecond(s.IterationTokens(), s.TotalHostSeconds.Median),
 			s.TotalHostSeconds.N > 0), noise.TotalHost),
-	}
+	)
 }
 
 // stepPoint is the phase's whole-step point (no op), or a zero point.

@@ -21,8 +21,8 @@ func WriteBreakdownTable(w io.Writer, sb breakdown.Result, roof *roofline.Roof) 
 		if p.Steps == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s breakdown: batch_size=%d input_len=%d output_len=%d (per step, mean of %d step(s); %s)\n",
-			p.Phase, sb.Batch, sb.InputLen, sb.OutputLen, p.Steps, attainmentUnder(roof))
+		fmt.Fprintf(w, "\n%s breakdown: %s (per step, mean of %d step(s); %s)\n",
+			p.Phase, sb.Shape, p.Steps, attainmentUnder(roof))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		writeRow(tw, []string{"op", "calls", "launches", "device_us", "share", "GB/s", "TFLOP/s", "attain(derived)"})
 		counted := p.LaunchesPerStep > 0

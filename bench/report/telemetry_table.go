@@ -29,8 +29,7 @@ func WriteTelemetryTable(w io.Writer, shapes []ShapeReport) error {
 		if len(s.GPUs) > 0 {
 			power, clock = s.MedianPowerWattsSum, s.MedianSMClockMHzMin
 		}
-		row := []string{fmt.Sprint(s.Batch), fmt.Sprint(s.InputLen), fmt.Sprint(s.OutputLen),
-			optional(power, "%.0f", power > 0), optional(clock, "%.0f", clock > 0), throttledCell(s)}
+		row := append(shapeCells(s, false), optional(power, "%.0f", power > 0), optional(clock, "%.0f", clock > 0), throttledCell(s))
 		var prefill, decode, iteration *bench.EnergyWindow
 		if s.Energy != nil {
 			prefill, decode, iteration = s.Energy.Prefill, s.Energy.Decode, s.Energy.Iteration

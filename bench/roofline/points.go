@@ -10,14 +10,19 @@ import (
 
 // Point is one measured step or op placed on a roofline.
 type Point struct {
-	Label     string `json:"label"`          // e.g. "decode b=8"
-	Phase     string `json:"phase"`          // "prefill" or "decode"
-	Op        string `json:"op,omitempty"`   // set for per-op points
-	Batch     int    `json:"batch_size"`     //
-	InputLen  int    `json:"input_len"`      //
-	OutputLen int    `json:"output_len"`     //
-	Position  int    `json:"position"`       // KV length the cost was computed at
-	Roof      string `json:"roof,omitempty"` // the roof's Source
+	Label     string `json:"label"`        // e.g. "decode b=8"
+	Phase     string `json:"phase"`        // "prefill" or "decode"
+	Op        string `json:"op,omitempty"` // set for per-op points
+	Batch     int    `json:"batch_size"`   //
+	InputLen  int    `json:"input_len"`    //
+	OutputLen int    `json:"output_len"`   //
+	Position  int    `json:"position"`     // KV length the cost was computed at
+	// KVTokens is a ragged or synthetically filled batch's tokens in its
+	// caches after the step (what its attention reads: the sum of the
+	// sequences' lengths); absent for a uniform batch, batch × (Position+1)
+	// for decode and batch × input_len for the prefill.
+	KVTokens int    `json:"kv_tokens,omitempty"`
+	Roof     string `json:"roof,omitempty"` // the roof's Source
 	// The cost model's work and the measured (median device) time.
 	FLOPs float64 `json:"flops"`
 	// FP8FLOPs is the part of FLOPs FP8 GEMMs do (at the roof's FP8 rate).
@@ -91,24 +96,39 @@ func StepPoints(cfg runner.Config, roof *Roof, batch, inputLen, outputLen int, p
 // StepPoints is the package's StepPoints with c's costs (one tensor-parallel
 // GPU's share and its all-reduces when c.TPSize > 0).
 func (c Costs) StepPoints(cfg runner.Config, roof *Roof, batch, inputLen, outputLen int, prefillSeconds, decodeSeconds float64) ([]Point, error) {
+	if batch < 1 || inputLen < 1 {
+		return nil, fmt.Errorf("roofline point: %s cost: batch %d and input length %d must be positive", runner.PhasePrefill, batch, inputLen)
+	}
+	return c.Points(cfg, roof, UniformShape(batch, inputLen, outputLen), prefillSeconds, decodeSeconds)
+}
+
+// Points places s's prefill (prefillSeconds per step) and its decode steps
+// (decodeSeconds per step, costed at the median step, (output_len−2)/2:
+// every sequence's own length plus that many tokens) under roof; a phase
+// with no time (0) or no steps is left out. A ragged batch's points carry
+// their KVTokens.
+func (c Costs) Points(cfg runner.Config, roof *Roof, s Shape, prefillSeconds, decodeSeconds float64) ([]Point, error) {
 	var points []Point
+	batch := s.Batch()
 	if prefillSeconds > 0 {
-		cost, err := c.Prefill(cfg, batch, inputLen)
+		cost, err := c.PrefillOf(cfg, s)
 		if err != nil {
 			return nil, fmt.Errorf("roofline point: %w", err)
 		}
 		p := NewWorkPoint(roof, cost.FLOPs, cost.FP8FLOPs, cost.Bytes, cost.CommBytes, prefillSeconds)
-		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen = fmt.Sprintf("prefill b=%d", batch), runner.PhasePrefill, batch, inputLen, outputLen
+		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen = fmt.Sprintf("prefill b=%d", batch), runner.PhasePrefill, batch, s.InputLen, s.OutputLen
+		p.KVTokens = cost.KVTokens
 		points = append(points, p)
 	}
-	if decodeSeconds > 0 && outputLen > 1 {
-		position := inputLen + (outputLen-2)/2
-		cost, err := c.Decode(cfg, batch, position)
+	if decodeSeconds > 0 && s.OutputLen > 1 {
+		step := (s.OutputLen - 2) / 2
+		cost, err := c.DecodeOf(cfg, s, step)
 		if err != nil {
 			return nil, fmt.Errorf("roofline point: %w", err)
 		}
 		p := NewWorkPoint(roof, cost.FLOPs, cost.FP8FLOPs, cost.Bytes, cost.CommBytes, decodeSeconds)
-		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen, p.Position = fmt.Sprintf("decode b=%d", batch), runner.PhaseDecode, batch, inputLen, outputLen, position
+		p.Label, p.Phase, p.Batch, p.InputLen, p.OutputLen = fmt.Sprintf("decode b=%d", batch), runner.PhaseDecode, batch, s.InputLen, s.OutputLen
+		p.Position, p.KVTokens = s.InputLen+step, cost.KVTokens
 		points = append(points, p)
 	}
 	return points, nil

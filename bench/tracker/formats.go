@@ -96,6 +96,9 @@ func WritePyTorchBenchmark(w io.Writer, r Run) error {
 			"args": map[string]any{"model": r.Model, "batch_size": m.Shape.Batch, "input_len": m.Shape.InputLen,
 				"output_len": m.Shape.OutputLen, "tensor_parallel_size": tp, "num_iters": len(m.Values)},
 		}
+		for k, v := range kvArgs(m.Shape, cfg.KV) {
+			rec.Benchmark.ExtraInfo["args"].(map[string]any)[k] = v
+		}
 		if note := r.timesNote(); note != "" {
 			rec.Benchmark.ExtraInfo["times"] = note
 		}
@@ -152,6 +155,9 @@ func WriteGitHubActionBenchmark(w io.Writer, r Run) error {
 	for _, m := range r.Metrics {
 		e := gabResult{Name: r.seriesName(m), Unit: "ms", Value: 1e3 * m.Median.MedianSeconds}
 		e.Extra = fmt.Sprintf("%d iterations; %s time", len(m.Values), m.Time)
+		if m.Shape.Ragged() {
+			e.Extra += "; " + m.Shape.String()
+		}
 		if hasInterval(m) {
 			e.Range = "± " + strconv.FormatFloat(1e3*(m.Median.HighSeconds-m.Median.LowSeconds)/2, 'g', 4, 64)
 			e.Extra += fmt.Sprintf("; median's 95%% CI [%.4g, %.4g] ms", 1e3*m.Median.LowSeconds, 1e3*m.Median.HighSeconds)

@@ -102,11 +102,57 @@ func shapeMetrics(s report.ShapeReport) []Metric {
 }
 
 // seriesName names a metric's series: the tool, the model, the device, the
-// shape and the metric, "/"-separated (no "/" inside a part).
+// shape and the metric, "/"-separated (no "/" inside a part). A ragged
+// batch's shape part adds its KV tokens, its lengths (up to 8) and a
+// synthetic fill, and a paged run's its page size and order, so that they
+// never share a series with a uniform batch's or the contiguous layout's
+// (b2_i1024_o16_kv2048_lens512,1536_paged16).
 func (r Run) seriesName(m Metric) string {
 	part := func(s string) string { return strings.NewReplacer("/", "_", " ", "_").Replace(s) }
 	return strings.Join([]string{"stepbench", part(r.Model), part(r.Device),
-		fmt.Sprintf("b%d_i%d_o%d", m.Shape.Batch, m.Shape.InputLen, m.Shape.OutputLen), m.Name + "_" + m.Time}, "/")
+		part(fmt.Sprintf("b%d_i%d_o%d", m.Shape.Batch, m.Shape.InputLen, m.Shape.OutputLen) + kvSuffix(m.Shape, r.Report.Config.KV)),
+		m.Name + "_" + m.Time}, "/")
+}
+
+// kvSuffix is what a series name and a record add for a ragged batch or a
+// paged layout ("" for a uniform batch on the contiguous layout, whose
+// names stay as they were).
+func kvSuffix(sh bench.Shape, kv *report.KVCache) string {
+	var s string
+	if sh.Ragged() {
+		s += fmt.Sprintf("_kv%d", sh.KVTokens())
+		if lens := sh.ContextLens(); sh.Lens != "" && len(lens) <= 8 {
+			s += "_lens" + sh.Lens
+		}
+		if sh.KVFill == bench.KVFillSynthetic {
+			s += "_synthetic"
+		}
+	}
+	if kv != nil && kv.Layout == "paged" {
+		s += fmt.Sprintf("_paged%d", kv.PageSize)
+		if kv.PageOrder == "shuffled" {
+			s += "_shuffled"
+		}
+	}
+	return s
+}
+
+// kvArgs are the ragged batch's and the paged layout's vLLM-style
+// arguments of a PyTorch record (none for a uniform batch on the
+// contiguous layout): block_size (vLLM's --block-size), kv_layout,
+// page_order, context_lens, kv_tokens, kv_fill.
+func kvArgs(sh bench.Shape, kv *report.KVCache) map[string]any {
+	args := map[string]any{}
+	if sh.Ragged() {
+		args["context_lens"], args["kv_tokens"] = sh.ContextLens(), sh.KVTokens()
+		if sh.KVFill != "" {
+			args["kv_fill"] = sh.KVFill
+		}
+	}
+	if kv != nil && kv.Layout == "paged" {
+		args["kv_layout"], args["block_size"], args["page_order"] = kv.Layout, kv.PageSize, kv.PageOrder
+	}
+	return args
 }
 
 // hasInterval says whether the median has its 95% interval (6 values or more).

@@ -36,6 +36,7 @@ type kernelFlags struct {
 	baselineOps     []string
 	baselineBuiltin bool
 	verdict         verdictFlags
+	kv              kvFlags // --kv-layout, --page-size, --page-order, --context-lens
 }
 
 func (f *kernelFlags) register(fs *pflag.FlagSet) {
@@ -43,7 +44,9 @@ func (f *kernelFlags) register(fs *pflag.FlagSet) {
 	f.backend.register(fs)
 	fs.IntVar(&f.batch, "batch-size", 1, "batch size of the model shapes")
 	fs.IntVar(&f.inputLen, "input-len", 1024, "prompt length: prefill runs seq=input-len, decode seq=1 at pos=input-len")
-	fs.StringVar(&f.shapeText, "shape", "", "instead of the model shapes: batch=B,seq=S,pos=P")
+	fs.StringVar(&f.shapeText, "shape", "", "instead of the model shapes: batch=B,seq=S,pos=P; seq and pos take a list per sequence, a ragged step through the block table: lens=128:4096:512 (a decode step at each length, pos's list), seq=128:4096:512 (a varlen prefill)")
+	f.kv.register(fs, false)
+	fs.StringVar(&f.kv.contextLens, "context-lens", "", "instead of --input-len, a ragged batch's model shapes: its varlen prefill and the decode step after it, through the block table: a list 128,4096,512 (the batch size is its length), uniform:LO-HI or normal:MEAN,SD (drawn for --batch-size with seed 42, as run --seed 42 draws them)")
 	fs.IntVar(&f.minSamples, "min-samples", 10, "cold samples to take at least")
 	fs.IntVar(&f.maxSamples, "max-samples", 100000, "cold samples to take at most")
 	fs.Float64Var(&f.maxNoise, "max-noise", 0.005, "stop when the median's 95% interval half-width is at most this, relative (with a baseline: of the median pair ratio)")
@@ -97,7 +100,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	// --shape brings its own batch: size the estimate from the shapes.
 	maxSeq, maxBatch := 0, 0
 	for _, s := range shapes {
-		maxSeq, maxBatch = max(maxSeq, s.StartPos+s.SeqLen), max(maxBatch, s.Batch)
+		maxSeq, maxBatch = max(maxSeq, s.Longest()), max(maxBatch, s.Batch)
 	}
 	est := runner.EstimateMemory(cfg, maxBatch, maxBatch*maxSeq, maxSeq)
 	be, env, v, err := openCheckedBackend(f.backend, gates[0], cfg, shapes, est, stderr)
@@ -155,12 +158,21 @@ func (f *kernelFlags) check(fs *pflag.FlagSet, op string, stderr io.Writer) ([]k
 			return nil, runner.Config{}, gates, usageError{err}
 		}
 	}
+	if err := f.kv.check(fs); err != nil {
+		return nil, runner.Config{}, gates, err
+	}
+	if f.kv.contextLens != "" && f.shapeText != "" {
+		return nil, runner.Config{}, gates, usagef("--shape and --context-lens both give the shapes: give one of them")
+	}
 	shapes, err := kernelShapes(f.shapeText, f.batch, f.inputLen)
 	if err != nil {
 		return nil, runner.Config{}, gates, err
 	}
 	cfg, err := f.model.resolveFitted(fs, stderr)
 	if err != nil {
+		return nil, cfg, gates, err
+	}
+	if shapes, err = f.raggedShapes(shapes, cfg); err != nil {
 		return nil, cfg, gates, err
 	}
 	if gates[0], err = f.backend.gate(f.noVerify); err != nil {
@@ -217,7 +229,7 @@ func (f *kernelFlags) writeReport(fs *pflag.FlagSet, cfg runner.Config, a kernel
 		v.Status = report.VerificationEmbedded
 	}
 	rep := report.Report{ToolVersion: versionString(), CreatedAt: time.Now().UTC().Format(time.RFC3339), Environment: a.env,
-		Config: report.RunConfig{Model: cfg, Seed: 42, Flags: flags}, Verified: &verified, Verification: &v,
+		Config: report.RunConfig{Model: cfg, Seed: 42, Flags: flags, KV: f.kvReport()}, Verified: &verified, Verification: &v,
 		KernelResults: results, BaselineKernelResults: baseline}
 	if err := report.Write(f.jsonOut, rep); err != nil {
 		return err
@@ -294,10 +306,15 @@ func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) (
 
 // gateShapes are the run shapes whose checks cover the op's shapes: a
 // prefill of seq tokens (and the decode step after it), or a decode step at
-// pos (after a prefill of pos tokens).
+// pos (after a prefill of pos tokens); a tabled shape's under its layout
+// (raggedGateShape).
 func gateShapes(shapes []kernelbench.Shape) []gpu.RunShape {
 	var out []gpu.RunShape
 	for _, s := range shapes {
+		if s.Tabled() {
+			out = append(out, raggedGateShape(s))
+			continue
+		}
 		if s.SeqLen > 1 {
 			out = append(out, gpu.RunShape{Batch: s.Batch, InputLen: s.StartPos + s.SeqLen, OutputLen: 2})
 		} else {
@@ -329,7 +346,10 @@ func writeKernelNotes(w io.Writer, env report.Environment, v report.Verification
 // kernels at the op's shapes before anything is timed (kernelGate).
 func openCheckedBackend(flags backendFlags, gate kernelGate, cfg runner.Config, shapes []kernelbench.Shape, est runner.MemoryEstimate,
 	stderr io.Writer) (runner.Backend, report.Environment, report.Verification, error) {
-	flags.kv = &runner.KVOptions{} // kernel times one op over the contiguous cache (a library gets it as a table of whole-cache pages)
+	flags.kv = &runner.KVOptions{} // the shapes' layout (--kv-layout), for the op libraries' caps
+	if len(shapes) > 0 {
+		flags.kv = &shapes[0].KV
+	}
 	be, env, err := openBackend("cuda", flags, cfg.KernelShape(), est, stderr)
 	if err != nil {
 		return nil, env, report.Verification{}, err
@@ -422,4 +442,59 @@ func measurePair(beA, beB runner.Backend, cfg runner.Config, op string, s kernel
 		r.Op, r.ShapeLabel, r.FLOPs, r.Bytes = op, s.Label(), cost.FLOPs, cost.Bytes
 	}
 	return ra, rb, nil
+}
+
+// raggedGateShape is the run shape whose checks cover a tabled step: a
+// decode step at each sequence's length is the one after a prefill of
+// those lengths; any other step is the prefill of its own sequences.
+func raggedGateShape(s kernelbench.Shape) gpu.RunShape {
+	seqs := slices.Clone(s.SeqSpecs())
+	decode := !slices.ContainsFunc(seqs, func(q runner.SeqSpec) bool { return q.Prompt != 1 || q.Context < 1 })
+	total := 0
+	for b, q := range seqs {
+		if decode {
+			seqs[b] = runner.SeqSpec{Prompt: q.Context}
+		}
+		total += seqs[b].Context + seqs[b].Prompt
+	}
+	return gpu.RunShape{Batch: s.Batch, InputLen: max(1, total/len(seqs)), OutputLen: 2, Seqs: seqs, KV: s.KV}
+}
+
+// raggedShapes are the op's shapes under the layout flags: --context-lens's
+// varlen prefill and the decode step after it (drawn, for a distribution,
+// for --batch-size with seed 42) instead of the model shapes, each shape
+// laid out as --kv-layout says.
+func (f *kernelFlags) raggedShapes(shapes []kernelbench.Shape, cfg runner.Config) ([]kernelbench.Shape, error) {
+	if f.kv.contextLens != "" {
+		batch := f.batch
+		if f.kv.spec.List != nil {
+			batch = len(f.kv.spec.List)
+		}
+		lens, err := f.kv.spec.Lengths(batch, 42, cfg.MaxPositionEmbeddings-1)
+		if err != nil {
+			return nil, usagef("--context-lens: %v", err)
+		}
+		prefill, decode := make([]runner.SeqSpec, len(lens)), make([]runner.SeqSpec, len(lens))
+		for b, n := range lens {
+			prefill[b], decode[b] = runner.SeqSpec{Prompt: n}, runner.SeqSpec{Context: n, Prompt: 1}
+		}
+		shapes = []kernelbench.Shape{kernelbench.RaggedShape(prefill), kernelbench.RaggedShape(decode)}
+	}
+	for i := range shapes {
+		shapes[i].KV = f.kv.options(42)
+	}
+	return shapes, nil
+}
+
+// kvReport is the layout and lengths --json-out records; nil for the
+// model shapes on the contiguous layout (a report as it was).
+func (f *kernelFlags) kvReport() *report.KVCache {
+	if f.kv.layout == runner.KVContiguous && f.kv.contextLens == "" && !strings.ContainsAny(f.shapeText, ";:") {
+		return nil
+	}
+	r := &report.KVCache{Layout: f.kv.layout, ContextLens: f.kv.contextLens}
+	if f.kv.layout == runner.KVPaged {
+		r.PageSize, r.PageOrder = f.kv.pageSize, f.kv.order
+	}
+	return r
 }

@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"io"
 
+	"github.com/spf13/pflag"
+
+	"stepbench/bench"
 	"stepbench/bench/floors"
 	"stepbench/bench/roofline"
+	"stepbench/runner"
 )
 
 func rooflineCmd(args []string, stdout, stderr io.Writer) error {
@@ -20,7 +24,12 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	tpSize := fs.Int("tp-size", 0, "floors of one GPU of this many tensor-parallel GPUs: its share of the work and its all-reduces at the preset's link bandwidth (0: the whole model on one GPU)")
 	var quantization string
 	registerQuantization(fs, &quantization)
+	kv := registerRooflineKV(fs)
+	seed := fs.Uint64("seed", 42, "with --context-lens uniform:LO-HI or normal:MEAN,SD: the seed of the lengths (run's --seed draws the same)")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := kv.check(fs); err != nil {
 		return err
 	}
 	if *format != "text" && *format != "json" {
@@ -37,7 +46,11 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	if cfg, err = applyQuantization(cfg, quantization); err != nil {
 		return err
 	}
-	if err := sh.validate(cfg); err != nil {
+	checked := sh
+	if kv.contextLens != "" {
+		checked.input = []int{1} // the lengths are checked as they are drawn (sweep)
+	}
+	if err := checked.validate(cfg); err != nil {
 		return err
 	}
 	if fs.Changed("tp-size") {
@@ -50,7 +63,7 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 			return usagef("--gpu: %v", err)
 		}
 	}
-	shapes, err := floors.Floors(cfg, g, *tpSize, sh.batch, sh.input, sh.output)
+	shapes, err := rooflineShapes(fs, cfg, g, *tpSize, kv, sh, *seed)
 	if err != nil {
 		return err
 	}
@@ -70,4 +83,30 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		return floors.WriteOpFloorsTable(stdout, g, shapes[0])
 	}
 	return nil
+}
+
+// registerRooflineKV registers roofline's KV cache flags: --context-lens,
+// --kv-fill and --kv-layout as run's. --page-size and --page-order change
+// no figure (the cost model counts no page-table reads), so roofline has
+// none.
+func registerRooflineKV(fs *pflag.FlagSet) *kvFlags {
+	k := &kvFlags{pageSize: runner.DefaultPageSize, order: runner.PagesSequential}
+	fs.StringVar(&k.contextLens, "context-lens", "", "a ragged batch: each sequence's length instead of --input-len: a list 1024,3072 (the batch size is its length), uniform:LO-HI or normal:MEAN,SD (drawn per batch size, seeded by --seed, as run draws them): every step's KV bytes are the sum of the lengths")
+	fs.StringVar(&k.fill, "kv-fill", bench.KVFillPrefill, "prefill (the prefill computes each whole context) or synthetic (the prefill runs each sequence's last token over a filled context), as run's")
+	fs.StringVar(&k.layout, "kv-layout", defaultKVLayout, "the KV cache's layout, as run's: paged or contiguous (a step through the block table, paged or ragged, moves 28 bytes per sequence more to advance its views; the page size and order change no figure: the cost model counts no page-table reads)")
+	return k
+}
+
+// rooflineShapes costs the shapes: the cross product of the lists as
+// always, or, with --context-lens, --kv-fill or --kv-layout, the run's
+// shapes (bench.Options.Shapes) under the layout, with their KV tokens.
+func rooflineShapes(fs *pflag.FlagSet, cfg runner.Config, g roofline.Preset, tpSize int, kv *kvFlags, sh shapeFlags, seed uint64) ([]floors.ShapeFloors, error) {
+	if !fs.Changed("context-lens") && !fs.Changed("kv-fill") && !fs.Changed("kv-layout") {
+		return floors.Floors(cfg, g, tpSize, sh.batch, sh.input, sh.output)
+	}
+	shapes, err := sweep(kv, sh, seed, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return floors.FloorsOf(cfg, g, roofline.Costs{TPSize: tpSize, KV: kv.options(seed)}, shapes)
 }

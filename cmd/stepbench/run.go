@@ -222,7 +222,7 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 			return s, usagef("--prompt-file: %v", err)
 		}
 	}
-	if err := report.CheckOutputs(f.outputFiles(), f.inputFiles()); err != nil {
+	if err := report.CheckOutputs(f.outputFiles(s.shapes), f.inputFiles()); err != nil {
 		return s, usageError{err}
 	}
 	if s.device == "cuda" {

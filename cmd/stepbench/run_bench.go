@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
 	"strings"
 	"time"
@@ -69,7 +70,7 @@ func (f *runFlags) benchmark(fs *pflag.FlagSet, s runSetup, d runDeps, stdout, s
 	}
 	d.env.Roof, d.env.Roofs = roof, roofs
 	build := report.Builder{Model: s.cfg, Roof: roof, Telemetry: tel.Recorder(), DiscardThrottled: f.telemetry.discardThrottled,
-		TPSize: d.tpSize}
+		TPSize: d.tpSize, KV: f.kv.options(f.seed)}
 	created := d.now()
 	files := f.resultFiles(textOut)
 	files.Device = compat.Device(d.env.Backend, d.env.Emulated)
@@ -227,6 +228,7 @@ func (f *runFlags) writeText(final report.Report, shapes []bench.ShapeResult, st
 		if q := final.Config.Model.Quantization; q != nil {
 			cfg["quantization"] = q.String()
 		}
+		maps.Copy(cfg, report.KVGoBenchConfig(final.Config.KV, final.Config.Seed))
 		errs = append(errs, report.WriteGoBench(stdout, final.Config.Model.Name, cfg, shapes))
 	}
 	if write := tracker.Formats[f.format]; write != nil {
@@ -287,8 +289,9 @@ func orString(s, fallback string) string {
 }
 
 // outputFiles are every file the run writes (CheckOutputs checks them up
-// front): --output-json's per-shape names, --plot's two plots included.
-func (f *runFlags) outputFiles() []report.OutputFile {
+// front): --output-json's per-shape names (of shapes, the sweep with its
+// lengths resolved, when given), --plot's two plots included.
+func (f *runFlags) outputFiles(shapes []bench.Shape) []report.OutputFile {
 	var out []report.OutputFile
 	add := func(label, path string, appended bool) {
 		if path != "" {
@@ -296,7 +299,12 @@ func (f *runFlags) outputFiles() []report.OutputFile {
 		}
 	}
 	add("--result-filename", f.resultFile, true)
-	if f.outputJSON != "" {
+	for _, sh := range shapes {
+		if f.outputJSON != "" {
+			add("--output-json", compat.VLLMPath(f.outputJSON, f.severalShapes(), sh.Batch, sh.InputLen, sh.OutputLen), false)
+		}
+	}
+	if f.outputJSON != "" && shapes == nil {
 		for _, b := range f.shapes.batch {
 			for _, in := range f.shapes.input {
 				for _, o := range f.shapes.output {
