@@ -279,7 +279,7 @@ func (k *Kernels) libAttention(s *cuda.Stream, out, q, kCache, vCache cuda.DevPt
 // the log-sum-exp into lse ([T, heads] float32) when lse is not 0 (the
 // library must declare STEPBENCH_CAP_LSE).
 func (k *Kernels) libAttentionLSE(s *cuda.Stream, out, q, kCache, vCache, lse cuda.DevPtr, kv KVPtrs, a kernels.AttnShape, layout uint32) (ran bool, err error) {
-	op := attentionOp(a)
+	op := libAttentionOp(a)
 	o := k.opLib(op)
 	if o == nil {
 		return false, nil
@@ -296,6 +296,20 @@ func (k *Kernels) libAttentionLSE(s *cuda.Stream, out, q, kCache, vCache, lse cu
 	call := tabledView(kCache, vCache, kv, a, nil, layout)
 	call.kv.WantLSE = lse != 0
 	return true, k.runLib(s, o, op, cuda.OpArgs{KV: call.kv, Tensors: attentionTensors(out, q, lse, call, a)})
+}
+
+// libAttentionOp is the op a tabled call at a is: attn_decode when every
+// sequence brings one new token, else attn_prefill (a varlen prefill,
+// chunked or not, with decode rows among its sequences or not).
+func libAttentionOp(a kernels.AttnShape) string {
+	maxQ := a.SeqLen
+	for _, q := range a.QLens {
+		maxQ = max(maxQ, q)
+	}
+	if maxQ > 1 {
+		return kernels.OpAttnPrefill
+	}
+	return kernels.OpAttnDecode
 }
 
 // PlanKV is runner.KVPlanner: the engine's host view of a run's prefill
@@ -320,7 +334,7 @@ func (k *Kernels) planLibs(s *cuda.Stream, view runner.KVHostView, a kernels.Att
 	if !a.Tabled() || a.Batch == 0 {
 		return nil
 	}
-	for _, op := range []string{kernels.OpRope, attentionOp(a)} {
+	for _, op := range []string{kernels.OpRope, libAttentionOp(a)} {
 		if err := k.planLib(s, op, view, a, phase, false, cuda.OpKVNHD); err != nil {
 			return err
 		}

@@ -177,7 +177,7 @@ func (v *Verifier) i64(data []int64) cuda.DevPtr {
 // libPhase is the plan phase of a step of shape a: decode when every
 // sequence brings one token.
 func libPhase(a kernels.AttnShape) int {
-	if attentionOp(a) == kernels.OpAttnDecode {
+	if libAttentionOp(a) == kernels.OpAttnDecode {
 		return cuda.OpPhaseDecode
 	}
 	return cuda.OpPhasePrefill
@@ -343,7 +343,7 @@ func (v *Verifier) takesHND(op string) bool { return v.set.opLib(op).Caps().Layo
 func (v *Verifier) libAttentionCase(m kernels.ModelShape, c libKVCase) {
 	t := v.layOut(m, c, nil)
 	a := t.a
-	op := attentionOp(a)
+	op := libAttentionOp(a)
 	o := v.set.opLib(op)
 	name := "attention decode"
 	if op == kernels.OpAttnPrefill {
