@@ -98,6 +98,9 @@ fuzz:
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParseSelection -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzLlama3Chat$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./runner/dist -run '^$$' -fuzz FuzzHandshake -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/input -run '^$$' -fuzz FuzzCheckText -fuzztime $(FUZZTIME)
 
 # The device bundle: what one run on a GPU machine needs (it has no Go):
 # the binary and the check script. There: OUT=... bash dist/bundle/device-check.sh

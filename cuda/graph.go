@@ -84,6 +84,7 @@ func (g *Graph) Destroy() error {
 
 // Launch enqueues one replay of the graph on s.
 func (ge *GraphExec) Launch(s *Stream) error {
+	s.last.Store(&graphLaunchName)
 	d := ge.ctx.drv
 	return d.check(C.sb_cuGraphLaunch(d.api.cuGraphLaunch, ge.exec, s.stream), "cuGraphLaunch")
 }

@@ -2,10 +2,11 @@ package cuda
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+
+	"stepbench/internal/input"
 )
 
 // CUDAHeaders is a CUDA toolkit's include directory, offered to NVRTC (-I)
@@ -62,7 +63,7 @@ func findCUDAHeaders(env searchEnv, nvrtcMajor int) (CUDAHeaders, bool) {
 			continue
 		}
 		h := CUDAHeaders{Dir: c.dir, From: c.from}
-		if text, err := os.ReadFile(filepath.Join(c.dir, "cuda_runtime_api.h")); err == nil {
+		if text, err := input.ReadFile(filepath.Join(c.dir, "cuda_runtime_api.h"), 16<<20, "cuda_runtime_api.h"); err == nil {
 			if m := cudartVersionRe.FindSubmatch(text); m != nil {
 				v, _ := strconv.Atoi(string(m[1]))
 				h.Major, h.Minor = v/1000, v%1000/10

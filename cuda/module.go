@@ -42,6 +42,7 @@ func (c *Context) LoadModule(cubin []byte) (*Module, error) {
 	defer C.free(image)
 	m := &Module{ctx: c}
 	d := c.drv
+	defer watch(ModuleLoad, callText(fmt.Sprintf("cuModuleLoadData (a %d-byte cubin)", len(cubin))))()
 	if err := d.check(C.sb_cuModuleLoadData(d.api.cuModuleLoadData, &m.module, image), "cuModuleLoadData(%d bytes)", len(cubin)); err != nil {
 		return nil, err
 	}
@@ -201,6 +202,7 @@ func (s *Stream) launch(programmatic bool, f *Function, grid, block Dim3, shared
 	d := s.drv()
 	gx, gy, gz := C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z)
 	bx, by, bz := C.uint(block.X), C.uint(block.Y), C.uint(block.Z)
+	s.last.Store(&f.name)
 	var code C.CUresult
 	if programmatic {
 		code = C.sb_cuLaunchKernelPDL(d.api.cuLaunchKernelEx, f.fn, gx, gy, gz, bx, by, bz, C.uint(sharedBytes), s.stream, packed.params)

@@ -259,8 +259,10 @@ func (n *NVRTC) compile(src, fileName string, opts []string, sizeFn, getFn unsaf
 			C.free(unsafe.Pointer(cOpts))
 		}()
 	}
+	leave := watch(Compile, callText("NVRTC compiling "+fileName))
 	compileErr := n.check(C.sb_nvrtcCompileProgram(n.api.compileProgram, prog, C.int(len(opts)), cOpts), "nvrtcCompileProgram(%s)", fileName)
 
+	leave()
 	logBytes, logErr := n.programBytes(prog, n.api.getProgramLogSize, n.api.getProgramLog, "nvrtcGetProgramLog", fileName)
 	log = string(trimNUL(logBytes))
 	if compileErr != nil {

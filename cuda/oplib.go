@@ -4,18 +4,37 @@ package cuda
 // #include <stdlib.h>
 // #include <string.h>
 // #include "shim.h"
+// #include "crash.h"
 // #include "stepbench_op.h"
 //
-// static uint32_t sb_op_abi(void *fn) { return ((uint32_t (*)(void))fn)(); }
-// static int sb_op_get(void *fn, const char *op, stepbench_op_table *t, char *err, size_t n) {
-// 	return ((int (*)(const char *, stepbench_op_table *, char *, size_t))fn)(op, t, err, n);
+// // Every call into the library runs with its crash label set (crash.h):
+// // a fault inside it is named by the library, the op and the call.
+// static uint32_t sb_op_abi(void *fn, const char *label) {
+// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	uint32_t v = ((uint32_t (*)(void))fn)();
+// 	sb_crash_label = outer; return v;
 // }
-// static int sb_op_workspace(stepbench_op_table *t, stepbench_op_call *c, uint64_t *bytes) {
+// static int sb_op_get(void *fn, const char *op, stepbench_op_table *t, char *err, size_t n, const char *label) {
+// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	int rc = ((int (*)(const char *, stepbench_op_table *, char *, size_t))fn)(op, t, err, n);
+// 	sb_crash_label = outer; return rc;
+// }
+// static int sb_op_workspace(stepbench_op_table *t, stepbench_op_call *c, uint64_t *bytes, const char *label) {
 // 	if (t->workspace_bytes == NULL) { *bytes = 0; return 0; }
-// 	return t->workspace_bytes(c, bytes);
+// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	int rc = t->workspace_bytes(c, bytes);
+// 	sb_crash_label = outer; return rc;
 // }
-// static int sb_op_run(stepbench_op_table *t, stepbench_op_call *c) { return t->run(c); }
-// static int sb_op_plan(stepbench_op_table *t, stepbench_op_call *c) { return t->plan(c); }
+// static int sb_op_run(stepbench_op_table *t, stepbench_op_call *c, const char *label) {
+// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	int rc = t->run(c);
+// 	sb_crash_label = outer; return rc;
+// }
+// static int sb_op_plan(stepbench_op_table *t, stepbench_op_call *c, const char *label) {
+// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	int rc = t->plan(c);
+// 	sb_crash_label = outer; return rc;
+// }
 // static int sb_op_has_plan(stepbench_op_table *t) { return t->plan != NULL; }
 // // sb_op_ptr stores a device address in a void * field (Go may not make
 // // an unsafe.Pointer of an integer).
@@ -54,8 +73,13 @@ type OpLibrary struct {
 // OpenOpLibrary dlopens path, hashes its bytes and checks its ABI version's
 // major against ours; every error names the file. A library of another
 // major version is bad input (input.Bad: exit code 2), refused in one line
-// that names it with its sha256 and both versions.
+// that names it with its sha256 and both versions. It installs the crash
+// handler first (InstallCrashHandler): every call into the library is
+// labelled, so that a fault in it names the library, the op and the call.
 func OpenOpLibrary(path string) (*OpLibrary, error) {
+	if err := InstallCrashHandler(); err != nil {
+		return nil, fmt.Errorf("op library %s: %w", path, err)
+	}
 	sum, err := fileSHA256(path)
 	if err != nil {
 		return nil, fmt.Errorf("op library %s: %w", path, err)
@@ -69,7 +93,7 @@ func OpenOpLibrary(path string) (*OpLibrary, error) {
 		lib.close()
 		return nil, fmt.Errorf("op library %s: exports no stepbench_op_abi_version and stepbench_op_get (see include/stepbench_op.h)", path)
 	}
-	l := &OpLibrary{lib: lib, Path: path, SHA256: sum, ABI: uint32(C.sb_op_abi(abi)), get: get}
+	l := &OpLibrary{lib: lib, Path: path, SHA256: sum, ABI: uint32(C.sb_op_abi(abi, crashLabel(path, "", "stepbench_op_abi_version"))), get: get}
 	if l.ABI>>16 != OpABIVersion>>16 {
 		lib.close()
 		return nil, input.Bad(fmt.Errorf("op library %s (sha256 %s): built for stepbench_op ABI %s, this stepbench speaks ABI %s: rebuild it against include/stepbench_op.h (docs/byok.md, \"From ABI 1 to ABI 2\")",
@@ -114,6 +138,9 @@ type Op struct {
 	errBuf  *C.char
 	cOp     *C.char
 	host    []unsafe.Pointer // C copies of a plan call's host tensors, freed after it
+	// labels name the calls for the crash handler (crashLabel), made once
+	// and kept for the process's life.
+	runLabel, planLabel, workspaceLabel *C.char
 }
 
 // Op looks op up in the library (stepbench_op_get); call it on the CUDA
@@ -127,7 +154,8 @@ func (l *OpLibrary) Op(op string) (*Op, error) {
 	o.errBuf = (*C.char)(C.calloc(opErrorBytes, 1))
 	o.cOp = C.CString(op)
 	o.table.struct_bytes = C.uint32_t(unsafe.Sizeof(C.stepbench_op_table{}))
-	if rc := C.sb_op_get(l.get, o.cOp, o.table, o.errBuf, opErrorBytes); rc != 0 {
+	o.runLabel, o.planLabel, o.workspaceLabel = crashLabel(l.Path, op, "run"), crashLabel(l.Path, op, "plan"), crashLabel(l.Path, op, "workspace_bytes")
+	if rc := C.sb_op_get(l.get, o.cOp, o.table, o.errBuf, opErrorBytes, crashLabel(l.Path, op, "stepbench_op_get")); rc != 0 {
 		err := fmt.Errorf("op library %s: op %s: stepbench_op_get returned %d: %s", l.Path, op, int(rc), o.message())
 		o.free()
 		return nil, err
@@ -376,7 +404,7 @@ func (o *Op) WorkspaceBytes(s *Stream, a OpArgs) (int, error) {
 		return 0, err
 	}
 	var bytes C.uint64_t
-	if rc := C.sb_op_workspace(o.table, o.call, &bytes); rc != 0 {
+	if rc := C.sb_op_workspace(o.table, o.call, &bytes, o.workspaceLabel); rc != 0 {
 		return 0, fmt.Errorf("op library %s: op %s: workspace_bytes returned %d: %s", o.lib.Path, o.op, int(rc), o.message())
 	}
 	return int(bytes), nil
@@ -388,7 +416,7 @@ func (o *Op) Run(s *Stream, a OpArgs) error {
 	if err := o.fill(s, a); err != nil {
 		return err
 	}
-	if rc := C.sb_op_run(o.table, o.call); rc != 0 {
+	if rc := C.sb_op_run(o.table, o.call, o.runLabel); rc != 0 {
 		return fmt.Errorf("op library %s: op %s: run returned %d: %s", o.lib.Path, o.op, int(rc), o.message())
 	}
 	return nil
@@ -407,7 +435,7 @@ func (o *Op) Plan(s *Stream, a OpArgs) error {
 	if err := o.fill(s, a); err != nil {
 		return err
 	}
-	if rc := C.sb_op_plan(o.table, o.call); rc != 0 {
+	if rc := C.sb_op_plan(o.table, o.call, o.planLabel); rc != 0 {
 		return fmt.Errorf("op library %s: op %s: plan returned %d: %s", o.lib.Path, o.op, int(rc), o.message())
 	}
 	return nil

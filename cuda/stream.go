@@ -5,6 +5,7 @@ import "C"
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -17,6 +18,9 @@ type Stream struct {
 	ctx       *Context
 	stream    C.CUstream
 	capturing bool // between BeginCapture and EndCapture
+	// last is the name of the last kernel (or graph) launched on the
+	// stream, which a Watcher's description of a stuck Sync names.
+	last atomic.Pointer[string]
 }
 
 // NewStream creates a non-blocking stream.
@@ -34,6 +38,9 @@ func (s *Stream) drv() *Driver { return s.ctx.drv }
 // Sync waits until all work enqueued on the stream has finished. A kernel
 // fault surfaces here as a sticky error (e.g. CUDA_ERROR_ILLEGAL_ADDRESS).
 func (s *Stream) Sync() error {
+	if watched() {
+		defer watch(DeviceWork, (*streamSync)(s))()
+	}
 	d := s.drv()
 	return d.check(C.sb_cuStreamSynchronize(d.api.cuStreamSynchronize, s.stream), "cuStreamSynchronize")
 }
@@ -116,6 +123,9 @@ func (s *Stream) Memset32(dst DevPtr, value uint32, count int) error {
 type Event struct {
 	ctx   *Context
 	event C.CUevent
+	// stream is where the event was last recorded (a Watcher's
+	// description of a stuck Sync names its last launch).
+	stream atomic.Pointer[Stream]
 }
 
 // NewEvent creates an event with default flags (timing enabled).
@@ -130,12 +140,16 @@ func (c *Context) NewEvent() (*Event, error) {
 
 // Record enqueues the event on s.
 func (e *Event) Record(s *Stream) error {
+	e.stream.Store(s)
 	d := e.ctx.drv
 	return d.check(C.sb_cuEventRecord(d.api.cuEventRecord, e.event, s.stream), "cuEventRecord")
 }
 
 // Sync waits until the work before the event's last Record has finished.
 func (e *Event) Sync() error {
+	if s := e.stream.Load(); s != nil && watched() {
+		defer watch(DeviceWork, (*streamSync)(s))()
+	}
 	d := e.ctx.drv
 	return d.check(C.sb_cuEventSynchronize(d.api.cuEventSynchronize, e.event), "cuEventSynchronize")
 }

@@ -124,12 +124,87 @@ func DecodePlan(a AttnShape, smCount int) (chunkKeys, splits int) {
 // a sum) per batch, head and split, then version 3's block counters
 // (DecodeCounterBytes); zero for prefill (SeqLen > 1). It
 // depends on Batch, Heads, KVHeads, HeadDim and MaxSeq, never on StartPos.
+// A tabled decode step's (attn_decode 6: Decode6WorkspaceBytes) depends on
+// Batch, Heads, KVHeads and HeadDim only, never on the lengths.
 func AttentionWorkspaceBytes(a AttnShape, smCount int) int {
 	if a.SeqLen != 1 || a.Batch <= 0 || a.Heads <= 0 || a.HeadDim <= 0 {
 		return 0
 	}
+	if a.Tabled() {
+		return Decode6WorkspaceBytes(a, smCount)
+	}
 	_, splits := DecodePlan(a, smCount)
 	return DecodePartialBytes(a, splits) + DecodeCounterBytes(a)
+}
+
+// Decode6Grid is attn_decode 6's launch for a decode step of a on a GPU of
+// smCount SMs: target, the chunks per kv head the kernel splits the step's
+// keys into (about DecodeBlocksPerSM blocks per SM in all), and items, the
+// grid's x: the most (sequence, chunk) items any lengths give, target +
+// Batch (the kernel's chunk is at least total keys / target, so sequence b
+// takes fewer than len_b / chunk + 1 of them). Neither depends on the
+// lengths: a captured decode step replays at every length.
+func Decode6Grid(a AttnShape, smCount int) (target, items int) {
+	target = max(1, CeilDiv(DecodeBlocksPerSM*smCount, max(1, a.KVHeads)))
+	return target, target + a.Batch
+}
+
+// Decode6Chunk is the chunk attn_decode 6's blocks compute on the device
+// from the sequences' lengths (its decode6_schedule): at least
+// Decode6Warps·Decode6SubKeys keys, a multiple of it, and at least
+// ⌈total/target⌉.
+func Decode6Chunk(lens []int, target int) int {
+	total := 0
+	for _, l := range lens {
+		total += l
+	}
+	quantum := Decode6Warps * Decode6SubKeys
+	return max(quantum, CeilDiv(CeilDiv(total, max(target, 1)), quantum)*quantum)
+}
+
+// Decode6Items is how many (sequence, chunk) items attn_decode 6 makes of
+// lens per kv head: Σ ⌈len_b / chunk⌉.
+func Decode6Items(lens []int, target int) int {
+	chunk, n := Decode6Chunk(lens, target), 0
+	for _, l := range lens {
+		n += CeilDiv(l, chunk)
+	}
+	return n
+}
+
+// Decode6WorkspaceBytes is attn_decode 6's workspace: a float32 partial
+// (HeadDim sums, a max and a sum) per item of the grid and query head, then
+// the block counters (DecodeCounterBytes), which must start at zero (each
+// launch leaves them so).
+func Decode6WorkspaceBytes(a AttnShape, smCount int) int {
+	_, items := Decode6Grid(a, smCount)
+	return items*a.Heads*(a.HeadDim+2)*4 + DecodeCounterBytes(a)
+}
+
+// Decode6SharedBytes mirrors attn_decode6's dynamic shared layout, version
+// 4's: each warp's bf16 V sub-tile, then the merge's float32 sums, maxima
+// and sums.
+func Decode6SharedBytes(headDim, group int) int {
+	return Decode6Warps*Decode6SubKeys*headDim*2 + (Decode6Warps*group*headDim+2*Decode6Warps*group)*4
+}
+
+// Prefill4SharedBytes mirrors attn_prefill4's dynamic shared layout: the
+// bf16 q tile of Prefill4QueryTile rows and two k and two v tiles.
+func Prefill4SharedBytes(headDim int) int {
+	return (Prefill4QueryTile*headDim + 4*Prefill4KeyTile*headDim) * 2
+}
+
+// PageShift is log2(pageSize) for a power of two, else −1: the paged
+// kernels shift and mask by it, or divide.
+func PageShift(pageSize int) int {
+	if pageSize < 1 || pageSize&(pageSize-1) != 0 {
+		return -1
+	}
+	shift := 0
+	for 1<<shift < pageSize {
+		shift++
+	}
+	return shift
 }
 
 // DecodePartialBytes is the float32 partials' part of the decode workspace:
@@ -213,6 +288,22 @@ const (
 	Gemv32Threads = 256
 	Gemv32Cols    = 32
 	Gemv32MaxRows = 32
+)
+
+// The block table's kernels' launch constants (paged_attention.cu,
+// copy.cu; a test reads them back from the sources).
+const (
+	// Prefill4Threads, Prefill4QueryTile and Prefill4KeyTile are
+	// attn_prefill4's block size and tiles (PF4_THREADS, PF4_BQ, PF4_BK).
+	Prefill4Threads   = 256
+	Prefill4QueryTile = 128
+	Prefill4KeyTile   = 64
+	// Decode6Warps and Decode6SubKeys are attn_decode6's warps per block
+	// and keys per warp sub-tile (DEC6_WARPS, DEC6_SUB).
+	Decode6Warps   = 4
+	Decode6SubKeys = 16
+	// KVAdvanceThreads is kv_advance's block size (one thread per sequence).
+	KVAdvanceThreads = 128
 )
 
 // GemvEntryPoint is linear version 2's and 3's entry point for m token rows

@@ -60,3 +60,47 @@ func TestPrefillSharedFitsHopperAndAmpere(t *testing.T) {
 		}
 	}
 }
+
+// attn_decode 6's grid holds every step a run can reach: whatever the
+// lengths (1 to any capacity), its items per kv head number fewer than
+// the grid's target + batch, no item has more than the chunk, the chunk is
+// at least the keys per target item; the grid and the workspace depend on
+// the batch, heads and GPU only, never on the lengths or the capacity.
+func TestDecode6GridHoldsAnyLengths(t *testing.T) {
+	state := uint64(7)
+	next := func(n int) int {
+		state = state*6364136223846793005 + 1442695040888963407
+		return int((state >> 33) % uint64(n))
+	}
+	for trial := range 2000 {
+		batch := 1 + next(300)
+		capacity := 1 + next(1<<17)
+		a := AttnShape{Batch: batch, SeqLen: 1, Heads: 32, KVHeads: []int{1, 2, 8, 32}[trial%4], HeadDim: 128, PageSize: 16, MaxPages: CeilDiv(capacity, 16), NumPages: batch, Paged: true}
+		lens := make([]int, batch)
+		for b := range lens {
+			switch next(4) {
+			case 0:
+				lens[b] = 1
+			case 1:
+				lens[b] = capacity
+			default:
+				lens[b] = 1 + next(capacity)
+			}
+		}
+		for _, sms := range []int{1, 108, 132} {
+			target, items := Decode6Grid(a, sms)
+			chunk, total := Decode6Chunk(lens, target), 0
+			for _, l := range lens {
+				total += l
+			}
+			if n := Decode6Items(lens, target); n >= items || chunk%(Decode6Warps*Decode6SubKeys) != 0 || chunk*target < total {
+				t.Fatalf("batch %d, capacity %d, %d SMs: %d items for a grid of %d, chunk %d, total %d over %d targets", batch, capacity, sms, n, items, chunk, total, target)
+			}
+			b := a
+			b.SeqLens, b.MaxPages = lens, 1+next(1000)
+			if _, again := Decode6Grid(b, sms); again != items || AttentionWorkspaceBytes(b, sms) != AttentionWorkspaceBytes(a, sms) {
+				t.Fatalf("the grid or workspace moved with the lengths or the capacity")
+			}
+		}
+	}
+}

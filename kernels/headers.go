@@ -64,7 +64,7 @@ func headerDigest(unit string, dirs []string) (string, error) {
 			seen[path] = true
 			text, err := input.ReadFile(path, maxHeaderBytes, "a kernel header")
 			if err != nil {
-				return "", fmt.Errorf("kernel header %s: %w", path, err)
+				return "", input.Bad(fmt.Errorf("kernel header %s (#include %s%s%s): %w", path, m[1], m[2], closing(m[1]), err))
 			}
 			fmt.Fprintf(h, "header\x00%s\x00%d\x00", path, len(text))
 			h.Write(text)
@@ -74,17 +74,32 @@ func headerDigest(unit string, dirs []string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// resolveInclude is the file name resolves to, "" when none exists.
+func closing(open string) string {
+	if open == "<" {
+		return ">"
+	}
+	return open
+}
+
+// resolveInclude is the file name resolves to, "" when none exists: the
+// first candidate that exists and is not a directory, as the preprocessor
+// opens it, so that a FIFO or a device there is found (and refused by the
+// read) before NVRTC would block on it. An absolute name is itself.
 func resolveInclude(name string, quoted bool, including string, dirs []string) string {
 	var candidates []string
-	if quoted && including != "" {
+	switch {
+	case filepath.IsAbs(name):
+		candidates = []string{name}
+	case quoted && including != "":
 		candidates = append(candidates, filepath.Join(including, name))
 	}
-	for _, d := range dirs {
-		candidates = append(candidates, filepath.Join(d, name))
+	if !filepath.IsAbs(name) {
+		for _, d := range dirs {
+			candidates = append(candidates, filepath.Join(d, name))
+		}
 	}
 	for _, c := range candidates {
-		if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
 			return c
 		}
 	}
@@ -99,8 +114,13 @@ func wholeDirsDigest(dirs []string) (string, error) {
 			if err != nil {
 				return err
 			}
-			if e.Type().IsRegular() {
+			switch st, err := os.Stat(path); {
+			case err != nil:
+				return nil // a dangling link: nothing NVRTC could open
+			case st.Mode().IsRegular():
 				paths = append(paths, path)
+			case !st.IsDir():
+				return input.Bad(fmt.Errorf("%s is %s, which a computed #include could reach", path, input.Kind(st.Mode())))
 			}
 			if len(paths) > maxHeaderFiles {
 				return fmt.Errorf("more than %d files", maxHeaderFiles)

@@ -3,7 +3,12 @@ package kernels
 import (
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"stepbench/internal/input"
 )
 
 // A header of the user's own, reached through an include directory and a
@@ -74,5 +79,39 @@ func TestComputedIncludeHashesWholeDirectories(t *testing.T) {
 	}
 	if d, _ := headerDigest(unit, nil); d != "" {
 		t.Errorf("no include directories: digest %q, want none", d)
+	}
+}
+
+// A header that is no regular file (a FIFO NVRTC would block on, a link
+// to /dev/zero) is refused before the compile, naming it and the #include
+// that reached it, as bad input; so is one a computed include could reach.
+func TestIrregularHeadersRefusedBeforeTheCompile(t *testing.T) {
+	inc := t.TempDir()
+	fifo := filepath.Join(inc, "fifo.cuh")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(inc, "zero.cuh")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ unit, want string }{
+		{"#include \"fifo.cuh\"\n", "#include \"fifo.cuh\"): open " + fifo + ": a named pipe (FIFO), not a regular file"},
+		{"#include <zero.cuh>\n", "#include <zero.cuh>): open " + filepath.Join(inc, "zero.cuh") + ": a character device"},
+		{"#include \"" + fifo + "\"\n", "a named pipe (FIFO)"},
+		{"#define H \"x.h\"\n#include H\n", "a named pipe (FIFO), which a computed #include could reach"},
+	} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := headerDigest(c.unit, []string{inc})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), c.want) || !input.IsBad(err) {
+				t.Errorf("%q: %v, want bad input with %q", c.unit, err, c.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q: headerDigest blocks", c.unit)
+		}
 	}
 }

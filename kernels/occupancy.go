@@ -31,6 +31,10 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		return Launch{Decode4Warps * 32, Decode4SharedBytes(d, g), ""}, true
 	case scan(entry, "attn_prefill3_d%d", &d):
 		return Launch{PrefillV3Threads, PrefillV3SharedBytes(d), ""}, true
+	case scan(entry, "attn_prefill4_d%d", &d):
+		return Launch{Prefill4Threads, Prefill4SharedBytes(d), ""}, true
+	case scan(entry, "attn_decode6_d%d_g%d", &d, &g):
+		return Launch{Decode6Warps * 32, Decode6SharedBytes(d, g), ""}, true
 	}
 	fixed := map[string]Launch{
 		"attn_decode_combine": {128, 0, "head_dim 128"},
@@ -40,6 +44,9 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		"fill_dummy":          {GridStrideThreads, 0, ""},
 		"add_i32":             {GridStrideThreads, 0, "n >= 256"},
 		"gather_last":         {256, 0, ""},
+		"gather_last_ragged":  {256, 0, ""},
+		"kv_advance":          {KVAdvanceThreads, 0, "batch >= 128"},
+		"rope_kv_write3":      {RopeThreads, 0, ""},
 		"rope_kv_write":       {RopeThreads, 0, ""},
 		"rope_kv_write2":      {RopeThreads, 0, ""},
 		"argmax":              {ArgmaxThreads, 0, ""},

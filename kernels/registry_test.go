@@ -153,6 +153,13 @@ var launchConstants = []struct {
 	{"GemvRows", "gemv.cu", `#define GEMV_ROWS (\d+)`, GemvRows},
 	{"Gemv32Threads", "gemv.cu", `#define GEMV32_THREADS (\d+)`, Gemv32Threads},
 	{"Gemv32Cols", "gemv.cu", `#define GEMV32_COLS (\d+)`, Gemv32Cols},
+	{"Prefill4Threads", "paged_attention.cu", `#define PF4_THREADS (\d+)`, Prefill4Threads},
+	{"Prefill4QueryTile", "paged_attention.cu", `#define PF4_BQ (\d+)`, Prefill4QueryTile},
+	{"Prefill4KeyTile", "paged_attention.cu", `#define PF4_BK (\d+)`, Prefill4KeyTile},
+	{"Decode6Warps", "paged_attention.cu", `#define DEC6_WARPS (\d+)`, Decode6Warps},
+	{"Decode6SubKeys", "paged_attention.cu", `#define DEC6_SUB (\d+)`, Decode6SubKeys},
+	{"RopeMaxHeadDim/2 (rope_kv_write3's cos)", "rope.cu", `void rope_kv_write3\([^{]*\{[^}]*__shared__ float cos_s\[(\d+)\]`, RopeMaxHeadDim / 2},
+	{"KVAdvanceThreads", "copy.cu", `__launch_bounds__\((\d+)\) kv_advance\(`, KVAdvanceThreads},
 }
 
 func TestLaunchConstantsMatchSources(t *testing.T) {

@@ -52,7 +52,78 @@ func OpVersions() []OpVersion {
 		{OpLaunch, 2, "programmatic dependent launch (sm_90+): the kernels that wait in-kernel (SB_PDL_WAIT: all of ours; gemv.cu's after their first weight loads) through cuLaunchKernelEx with programmatic stream serialization, so each launches while its predecessor finishes; the rest, cuBLAS, op libraries and edited sources plain; refused below compute capability 9.0"},
 		{OpLinear, 3, "version 2 for 1..16 rows, and 17..32 rows on blocks of 32 output columns (x re-read through L2 at most once per weight byte), gate_up with SiLU·mul fused at 1..32 rows; more rows (prefill) run version 1; k a multiple of 8"},
 		{OpLinear, 4, "version 3, and at a decode step's 1..16 rows on one GPU the residual add fused into o_proj's and down_proj's epilogue and RMSNorm into the prologue of qkv_proj, gate_up_proj and lm_head: two launches fewer per layer; only when chosen (the default stays 3); k a multiple of 8"},
+		{OpRope, 3, "version 2 with each token's position and cache slot read from device memory (positions, the slot mapping; a negative slot is padding, not written): the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim a multiple of 16, <= 256"},
+		{OpAttnPrefill, 4, "varlen prefill over the paged KV cache: version 3's tensor-core tiles, each sequence's rows from query_start_loc and its keys through the block table (any page size), the causal mask bottom-right aligned (chunked prefill over a cached context); the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim 32, 64, 128"},
+		{OpAttnDecode, 6, "version 4 over the paged KV cache with each sequence's length read on the device: every block sets the split from the step's total keys (a long sequence many chunks, a short one one, no block more than about total/(2 SMs)), the grid sized for any lengths, so a captured step replays as they grow; the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim 32, 64, 128, up to 8 query heads per kv head"},
 	}
+}
+
+// The block table's versions: the only versions a tabled shape (the paged
+// layout, or a ragged batch on the contiguous one: AttnShape.Tabled) runs,
+// and the only ones that read a block table. On the contiguous layout's
+// uniform batches they run only when chosen, and then through a table of
+// one page per sequence that the engine builds (runner.KVTableUser).
+const (
+	PrefillTabledVersion = 4
+	DecodeTabledVersion  = 6
+	RopeTabledVersion    = 3
+)
+
+// TabledVersion is op's block-table version, 0 for an op without one.
+func TabledVersion(op string) int {
+	switch op {
+	case OpAttnPrefill:
+		return PrefillTabledVersion
+	case OpAttnDecode:
+		return DecodeTabledVersion
+	case OpRope:
+		return RopeTabledVersion
+	}
+	return 0
+}
+
+// UsesKVTable reports whether the selection chooses a block-table version
+// of some op: a run on the contiguous layout then goes through a table of
+// one page per sequence (the chosen kernel takes nothing else).
+func (s Selection) UsesKVTable() bool {
+	for op, v := range s {
+		if v != 0 && v == TabledVersion(op) {
+			return true
+		}
+	}
+	return false
+}
+
+// tabledWhat names what made a shape tabled, for refusals.
+func tabledWhat(a AttnShape) string {
+	if a.Paged {
+		return "the paged layout"
+	}
+	return "a ragged batch"
+}
+
+// pickAt is pick for a shape that may be tabled: a tabled shape runs op's
+// block-table version (a chosen other version is refused in one line
+// naming why), a contiguous uniform one the chosen or newest version that
+// supports it, the block-table version only when chosen.
+func (s Selection) pickAt(op string, a AttnShape, supports func(version int) error) (int, error) {
+	tv := TabledVersion(op)
+	if !a.Tabled() {
+		_, chosen := s[op]
+		return s.pick(op, func(v int) error {
+			if v == tv && !chosen {
+				return fmt.Errorf("version %d (the block table's) runs only when chosen on the contiguous layout's uniform batches", v)
+			}
+			return supports(v)
+		})
+	}
+	if v, ok := s[op]; ok && v != tv {
+		return 0, fmt.Errorf("%s %d takes the contiguous layout's uniform batches; %s runs %d", op, v, tabledWhat(a), tv)
+	}
+	if err := supports(tv); err != nil {
+		return 0, fmt.Errorf("%s %d, the block table's, cannot run %v", op, tv, err)
+	}
+	return tv, nil
 }
 
 // Versions are op's versions, oldest first (none for an op without versions).
@@ -108,6 +179,9 @@ func ParseSelection(items []string) (Selection, error) {
 	if err := sel.checkRopeFusion(); err != nil {
 		return nil, err
 	}
+	if err := sel.checkTableMix(); err != nil {
+		return nil, err
+	}
 	return sel, nil
 }
 
@@ -132,11 +206,16 @@ func (s Selection) String() string {
 }
 
 // PrefillVersion is the attn_prefill version to run for a: the chosen one
-// (an error when it cannot take a), else the newest that can.
+// (an error when it cannot take a), else the newest that can; a tabled
+// shape runs version 4 (PrefillTabledVersion) only.
 func (s Selection) PrefillVersion(a AttnShape) (int, error) {
-	return s.pick(OpAttnPrefill, func(v int) error {
-		if v >= 2 && !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
-			return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, TensorCoreHeadDims)
+	return s.pickAt(OpAttnPrefill, a, func(v int) error {
+		dims := TensorCoreHeadDims
+		if v == PrefillTabledVersion {
+			dims = SupportedHeadDims
+		}
+		if v >= 2 && !slices.Contains(dims, a.HeadDim) {
+			return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, dims)
 		}
 		return nil
 	})
@@ -144,16 +223,20 @@ func (s Selection) PrefillVersion(a AttnShape) (int, error) {
 
 // DecodeVersion is the attn_decode version to run for a (see PrefillVersion).
 // Version 5 runs only when chosen (DecodeDefaultMax): the newest that takes
-// a below it otherwise.
+// a below it otherwise; a tabled shape runs version 6 (DecodeTabledVersion).
 func (s Selection) DecodeVersion(a AttnShape) (int, error) {
 	_, chosen := s[OpAttnDecode]
-	return s.pick(OpAttnDecode, func(v int) error {
-		if v > DecodeDefaultMax && !chosen {
+	return s.pickAt(OpAttnDecode, a, func(v int) error {
+		if v > DecodeDefaultMax && v != DecodeTabledVersion && !chosen {
 			return fmt.Errorf("version %d runs only when chosen", v)
 		}
 		if v >= 2 {
-			if !slices.Contains(TensorCoreHeadDims, a.HeadDim) {
-				return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, TensorCoreHeadDims)
+			dims := TensorCoreHeadDims
+			if v == DecodeTabledVersion {
+				dims = SupportedHeadDims
+			}
+			if !slices.Contains(dims, a.HeadDim) {
+				return fmt.Errorf("head_dim %d (version %d takes %v)", a.HeadDim, v, dims)
 			}
 			if g := a.Heads / max(a.KVHeads, 1); g > Decode2Groups[len(Decode2Groups)-1] {
 				return fmt.Errorf("%d query heads per kv head (version %d takes up to %d)", g, v, Decode2Groups[len(Decode2Groups)-1])
@@ -182,11 +265,37 @@ func (s Selection) checkRopeFusion() error {
 	return nil
 }
 
-// RopeVersion is the rope_kv_write version to run for headDim.
+// checkTableMix refuses a block-table version chosen beside another op's
+// version that cannot read the table: the chosen table version makes the
+// run go through a table, where the other could not run.
+func (s Selection) checkTableMix() error {
+	for _, op := range []string{OpAttnPrefill, OpAttnDecode, OpRope} {
+		if v, ok := s[op]; !ok || v != TabledVersion(op) {
+			continue
+		}
+		for _, other := range []string{OpAttnPrefill, OpAttnDecode, OpRope} {
+			if w, ok := s[other]; ok && w != TabledVersion(other) {
+				return fmt.Errorf("%s=%d runs through the block table, where %s=%d cannot (it takes the contiguous layout's uniform batches; the table's is %d)",
+					op, s[op], other, w, TabledVersion(other))
+			}
+		}
+	}
+	return nil
+}
+
+// RopeVersion is the rope_kv_write version to run for headDim on the
+// contiguous layout's uniform batches (RopeVersionAt).
 func (s Selection) RopeVersion(headDim int) (int, error) {
-	return s.pick(OpRope, func(v int) error {
-		if v == 2 && headDim%16 != 0 {
-			return fmt.Errorf("head_dim %d (version 2 takes multiples of 16)", headDim)
+	return s.RopeVersionAt(AttnShape{HeadDim: headDim})
+}
+
+// RopeVersionAt is the rope_kv_write version to run at a: version 3
+// (RopeTabledVersion) for a tabled shape, else the chosen or newest other
+// that takes its head_dim (3 only when chosen).
+func (s Selection) RopeVersionAt(a AttnShape) (int, error) {
+	return s.pickAt(OpRope, a, func(v int) error {
+		if v >= 2 && (a.HeadDim%16 != 0 || a.HeadDim > RopeMaxHeadDim) {
+			return fmt.Errorf("head_dim %d (version %d takes multiples of 16 up to %d)", a.HeadDim, v, RopeMaxHeadDim)
 		}
 		return nil
 	})
@@ -294,9 +403,18 @@ func (s Selection) pick(op string, supports func(version int) error) (int, error
 
 // Resolve is the version every op with versions runs at the shapes of m,
 // "argmax=2 attn_decode=4 attn_prefill=3 gemm=1 launch=1 linear=3 rope_kv_write=2", or an error
-// naming the first chosen version that cannot run them.
-func (s Selection) Resolve(m ModelShape) (string, error) {
+// naming the first chosen version that cannot run them, on the contiguous
+// layout's uniform batches (ResolveLayout).
+func (s Selection) Resolve(m ModelShape) (string, error) { return s.ResolveLayout(m, false) }
+
+// ResolveLayout is Resolve for a run on the layout: tabled, the paged
+// layout or a ragged batch (or a selection that UsesKVTable), whose
+// attention and rope_kv_write run their block-table versions.
+func (s Selection) ResolveLayout(m ModelShape, tabled bool) (string, error) {
 	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim}
+	if tabled || s.UsesKVTable() {
+		a.PageSize, a.Paged = 1, tabled
+	}
 	pickers := map[string]func() (int, error){
 		OpArgmax:      func() (int, error) { return s.ArgmaxVersion(m.Vocab) },
 		OpAttnDecode:  func() (int, error) { return s.DecodeVersion(a) },
@@ -307,7 +425,7 @@ func (s Selection) Resolve(m ModelShape) (string, error) {
 			}
 			return s.LinearVersion(m.Inter)
 		},
-		OpRope:   func() (int, error) { return s.RopeVersion(m.HeadDim) },
+		OpRope:   func() (int, error) { return s.RopeVersionAt(a) },
 		OpGemm:   func() (int, error) { return s.GemmVersion(), nil },
 		OpLaunch: func() (int, error) { return s.LaunchVersion(), nil },
 	}

@@ -18,8 +18,11 @@ func TestParseSelection(t *testing.T) {
 		{[]string{"argmax=2", "attn_decode=1", "argmax=2"}, "argmax=2 attn_decode=1", ""},
 		{[]string{"attn_prefill"}, "", "want OP=VERSION"},
 		{[]string{"silu_mul=1"}, "", "silu_mul has no versions"},
-		{[]string{"attn_prefill=4"}, "", "attn_prefill has versions [1 2 3]"},
-		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2 3]"},
+		{[]string{"attn_prefill=5"}, "", "attn_prefill has versions [1 2 3 4]"},
+		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2 3 4]"},
+		{[]string{"attn_prefill=4", "attn_decode=6", "rope_kv_write=3"}, "attn_decode=6 attn_prefill=4 rope_kv_write=3", ""},
+		{[]string{"attn_decode=6", "rope_kv_write=2"}, "", "attn_decode=6 runs through the block table, where rope_kv_write=2 cannot (it takes the contiguous layout's uniform batches; the table's is 3)"},
+		{[]string{"attn_prefill=3", "rope_kv_write=3"}, "", "rope_kv_write=3 runs through the block table, where attn_prefill=3 cannot"},
 		{[]string{"argmax=1", "argmax=2"}, "", "argmax is already set to 1"},
 		{[]string{"attn_decode=5", "rope_kv_write=2"}, "attn_decode=5 rope_kv_write=2", ""},
 		{[]string{"rope_kv_write=1", "attn_decode=5"}, "", "attn_decode=5 fuses rope_kv_write version 2 into decode attention; it cannot run with rope_kv_write=1"},
@@ -88,6 +91,66 @@ func TestSelectionResolve(t *testing.T) {
 				t.Fatalf("Resolve = %q, %v; want %q", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// A tabled shape (the paged layout, a ragged batch) runs the block table's
+// versions and refuses any other chosen one in one line naming the op, the
+// version and why; the contiguous layout's uniform batches keep today's
+// defaults and run a block-table version only when it is chosen (then every
+// attention op and rope_kv_write resolve to theirs: the run goes through a
+// table).
+func TestTabledVersions(t *testing.T) {
+	llama8B := ModelShape{Name: "llama-3-8b", Hidden: 4096, Inter: 14336, Vocab: 128256, Heads: 32, KVHeads: 8, HeadDim: 128}
+	tiny := ModelShape{Name: "llama-tiny", Hidden: 256, Inter: 512, Vocab: 4096, Heads: 4, KVHeads: 2, HeadDim: 32}
+	for _, tc := range []struct {
+		items  []string
+		model  ModelShape
+		tabled bool
+		want   string
+	}{
+		{nil, llama8B, true, "argmax=2 attn_decode=6 attn_prefill=4 gemm=1 launch=1 linear=3 rope_kv_write=3"},
+		{nil, tiny, true, "argmax=2 attn_decode=6 attn_prefill=4 gemm=1 launch=1 linear=3 rope_kv_write=3"},
+		{nil, tiny, false, "argmax=2 attn_decode=1 attn_prefill=1 gemm=1 launch=1 linear=3 rope_kv_write=2"},
+		{[]string{"attn_decode=6"}, llama8B, false, "argmax=2 attn_decode=6 attn_prefill=4 gemm=1 launch=1 linear=3 rope_kv_write=3"},
+		{[]string{"rope_kv_write=3"}, tiny, false, "argmax=2 attn_decode=6 attn_prefill=4 gemm=1 launch=1 linear=3 rope_kv_write=3"},
+	} {
+		sel, err := ParseSelection(tc.items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := sel.ResolveLayout(tc.model, tc.tabled); err != nil || got != tc.want {
+			t.Errorf("%v at %s, tabled %v: %q, %v; want %q", tc.items, tc.model.Name, tc.tabled, got, err, tc.want)
+		}
+		if sel.UsesKVTable() != (len(tc.items) > 0) {
+			t.Errorf("%v: UsesKVTable = %v", tc.items, sel.UsesKVTable())
+		}
+	}
+	paged := AttnShape{Batch: 2, SeqLen: 1, Heads: 32, KVHeads: 8, HeadDim: 128, PageSize: 16, NumPages: 4, MaxPages: 2, Paged: true}
+	ragged := paged
+	ragged.Paged, ragged.PageSize, ragged.NumPages, ragged.MaxPages = false, 64, 2, 1
+	for _, tc := range []struct {
+		sel  Selection
+		a    AttnShape
+		pick func(Selection, AttnShape) (int, error)
+		want string
+	}{
+		{Selection{OpAttnDecode: 4}, paged, Selection.DecodeVersion, "attn_decode 4 takes the contiguous layout's uniform batches; the paged layout runs 6"},
+		{Selection{OpAttnDecode: 5}, ragged, Selection.DecodeVersion, "attn_decode 5 takes the contiguous layout's uniform batches; a ragged batch runs 6"},
+		{Selection{OpAttnPrefill: 3}, paged, Selection.PrefillVersion, "attn_prefill 3 takes the contiguous layout's uniform batches; the paged layout runs 4"},
+		{Selection{OpRope: 2}, paged, Selection.RopeVersionAt, "rope_kv_write 2 takes the contiguous layout's uniform batches; the paged layout runs 3"},
+	} {
+		if _, err := tc.pick(tc.sel, tc.a); err == nil || err.Error() != tc.want {
+			t.Errorf("%v: %v, want %q", tc.sel, err, tc.want)
+		}
+	}
+	odd := paged
+	odd.HeadDim = 80
+	if _, err := (Selection{}).DecodeVersion(odd); err == nil || !strings.Contains(err.Error(), "attn_decode 6, the block table's, cannot run head_dim 80") {
+		t.Errorf("head_dim 80 on the paged layout: %v", err)
+	}
+	if v, err := (Selection{}).DecodeVersion(AttnShape{Batch: 1, SeqLen: 1, Heads: 32, KVHeads: 8, HeadDim: 128, MaxSeq: 64}); err != nil || v != 4 {
+		t.Errorf("the contiguous layout's default decode: %d, %v; want 4", v, err)
 	}
 }
 

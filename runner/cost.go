@@ -257,15 +257,14 @@ func stepCost(cfg Config, tpSize int, phase string, seqs []SeqSpec, decodeLens [
 	if err != nil {
 		return StepCost{}, err
 	}
-	tokens := 0
-	for _, s := range seqs {
-		tokens += s.Prompt
-	}
 	outLen := 1
 	if decodeLens != nil {
 		outLen = 2
 	}
-	if err := e.BeginSeqs(seqs, outLen, make([]int32, tokens)); err != nil {
+	// No prompt ids: the counting backend uploads nothing, and batch ×
+	// input ids (up to 2^31, 8 GiB) were allocated per cost evaluation.
+	e.costOnly = true
+	if err := e.BeginSeqs(seqs, outLen, nil); err != nil {
 		return StepCost{}, err
 	}
 	e.OnOp = func(op string) { cb.label = op }

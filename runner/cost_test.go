@@ -2,6 +2,7 @@ package runner
 
 import (
 	"math"
+	"runtime"
 	"testing"
 
 	"stepbench/kernels/ref"
@@ -91,5 +92,33 @@ func TestEstimateMemory(t *testing.T) {
 	}
 	if m.Total() != m.WeightBytes+m.KVCacheBytes+m.ActivationBytes {
 		t.Error("total is not the sum")
+	}
+}
+
+// The cost model allocates nothing per token (issue 31): a prefill's cost
+// at 2^20 prompt tokens allocates what one at 16 does. stepCost allocated
+// batch × input prompt ids (and BeginSeqs a copy) per evaluation: 8.6 GB
+// at roofline's 16383 × 131072 on llama-3.2-1b, inside every limit.
+func TestCostAllocatesNothingPerToken(t *testing.T) {
+	cfg, err := Preset("llama-3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocated := func(batch, input int) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if _, err := PrefillCost(cfg, batch, input); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeCost(cfg, batch, input); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	small, large := allocated(16, 1), allocated(16, 65536)
+	if large > small+1<<20 {
+		t.Errorf("costs at 16 × 65536 tokens allocate %d bytes, at 16 × 1 %d: per token %.1f bytes", large, small,
+			float64(large-small)/(16*65535))
 	}
 }

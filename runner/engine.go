@@ -42,6 +42,9 @@ type Engine struct {
 	tabled           bool
 	plan             KVPlan
 	begun, prefilled bool
+	// costOnly is the cost model's engine (stepCost): BeginSeqs takes nil
+	// prompts and never materialises one id per token.
+	costOnly bool
 
 	capTokens, capBatch int  // what the buffers below are sized for
 	capSlots, capPages  int  // the cache's slots per layer, the table's pages per sequence
@@ -248,6 +251,9 @@ func (e *Engine) checkSeqs(seqs []SeqSpec, outputLen int, prompts []int32) (int,
 				b, s.Context, s.Prompt, outputLen, positions[b], e.cfg.MaxPositionEmbeddings)
 		}
 		tokens += s.Prompt
+	}
+	if e.costOnly && prompts == nil {
+		return tokens, positions, nil
 	}
 	if len(seqs) > 1 && Uniform(seqs) && len(prompts) != tokens {
 		return 0, nil, fmt.Errorf("%d prompt ids for batch %d × input %d", len(prompts), len(seqs), seqs[0].Prompt)

@@ -186,3 +186,62 @@ func TestPlanSizeIsPlanKV(t *testing.T) {
 		}
 	}
 }
+
+// flipGen is a Generator whose batch runs pick token 1 where the alone
+// runs pick token 0, at logits gap apart; the alone runs see logits
+// {1, 1-gap}, the batch {1-gap, 1}.
+type flipGen struct {
+	gap   float32
+	batch bool
+	n     int
+}
+
+func (g *flipGen) Begin(batch, inputLen, outputLen int, prompts []int32) error {
+	g.batch, g.n = false, batch
+	return nil
+}
+func (g *flipGen) BeginSeqs(seqs []SeqSpec, outputLen int, prompts []int32) error {
+	g.batch, g.n = true, len(seqs)
+	return nil
+}
+func (g *flipGen) Prefill() error                { return nil }
+func (g *flipGen) Decode() error                 { return nil }
+func (g *flipGen) ForceNextTokens([]int32) error { return nil }
+func (g *flipGen) NextTokens() ([]int32, error) {
+	ids := make([]int32, g.n)
+	if g.batch {
+		for i := range ids {
+			ids[i] = 1
+		}
+	}
+	return ids, nil
+}
+func (g *flipGen) Logits() ([][]float32, error) {
+	rows := make([][]float32, g.n)
+	for i := range rows {
+		rows[i] = []float32{1, 1 - g.gap}
+		if g.batch {
+			rows[i] = []float32{1 - g.gap, 1}
+		}
+	}
+	return rows, nil
+}
+
+// A token that differs at a near tie of the alone run's logits is allowed
+// (and reported); one that differs beyond it fails the check.
+func TestRaggedNearTies(t *testing.T) {
+	for _, tc := range []struct {
+		gap float32
+		ok  bool
+	}{{0.005, true}, {0.5, false}} {
+		checks, err := RaggedAgainstAlone(&flipGen{gap: tc.gap}, [][]int32{{1}, {2, 3}}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range checks {
+			if c.OK() != tc.ok || (tc.ok && len(c.NearTies) != 2) || (!tc.ok && c.FirstTokenDiffer != 0) {
+				t.Errorf("gap %g, sequence %d: %+v", tc.gap, i, c)
+			}
+		}
+	}
+}

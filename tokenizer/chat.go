@@ -30,3 +30,18 @@ func pythonStrip(s string) string {
 // EndOfTurn are the tokens a Llama-3 generation ends with: <|eot_id|>
 // (Instruct's end of turn) and <|end_of_text|> (the base model's end).
 var EndOfTurn = []string{"<|eot_id|>", "<|end_of_text|>"}
+
+// Llama3ChatTokens are the added tokens Llama3Chat's text holds: a
+// tokenizer without one of them would encode it as plain text.
+var Llama3ChatTokens = []string{"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
+
+// Missing are those of contents that are no added token of t, in order.
+func (t *Tokenizer) Missing(contents []string) []string {
+	var out []string
+	for _, c := range contents {
+		if _, ok := t.TokenID(c); !ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}

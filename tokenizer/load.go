@@ -5,17 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
+
+	"stepbench/internal/input"
 )
 
 // maxID bounds the ids a file may give, so a bad file cannot make Load
 // allocate without limit (Llama-3's largest is 128255).
 const maxID = 1 << 24
 
-// Load reads a Hugging Face tokenizer.json of the Llama-3 kind.
+// MaxFileBytes bounds a tokenizer.json (Llama-3's is 8.7 MB).
+const MaxFileBytes = 64 << 20
+
+// Load reads a Hugging Face tokenizer.json of the Llama-3 kind: a regular
+// file (a FIFO or a device is refused at once) of at most MaxFileBytes.
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, MaxFileBytes, "a tokenizer.json")
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,9 @@ import (
 func (t *Tokenizer) setMerges(raw json.RawMessage, vocab map[string]int32) error {
 	var pairs [][2]string
 	var asStrings []string
+	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
+		return errors.New(`model.merges is missing or null: byte-level BPE needs a list (empty when there are no merges)`)
+	}
 	if err := json.Unmarshal(raw, &asStrings); err == nil {
 		pairs = make([][2]string, len(asStrings))
 		for i, s := range asStrings {

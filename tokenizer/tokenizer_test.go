@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -189,6 +190,8 @@ func TestBadFiles(t *testing.T) {
 		{"merge of an unknown token", replace(`"merges": [`, `"merges": ["Ġzzzq a", `), `names "Ġzzzq", which is not in model.vocab`},
 		{"merge making an unknown token", replace(`"merges": [`, `"merges": ["x q", `), `makes "xq", which is not in model.vocab`},
 		{"bad merge string", replace(`"merges": [`, `"merges": ["a b c", `), "not two tokens separated by one space"},
+		{"merges null", regexp.MustCompile(`"merges": \[[^\]]*\]`).ReplaceAllString(good, `"merges": null`), "model.merges is missing or null"},
+		{"no merges", regexp.MustCompile(`"merges": \[[^\]]*\],?`).ReplaceAllString(good, ``), "model.merges is missing or null"},
 		{"duplicate vocab id", replace(`"vocab": {`, `"vocab": {"zzz": 5, `), "duplicate id 5"},
 		{"token listed twice", replace(`"vocab": {`, `"vocab": {"!": 33, `), `lists token "!" twice`},
 		{"added token on a vocab id", replace(`"id": 1016,`, `"id": 7,`), "duplicate id 7"},
@@ -340,4 +343,38 @@ func TestLlama3Chat(t *testing.T) {
 	if !slices.Equal(specials, wantSpecials) {
 		t.Errorf("special tokens %q, want %q", specials, wantSpecials)
 	}
+}
+
+// The chat template around any user text: the encoding starts with BOS and
+// the user header, ends with the assistant header, and decodes back to the
+// template's text (invalid UTF-8 repaired as the library does); the
+// tokenizer lacks none of its tokens; nothing panics.
+func FuzzLlama3Chat(f *testing.F) {
+	for _, s := range []string{"What is 2+2?", "  \x1f\n", "<|eot_id|> inside", "\xff\xfe", "日本語", ""} {
+		f.Add(s)
+	}
+	tok := syntheticTokenizer(f)
+	if missing := tok.Missing(Llama3ChatTokens); len(missing) > 0 {
+		f.Fatalf("the synthetic tokenizer lacks %q", missing)
+	}
+	bos, _ := tok.TokenID("<|begin_of_text|>")
+	header, _ := tok.TokenID("<|start_header_id|>")
+	end, _ := tok.TokenID("<|end_header_id|>")
+	f.Fuzz(func(t *testing.T, user string) {
+		text := Llama3Chat(user)
+		ids := tok.EncodePlain(text)
+		if len(ids) < 6 || ids[0] != bos || ids[1] != header {
+			t.Fatalf("Llama3Chat(%q) encodes as %v", user, ids)
+		}
+		lastEnd := len(ids) - 1
+		for lastEnd >= 0 && ids[lastEnd] != end {
+			lastEnd--
+		}
+		if lastEnd < 0 || tok.Decode(ids[lastEnd:]) != "<|end_header_id|>\n\n" {
+			t.Errorf("Llama3Chat(%q) does not end with the assistant's header: %v", user, ids)
+		}
+		if got, want := tok.Decode(ids), string(validUTF8([]byte(text))); got != want {
+			t.Errorf("decode(encode(Llama3Chat(%q))) = %q, want %q", user, got, want)
+		}
+	})
 }

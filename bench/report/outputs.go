@@ -175,6 +175,7 @@ func resolvePath(p string) string {
 // take new files even when path exists (/proc/version exists, is regular
 // and opens for writing, yet no file can be created beside it).
 func checkWritable(path string, appended bool) error {
+	path = files.Resolve(path) // a link is written through: its target is what is replaced
 	dir := filepath.Dir(path)
 	if info, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {

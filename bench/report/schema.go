@@ -352,6 +352,10 @@ func Parse(data []byte) (Report, error) {
 	return r, nil
 }
 
+// MaxSampleSeconds bounds a sample's times in a report read back: the
+// largest --step-timeout (a step that took longer was cut off).
+const MaxSampleSeconds = 1e6
+
 func (s ShapeReport) validate() error {
 	if s.Batch < 1 || s.InputLen < 1 || s.OutputLen < 1 {
 		return errors.New("batch_size, input_len and output_len must be >= 1")
@@ -365,6 +369,12 @@ func (s ShapeReport) validate() error {
 		if sample.HostSeconds < 0 || sample.DeviceSeconds < 0 {
 			return fmt.Errorf("sample %d: negative time (host_seconds=%v device_seconds=%v)",
 				i, sample.HostSeconds, sample.DeviceSeconds)
+		}
+		// A finite time past any step's (1e308 s) overflowed the medians
+		// and ratios to ±Inf and NaN, which compare then called SAME.
+		if sample.HostSeconds > MaxSampleSeconds || sample.DeviceSeconds > MaxSampleSeconds {
+			return fmt.Errorf("sample %d: a time longer than any step takes (host_seconds=%v device_seconds=%v; at most %g)",
+				i, sample.HostSeconds, sample.DeviceSeconds, MaxSampleSeconds)
 		}
 		if sample.Iter < 0 || sample.Step < 0 || sample.Position < 0 {
 			return fmt.Errorf("sample %d: negative iter, step or position", i)

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -62,14 +66,15 @@ type abFlags struct {
 	loadFormat               string        // resolved: dummy or safetensors
 	prompts                  [][]int32     // --prompt-file's, tokenized
 	textSource               *bench.TextPrompts
-	sweep                    []bench.Shape // the sweep, lengths resolved
+	stepTimeout              stepTimeoutFlag // every blocking call of the arms
+	sweep                    []bench.Shape   // the sweep, lengths resolved
 }
 
 func (f *abFlags) register(fs *pflag.FlagSet) {
 	f.model.register(fs)
 	f.shapes.register(fs, []int{1024}, []int{16})
 	f.weights.register(fs)
-	registerPromptFile(fs, &f.text.promptFile, "")
+	registerPromptFile(fs, &f.text, "")
 	f.tp.register(fs)
 	f.kv.register(fs, true)
 	f.baselineKV.register(fs)
@@ -89,6 +94,7 @@ func (f *abFlags) register(fs *pflag.FlagSet) {
 	registerNoVerify(fs, &f.noVerify)
 	f.verdict.register(fs, "least change in percent that FASTER/SLOWER may claim (the interval must lie beyond it), and the band of SAME (default ±1%); in [0, 100)")
 	f.serving.register(fs)
+	f.stepTimeout.register(fs, "ab")
 }
 
 // abCmd runs an interleaved A/B comparison of two kernel sets on the same
@@ -106,6 +112,9 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := f.stepTimeout.check(); err != nil {
+		return err
+	}
 	tiny := f.model.fitEmulated(fs)
 	writer, cfg, err := f.check(fs, stderr)
 	if err != nil {
@@ -117,6 +126,16 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
 	}
+	// A call past --step-timeout aborts the arms' collectives (a group's
+	// peers then fail instead of waiting) before the process ends.
+	var loaded atomic.Pointer[[]abArm]
+	defer watchSteps("ab", f.stepTimeout.resolve(cfg, slices.Max(f.shapes.batch), slices.Max(f.shapes.input), driverEmulated()), stderr, func() {
+		for _, arm := range *cmp.Or(loaded.Load(), &[]abArm{}) {
+			if a, ok := arm.(collectivesAborter); ok {
+				abortWithin(a, 10*time.Second)
+			}
+		}
+	})()
 	load := f.loadArms
 	if f.tp.grouped(fs) {
 		load = f.loadGroupArms
@@ -126,6 +145,7 @@ func abCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	loaded.Store(&arms)
 	checked, err := f.checkGenerations(arms, cfg, stderr)
 	if err != nil {
 		return err
@@ -323,6 +343,9 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]abArm, []stri
 	sels := []kernels.Selection{f.selA, f.selB}
 	ops := []map[string]string{f.opsA, f.opsB}
 	for i, dir := range []string{f.kernelsA, f.kernelsB} {
+		if err := probeOpLibraries([]string{"--op", "--baseline-op"}[i], ops[i], f.backend); err != nil {
+			return nil, header, closeAll, err
+		}
 		flags, kv := f.backend, f.armKV(i).options(f.seed)
 		flags.kv = &kv // the arm's layout, for its op libraries' caps
 		be, err := openCUDAWithKernels(dir, sels[i], ops[i], flags, stderr)

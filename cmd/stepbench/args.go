@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -129,7 +130,11 @@ func flagError(fs *pflag.FlagSet, err error) error {
 	var invalid *pflag.InvalidValueError
 	var bad listError
 	if errors.As(err, &invalid) && errors.As(err, &bad) {
-		return usagef("--%s %q: %v", invalid.GetFlag().Name, invalid.GetValue(), bad)
+		value := invalid.GetValue()
+		if len(value) > 40 {
+			value = value[:40] + "..." // a list of 20,000 items is not repeated
+		}
+		return usagef("--%s %q: %v", invalid.GetFlag().Name, value, bad)
 	}
 	return usageError{err}
 }
@@ -202,23 +207,26 @@ func (l *intList) Set(s string) error {
 		return listError{"empty list: give one or more whole numbers, e.g. 1,2,4"}
 	}
 	items := strings.Split(s, ",")
-	parsed := make([]int, 0, len(items))
+	var parsed []int
+	if l.changed {
+		parsed = *l.values
+	}
 	for i, item := range items {
 		v, err := strconv.Atoi(strings.TrimSpace(item))
 		switch {
 		case strings.TrimSpace(item) == "":
 			return listError{fmt.Sprintf("item %d of %d is empty", i+1, len(items))}
+		case errors.Is(err, strconv.ErrRange):
+			return listError{fmt.Sprintf("item %d of %d, %s, is a whole number too large to count (at most %d; the flag's own limit is far lower)",
+				i+1, len(items), strings.TrimSpace(item), math.MaxInt64)}
 		case err != nil:
 			return listError{fmt.Sprintf("item %d of %d, %q, is not a whole number", i+1, len(items), item)}
+		case slices.Contains(parsed, v):
+			return listError{fmt.Sprintf("item %d of %d, %d, is listed twice: each shape is timed once", i+1, len(items), v)}
 		}
 		parsed = append(parsed, v)
 	}
-	if !l.changed {
-		*l.values = parsed
-		l.changed = true
-	} else {
-		*l.values = append(*l.values, parsed...)
-	}
+	*l.values, l.changed = parsed, true
 	return nil
 }
 

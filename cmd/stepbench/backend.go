@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -55,11 +57,35 @@ func parseOps(flag string, items []string) (map[string]string, error) {
 		return nil, usagef("%s: %v", flag, err)
 	}
 	for op, path := range ops {
-		if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
-			return nil, usagef("%s %s=%s: not a library file (%v)", flag, op, path, err)
+		abs, err := libraryPath(path)
+		if err != nil {
+			return nil, usagef("%s %s=%s: %v", flag, op, path, err)
 		}
+		ops[op] = abs
 	}
 	return ops, nil
+}
+
+// libraryPath is an op library's path as the user means it: a path (a
+// bare libmine.so is the file in the current directory, never a name for
+// dlopen to search the loader's path for), made absolute, of a regular
+// file (links followed: a FIFO, a directory or /dev/zero is refused by
+// what it is).
+func libraryPath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(abs)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("no such file (%s)", abs)
+	case err != nil:
+		return "", err
+	case !st.Mode().IsRegular():
+		return "", fmt.Errorf("%s, not a library file", input.Kind(st.Mode()))
+	}
+	return abs, nil
 }
 
 // registerIncludeFlag adds --include DIR (repeatable): header directories for NVRTC.
@@ -186,6 +212,9 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 		}
 		ops, err := parseOps("--op", flags.ops)
 		if err != nil {
+			return nil, report.Environment{}, err
+		}
+		if err := probeOpLibraries("--op", ops, flags); err != nil {
 			return nil, report.Environment{}, err
 		}
 		opts := flags.options(sel)

@@ -141,3 +141,18 @@ func TestEmulatedPagedExampleOpLibrary(t *testing.T) {
 	}
 	t.Logf("ab --op attn_decode=paged example against the built-in kernel: decode_device %v", rows["decode_device"])
 }
+
+// A library that faults inside a run call (after the probe, which only
+// loads it and looks its op up) ends the process by its signal after one
+// line naming the library, the op and the call: every call into an ABI 2
+// library is labelled for the crash handler, not a Go dump of every
+// goroutine.
+func TestEmulatedOpLibraryCrashInRunIsNamed(t *testing.T) {
+	onEmulator(t)
+	lib := abiFixture(t, "record_op.c", "-DCRASH_IN_RUN")
+	code, _, stderr := process(t, append([]string{"verify", "--op", "attn_decode=" + lib, "--check", "attention"}, tinyRunShape...)...)
+	want := "stepbench: op library " + lib + " crashed in attn_decode's run: SIGSEGV"
+	if code == 0 || !strings.Contains(stderr, want) || strings.Contains(stderr, "goroutine ") {
+		t.Errorf("verify of a library that faults in run: exit %d, want death by SIGSEGV naming it (%q)\n%s", code, want, stderr)
+	}
+}

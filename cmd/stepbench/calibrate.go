@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/spf13/pflag"
 
@@ -14,6 +15,18 @@ import (
 	"stepbench/cuda"
 	"stepbench/runner/gpu"
 )
+
+// registerCalibrateFlags adds calibrate's flags (the sizes default to a GPU's).
+func registerCalibrateFlags(fs *pflag.FlagSet, opt *gpu.CalibrateOptions, emu gpu.CalibrateOptions, force *bool, copyMiB *int, cacheDir, cublasPath *string) {
+	fs.IntVar(&opt.Ordinal, "device-ordinal", 0, "CUDA device to measure")
+	fs.BoolVar(force, "force", false, "measure again even when a calibration of this GPU is cached")
+	fs.IntVar(copyMiB, "copy-mib", opt.CopyBytes>>20, fmt.Sprintf("MiB per device-to-device copy (%d on the emulated device)", emu.CopyBytes>>20))
+	fs.IntVar(&opt.GEMMSize, "gemm-size", opt.GEMMSize, fmt.Sprintf("n of the n×n×n cuBLAS bf16 GEMM (%d on the emulated device)", emu.GEMMSize))
+	fs.IntVar(&opt.Repeats, "repeats", opt.Repeats, fmt.Sprintf("timed runs of each measurement, the median is kept (%d on the emulated device)", emu.Repeats))
+	fs.StringVar(cacheDir, "cache-dir", "", "where calibrations are cached (default: <user cache dir>/stepbench/calibration)")
+	fs.StringVar(cublasPath, "cublas", "", "path of libcublas.so to use")
+	registerOneRank(fs, "calibrate")
+}
 
 // calibrateCmd measures the roofline ceilings of a GPU and caches them per
 // UUID. Its sizes fit the device: the emulated device gets small ones
@@ -26,19 +39,17 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	force, copyMiB := false, 0
 	var cacheDir, cublasPath string
 	emu := gpu.EmulatedCalibrateOptions()
-	fs.IntVar(&opt.Ordinal, "device-ordinal", 0, "CUDA device to measure")
-	fs.BoolVar(&force, "force", false, "measure again even when a calibration of this GPU is cached")
-	fs.IntVar(&copyMiB, "copy-mib", opt.CopyBytes>>20, fmt.Sprintf("MiB per device-to-device copy (%d on the emulated device)", emu.CopyBytes>>20))
-	fs.IntVar(&opt.GEMMSize, "gemm-size", opt.GEMMSize, fmt.Sprintf("n of the n×n×n cuBLAS bf16 GEMM (%d on the emulated device)", emu.GEMMSize))
-	fs.IntVar(&opt.Repeats, "repeats", opt.Repeats, fmt.Sprintf("timed runs of each measurement, the median is kept (%d on the emulated device)", emu.Repeats))
-	fs.StringVar(&cacheDir, "cache-dir", "", "where calibrations are cached (default: <user cache dir>/stepbench/calibration)")
-	fs.StringVar(&cublasPath, "cublas", "", "path of libcublas.so to use")
-	registerOneRank(fs, "calibrate")
+	registerCalibrateFlags(fs, &opt, emu, &force, &copyMiB, &cacheDir, &cublasPath)
+	var stepTimeout stepTimeoutFlag
+	stepTimeout.register(fs, "calibrate")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if copyMiB < 1 || opt.GEMMSize < 16 || opt.Repeats < 1 {
 		return usagef("--copy-mib, --gemm-size (>= 16) and --repeats must be positive")
+	}
+	if err := stepTimeout.check(); err != nil {
+		return err
 	}
 	opt.CopyBytes = copyMiB << 20
 	drv, err := cuda.OpenDriver()
@@ -68,6 +79,7 @@ func calibrateCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	in := newInterruption() // before the line below, which tells a test it may interrupt
 	defer in.stop()
+	defer watchSteps("calibrate", stepTimeout.resolveFLOPs(2*math.Pow(float64(opt.GEMMSize), 3), emulated), stderr, nil)()
 	fmt.Fprintf(stderr, "stepbench: calibrating %s (%s): %d MiB copy and %d³ bf16 GEMM, %d runs each\n",
 		props.Name, props.UUID, opt.CopyBytes>>20, opt.GEMMSize, opt.Repeats)
 	stderr = newProgressLine(stderr, false)

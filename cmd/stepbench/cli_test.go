@@ -156,7 +156,7 @@ func TestOutputsCheckedBeforeLoading(t *testing.T) {
 		{[]string{"--result-filename", history, "--json-out", history}, "--result-filename and --json-out name the same file"},
 		{[]string{"--json-out", filepath.Join(dir, "nope", "n.json")}, "directory " + filepath.Join(dir, "nope") + " does not exist"},
 		{[]string{"--output-json", history, "--result-filename", history}, "same file"},
-		{[]string{"--batch-size", "1,1", "--output-json", filepath.Join(dir, "v.json")}, "--output-json: two of its files"},
+		{[]string{"--batch-size", "1,1", "--output-json", filepath.Join(dir, "v.json")}, "item 2 of 2, 1, is listed twice"},
 		{[]string{"--plot", filepath.Join(dir, "p.pdf")}, "--plot"},
 	}
 	for _, tc := range tests {

@@ -84,7 +84,12 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	var f kernelFlags
 	f.register(fs)
 	registerOneRank(fs, "kernel")
+	var stepTimeout stepTimeoutFlag
+	stepTimeout.register(fs, "kernel")
 	positional, err := parsePositional(fs, args, 1, "OP ("+joinNames(kernelbench.Ops())+")")
+	if err == nil {
+		err = stepTimeout.check()
+	}
 	if err != nil {
 		return err
 	}
@@ -97,6 +102,7 @@ func kernelCmd(args []string, stdout, stderr io.Writer) error {
 	if why := probeGPU(); why != nil {
 		return fmt.Errorf("needs a GPU: %w", why)
 	}
+	defer watchSteps("kernel", stepTimeout.resolve(cfg, f.batch, f.inputLen, driverEmulated()), stderr, nil)()
 	// --shape brings its own batch: size the estimate from the shapes.
 	maxSeq, maxBatch := 0, 0
 	for _, s := range shapes {

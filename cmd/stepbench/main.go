@@ -76,6 +76,9 @@ func mainExit(args []string, stdout, stderr io.Writer) int {
 		}
 		return mainExit([]string{args[1], "--help"}, stdout, stderr)
 	}
+	if args[0] == probeCommand { // an op library's probe (probe.go), not a command of users
+		return probeMain(args[1:], stderr)
+	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "stepbench: unknown command %q (run 'stepbench help')\n", args[0])

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -299,6 +300,12 @@ func (f *runFlags) outputFiles(shapes []bench.Shape) []report.OutputFile {
 		}
 	}
 	add("--result-filename", f.resultFile, true)
+	// With several shapes the files go beside --output-json, named after
+	// it: a name that is a device (/dev/full), a FIFO or a directory is
+	// itself checked, and refused, first.
+	if info, err := os.Stat(f.outputJSON); f.outputJSON != "" && f.severalShapes() && err == nil && !info.Mode().IsRegular() {
+		add("--output-json", f.outputJSON, false)
+	}
 	for _, sh := range shapes {
 		if f.outputJSON != "" {
 			add("--output-json", compat.VLLMPath(f.outputJSON, f.severalShapes(), sh.Batch, sh.InputLen, sh.OutputLen), false)

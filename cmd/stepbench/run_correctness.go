@@ -155,8 +155,12 @@ func (f *runFlags) runRaggedCorrectness(g runner.Generator, s runSetup, stdout i
 	for i, c := range checks {
 		lens[i] = c.PromptLen
 		verdict := "same tokens"
-		if c.FirstTokenDiffer >= 0 {
+		switch {
+		case c.FirstTokenDiffer >= 0:
 			verdict = fmt.Sprintf("tokens differ from step %d", c.FirstTokenDiffer)
+		case len(c.NearTies) > 0:
+			verdict = fmt.Sprintf("same tokens but at near ties (step %s: the alone run's logits of both within %g of the row's largest)",
+				joinInts(c.NearTies), runner.NearTieFraction)
 		}
 		if !c.OK() {
 			bad++

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/spf13/pflag"
 
+	"stepbench/internal/input"
 	"stepbench/runner"
 	"stepbench/tokenizer"
 )
@@ -14,23 +16,51 @@ import (
 // textFlags are run's text prompts: --prompt and --prompt-file for
 // --correctness-test, --prompt-file also for timing on real text.
 type textFlags struct {
-	prompts    []string
-	promptFile string
-	chat       bool
-	stopAtEOS  bool
+	prompts     []string
+	promptFile  string
+	allowBinary bool // --allow-binary-prompts: a --prompt-file's bytes are meant
+	chat        bool
+	stopAtEOS   bool
 }
 
 func (t *textFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&t.prompts, "prompt", nil, "with --correctness-test: a text prompt, encoded with --model-path's tokenizer.json (repeat for more)")
-	registerPromptFile(fs, &t.promptFile, "for --correctness-test, or ")
+	registerPromptFile(fs, t, "for --correctness-test, or ")
 	fs.BoolVar(&t.chat, "chat", false, "with --correctness-test: wrap each text prompt in Llama-3-Instruct's chat template (a user turn, then the assistant's header)")
 	fs.BoolVar(&t.stopAtEOS, "stop-at-eos", false, "with --correctness-test and text prompts: stop a prompt's generation at <|eot_id|> or <|end_of_text|>")
 }
 
-// registerPromptFile adds --prompt-file (run's and ab's).
-func registerPromptFile(fs *pflag.FlagSet, dst *string, what string) {
-	fs.StringVar(dst, "prompt-file", "", "text prompts, one per line or JSON lines with a \"prompt\" field: "+what+
+// registerPromptFile adds --prompt-file and --allow-binary-prompts (run's
+// and ab's).
+func registerPromptFile(fs *pflag.FlagSet, t *textFlags, what string) {
+	fs.StringVar(&t.promptFile, "prompt-file", "", "text prompts, one per line or JSON lines with a \"prompt\" field: "+what+
 		"timed iterations whose rows are cut from them (as SGLang's random dataset) instead of random ids")
+	fs.BoolVar(&t.allowBinary, "allow-binary-prompts", false, "read a --prompt-file that is not text (NUL or control bytes, invalid UTF-8) as the bytes it holds, which the tokenizer encodes byte by byte")
+}
+
+// maxPromptTextBytes bounds a --prompt-file (and tokenize's --file).
+const maxPromptTextBytes = 64 << 20
+
+// readText reads a text file a flag names: a regular file of at most
+// maxPromptTextBytes ("-": standard input) that is text (input.CheckText)
+// unless allowBinary, whose flag the refusal names.
+func readText(flag, path string, allowBinary bool, allowFlag string) ([]byte, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = input.ReadAll(os.Stdin, maxPromptTextBytes, "standard input", flag)
+	} else {
+		data, err = input.ReadFile(path, maxPromptTextBytes, flag)
+	}
+	if err != nil {
+		return nil, usagef("%s: %v", flag, err)
+	}
+	if !allowBinary {
+		if err := input.CheckText(data); err != nil {
+			return nil, usagef("%s %s: %v (a binary file?); %s reads its bytes as they are", flag, path, err, allowFlag)
+		}
+	}
+	return data, nil
 }
 
 // given says whether text prompts were given.
@@ -50,12 +80,11 @@ func (t *textFlags) read() ([]string, error) {
 	if t.promptFile == "" {
 		return texts, nil
 	}
-	file, err := os.Open(t.promptFile)
+	data, err := readText("--prompt-file", t.promptFile, t.allowBinary, "--allow-binary-prompts")
 	if err != nil {
-		return nil, usagef("--prompt-file: %v", err)
+		return nil, err
 	}
-	defer file.Close()
-	fromFile, err := runner.ParsePromptText(file, t.promptFile)
+	fromFile, err := runner.ParsePromptText(bytes.NewReader(data), t.promptFile)
 	if err != nil {
 		return nil, usagef("--prompt-file: %v", err)
 	}
@@ -81,6 +110,9 @@ func (t *textFlags) encode(dir string, cfg runner.Config, bos bool) (*textPrompt
 	texts, err := t.read()
 	if err != nil {
 		return nil, nil, err
+	}
+	if missing := tok.Missing(tokenizer.Llama3ChatTokens); t.chat && len(missing) > 0 {
+		return nil, nil, usagef("--chat: %s/tokenizer.json has no added tokens %q (not a Llama-3-Instruct tokenizer): the chat template's would be encoded as text", dir, missing)
 	}
 	tp := &textPrompts{tok: tok, texts: texts, stop: map[int32]string{}}
 	if t.stopAtEOS {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"time"
 
@@ -27,17 +26,8 @@ const (
 
 // checkStepTimeout parses --step-timeout: auto, or a duration >= 0.
 func (f *runFlags) checkStepTimeout(*pflag.FlagSet) error {
-	if f.stepTimeout == stepTimeoutAuto {
-		return nil
-	}
-	d, err := time.ParseDuration(f.stepTimeout)
-	if f.stepTimeout == "0" {
-		d, err = 0, nil
-	}
-	if err != nil || d < 0 || d > maxStepTimeout {
-		return usagef("%s: %q is not auto, 0 or a duration such as 90s up to %s", stepTimeoutFlagNameQuote, f.stepTimeout, maxStepTimeout)
-	}
-	return nil
+	_, _, err := parseStepTimeout(f.stepTimeout)
+	return err
 }
 
 // autoStepTimeout is the auto --step-timeout of the run: 60 s plus the
@@ -46,24 +36,7 @@ func (f *runFlags) checkStepTimeout(*pflag.FlagSet) error {
 // backend's floor rate.
 func autoStepTimeout(s runSetup, shapes shapeFlags, backend string, emulated bool) time.Duration {
 	params := float64(s.est.WeightBytes) / 2 // one GPU's (a rank's) share
-	c := s.cfg
-	worst := 0.0
-	for _, b := range shapes.batch {
-		for _, in := range shapes.input {
-			tokens := float64(b) * float64(in)
-			attn := 2 * float64(c.NumHiddenLayers) * tokens * float64(in) * float64(c.NumAttentionHeads) * float64(c.HeadDim)
-			worst = math.Max(worst, 2*params*tokens+attn)
-		}
-	}
-	rate := gpuFloorFLOPsPerSec
-	if backend != "cuda" || emulated {
-		rate = cpuFloorFLOPsPerSec
-	}
-	d := stepTimeoutBase + time.Duration(worst/rate*float64(time.Second))
-	if worst/rate > maxStepTimeout.Seconds() {
-		d = maxStepTimeout
-	}
-	return d
+	return stepTimeoutFor(params, s.cfg, shapes.batch, shapes.input, backend, emulated)
 }
 
 // stepTimeouts are the harness's step timeout and what it does when a
@@ -103,10 +76,22 @@ func (f *runFlags) deadline(s runSetup, env report.Environment, what string, std
 	return func() { timer.Stop() }
 }
 
+// watchSetup watches the blocking calls of opening the backend (each
+// source's compile, each op library's load and first calls) with the run's
+// step timeout (watchSteps); the function it returns ends the watch, which
+// the timed regions (the harness's own deadline) and the kernel check
+// (deadline) do not need.
+func (f *runFlags) watchSetup(s runSetup, stderr io.Writer) (stop func()) {
+	env := report.Environment{Backend: s.device}
+	if s.emulated {
+		env.Emulated = "emulated"
+	}
+	return watchSteps("run", f.resolvedStepTimeout(s, env), stderr, nil)
+}
+
 // resolvedStepTimeout is --step-timeout on the run's backend (0: none).
 func (f *runFlags) resolvedStepTimeout(s runSetup, env report.Environment) time.Duration {
-	if f.stepTimeout != stepTimeoutAuto {
-		d, _ := time.ParseDuration(f.stepTimeout) // checked: "0" is 0
+	if d, auto, _ := parseStepTimeout(f.stepTimeout); !auto { // checked
 		return d
 	}
 	return autoStepTimeout(s, f.shapes, env.Backend, env.Emulated != "")

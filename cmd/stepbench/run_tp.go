@@ -149,7 +149,9 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
+	stopWatch := f.watchSetup(s, stderr) // every rank's compile
 	group, env, err := f.openGroup(s, stderr)
+	stopWatch()
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,12 +36,13 @@ func loadTokenizer(flag, dir string) (*tokenizer.Tokenizer, error) {
 func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tokenize", stderr)
 	var modelPath, file string
-	var decode, noBOS bool
+	var decode, noBOS, allowBinary bool
 	fs.StringVar(&modelPath, "model-path", "", "model directory holding tokenizer.json (Hugging Face's, of the Llama-3 kind)")
 	fs.StringVar(&file, "file", "", "read the text (with --decode: the ids) from this file instead of the argument; - reads stdin")
 	fs.BoolVar(&decode, "decode", false, "decode: the input is token ids separated by spaces; the text is printed as it is, without a newline of its own")
 	fs.BoolVar(&noBOS, "no-bos", false, "encode without the post-processor's tokens (Llama-3: <|begin_of_text|>), as add_special_tokens=False")
-	input, err := tokenizeInput(fs, args, &file)
+	fs.BoolVar(&allowBinary, "allow-binary", false, "read a --file that is not text (NUL or control bytes, invalid UTF-8) as the bytes it holds")
+	input, err := tokenizeInput(fs, args, &file, &allowBinary)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
 
 // tokenizeInput parses the flags and returns the input: the one TEXT
 // argument, or the --file's contents (standard input for -).
-func tokenizeInput(fs *pflag.FlagSet, args []string, file *string) (string, error) {
+func tokenizeInput(fs *pflag.FlagSet, args []string, file *string, allowBinary *bool) (string, error) {
 	fs.SetInterspersed(true)
 	out := fs.Output()
 	fs.SetOutput(io.Discard)
@@ -93,16 +93,8 @@ func tokenizeInput(fs *pflag.FlagSet, args []string, file *string) (string, erro
 	case *file == "":
 		return fs.Arg(0), nil
 	}
-	var data []byte
-	if *file == "-" {
-		data, err = io.ReadAll(os.Stdin)
-	} else {
-		data, err = os.ReadFile(*file)
-	}
-	if err != nil {
-		return "", usagef("--file: %v", err)
-	}
-	return string(data), nil
+	data, err := readText("--file", *file, *allowBinary, "--allow-binary")
+	return string(data), err
 }
 
 // parseIDs reads token ids separated by white space; each must be a token

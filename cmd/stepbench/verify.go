@@ -38,7 +38,12 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	shapes.register(fs, []int{1024}, []int{16})
 	counters := fs.String("counters", "", "emulated device only: count every check's loads and stores (warp requests, 32-byte sectors, shared-memory bank conflicts) into this JSONL file and print them per check beside the cost model's bytes")
 	registerOneRank(fs, "verify")
+	var stepTimeout stepTimeoutFlag
+	stepTimeout.register(fs, "verify")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := stepTimeout.check(); err != nil {
 		return err
 	}
 	atRunShapes := fs.Changed("batch-size") || fs.Changed("input-len") || fs.Changed("output-len")
@@ -63,6 +68,10 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ops, err := parseOps("--op", flags.ops) // a library that is no file is refused before any GPU is looked for
+	if err != nil {
+		return err
+	}
 	if *counters != "" {
 		// Read by the emulated driver and NVRTC as they start (and ignored by a real one).
 		if err := os.Setenv("STEPBENCH_EMU_COUNTERS", *counters); err != nil {
@@ -79,30 +88,35 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkIncludeDirs(flags.includeDirs); err != nil {
 		return err
 	}
-	ops, err := parseOps("--op", flags.ops)
-	if err != nil {
+	if err := probeOpLibraries("--op", ops, flags); err != nil {
 		return err
 	}
+	defer watchSteps("verify", stepTimeout.resolve(cfg, slices.Max(shapes.batch), slices.Max(shapes.input), drv.Emulated() != ""), stderr, nil)()
 	be, err := gpu.New(gpu.Options{Ops: ops, KernelsDir: flags.kernelsDir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
 		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
 	if err != nil {
 		return openFailure("no usable GPU", err)
 	}
 	defer be.Close()
-	info := be.Info()
+	printVerifyHeader(stdout, be.Info(), flags.kernelsDir, sel)
+	if atRunShapes {
+		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, *counters, stdout)
+	}
+	return runVerify(be, cfg, *seed, gpu.VerifyOptions{Only: *only, Long: *long, Counters: *counters}, stdout)
+}
+
+// printVerifyHeader says what verify runs on: the device, the libraries,
+// the kernels and their versions, and every op library.
+func printVerifyHeader(stdout io.Writer, info gpu.Info, kernelsDir string, sel kernels.Selection) {
 	if info.Emulated != "" {
 		fmt.Fprintln(stdout, report.EmulatedNote)
 	}
 	fmt.Fprintf(stdout, "verify on %s (sm_%d%d), NVRTC %d.%d, cuBLAS %s, kernels %s, versions %s, decode %s\n\n",
 		info.Device.Name, info.Device.Major, info.Device.Minor, info.NVRTCMajor, info.NVRTCMinor,
-		cublasVersionString(info.CublasVersion), kernelsOrigin(flags.kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
+		cublasVersionString(info.CublasVersion), kernelsOrigin(kernelsDir), verifiedVersions(sel), graphMode(info.GraphsEnabled))
 	for _, l := range info.OpLibraries {
 		fmt.Fprintf(stdout, "op %s from %s (sha256 %s; %s, ABI %d.%d)\n", l.Op, l.Path, l.SHA256, l.Name, l.ABI>>16, l.ABI&0xffff)
 	}
-	if atRunShapes {
-		return verifyAtRunShapes(be, cfg, runShapes(shapes.batch, shapes.input, shapes.output), *only, *seed, *counters, stdout)
-	}
-	return runVerify(be, cfg, *seed, gpu.VerifyOptions{Only: *only, Long: *long, Counters: *counters}, stdout)
 }
 
 // ncuCounterMetrics are Nsight Compute's names of what --counters counts.

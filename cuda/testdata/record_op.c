@@ -3,7 +3,9 @@
  * fields, and each tensor's device, dtype, shape, strides and, on the
  * host, its int values), which the tests read back from the error.
  * -DCAPS_HND_ONLY declares the HND layout alone, -DCAPS_PAGES_48 pages of
- * 48 tokens alone, -DCAPS_LSE the log-sum-exp; else zeroed caps. */
+ * 48 tokens alone, -DCAPS_LSE the log-sum-exp; else zeroed caps.
+ * -DCRASH_IN_RUN: no plan, and run writes through a null pointer (the
+ * crash handler must name the library, the op and the call). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,7 +49,12 @@ static int describe(const stepbench_op_call *c, const char *what) {
     return 1;
 }
 
-static int run(const stepbench_op_call *c) { return describe(c, "run"); }
+static int run(const stepbench_op_call *c) {
+#ifdef CRASH_IN_RUN
+    *(volatile int *)(uintptr_t)(c->error_bytes * 0) = 1; /* a write through a null pointer */
+#endif
+    return describe(c, "run");
+}
 static int plan(const stepbench_op_call *c) { return describe(c, "plan"); }
 
 uint32_t stepbench_op_abi_version(void) { return STEPBENCH_OP_ABI_VERSION; }
@@ -61,6 +68,9 @@ int stepbench_op_get(const char *op, stepbench_op_table *table, char *err, size_
     table->name = "record fixture";
     table->run = run;
     table->plan = plan;
+#ifdef CRASH_IN_RUN
+    table->plan = NULL;
+#endif
 #ifdef CAPS_HND_ONLY
     table->caps.kv_layouts = STEPBENCH_KV_HND;
 #endif

@@ -5,7 +5,12 @@
 // Only regular files, or links to one, are opened: the open never blocks
 // (a FIFO is refused, not waited on), and a directory, a device such as
 // /dev/zero or a socket is refused with what it is. A whole-file read is
-// bounded by a limit that its error names.
+// bounded by a limit that its error names, and by a deadline
+// (ReadTimeout): a file system that stops answering (a dead network
+// mount) is an error, not a hang.
+//
+// Every file stepbench reads goes through this package (a test lists the
+// calls of os.ReadFile and os.Open outside it: /proc files only).
 package input
 
 import (
@@ -15,13 +20,67 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+	"time"
 )
+
+// DefaultReadTimeout is ReadTimeout's default.
+const DefaultReadTimeout = time.Minute
+
+// ReadTimeout is how long Open and ReadFile wait for a file system:
+// STEPBENCH_READ_TIMEOUT (a duration, for tests), else DefaultReadTimeout.
+func ReadTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("STEPBENCH_READ_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return DefaultReadTimeout
+}
+
+// ErrTimeout is wrapped by the error of a read that did not end in time.
+var ErrTimeout = errors.New("the file system did not answer")
+
+// openFile is os.OpenFile; tests replace it with one that blocks.
+var openFile = os.OpenFile
+
+// within runs f, which reads path, with ReadTimeout as its deadline. Past
+// it, f goes on in the background (a read cannot be interrupted) and its
+// result is dropped; cleanup, if not nil, releases what it returns late.
+func within[T any](path string, f func() (T, error), cleanup func(T)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	d := ReadTimeout()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-timer.C:
+		go func() {
+			if r := <-done; r.err == nil && cleanup != nil {
+				cleanup(r.v)
+			}
+		}()
+		var zero T
+		return zero, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w within %s (a network or FUSE mount that hangs?)", ErrTimeout, d)}
+	}
+}
 
 // Open opens path for reading when it is a regular file (links followed).
 // It never blocks: the file is opened non-blocking, checked, and then
-// made blocking again.
+// made blocking again; a file system that does not answer the open within
+// ReadTimeout is an error.
 func Open(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	return within(path, func() (*os.File, error) { return open(path) }, func(f *os.File) { f.Close() })
+}
+
+func open(path string) (*os.File, error) {
+	f, err := openFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -75,9 +134,28 @@ func Kind(mode fs.FileMode) string {
 
 // ReadFile reads the whole of the regular file path, which must hold at
 // most limit bytes; what names the kind of file in the limit's error
-// ("a config.json", "a native report").
+// ("a config.json", "a native report"). The open and the read end within
+// ReadTimeout.
 func ReadFile(path string, limit int64, what string) ([]byte, error) {
-	f, err := Open(path)
+	return within(path, func() ([]byte, error) { return readFile(path, limit, what) }, nil)
+}
+
+// ReadAll reads r (standard input) to its end, which must come within
+// limit bytes; name and what are for the error, as ReadFile's. A reader
+// that never ends (a terminal, a pipe left open) is not timed out.
+func ReadAll(r io.Reader, limit int64, name, what string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: more than the %s that %s may hold", name, Bytes(limit), what)
+	}
+	return data, nil
+}
+
+func readFile(path string, limit int64, what string) ([]byte, error) {
+	f, err := open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"stepbench/internal/input"
 	"stepbench/runner"
 )
 
@@ -88,7 +89,7 @@ type counterReader struct {
 // next reads the launches appended since the last call, summed per kernel
 // in the order each kernel first appears.
 func (r *counterReader) next() ([]KernelCounters, error) {
-	f, err := os.Open(r.path)
+	f, err := input.Open(r.path)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}

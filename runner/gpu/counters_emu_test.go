@@ -5,10 +5,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 
 	"stepbench/cuda/emutest"
 	"stepbench/kernels"
+	"stepbench/runner"
 )
 
 // The access counters see what reading the kernels shows:
@@ -83,4 +85,72 @@ func countingVerifier(t *testing.T, file string) *Verifier {
 	v.CountAccesses(file)
 	t.Cleanup(func() { v.Close() })
 	return v
+}
+
+// Decode attention on shuffled pages of 16 (attn_decode 6) reads no more
+// 32-byte sectors per byte the step must read than attn_decode 4 on the
+// contiguous layout at the same lengths (Llama-3-8B's heads, 4 sequences
+// of 1000 tokens; EMULATED counters: every request's sectors, no cache).
+// What a step must read: K and V of every key, q, and for the pages the
+// table's live entries and the lengths. The gathers are the contiguous
+// kernel's requests (a token's row of a kv head is 256 contiguous bytes
+// wherever its page lies): V's cp.async 16 sectors per request, every byte
+// used; the table's and lengths' sectors are paid for by reading q once
+// per block instead of once per warp.
+func TestEmulatorPagedDecodeReadsNoMoreSectors(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	emutest.Use(t)
+	file := os.Getenv("STEPBENCH_EMU_COUNTERS")
+	if os.Getenv(scheduleChild) != "paged-counters" {
+		file = filepath.Join(t.TempDir(), "counters.jsonl")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorPagedDecodeReadsNoMoreSectors$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), scheduleChild+"=paged-counters", "STEPBENCH_EMU_COUNTERS="+file)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+		return
+	}
+	cfg, err := runner.Preset("llama-3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.KernelShape()
+	const batch, length = 4, 1000
+	v := countingVerifier(t, file)
+	a := kernels.AttnShape{Batch: batch, SeqLen: 1, StartPos: length - 1, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: length}
+	v.verifyAttentionAt(v.pinned(kernels.OpAttnDecode, 4), "attention decode v4", v.newAttentionCase(a), nil)
+	g := pagedGeometry{kv: pages(16, runner.PagesShuffled), ctx: slices.Repeat([]int{length - 1}, batch), qLens: slices.Repeat([]int{1}, batch)}
+	pv := g.layout(m, 3)
+	got, want := v.runPagedAttention(v.pinned(kernels.OpAttnDecode, 6), pv, nil)
+	rel, cmpErr := closeBF16(got, want)
+	v.record("attention decode v6 paged", pv.label, rel, false, cmpErr)
+	if len(v.results) != 2 || len(v.results[0].Counters) != 1 || len(v.results[1].Counters) != 1 {
+		t.Fatalf("want one kernel's counters per check: %+v", v.results)
+	}
+	for _, r := range v.results {
+		if r.Err != nil {
+			t.Fatalf("%s [%s]: %v", r.Check, r.Shape, r.Err)
+		}
+	}
+	contiguous, paged := v.results[0].Counters[0], v.results[1].Counters[0]
+	kvBytes := float64(2 * batch * length * m.KVHeads * m.HeadDim * 2)
+	qBytes := float64(batch * m.Heads * m.HeadDim * 2)
+	tableBytes := float64(batch*kernels.CeilDiv(length, 16)*4 + batch*4)
+	per := func(k KernelCounters, need float64) float64 {
+		return (k.GlobalLoad.Sectors + k.CpAsync.Sectors) * 32 / need
+	}
+	perContiguous, perPaged := per(contiguous, kvBytes+qBytes), per(paged, kvBytes+qBytes+tableBytes)
+	t.Logf("%s: %.0f sectors read (%.0f loads, %.0f cp.async), %.4f sector bytes per byte needed", contiguous.Kernel,
+		contiguous.GlobalLoad.Sectors+contiguous.CpAsync.Sectors, contiguous.GlobalLoad.Sectors, contiguous.CpAsync.Sectors, perContiguous)
+	t.Logf("%s on shuffled pages of 16: %.0f sectors read (%.0f loads, %.0f cp.async), %.4f sector bytes per byte needed", paged.Kernel,
+		paged.GlobalLoad.Sectors+paged.CpAsync.Sectors, paged.GlobalLoad.Sectors, paged.CpAsync.Sectors, perPaged)
+	if perPaged > perContiguous {
+		t.Errorf("attn_decode 6 on pages reads %.4f sector bytes per byte needed, attn_decode 4 contiguous %.4f", perPaged, perContiguous)
+	}
+	if s, u := paged.CpAsync.SectorsPerRequest(), paged.CpAsync.UsedPercent(); s < 15.5 || u != 100 {
+		t.Errorf("%s's V gathers: %.3g sectors per request, %.3g%% used; want 16 and 100%%", paged.Kernel, s, u)
+	}
 }

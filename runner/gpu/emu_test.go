@@ -75,6 +75,35 @@ var seededBugs = []seededBug{
 		want: []string{"linear v3 [edge edge m=32 n=48 k=4104]"},
 	},
 	{
+		// The block table's page index one past (a power-of-two page size's
+		// shift): a sequence's last page reads the table's poison, a page id
+		// past the pool, and faults.
+		name: "paged: page index off by one", file: "paged_attention.cu", kernel: "paged",
+		old:  "return ((long long)__ldg(tab + (j >> pageShift)) << pageShift)",
+		new:  "return ((long long)__ldg(tab + (j >> pageShift) + 1) << pageShift)",
+		want: []string{"attention decode v6 paged [llama-3-8b paged 16 shuffled", "CUDA_ERROR_ILLEGAL_ADDRESS", "kernel attn_decode6_d128"},
+	},
+	{
+		// The same in the division (a page size that is not a power of two).
+		name: "paged: page index off by one (division)", file: "paged_attention.cu", kernel: "paged",
+		old:  "return (long long)__ldg(tab + page) * pageSize",
+		new:  "return (long long)__ldg(tab + page + 1) * pageSize",
+		want: []string{"attention decode v6 paged [llama-3-8b paged 24 shuffled", "CUDA_ERROR_ILLEGAL_ADDRESS"},
+	},
+	{
+		// The last page one token long: the key past a sequence's end is a
+		// poisoned slot (NaN) or a page it does not have.
+		name: "paged: last page one token long", file: "paged_attention.cu", kernel: "paged",
+		old: "min(split * chunk + chunk, len)}", new: "min(split * chunk + chunk, len + 1)}",
+		want: []string{"attention decode v6 paged [llama-3-8b paged 16 shuffled", "NaN"},
+	},
+	{
+		// The last page one token short: a sequence of one token has no key.
+		name: "paged: last page one token short", file: "paged_attention.cu", kernel: "paged",
+		old: "min(split * chunk + chunk, len)}", new: "min(split * chunk + chunk, len - 1)}",
+		want: []string{"attention decode v6 paged [llama-3-8b paged 16 shuffled", "NaN"},
+	},
+	{
 		// attn_decode3's combining block leaves its counter at the split count:
 		// at the next launch (the first replay, after the eager step) no block
 		// counts last, nothing is combined, and the output keeps its poison.
@@ -338,6 +367,14 @@ var barrierBugs = []seededBug{
 	// shared memory, the new key's k and v rows in the caches) and the key loop.
 	{name: "decode v5: no barrier between the new key's write and the reads", file: "attention.cu", kernel: "attention",
 		old: "    __syncthreads();  // q_s, and the new key's row, before any warp reads them\n", new: ""},
+	// attn_prefill4's two (attn_prefill3's protocol over the pages), and
+	// attn_decode6's between the block's copy of q and the warps' reads.
+	{name: "paged prefill v4: no barrier before the refill", file: "paged_attention.cu", kernel: "paged",
+		old: "        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it\n", new: ""},
+	{name: "paged prefill v4: no barrier after cp_async_wait", file: "paged_attention.cu", kernel: "paged",
+		old: "        __syncthreads();  // tile `tile` has landed for every thread\n", new: ""},
+	{name: "paged decode v6: no barrier after the copy of q", file: "paged_attention.cu", kernel: "paged",
+		old: "((u32x4*)q_s)[c] = qsrc[c];\n    __syncthreads();\n", new: "((u32x4*)q_s)[c] = qsrc[c];\n"},
 }
 
 // ropeWriterBug makes attn_decode5's first split, not the one holding the

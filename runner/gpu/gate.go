@@ -15,12 +15,17 @@ import (
 // tokens generating OutputLen tokens (the prefill's included), as the engine
 // runs it: the KV cache holds InputLen+OutputLen positions, the prefill
 // starts at position 0 and decode step k at InputLen+k.
+//
+// Seqs, when set, are a ragged run's own sequences (runner.Engine.BeginSeqs:
+// each its context and prompt; Batch is then their count and InputLen
+// their mean), and KV the cache's layout (the zero value: contiguous). A run the engine
+// takes through the block table (the paged layout, a ragged batch, or a
+// selection of the table's kernel versions: RunShape.tabled) is checked at
+// its own table, lengths and slots (gate_paged.go).
 type RunShape struct {
 	Batch, InputLen, OutputLen int
-	// Seqs, when set, are a ragged shape's sequences (InputLen their mean)
-	// and KV the run's layout: the steps then go through the block table.
-	Seqs []runner.SeqSpec
-	KV   runner.KVOptions
+	Seqs                       []runner.SeqSpec
+	KV                         runner.KVOptions
 }
 
 // maxSeq is the engine's cache length for the shape (runner.Engine.Begin).
@@ -69,6 +74,8 @@ func checkForFamily(family string) string {
 		return "fp8"
 	case strings.HasPrefix(family, "gemv"):
 		return "linear"
+	case strings.HasPrefix(family, "gather_last"):
+		return "gather_last"
 	}
 	return family
 }
@@ -112,9 +119,10 @@ func ChecksForOps(ops []string) []string {
 }
 
 // withDecodeGraph adds the captured decode step's check where its kernels
-// (rope_kv_write, attention) are checked, and sorts without repeats.
+// (rope_kv_write, attention, kv_advance) are checked, and sorts without
+// repeats.
 func withDecodeGraph(checks []string) []string {
-	if slices.Contains(checks, "attention") || slices.Contains(checks, "rope_kv_write") {
+	if slices.Contains(checks, "attention") || slices.Contains(checks, "rope_kv_write") || slices.Contains(checks, "kv_advance") {
 		checks = append(checks, "decode_graph")
 	}
 	slices.Sort(checks)
@@ -136,27 +144,33 @@ func (v *Verifier) VerifyRunShapes(m kernels.ModelShape, shapes []RunShape, chec
 		return nil, errors.New("verify run shapes: no checks named")
 	}
 	v.results = nil
-	for _, s := range shapes {
-		if s.Batch < 1 || s.InputLen < 1 || s.OutputLen < 1 {
-			return nil, fmt.Errorf("verify run shapes: batch %d, input %d, output %d: each must be at least 1", s.Batch, s.InputLen, s.OutputLen)
+	shapes = slices.Clone(shapes)
+	for i, s := range shapes {
+		if err := s.check(); err != nil {
+			return nil, fmt.Errorf("verify run shapes: %w", err)
 		}
+		shapes[i] = s.normalized()
 	}
+	contiguous, tabled := v.splitTabled(shapes)
 	v.gateRowWise(m, shapes)
 	if v.wants("attention") {
 		for _, a := range attentionShapes(nil, false) {
 			v.gateAttention(a)
 		}
-		for _, a := range runAttentionShapes(m, shapes) {
+		for _, a := range runAttentionShapes(m, contiguous) {
 			v.gateAttention(a)
 		}
 	}
 	v.verifyLibKVSuite([]kernels.ModelShape{m}, RunPageSizes(shapes)...) // op libraries' KV ops: verify_oplib_kv.go
 	if v.wants("decode_graph") && graphs {
-		for _, s := range shapes {
+		for _, s := range contiguous {
 			if s.OutputLen >= 2 && v.dead == nil {
 				v.gateDecodeGraph(m, s)
 			}
 		}
+	}
+	for _, s := range tabled {
+		v.gatePaged(m, s, graphs)
 	}
 	if v.wants("add_i32") && v.dead == nil {
 		v.verifyAddI32()
@@ -202,7 +216,7 @@ func runAttentionShapes(m kernels.ModelShape, shapes []RunShape) []kernels.AttnS
 func (v *Verifier) gateRowWise(m kernels.ModelShape, shapes []RunShape) {
 	var rows, batches []int
 	for _, s := range shapes {
-		for _, r := range []int{s.Batch * s.InputLen, s.Batch} {
+		for _, r := range []int{s.tokens(), s.Batch} {
 			if !slices.Contains(rows, r) {
 				rows = append(rows, r)
 			}
@@ -231,6 +245,9 @@ func (v *Verifier) gateRowWise(m kernels.ModelShape, shapes []RunShape) {
 		}
 	}
 	for _, s := range shapes {
+		if s.tabled(v.set.Selection()) {
+			continue // gatePaged checks its gather and rope_kv_write
+		}
 		if v.wants("gather_last") && s.InputLen > 1 && v.dead == nil {
 			v.gatherLastAt(m, capRows(s.Batch, s.InputLen*m.Hidden), s.InputLen, m.Hidden)
 		}
@@ -302,8 +319,8 @@ func (v *Verifier) gateAttention(a kernels.AttnShape) {
 		op, name = kernels.OpAttnPrefill, "attention prefill"
 		ver, err = v.set.Selection().PrefillVersion(a)
 	}
-	if err != nil {
-		return // no version takes the shape: neither can the run
+	if err != nil || ver == kernels.TabledVersion(op) {
+		return // no version takes the shape: neither can the run (the table's: gatePaged)
 	}
 	c, label := v.newSampledAttentionCase(a)
 	v.verifySampledAttention(v.pinned(op, ver), v.checkName(op, name, ver), c, label)

@@ -14,7 +14,8 @@ func TestChecksForSourcesAndOps(t *testing.T) {
 	}{
 		{files: []string{"attention.cu"}, want: []string{"attention", "decode_graph"}},
 		{files: []string{"norm.cu", "activation.cu"}, want: []string{"add_rmsnorm", "silu_mul"}},
-		{files: []string{"copy.cu"}, want: []string{"add_i32", "embed", "gather_last"}},
+		{files: []string{"copy.cu"}, want: []string{"add_i32", "decode_graph", "embed", "gather_last", "kv_advance"}},
+		{files: []string{"paged_attention.cu"}, want: []string{"attention", "decode_graph"}},
 		{files: []string{"sample.cu", "tp.cu"}, want: []string{"argmax", "argmax_keys"}},
 		{files: []string{"rope.cu"}, want: []string{"decode_graph", "rope_kv_write"}},
 		{files: []string{"common.cu"}, want: VerifyKernelNames},

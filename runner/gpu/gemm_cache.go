@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"stepbench/internal/input"
 	"stepbench/kernels"
 )
 
@@ -96,12 +97,17 @@ func gemmEntryPath(dir string, key GemmKey) string {
 	return filepath.Join(dir, hex.EncodeToString(sum[:12])+".json")
 }
 
+// maxGemmEntryBytes bounds an entry (one is about 1 KiB): a file padded
+// past it, or a FIFO or device in its place, is noted and tuned again at
+// once, never read whole or waited on.
+const maxGemmEntryBytes = 1 << 20
+
 // loadGemmChoice reads key's entry. A missing entry is (nil, nil); one
 // that cannot be trusted is an error saying why (the caller notes it and
 // tunes again).
 func loadGemmChoice(dir string, key GemmKey) (*GemmChoice, error) {
 	path := gemmEntryPath(dir, key)
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, maxGemmEntryBytes, "a gemm-lt cache entry")
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -124,7 +124,7 @@ func (g *Group) GPUUUIDs() []string {
 
 // GroupID is the communicator's id: made here when this node is node 0 (or
 // the only one), else fetched from node 0 at addr (dist.Fetch); node 0 of
-// several waits at addr until every other node has it (dist.Serve). It says
+// several waits at addr until every other node has it (dist.Serve, logging on progress the connections it drops). It says
 // on progress what it waits for.
 func GroupID(nccl *cuda.NCCL, job dist.Job, addr string, timeout time.Duration, progress io.Writer) (cuda.NCCLUniqueID, error) {
 	var id cuda.NCCLUniqueID
@@ -139,7 +139,7 @@ func GroupID(nccl *cuda.NCCL, job dist.Job, addr string, timeout time.Duration, 
 		return id, err
 	}
 	fmt.Fprintf(progress, "stepbench: node 0 of %d: waiting at %s for the other nodes\n", job.NNodes, addr)
-	return id, dist.Serve(addr, job, id[:], timeout)
+	return id, dist.Serve(addr, job, id[:], dist.ServeOptions{Timeout: timeout, Log: progress})
 }
 
 // GroupProfiler is a group's profiler (bench.Profiler): the capture window

@@ -97,7 +97,7 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		}
 	}
 	for _, d := range kernels.TensorCoreHeadDims {
-		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d)} {
+		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d), "attn_prefill4": kernels.Prefill4SharedBytes(d)} {
 			pre := k.fn[kernels.EntryPoint(name, d)]
 			if pre != nil && shared > kernels.DefaultSharedLimitBytes {
 				if err := pre.SetMaxDynamicShared(shared); err != nil {
@@ -347,6 +347,9 @@ func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cu
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
 	}
+	if version == kernels.RopeTabledVersion {
+		return fmt.Errorf("%s: %w", c.op, tableOnly(kernels.OpRope, version))
+	}
 	name := "rope_kv_write"
 	if version == 2 {
 		// 16-byte rows: every row width is a multiple of 8 elements here.
@@ -401,6 +404,12 @@ func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache cuda.DevPtr, 
 	return k.decode(s, &c, out, q, kCache, vCache, pos, workspace, workspaceBytes, a)
 }
 
+// tableOnly refuses a block-table version (kernels.TabledVersion) at a
+// contiguous uniform shape: it reads the table the engine builds for it.
+func tableOnly(op string, version int) error {
+	return fmt.Errorf("%s %d reads the block table: a contiguous uniform batch reaches it through the engine's table of one page per sequence (the backend's UsesKVTable)", op, version)
+}
+
 // attentionOp is the op attention at a is: prefill for several new tokens, else decode.
 func attentionOp(a kernels.AttnShape) string {
 	if a.SeqLen > 1 {
@@ -414,6 +423,9 @@ func (k *Kernels) prefill(s *cuda.Stream, op string, out, q, kCache, vCache, pos
 	version, err := k.sel.PrefillVersion(a)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
+	}
+	if version == kernels.PrefillTabledVersion {
+		return fmt.Errorf("%s: %w", op, tableOnly(kernels.OpAttnPrefill, version))
 	}
 	name, tile := kernels.EntryPoint("attn_prefill", a.HeadDim), kernels.PrefillQueryTile
 	threads, shared := kernels.PrefillThreads, kernels.PrefillSharedBytes(a.HeadDim)
@@ -439,6 +451,9 @@ func (k *Kernels) decode(s *cuda.Stream, c *argCheck, out, q, kCache, vCache, po
 	version, err := k.sel.DecodeVersion(a)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
+	}
+	if version == kernels.DecodeTabledVersion {
+		return fmt.Errorf("%s: %w", c.op, tableOnly(kernels.OpAttnDecode, version))
 	}
 	chunkKeys, splits := kernels.DecodePlan(a, k.smCount)
 	need := kernels.DecodePartialBytes(a, splits)

@@ -174,3 +174,57 @@ func ranNothing(ran bool, err error) error {
 	}
 	return err
 }
+
+// The block table's wrappers refuse a bad view, geometry or version before
+// any launch (no GPU needed).
+func TestTabledWrappersRejectBadArguments(t *testing.T) {
+	k := &Kernels{smCount: 132}
+	var s *cuda.Stream
+	const p = cuda.DevPtr(1 << 20)
+	kv := KVPtrs{BlockTable: p, SeqLens: p, QueryStart: p, Positions: p, SlotMapping: p}
+	good := kernels.AttnShape{Batch: 2, SeqLen: 1, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 32, PageSize: 16, NumPages: 4, MaxPages: 2,
+		Paged: true, QLens: []int{1, 1}, SeqLens: []int{5, 17}}
+	with := func(change func(*kernels.AttnShape)) kernels.AttnShape {
+		a := good
+		change(&a)
+		return a
+	}
+	old := k.With(kernels.Selection{kernels.OpAttnDecode: 4})
+	checkWrapperErrors(t, []wrapperCase{
+		{"tabled attention null table", "attention", "block table is a null pointer", func() error {
+			bad := kv
+			bad.BlockTable = 0
+			return k.Attention(s, p, p, p, p, bad, p, 1<<20, good)
+		}},
+		{"tabled attention no pages", "attention", "maxPages = 0", func() error {
+			return k.Attention(s, p, p, p, p, kv, p, 1<<20, with(func(a *kernels.AttnShape) { a.MaxPages = 0 }))
+		}},
+		{"tabled attention head dim 96", "attention", "headDim = 96", func() error {
+			return k.Attention(s, p, p, p, p, kv, p, 1<<20, with(func(a *kernels.AttnShape) { a.HeadDim = 96 }))
+		}},
+		{"tabled decode small workspace", "attention", "workspace has 16 bytes", func() error {
+			return k.Attention(s, p, p, p, p, kv, p, 16, good)
+		}},
+		{"tabled decode with version 4", "attention", "attn_decode 4 takes the contiguous layout's uniform batches; the paged layout runs 6", func() error {
+			return old.Attention(s, p, p, p, p, kv, p, 1<<20, good)
+		}},
+		{"tabled rope misaligned slots", "rope_kv_write", "slot mapping = ", func() error {
+			bad := kv
+			bad.SlotMapping = p + 4
+			return k.RopeKVWrite(s, p, p, p, p, p, bad, good)
+		}},
+		{"tabled rope head dim 40", "rope_kv_write", "multiple of 16", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, kv, with(func(a *kernels.AttnShape) { a.HeadDim = 40 }))
+		}},
+		{"contiguous rope with version 3", "rope_kv_write", "rope_kv_write 3 reads the block table", func() error {
+			return k.With(kernels.Selection{kernels.OpRope: 3}).RopeKVWrite(s, p, p, p, p, p, KVPtrs{Pos: p},
+				kernels.AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8})
+		}},
+		{"advance of a prefill's view", "advance_kv", "one per sequence", func() error {
+			return k.AdvanceKV(s, kv, with(func(a *kernels.AttnShape) { a.QLens = []int{3, 1} }))
+		}},
+		{"ragged gather null starts", "gather_last", "query starts is a null pointer", func() error {
+			return k.GatherLastRagged(s, p, p, 0, 2, 64, 9)
+		}},
+	})
+}

@@ -25,16 +25,8 @@ var _ runner.KVTableUser = (*Backend)(nil)
 // kvOps are the ops whose libraries take the KV view.
 var kvOps = []string{kernels.OpRope, kernels.OpAttnPrefill, kernels.OpAttnDecode}
 
-// UsesKVTable reports whether the engine must run every step through the
-// block table, even a uniform batch on the contiguous layout
-// (runner.KVTableUser): an op library replaces a KV op (ABI 2 libraries
-// take only the tabled form), or the chosen kernel versions take only the
-// table. Both conditions, ORed here.
-func (c *Backend) UsesKVTable() bool {
-	return c.set.libsNeedTable() || c.set.tabledKernelsChosen()
-}
-
-// libsNeedTable reports whether an op library replaces a KV op.
+// libsNeedTable reports whether an op library replaces a KV op (ABI 2
+// libraries take only the tabled form): Backend.UsesKVTable ORs it in.
 func (k *Kernels) libsNeedTable() bool {
 	for _, op := range kvOps {
 		if k.Replaces(op) {
@@ -43,11 +35,6 @@ func (k *Kernels) libsNeedTable() bool {
 	}
 	return false
 }
-
-// tabledKernelsChosen reports whether the selection pins kernel versions
-// that take only the block table. The kernels of the paged layout define
-// it; until they land no version does.
-func (k *Kernels) tabledKernelsChosen() bool { return false }
 
 // errLibNeedsTable is a contiguous-form call of an op a library replaces:
 // the caller should have gone tabled (UsesKVTable).

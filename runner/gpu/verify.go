@@ -117,14 +117,16 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 			}
 		}
 	}
-	v.verifyLibKVSuite(models) // op libraries' KV ops: verify_oplib_kv.go
-	if v.wants("decode_graph") {
+	// Op libraries' KV ops (the tabled form only): verify_oplib_kv.go.
+	v.verifyLibKVSuite(models)
+	if v.wants("decode_graph") && !v.set.Selection().UsesKVTable() { // else only the tabled step runs: verifyPagedDecodeGraph
 		for _, m := range models {
 			if supportedHeadDim(m.HeadDim) && v.dead == nil {
 				v.verifyDecodeGraph(m)
 			}
 		}
 	}
+	v.verifyPagedAll(models)
 	if v.wants("add_i32") {
 		v.verifyAddI32()
 	}
@@ -145,10 +147,12 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA context unusable")
 
 // VerifyKernelNames are the names Only accepts: one per kernel (attention
-// covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu) and
-// decode_graph for the replayed decode step.
+// covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu),
+// decode_graph for the replayed decode step, and paged for every check of
+// the block table's kernels alone (their attention, rope_kv_write,
+// gather_last, decode graph and kv_advance checks).
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm", "kv_advance", "paged"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.
@@ -589,8 +593,8 @@ func versioned(check string, ver int) string { return fmt.Sprintf("%s v%d", chec
 func (v *Verifier) verifyRope(m kernels.ModelShape) {
 	for _, ver := range v.versions(kernels.OpRope) {
 		set := v.pinned(kernels.OpRope, ver)
-		if _, err := set.Selection().RopeVersion(m.HeadDim); err != nil {
-			continue // this version does not take the shape
+		if _, err := set.Selection().RopeVersion(m.HeadDim); err != nil || ver == kernels.RopeTabledVersion {
+			continue // this version does not take the shape (the table's: verifyPagedRopes)
 		}
 		for _, a := range []kernels.AttnShape{
 			{Batch: 2, SeqLen: 9, StartPos: 0, MaxSeq: 32},
@@ -679,6 +683,9 @@ func (v *Verifier) verifyAttention(a kernels.AttnShape) {
 	var in *attentionCase
 	outs := map[int][]uint16{}
 	for _, ver := range v.versions(op) {
+		if ver == kernels.TabledVersion(op) {
+			continue // the block table's: verifyPagedAttentions
+		}
 		set := v.pinned(op, ver)
 		var supported error
 		if op == kernels.OpAttnPrefill {

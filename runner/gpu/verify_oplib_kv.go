@@ -166,14 +166,6 @@ func (v *Verifier) uploadLibView(t *libKVTable) {
 	v.upload(t.ptrs.SlotMapping, unsafe.Pointer(&t.slots[0]), 8*len(t.slots))
 }
 
-func (v *Verifier) i64(data []int64) cuda.DevPtr {
-	p := v.alloc(8 * len(data))
-	if len(data) > 0 {
-		v.upload(p, unsafe.Pointer(&data[0]), 8*len(data))
-	}
-	return p
-}
-
 // libPhase is the plan phase of a step of shape a: decode when every
 // sequence brings one token.
 func libPhase(a kernels.AttnShape) int {

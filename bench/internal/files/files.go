@@ -28,11 +28,42 @@ func ProbePath(path string) string {
 	return filepath.Join(dir, "."+base+".probe")
 }
 
-// WriteAtomic writes data to path through TempPath(path) and a rename, so
-// that a reader (or a crash) never sees half a file and an existing file is
-// replaced only by a complete one. Its errors do not repeat the path: the
-// caller names the file once.
+// Resolve is the file a write to path creates or replaces: path with its
+// links followed, the last component's too even when its target does not
+// exist yet (a dangling link is where the file will be created), at most
+// 40 links deep as the kernel follows them. Where a step fails, the path
+// so far stands.
+func Resolve(path string) string {
+	p := filepath.Clean(path)
+	for range 40 {
+		dir, base := filepath.Split(p)
+		if d, err := filepath.EvalSymlinks(dir); err == nil && dir != "" {
+			p = filepath.Join(d, base)
+		}
+		info, err := os.Lstat(p)
+		if err != nil || info.Mode()&os.ModeSymlink == 0 {
+			return p
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return p
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		p = filepath.Clean(target)
+	}
+	return p
+}
+
+// WriteAtomic writes data to path through a temporary file and a rename,
+// so that a reader (or a crash) never sees half a file and an existing
+// file is replaced only by a complete one. A path that is a symbolic link
+// is written through: its target (Resolve) is replaced, beside which the
+// temporary file is made, and the link stays. Its errors do not repeat
+// the path: the caller names the file once.
 func WriteAtomic(path string, data []byte) error {
+	path = Resolve(path)
 	tmpName := TempPath(path)
 	// O_NOFOLLOW: a link planted at the temporary name is not written through.
 	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
