@@ -7,31 +7,32 @@ package cuda
 // #include "crash.h"
 // #include "stepbench_op.h"
 //
-// // Every call into the library runs with its crash label set (crash.h):
-// // a fault inside it is named by the library, the op and the call.
+// // Every call into the library runs with a crash label (crash.h): a fault
+// // inside it is named by the library, the op and the call. A label the
+// // caller set already (the probe's, LabelCrashes) is kept.
 // static uint32_t sb_op_abi(void *fn, const char *label) {
-// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	const char *outer = sb_crash_label; if (outer == NULL) sb_crash_label = label;
 // 	uint32_t v = ((uint32_t (*)(void))fn)();
 // 	sb_crash_label = outer; return v;
 // }
 // static int sb_op_get(void *fn, const char *op, stepbench_op_table *t, char *err, size_t n, const char *label) {
-// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	const char *outer = sb_crash_label; if (outer == NULL) sb_crash_label = label;
 // 	int rc = ((int (*)(const char *, stepbench_op_table *, char *, size_t))fn)(op, t, err, n);
 // 	sb_crash_label = outer; return rc;
 // }
 // static int sb_op_workspace(stepbench_op_table *t, stepbench_op_call *c, uint64_t *bytes, const char *label) {
 // 	if (t->workspace_bytes == NULL) { *bytes = 0; return 0; }
-// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	const char *outer = sb_crash_label; if (outer == NULL) sb_crash_label = label;
 // 	int rc = t->workspace_bytes(c, bytes);
 // 	sb_crash_label = outer; return rc;
 // }
 // static int sb_op_run(stepbench_op_table *t, stepbench_op_call *c, const char *label) {
-// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	const char *outer = sb_crash_label; if (outer == NULL) sb_crash_label = label;
 // 	int rc = t->run(c);
 // 	sb_crash_label = outer; return rc;
 // }
 // static int sb_op_plan(stepbench_op_table *t, stepbench_op_call *c, const char *label) {
-// 	const char *outer = sb_crash_label; sb_crash_label = label;
+// 	const char *outer = sb_crash_label; if (outer == NULL) sb_crash_label = label;
 // 	int rc = t->plan(c);
 // 	sb_crash_label = outer; return rc;
 // }
