@@ -85,6 +85,8 @@ func OpenOpLibrary(path string) (*OpLibrary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("op library %s: %w", path, err)
 	}
+	leave := watch(LibraryLoad, callText("op library "+path+": its load (dlopen: its constructors; stepbench_op_abi_version)"))
+	defer leave()
 	lib, err := openLibrary(path)
 	if err != nil {
 		return nil, fmt.Errorf("op library %s: %w", path, err)
@@ -140,8 +142,11 @@ type Op struct {
 	cOp     *C.char
 	host    []unsafe.Pointer // C copies of a plan call's host tensors, freed after it
 	// labels name the calls for the crash handler (crashLabel), made once
-	// and kept for the process's life.
+	// and kept for the process's life; texts name them for the Watcher,
+	// launched the op for the stream's last launch.
 	runLabel, planLabel, workspaceLabel *C.char
+	runText, planText, workspaceText    fmt.Stringer
+	launched                            string
 }
 
 // Op looks op up in the library (stepbench_op_get); call it on the CUDA
@@ -156,6 +161,11 @@ func (l *OpLibrary) Op(op string) (*Op, error) {
 	o.cOp = C.CString(op)
 	o.table.struct_bytes = C.uint32_t(unsafe.Sizeof(C.stepbench_op_table{}))
 	o.runLabel, o.planLabel, o.workspaceLabel = crashLabel(l.Path, op, "run"), crashLabel(l.Path, op, "plan"), crashLabel(l.Path, op, "workspace_bytes")
+	what := "op library " + l.Path + ": " + op + "'s "
+	o.runText, o.planText, o.workspaceText = callText(what+"run"), callText(what+"plan"), callText(what+"workspace_bytes")
+	o.launched = "op library " + l.Path + "'s " + op
+	leave := watch(LibraryLoad, callText(what+"stepbench_op_get"))
+	defer leave()
 	if rc := C.sb_op_get(l.get, o.cOp, o.table, o.errBuf, opErrorBytes, crashLabel(l.Path, op, "stepbench_op_get")); rc != 0 {
 		err := fmt.Errorf("op library %s: op %s: stepbench_op_get returned %d: %s", l.Path, op, int(rc), o.message())
 		o.free()
@@ -405,7 +415,10 @@ func (o *Op) WorkspaceBytes(s *Stream, a OpArgs) (int, error) {
 		return 0, err
 	}
 	var bytes C.uint64_t
-	if rc := C.sb_op_workspace(o.table, o.call, &bytes, o.workspaceLabel); rc != 0 {
+	leave := watch(LibraryCall, o.workspaceText)
+	rc := C.sb_op_workspace(o.table, o.call, &bytes, o.workspaceLabel)
+	leave()
+	if rc != 0 {
 		return 0, fmt.Errorf("op library %s: op %s: workspace_bytes returned %d: %s", o.lib.Path, o.op, int(rc), o.message())
 	}
 	return int(bytes), nil
@@ -417,7 +430,11 @@ func (o *Op) Run(s *Stream, a OpArgs) error {
 	if err := o.fill(s, a); err != nil {
 		return err
 	}
-	if rc := C.sb_op_run(o.table, o.call, o.runLabel); rc != 0 {
+	leave := watch(LibraryCall, o.runText)
+	rc := C.sb_op_run(o.table, o.call, o.runLabel)
+	leave()
+	s.last.Store(&o.launched) // what the stream's work is, should a synchronisation hang
+	if rc != 0 {
 		return fmt.Errorf("op library %s: op %s: run returned %d: %s", o.lib.Path, o.op, int(rc), o.message())
 	}
 	return nil
@@ -436,7 +453,10 @@ func (o *Op) Plan(s *Stream, a OpArgs) error {
 	if err := o.fill(s, a); err != nil {
 		return err
 	}
-	if rc := C.sb_op_plan(o.table, o.call, o.planLabel); rc != 0 {
+	leave := watch(LibraryCall, o.planText)
+	rc := C.sb_op_plan(o.table, o.call, o.planLabel)
+	leave()
+	if rc != 0 {
 		return fmt.Errorf("op library %s: op %s: plan returned %d: %s", o.lib.Path, o.op, int(rc), o.message())
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The tests of this file hold issue 28's promises about op ABI 2 with real
@@ -154,5 +155,17 @@ func TestEmulatedOpLibraryCrashInRunIsNamed(t *testing.T) {
 	want := "stepbench: op library " + lib + " crashed in attn_decode's run: SIGSEGV"
 	if code == 0 || !strings.Contains(stderr, want) || strings.Contains(stderr, "goroutine ") {
 		t.Errorf("verify of a library that faults in run: exit %d, want death by SIGSEGV naming it (%q)\n%s", code, want, stderr)
+	}
+}
+
+// A library whose run never returns is a step timeout naming the library,
+// the op and the call (--step-timeout watches every ABI 2 call), exit 1.
+func TestEmulatedOpLibraryHangInRunIsNamed(t *testing.T) {
+	onEmulator(t)
+	lib := abiFixture(t, "record_op.c", "-DHANG_IN_RUN")
+	code, _, stderr := runProcess(t, 120*time.Second, nil, append([]string{"verify", "--op", "attn_decode=" + lib, "--check", "attention", "--step-timeout", "2s"}, tinyRunShape...)...)
+	want := "stepbench verify: step timeout: op library " + lib + ": attn_decode's run did not finish within 2s"
+	if code != exitFailure || !strings.Contains(stderr, want) {
+		t.Errorf("verify of a library whose run hangs: exit %d, want 1 and %q\n%s", code, want, stderr)
 	}
 }

@@ -5,7 +5,9 @@
  * -DCAPS_HND_ONLY declares the HND layout alone, -DCAPS_PAGES_48 pages of
  * 48 tokens alone, -DCAPS_LSE the log-sum-exp; else zeroed caps.
  * -DCRASH_IN_RUN: no plan, and run writes through a null pointer (the
- * crash handler must name the library, the op and the call). */
+ * crash handler must name the library, the op and the call);
+ * -DHANG_IN_RUN: no plan, and run never returns (--step-timeout must name
+ * the call). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,6 +55,10 @@ static int run(const stepbench_op_call *c) {
 #ifdef CRASH_IN_RUN
     *(volatile int *)(uintptr_t)(c->error_bytes * 0) = 1; /* a write through a null pointer */
 #endif
+#ifdef HANG_IN_RUN
+    for (volatile int spin = 1; spin;) {
+    }
+#endif
     return describe(c, "run");
 }
 static int plan(const stepbench_op_call *c) { return describe(c, "plan"); }
@@ -68,7 +74,7 @@ int stepbench_op_get(const char *op, stepbench_op_table *table, char *err, size_
     table->name = "record fixture";
     table->run = run;
     table->plan = plan;
-#ifdef CRASH_IN_RUN
+#if defined(CRASH_IN_RUN) || defined(HANG_IN_RUN)
     table->plan = NULL;
 #endif
 #ifdef CAPS_HND_ONLY
