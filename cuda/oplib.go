@@ -47,7 +47,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"unsafe"
 
 	"stepbench/internal/input"
@@ -83,18 +82,19 @@ func OpenOpLibrary(path string) (*OpLibrary, error) {
 	}
 	sum, err := fileSHA256(path)
 	if err != nil {
-		return nil, fmt.Errorf("op library %s: %w", path, err)
+		return nil, input.Bad(fmt.Errorf("op library %s: %w", path, err))
 	}
 	leave := watch(LibraryLoad, callText("op library "+path+": its load (dlopen: its constructors; stepbench_op_abi_version)"))
 	defer leave()
 	lib, err := openLibrary(path)
 	if err != nil {
-		return nil, fmt.Errorf("op library %s: %w", path, err)
+		// dlerror's text quotes the file: a hostile one can hold escapes.
+		return nil, input.Bad(fmt.Errorf("op library %s: %s", path, Sanitize(err.Error(), 2048)))
 	}
 	abi, get := lib.symbol("stepbench_op_abi_version"), lib.symbol("stepbench_op_get")
 	if abi == nil || get == nil {
 		lib.close()
-		return nil, fmt.Errorf("op library %s: exports no stepbench_op_abi_version and stepbench_op_get (see include/stepbench_op.h)", path)
+		return nil, input.Bad(fmt.Errorf("op library %s: exports no stepbench_op_abi_version and stepbench_op_get (see include/stepbench_op.h)", path))
 	}
 	l := &OpLibrary{lib: lib, Path: path, SHA256: sum, ABI: uint32(C.sb_op_abi(abi, crashLabel(path, "", "stepbench_op_abi_version"))), get: get}
 	if l.ABI>>16 != OpABIVersion>>16 {
@@ -106,7 +106,7 @@ func OpenOpLibrary(path string) (*OpLibrary, error) {
 }
 
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := input.Open(path)
 	if err != nil {
 		return "", err
 	}
@@ -167,16 +167,16 @@ func (l *OpLibrary) Op(op string) (*Op, error) {
 	leave := watch(LibraryLoad, callText(what+"stepbench_op_get"))
 	defer leave()
 	if rc := C.sb_op_get(l.get, o.cOp, o.table, o.errBuf, opErrorBytes, crashLabel(l.Path, op, "stepbench_op_get")); rc != 0 {
-		err := fmt.Errorf("op library %s: op %s: stepbench_op_get returned %d: %s", l.Path, op, int(rc), o.message())
+		err := input.Bad(fmt.Errorf("op library %s: op %s: stepbench_op_get returned %d: %s", l.Path, op, int(rc), o.message()))
 		o.free()
 		return nil, err
 	}
 	if o.table.run == nil {
 		o.free()
-		return nil, fmt.Errorf("op library %s: op %s: its table has no run function", l.Path, op)
+		return nil, input.Bad(fmt.Errorf("op library %s: op %s: its table has no run function", l.Path, op))
 	}
 	if o.table.name != nil {
-		o.name = C.GoString(o.table.name)
+		o.name = Sanitize(C.GoString(o.table.name), 256)
 	}
 	o.caps = capsOf(&o.table.caps)
 	return o, nil
@@ -201,12 +201,14 @@ func (o *Op) Caps() OpCaps { return o.caps }
 // HasPlan reports whether the op has a plan entry point.
 func (o *Op) HasPlan() bool { return C.sb_op_has_plan(o.table) != 0 }
 
+// message is the library's error text, made fit for a terminal
+// (Sanitize: one line, no escape sequence).
 func (o *Op) message() string {
 	msg := C.GoString(o.errBuf)
 	if msg == "" {
 		return "(no message)"
 	}
-	return msg
+	return Sanitize(msg, 2048)
 }
 
 // OpDType is an operand's element type.
