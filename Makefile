@@ -145,7 +145,7 @@ bundle: examples
 	$(GO) build -ldflags "$(LDFLAGS)" -o dist/bundle/bin/stepbench ./cmd/stepbench
 	cp scripts/device-check.sh scripts/hf-check.py scripts/pdl-order dist/bundle/
 	cp $(EXAMPLE_LIBS) dist/bundle/examples/
-	cp -r include examples/ops/nvcc examples/ops/triton dist/bundle/examples/
+	cp -r include examples/ops/nvcc examples/ops/triton examples/ops/flashinfer examples/ops/fa3 dist/bundle/examples/
 	@! ldd dist/bundle/bin/stepbench | grep -Ei 'cuda|nvrtc|cublas' || { echo "the binary links a CUDA library"; exit 1; }
 
 # The emulated CUDA device (cuda/emu): stand-ins for libcuda.so.1, NVRTC,
@@ -207,7 +207,8 @@ $(EMU_DIR)/libnvidia-ml.so.1: cuda/emu/nvml.c
 # toolkit. The off-by-one build is the deliberately wrong one verify refuses.
 EXAMPLES_DIR    := build/examples
 EXAMPLE_CFLAGS  := -std=c11 -O2 -fPIC -shared -Wall -Wextra -Werror -Iinclude
-EXAMPLE_LIBS    := $(EXAMPLES_DIR)/libattn_decode.so $(EXAMPLES_DIR)/libattn_decode_off_by_one.so $(EXAMPLES_DIR)/libreference_ops.so
+EXAMPLE_LIBS    := $(EXAMPLES_DIR)/libattn_decode.so $(EXAMPLES_DIR)/libattn_decode_off_by_one.so $(EXAMPLES_DIR)/libreference_ops.so \
+                   $(EXAMPLES_DIR)/libattn_decode_paged.so $(EXAMPLES_DIR)/libattn_decode_paged_off_by_one.so
 
 examples: $(EXAMPLE_LIBS)
 
@@ -222,6 +223,14 @@ $(EXAMPLES_DIR)/libattn_decode_off_by_one.so: examples/ops/attn_decode/attn_deco
 $(EXAMPLES_DIR)/libreference_ops.so: examples/ops/reference/reference_ops.c include/stepbench_op.h examples/ops/common/sbx_cuda.h
 	@mkdir -p $(EXAMPLES_DIR)
 	$(EMU_CC) $(EXAMPLE_CFLAGS) -o $@ $< -ldl
+
+$(EXAMPLES_DIR)/libattn_decode_paged.so: examples/ops/paged/attn_decode_paged.c include/stepbench_op.h examples/ops/common/sbx_cuda.h
+	@mkdir -p $(EXAMPLES_DIR)
+	$(EMU_CC) $(EXAMPLE_CFLAGS) -o $@ $< -ldl
+
+$(EXAMPLES_DIR)/libattn_decode_paged_off_by_one.so: examples/ops/paged/attn_decode_paged.c include/stepbench_op.h examples/ops/common/sbx_cuda.h
+	@mkdir -p $(EXAMPLES_DIR)
+	$(EMU_CC) $(EXAMPLE_CFLAGS) -DSTEPBENCH_EXAMPLE_LAST_PAGE_OFF_BY_ONE -o $@ $< -ldl
 
 clean:
 	rm -rf bin dist build

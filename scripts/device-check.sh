@@ -213,18 +213,19 @@ run aa-compare 2 "$STEPBENCH" compare "$OUT/aa-first.json" "$OUT/aa-second.json"
 # all-reduces inside (the emulated NCCL is all the tests have).
 run tp1 7 "$STEPBENCH" run --device cuda --model llama-3-8b --tp-size 1 --batch-size 1 --input-len 128 \
   --output-len 8 --num-iters 2
-# Op libraries (docs/byok.md): the C example (built by make bundle with gcc) checked at the
-# 8B's decode shapes, then timed against the built-in decode attention launch by launch;
-# the nvcc recipe (cuda_bf16.h, the CUDA runtime) and the Triton recipe built here when
-# nvcc or Triton is there, each checked the same way.
+# Op libraries (docs/byok.md; op ABI 2, the paged KV cache): the paged C example (split-KV,
+# a plan, the log-sum-exp; built by make bundle with gcc) checked at the 8B's decode shapes,
+# then timed against the built-in decode attention launch by launch; the nvcc recipe
+# (cuda_bf16.h, the CUDA runtime) and the Triton recipe built here when nvcc or Triton is
+# there, each checked the same way.
 ex="$here/examples"
-if [[ -f "$ex/libattn_decode.so" ]]; then
-  run op-c 10 bash -c '"$1" verify --model llama-3-8b --op attn_decode="$2/libattn_decode.so" --check attention,decode_graph \
+if [[ -f "$ex/libattn_decode_paged.so" ]]; then
+  run op-c 10 bash -c '"$1" verify --model llama-3-8b --op attn_decode="$2/libattn_decode_paged.so" --check attention,decode_graph \
       --batch-size 1,32 --input-len 1024 --output-len 8 &&
-    "$1" kernel attention --model llama-3-8b --shape batch=32,seq=1,pos=1024 --op attn_decode="$2/libattn_decode.so" \
+    "$1" kernel attention --model llama-3-8b --shape batch=32,seq=1,pos=1024 --op attn_decode="$2/libattn_decode_paged.so" \
       --baseline-builtin --timeout 3s' op-c "$STEPBENCH" "$ex"
 else
-  echo "no examples/libattn_decode.so beside the script (make bundle builds it): the op-library step was skipped" >"$OUT/op-c.log"
+  echo "no examples/libattn_decode_paged.so beside the script (make bundle builds it): the op-library step was skipped" >"$OUT/op-c.log"
 fi
 if command -v nvcc >/dev/null 2>&1 && [[ -d "$ex/nvcc" ]]; then
   run op-nvcc 10 bash -c 'nvcc -O3 -arch=native -Xcompiler -fPIC -shared -I"$2/include" -o "$3/libattn_decode_nvcc.so" \

@@ -500,7 +500,7 @@ func (b *opBuilder) attentionSide(op string) func() error {
 	attn := runner.AttnShape{Batch: s.Batch, SeqLen: s.SeqLen, StartPos: s.StartPos, Heads: cfg.NumAttentionHeads,
 		KVHeads: cfg.NumKeyValueHeads, HeadDim: D, MaxSeq: s.StartPos + s.SeqLen}
 	var view runner.KVView
-	if s.Tabled() {
+	if s.Tabled() || takesTable(be) { // an op library of op ABI 2 takes only the table, even a uniform contiguous step
 		attn, view = b.attentionView(attn)
 	} else {
 		view.Pos = b.alloc(runner.I32, 1)
@@ -562,6 +562,13 @@ func (b *opBuilder) attentionView(a runner.AttnShape) (runner.AttnShape, runner.
 		}
 	}
 	return a, v
+}
+
+// takesTable reports whether be takes only the tabled form
+// (runner.KVTableUser: an op library of op ABI 2 replaces the op).
+func takesTable(be runner.Backend) bool {
+	u, ok := be.(runner.KVTableUser)
+	return ok && u.UsesKVTable()
 }
 
 // FlushL2 overwrites the flush buffer with fresh dummy data (Target).

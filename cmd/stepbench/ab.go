@@ -26,7 +26,7 @@ import (
 // in the versions sel chooses.
 func openCUDAWithKernels(dir string, sel kernels.Selection, ops map[string]string, flags backendFlags, stderr io.Writer) (*gpu.Backend, error) {
 	be, err := gpu.New(gpu.Options{Ops: ops, KernelsDir: dir, IncludeDirs: flags.includeDirs, NVRTCPath: flags.nvrtcPath, CublasPath: flags.cublasPath,
-		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, Progress: stderr})
+		DisableGraphs: flags.disableCUDAGraph, Kernels: sel, KV: flags.kv, Progress: stderr})
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +346,9 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]abArm, []stri
 		if err := probeOpLibraries([]string{"--op", "--baseline-op"}[i], ops[i], f.backend); err != nil {
 			return nil, header, closeAll, err
 		}
-		be, err := openCUDAWithKernels(dir, sels[i], ops[i], f.backend, stderr)
+		flags, kv := f.backend, f.armKV(i).options(f.seed)
+		flags.kv = &kv // the arm's layout, for its op libraries' caps
+		be, err := openCUDAWithKernels(dir, sels[i], ops[i], flags, stderr)
 		if err != nil {
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], openFailure(fmt.Sprintf("kernels %q, versions %s", dir, sels[i]), err))
 		}

@@ -28,6 +28,10 @@ type backendFlags struct {
 	kernelVersions   []string
 	includeDirs      []string // --include
 	ops              []string // --op OP=PATH
+	// kv is the layout of the runs' KV cache, for the op libraries' caps
+	// (gpu.Options.KV): set by the command from its layout flags; nil for
+	// none in particular (verify).
+	kv *runner.KVOptions
 }
 
 func (b *backendFlags) register(fs *pflag.FlagSet) {
@@ -126,7 +130,7 @@ func (b *backendFlags) selection() (kernels.Selection, error) {
 // versions sel.
 func (b *backendFlags) options(sel kernels.Selection) gpu.Options {
 	return gpu.Options{KernelsDir: b.kernelsDir, IncludeDirs: b.includeDirs, NVRTCPath: b.nvrtcPath, CublasPath: b.cublasPath,
-		DisableGraphs: b.disableCUDAGraph, Kernels: sel}
+		DisableGraphs: b.disableCUDAGraph, Kernels: sel, KV: b.kv}
 }
 
 // registerLibraryFlags adds --nvrtc and --cublas (explicit library paths).
@@ -278,6 +282,9 @@ func openFailure(what string, err error) error {
 	var ce *kernels.CompileError
 	if errors.As(err, &ce) {
 		return ce
+	}
+	if input.IsBad(err) { // a refused input (an op library's ABI or caps), not a GPU's failure
+		return err
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

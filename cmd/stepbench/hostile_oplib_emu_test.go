@@ -156,3 +156,17 @@ func TestEmulatedHostileOpLibraries(t *testing.T) {
 		}
 	}
 }
+
+// A library whose run fails with a message holding escape sequences and a
+// newline has that message written on one line with the escapes quoted:
+// a library's text never reaches the terminal raw.
+func TestEmulatedOpLibraryErrorTextIsSanitized(t *testing.T) {
+	seeded.Expect(t, "an op library's error text with escape sequences and a newline")
+	onEmulator(t)
+	lib := hostileOp(t, t.TempDir(), "liberrrun.so", "ERR_RUN")
+	code, stdout, stderr := runProcess(t, 2*time.Minute, []string{"XDG_CACHE_HOME=" + emuCacheHome},
+		append([]string{"verify", "--op", "attn_decode=" + lib, "--check", "attention"}, tinyRunShape...)...)
+	if code != exitFailure || !strings.Contains(stdout+stderr, `\x1b[31mred\x1b[0m run failed\nsecond line`) || strings.Contains(stdout+stderr, "\x1b") {
+		t.Errorf("a run that fails: exit %d\nstdout:\n%q\nstderr:\n%q", code, stdout, stderr)
+	}
+}

@@ -352,6 +352,10 @@ func writeKernelNotes(w io.Writer, env report.Environment, v report.Verification
 // kernels at the op's shapes before anything is timed (kernelGate).
 func openCheckedBackend(flags backendFlags, gate kernelGate, cfg runner.Config, shapes []kernelbench.Shape, est runner.MemoryEstimate,
 	stderr io.Writer) (runner.Backend, report.Environment, report.Verification, error) {
+	flags.kv = &runner.KVOptions{} // the shapes' layout (--kv-layout), for the op libraries' caps
+	if len(shapes) > 0 {
+		flags.kv = &shapes[0].KV
+	}
 	be, env, err := openBackend("cuda", flags, cfg.KernelShape(), est, stderr)
 	if err != nil {
 		return nil, env, report.Verification{}, err

@@ -124,6 +124,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checkFP8Arch(setup.device, setup.cfg); err != nil {
 		return err
 	}
+	// The op libraries' caps are checked against the layout as the backend opens.
+	kv := f.kv.options(f.seed)
+	f.backend.kv = &kv
 	stopWatch := f.watchSetup(setup, stderr) // the compile and the op libraries' loads
 	be, env, err := openBackend(setup.device, f.backend, setup.cfg.KernelShape(), setup.est, stderr)
 	stopWatch()

@@ -18,7 +18,6 @@ var readsAllowed = map[string]string{
 	"runner/cpu.go":                "/proc/meminfo",
 	"bench/hostload/hostload.go":   "/proc/stat and /proc/self/stat",
 	"bench/benchtest/benchtest.go": "a test helper's golden files",
-	"cuda/oplib.go":                "an op library's sha256 (issue 31: to move here with Op ABI 2)",
 }
 
 // forbiddenReads are the calls that read a file (or standard input)

@@ -53,7 +53,12 @@ type Options struct {
 	Kernels kernels.Selection
 	// Ops are the ops op libraries replace: op → library path (--op;
 	// ReplaceableOps, include/stepbench_op.h).
-	Ops      map[string]string
+	Ops map[string]string
+	// KV is the layout of the runs' KV cache; an op library whose KV op
+	// does not take it (its caps) is refused when the backend opens,
+	// before any weight is loaded (Kernels.CheckLibKV). nil: no run's
+	// layout in particular (verify): the layout and dtype are checked.
+	KV       *runner.KVOptions
 	Progress io.Writer
 }
 
@@ -326,6 +331,9 @@ func (c *Backend) start(opts Options, load func() (*Kernels, error)) error {
 		return err
 	}
 	c.set, c.info.OpLibraries = withOps, libs
+	if err := c.set.CheckLibKV(opts.KV); err != nil {
+		return err
+	}
 	if c.handle, err = c.blas.NewHandle(); err != nil {
 		return err
 	}

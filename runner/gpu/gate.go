@@ -161,6 +161,7 @@ func (v *Verifier) VerifyRunShapes(m kernels.ModelShape, shapes []RunShape, chec
 			v.gateAttention(a)
 		}
 	}
+	v.verifyLibKVSuite([]kernels.ModelShape{m}, RunPageSizes(shapes)...) // op libraries' KV ops: verify_oplib_kv.go
 	if v.wants("decode_graph") && graphs {
 		for _, s := range contiguous {
 			if s.OutputLen >= 2 && v.dead == nil {
@@ -280,6 +281,9 @@ func rowsLabel(rows, of int) string {
 }
 
 func (v *Verifier) gateRope(m kernels.ModelShape, a kernels.AttnShape) {
+	if v.dead != nil || v.libRopeAt(m, a) { // an op library's: the tabled form
+		return
+	}
 	ver, err := v.set.Selection().RopeVersion(a.HeadDim)
 	if err != nil || v.dead != nil {
 		return // the run cannot use this op at these shapes either
@@ -306,7 +310,7 @@ func (v *Verifier) gateArgmax(m kernels.ModelShape, batch int) {
 
 // gateAttention checks the attention version the selection picks at a.
 func (v *Verifier) gateAttention(a kernels.AttnShape) {
-	if v.dead != nil {
+	if v.dead != nil || v.libAttentionAt(a) { // an op library's: the tabled form
 		return
 	}
 	op, name := kernels.OpAttnDecode, "attention decode"

@@ -116,7 +116,8 @@ func TestExampleKernelSourcesCompileWithNVRTC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ex := range []struct{ file, source string }{{"examples/ops/attn_decode/attn_decode.c", "kKernel"}, {"examples/ops/reference/reference_ops.c", "kKernels"}} {
+	for _, ex := range []struct{ file, source string }{{"examples/ops/attn_decode/attn_decode.c", "kKernel"}, {"examples/ops/reference/reference_ops.c", "kKernels"},
+		{"examples/ops/paged/attn_decode_paged.c", "kKernels"}} {
 		harness := filepath.Join(t.TempDir(), "harness.c")
 		text := fmt.Sprintf("#include \"%s\"\nint main(void) { fputs(%s, stdout); return 0; }\n", filepath.Join(root, ex.file), ex.source)
 		if err := os.WriteFile(harness, []byte(text), 0o644); err != nil {
@@ -135,6 +136,17 @@ func TestExampleKernelSourcesCompileWithNVRTC(t *testing.T) {
 			if _, log, err := n.Compile(string(src), filepath.Base(ex.file)+".cu", opts); err != nil {
 				t.Errorf("%s for sm_%d: %v\n%s", ex.file, arch, err, log)
 			}
+		}
+	}
+	// The FlashInfer recipe's CSR derivation, a header-free kernel (cuda's
+	// TestFlashInferCSRFromTable runs it on the device).
+	src, err := os.ReadFile(filepath.Join(root, "examples/ops/flashinfer/csr_from_table.cuh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range []int{80, 90} {
+		if _, log, err := n.Compile(string(src), "csr_from_table.cu", []string{fmt.Sprintf("--gpu-architecture=sm_%d", arch)}); err != nil {
+			t.Errorf("csr_from_table.cuh for sm_%d: %v\n%s", arch, err, log)
 		}
 	}
 }

@@ -289,9 +289,7 @@ func (k *Kernels) AddRMSNorm(s *cuda.Stream, out, residual, add, weight cuda.Dev
 	}
 	if o := k.opLib(OpNorm); o != nil {
 		addT := bf16T(add, rows, hidden)
-		if add == 0 {
-			addT.Shape = nil
-		}
+		addT.Absent = add == 0
 		return k.runLib(s, o, OpNorm, cuda.OpArgs{Eps: eps, Tensors: []cuda.OpTensor{bf16T(out, rows, hidden), bf16T(residual, rows, hidden), addT, bf16T(weight, hidden)}})
 	}
 	return k.launch(s, c.op, "add_rmsnorm", cuda.Dim3{X: uint32(rows), Y: 1, Z: 1},
@@ -342,10 +340,8 @@ func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cu
 	if err := c.err(); err != nil || tokens == 0 {
 		return err
 	}
-	if o := k.opLib(kernels.OpRope); o != nil {
-		return k.runLib(s, o, kernels.OpRope, cuda.OpArgs{StartPos: int64(a.StartPos), Tensors: []cuda.OpTensor{
-			bf16T(q, tokens, a.Heads, a.HeadDim), bf16T(kCache, a.Batch, a.MaxSeq, a.KVHeads, a.HeadDim), bf16T(vCache, a.Batch, a.MaxSeq, a.KVHeads, a.HeadDim),
-			bf16T(qkv, tokens, a.Heads+2*a.KVHeads, a.HeadDim), f32T(invFreq, a.HeadDim/2), i32T(pos, 1)}})
+	if k.Replaces(kernels.OpRope) {
+		return k.errLibNeedsTable(kernels.OpRope)
 	}
 	version, err := k.sel.RopeVersion(a.HeadDim)
 	if err != nil {
@@ -399,10 +395,8 @@ func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache cuda.DevPtr, 
 	if err := c.err(); err != nil || a.Batch == 0 || a.SeqLen == 0 {
 		return err
 	}
-	if op := attentionOp(a); k.opLib(op) != nil {
-		return k.runLib(s, k.opLib(op), op, cuda.OpArgs{StartPos: int64(a.StartPos), Tensors: []cuda.OpTensor{
-			bf16T(out, a.Batch, a.SeqLen, a.Heads, a.HeadDim), bf16T(q, a.Batch, a.SeqLen, a.Heads, a.HeadDim),
-			bf16T(kCache, a.Batch, a.MaxSeq, a.KVHeads, a.HeadDim), bf16T(vCache, a.Batch, a.MaxSeq, a.KVHeads, a.HeadDim), i32T(pos, 1)}})
+	if op := attentionOp(a); k.Replaces(op) {
+		return k.errLibNeedsTable(op)
 	}
 	if a.SeqLen > 1 {
 		return k.prefill(s, c.op, out, q, kCache, vCache, pos, a)

@@ -49,6 +49,9 @@ func maxQueryLen(a kernels.AttnShape) int {
 // ropeKVWriteTabled is RopeKVWrite at a tabled shape: rope_kv_write
 // version 3 (rope_kv_write3), each token's position and slot read from kv.
 func (k *Kernels) ropeKVWriteTabled(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cuda.DevPtr, kv KVPtrs, a kernels.AttnShape) error {
+	if ran, err := k.libRopeKVWrite(s, q, kCache, vCache, qkv, invFreq, kv, a); ran || err != nil {
+		return err
+	}
 	c := argCheck{op: "rope_kv_write"}
 	checkTabledShape(&c, a, kv)
 	c.require(a.HeadDim%16 == 0 && a.HeadDim <= kernels.RopeMaxHeadDim, "headDim = %d, want a multiple of 16 <= %d", a.HeadDim, kernels.RopeMaxHeadDim)
@@ -64,9 +67,6 @@ func (k *Kernels) ropeKVWriteTabled(s *cuda.Stream, q, kCache, vCache, qkv, invF
 	if err := c.err(); err != nil || tokens == 0 {
 		return err
 	}
-	if k.opLib(kernels.OpRope) != nil {
-		return fmt.Errorf("%s: the op library (op ABI 1) takes the contiguous layout's uniform batches, not the block table", c.op)
-	}
 	if _, err := k.sel.RopeVersionAt(a); err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
 	}
@@ -80,6 +80,9 @@ func (k *Kernels) ropeKVWriteTabled(s *cuda.Stream, q, kCache, vCache, qkv, invF
 // one new token) on attn_decode version 6, anything else on attn_prefill
 // version 4, the lengths, starts and pages read from kv.
 func (k *Kernels) attentionTabled(s *cuda.Stream, out, q, kCache, vCache cuda.DevPtr, kv KVPtrs, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
+	if ran, err := k.libAttention(s, out, q, kCache, vCache, kv, a); ran || err != nil {
+		return err
+	}
 	c := argCheck{op: "attention"}
 	checkTabledShape(&c, a, kv)
 	c.require(slices.Contains(kernels.SupportedHeadDims, a.HeadDim), "headDim = %d, want one of %v", a.HeadDim, kernels.SupportedHeadDims)
@@ -93,13 +96,6 @@ func (k *Kernels) attentionTabled(s *cuda.Stream, out, q, kCache, vCache cuda.De
 		return err
 	}
 	decode := tabledDecode(a)
-	op := kernels.OpAttnPrefill
-	if decode {
-		op = kernels.OpAttnDecode
-	}
-	if k.opLib(op) != nil {
-		return fmt.Errorf("%s: the op library (op ABI 1) takes the contiguous layout's uniform batches, not the block table", c.op)
-	}
 	if decode {
 		return k.decodeTabled(s, &c, out, q, kCache, vCache, kv, workspace, workspaceBytes, a)
 	}

@@ -367,7 +367,9 @@ func (c *Backend) reserveArgmax(rows, vocab int) error {
 }
 
 // UsesKVTable reports whether the selection chooses a block-table version
-// of attention or rope_kv_write (runner.KVTableUser): the engine then runs
+// of attention or rope_kv_write, or an op library replaces one of them (op
+// ABI 2 takes the tabled form only: oplib_kv.go) (runner.KVTableUser): the
+// engine then runs
 // even a uniform contiguous batch through a table of one page per
 // sequence, the only cache those kernels read.
-func (c *Backend) UsesKVTable() bool { return c.set.Selection().UsesKVTable() }
+func (c *Backend) UsesKVTable() bool { return c.set.Selection().UsesKVTable() || c.set.libsNeedTable() }

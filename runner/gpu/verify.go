@@ -117,6 +117,8 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 			}
 		}
 	}
+	// Op libraries' KV ops (the tabled form only): verify_oplib_kv.go.
+	v.verifyLibKVSuite(models)
 	if v.wants("decode_graph") && !v.set.Selection().UsesKVTable() { // else only the tabled step runs: verifyPagedDecodeGraph
 		for _, m := range models {
 			if supportedHeadDim(m.HeadDim) && v.dead == nil {
@@ -600,6 +602,9 @@ func (v *Verifier) verifyRope(m kernels.ModelShape) {
 			{Batch: 1, SeqLen: 128, StartPos: 300, MaxSeq: 512},
 		} {
 			a.Heads, a.KVHeads, a.HeadDim = m.Heads, m.KVHeads, m.HeadDim
+			if v.libRopeAt(m, a) { // an op library's: the tabled form
+				continue
+			}
 			v.verifyRopeAt(set, v.checkName(kernels.OpRope, "rope_kv_write", ver), m, a)
 		}
 	}
@@ -668,6 +673,9 @@ func maskRows(cache []uint16, a kernels.AttnShape) []uint16 {
 }
 
 func (v *Verifier) verifyAttention(a kernels.AttnShape) {
+	if v.libAttentionAt(a) { // an op library's: the tabled form
+		return
+	}
 	op, name := kernels.OpAttnDecode, "attention decode"
 	if a.SeqLen > 1 {
 		op, name = kernels.OpAttnPrefill, "attention prefill"
@@ -775,6 +783,9 @@ func (v *Verifier) verifyDecodeGraph(m kernels.ModelShape) {
 // (caches of maxSeq positions) and replays it replays times, comparing the
 // replays at the positions compareAt lists (nil: every replay).
 func (v *Verifier) decodeGraphAt(m kernels.ModelShape, batch, start, replays, maxSeq int, compareAt []int) {
+	if v.libDecodeGraphAt(m, batch, start, replays, maxSeq, compareAt) { // op libraries': the tabled form
+		return
+	}
 	a := kernels.AttnShape{Batch: batch, SeqLen: 1, StartPos: start, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, MaxSeq: maxSeq}
 	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	cacheLen := batch * a.MaxSeq * kvWidth

@@ -16,6 +16,7 @@
 typedef int CUresult;
 typedef void *CUmodule, *CUfunction, *CUstream;
 typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
 typedef int nvrtcResult;
 typedef void *nvrtcProgram;
 
@@ -27,6 +28,7 @@ static struct {
     CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                              void **, void **);
     CUresult (*getErrorName)(CUresult, const char **);
+    CUresult (*memAlloc)(CUdeviceptr *, size_t);
     nvrtcResult (*createProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *, const char *const *);
     nvrtcResult (*compileProgram)(nvrtcProgram, int, const char *const *);
     nvrtcResult (*getProgramLogSize)(nvrtcProgram, size_t *);
@@ -74,6 +76,7 @@ static int sbx_open(char *err, size_t n) {
         {cuda, &sbx.ctxGetDevice, "cuCtxGetDevice"}, {cuda, &sbx.deviceGetAttribute, "cuDeviceGetAttribute"},
         {cuda, &sbx.moduleLoadData, "cuModuleLoadData"}, {cuda, &sbx.moduleGetFunction, "cuModuleGetFunction"},
         {cuda, &sbx.launchKernel, "cuLaunchKernel"}, {cuda, &sbx.getErrorName, "cuGetErrorName"},
+        {cuda, &sbx.memAlloc, "cuMemAlloc_v2"},
         {nvrtc, &sbx.createProgram, "nvrtcCreateProgram"}, {nvrtc, &sbx.compileProgram, "nvrtcCompileProgram"},
         {nvrtc, &sbx.getProgramLogSize, "nvrtcGetProgramLogSize"}, {nvrtc, &sbx.getProgramLog, "nvrtcGetProgramLog"},
         {nvrtc, &sbx.getCUBINSize, "nvrtcGetCUBINSize"}, {nvrtc, &sbx.getCUBIN, "nvrtcGetCUBIN"},

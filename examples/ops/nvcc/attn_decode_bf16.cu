@@ -1,6 +1,7 @@
 // attn_decode_bf16.cu — the nvcc recipe: an op library (include/
-// stepbench_op.h) built with nvcc and the CUDA runtime, its kernel on
-// cuda_bf16.h's __nv_bfloat16. On a GPU machine with the CUDA toolkit:
+// stepbench_op.h, ABI 2: the paged KV cache) built with nvcc and the CUDA
+// runtime, its kernel on cuda_bf16.h's __nv_bfloat16. On a GPU machine
+// with the CUDA toolkit:
 //
 //   nvcc -O3 -arch=native -Xcompiler -fPIC -shared -Iinclude \
 //        -o build/examples/libattn_decode_nvcc.so examples/ops/nvcc/attn_decode_bf16.cu
@@ -19,16 +20,18 @@
 #include "stepbench_op.h"
 
 static int run(const stepbench_op_call *c) {
-    const stepbench_tensor *t = c->tensors;
-    if (c->num_tensors != 5 || t[0].ndim != 4 || t[2].ndim != 4 || t[0].shape[1] != 1 || t[0].shape[3] > 128) {
-        snprintf(c->error, c->error_bytes, "nvcc attn_decode: want out [B, 1, H, D<=128], q, k_cache [B, P, K, D], v_cache, pos");
+    const stepbench_tensor *t = c->tensors, *kc = &t[STEPBENCH_KV_K_CACHE], *vc = &t[STEPBENCH_KV_V_CACHE];
+    if (c->num_tensors != STEPBENCH_KV_OP_TENSORS || c->max_query_len != 1 || kc->ndim != 4 || vc->ndim != 4 || c->head_dim > 128 ||
+        kc->strides[3] != 1 || vc->strides[3] != 1) {
+        snprintf(c->error, c->error_bytes, "nvcc attn_decode: want op ABI 2's decode call, head_dim <= 128 contiguous");
         return 1;
     }
-    const int H = (int)t[0].shape[2], D = (int)t[0].shape[3], P = (int)t[2].shape[1], K = (int)t[2].shape[2];
-    const dim3 grid((unsigned)H, (unsigned)t[0].shape[0]);
+    const dim3 grid((unsigned)c->num_heads, (unsigned)c->num_seqs);
     nvcc_attn_decode<<<grid, NVCC_EX_THREADS, 0, (cudaStream_t)c->stream>>>(
-        (__nv_bfloat16 *)t[0].data, (const __nv_bfloat16 *)t[1].data, (const __nv_bfloat16 *)t[2].data,
-        (const __nv_bfloat16 *)t[3].data, (const int *)t[4].data, H, K, D, P);
+        (__nv_bfloat16 *)t[STEPBENCH_ATTN_OUT].data, (const __nv_bfloat16 *)t[STEPBENCH_ATTN_Q].data, (const __nv_bfloat16 *)kc->data,
+        (const __nv_bfloat16 *)vc->data, (const int *)t[STEPBENCH_KV_BLOCK_TABLE].data, (const int *)t[STEPBENCH_KV_SEQ_LENS].data,
+        (const int *)t[STEPBENCH_KV_QUERY_START_LOC].data, c->num_heads, c->num_kv_heads, c->head_dim, c->page_size, c->max_pages,
+        kc->strides[0], kc->strides[1], kc->strides[2], vc->strides[0], vc->strides[1], vc->strides[2]);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         snprintf(c->error, c->error_bytes, "nvcc attn_decode: launch: %s", cudaGetErrorString(e));
@@ -52,7 +55,7 @@ extern "C" int stepbench_op_get(const char *op, stepbench_op_table *table, char 
     }
     table->abi_version = STEPBENCH_OP_ABI_VERSION;
     table->name = "example attn_decode (nvcc, CUDA runtime, cuda_bf16.h)";
-    table->workspace_bytes = nullptr;
     table->run = run;
+    table->caps.kv_layouts = STEPBENCH_KV_NHD | STEPBENCH_KV_HND; // K and V by their strides; any page size
     return 0;
 }

@@ -1,12 +1,16 @@
-/* reference_ops.c — an op library (include/stepbench_op.h) with a plain
+/* reference_ops.c — an op library (include/stepbench_op.h, ABI 2) with a plain
  * kernel for every op stepbench lets a library replace: linear,
  * attn_prefill, attn_decode, rope_kv_write, add_rmsnorm, silu_mul and
  * argmax. Each is the simplest correct kernel (one thread per output of a
  * GEMM, one block per row or per query), written to the semantics of
  * kernels/ref: a template to start an op of your own from, and what the
  * tests run to check every op's dispatch, operands and graph capture end to
- * end. Compiled at run time by NVRTC through the driver API (../common);
- * gcc alone builds it (make examples). Not fast.
+ * end. The KV ops take the paged cache as ABI 2 passes it (K and V by their
+ * strides, the block table, the lengths, positions and slot mapping; any
+ * page size) and attention is varlen: one kernel for prefill, chunked
+ * prefill over a context, and decode. Compiled at run time by NVRTC
+ * through the driver API (../common); gcc alone builds it (make examples).
+ * Not fast.
  */
 #include "../common/sbx_cuda.h" /* first: it defines _GNU_SOURCE */
 #include "stepbench_op.h"
@@ -64,7 +68,9 @@ static const char kKernels[] = SBX_DEVICE_PRELUDE
     "    }\n"
     "    if (threadIdx.x == 0) out[blockIdx.x] = at[0] < 0 ? 0 : at[0];\n"
     "}\n"
-    /* rope_kv_write: one block per token (T = B*S), block 128. */
+    /* rope_kv_write: one block per token t, block 128: q rotated at positions[t]; k rotated and v written
+     * at slot_mapping[t] (page·PS + offset: ks0/ks1 and vs0/vs1 strides of a page and a slot, ks2/vs2 of a
+     * head), nothing written for a negative slot (padding). */
     "__device__ void rotate(unsigned short *o, const unsigned short *x, const float *f, int D, float p) {\n"
     "    for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {\n"
     "        const float a = p * f[i];\n"
@@ -75,25 +81,33 @@ static const char kKernels[] = SBX_DEVICE_PRELUDE
     "    }\n"
     "}\n"
     "extern \"C\" __global__ void ref_rope(unsigned short *q, unsigned short *kc, unsigned short *vc, const unsigned short *qkv,\n"
-    "        const float *f, const int *pos, int S, int H, int K, int D, int P) {\n"
-    "    const int t = blockIdx.x, b = t / S, p = *pos + t % S;\n"
+    "        const float *f, const int *positions, const long long *slots, int H, int K, int D, int PS,\n"
+    "        long long ks0, long long ks1, long long ks2, long long vs0, long long vs1, long long vs2) {\n"
+    "    const int t = blockIdx.x;\n"
+    "    const float p = (float)positions[t];\n"
     "    const unsigned short *row = qkv + (long long)t * (H + 2 * K) * D;\n"
-    "    for (int h = 0; h < H; h++) rotate(q + ((long long)t * H + h) * D, row + h * D, f, D, (float)p);\n"
-    "    if (p >= P) return;\n"
-    "    const long long at = ((long long)b * P + p) * K * D;\n"
-    "    for (int h = 0; h < K; h++) rotate(kc + at + h * D, row + (H + h) * D, f, D, (float)p);\n"
-    "    for (int i = threadIdx.x; i < K * D; i += blockDim.x) vc[at + i] = row[(H + K) * D + i];\n"
+    "    for (int h = 0; h < H; h++) rotate(q + ((long long)t * H + h) * D, row + h * D, f, D, p);\n"
+    "    const long long slot = slots[t];\n"
+    "    if (slot < 0) return;\n"
+    "    const long long page = slot / PS, off = slot % PS;\n"
+    "    for (int h = 0; h < K; h++) rotate(kc + page * ks0 + off * ks1 + h * ks2, row + (H + h) * D, f, D, p);\n"
+    "    for (int i = threadIdx.x; i < K * D; i += blockDim.x) vc[page * vs0 + off * vs1 + (i / D) * vs2 + i % D] = row[(H + K) * D + i];\n"
     "}\n"
-    /* attention: out, q [B, S, H, D]; k, v [B, P, K, D]; grid (S, H, B), block 128: the query at
-     * position pos+s attends to keys 0..pos+s, chunks of 256 keys, online softmax. */
+    /* attention: out, q [T, H, D]; grid (max_query_len, H, B), block 128: new token i of sequence b (row
+     * query_start[b] + i) sits at position seq_lens[b] − q_len + i and attends to keys 0..that position,
+     * read through the block table; chunks of 256 keys, online softmax. */
     "extern \"C\" __global__ void ref_attention(unsigned short *out, const unsigned short *q, const unsigned short *kc,\n"
-    "        const unsigned short *vc, const int *pos, int S, int H, int K, int D, int P) {\n"
+    "        const unsigned short *vc, const int *block_table, const int *seq_lens, const int *query_start,\n"
+    "        int H, int K, int D, int PS, int MP, long long ks0, long long ks1, long long ks2, long long vs0, long long vs1, long long vs2) {\n"
     "    __shared__ float qs[128];\n"
     "    __shared__ float sc[256];\n"
     "    __shared__ float scratch[128];\n"
-    "    const int s = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = threadIdx.x, kvh = h / (H / K);\n"
-    "    const int keys = min(*pos + s + 1, P);\n"
-    "    const long long qo = (((long long)b * S + s) * H + h) * D;\n"
+    "    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = threadIdx.x, kvh = h / (H / K);\n"
+    "    const int qlen = query_start[b + 1] - query_start[b];\n"
+    "    if (i >= qlen) return;\n"
+    "    const int keys = seq_lens[b] - qlen + i + 1;\n"
+    "    const int *pages = block_table + (long long)b * MP;\n"
+    "    const long long qo = ((long long)(query_start[b] + i) * H + h) * D;\n"
     "    if (t < D) qs[t] = bf16_f32(q[qo + t]);\n"
     "    __syncthreads();\n"
     "    const float scale = rsqrtf((float)D);\n"
@@ -102,7 +116,8 @@ static const char kKernels[] = SBX_DEVICE_PRELUDE
     "        const int n = min(256, keys - c0);\n"
     "        float cm = SBX_NEG_INF;\n"
     "        for (int j = t; j < n; j += blockDim.x) {\n"
-    "            const unsigned short *kr = kc + (((long long)b * P + c0 + j) * K + kvh) * D;\n"
+    "            const int key = c0 + j;\n"
+    "            const unsigned short *kr = kc + pages[key / PS] * ks0 + (key % PS) * ks1 + kvh * ks2;\n"
     "            float x = 0.0f;\n"
     "            for (int d = 0; d < D; d++) x += qs[d] * bf16_f32(kr[d]);\n"
     "            sc[j] = x * scale; cm = fmaxf(cm, x * scale);\n"
@@ -112,7 +127,7 @@ static const char kKernels[] = SBX_DEVICE_PRELUDE
     "        for (int j = t; j < n; j += blockDim.x) { sc[j] = __expf(sc[j] - mn); ps += sc[j]; }\n"
     "        l = l * r + block_sum(ps, scratch);\n"
     "        acc *= r;\n"
-    "        if (t < D) for (int j = 0; j < n; j++) acc += sc[j] * bf16_f32(vc[(((long long)b * P + c0 + j) * K + kvh) * D + t]);\n"
+    "        if (t < D) for (int j = 0; j < n; j++) { const int key = c0 + j; acc += sc[j] * bf16_f32(vc[pages[key / PS] * vs0 + (key % PS) * vs1 + kvh * vs2 + t]); }\n"
     "        m = mn;\n"
     "        __syncthreads();\n"
     "    }\n"
@@ -162,21 +177,39 @@ static int run_argmax(const stepbench_op_call *c) {
     return sbx_launch(fns[ARGMAX], (unsigned)DIM(1, 0), 1, 1, 256, c->stream, args, c->error, c->error_bytes);
 }
 
+/* kv_args are a KV op's cache strides (a page, a slot, a kv head; elements) and its page geometry. */
+typedef struct { long long ks[3], vs[3]; int PS, MP; } kv_args;
+
+static int kv_view(const stepbench_op_call *c, kv_args *kv) {
+    const stepbench_tensor *k = &c->tensors[STEPBENCH_KV_K_CACHE], *v = &c->tensors[STEPBENCH_KV_V_CACHE];
+    if (c->num_tensors != STEPBENCH_KV_OP_TENSORS || k->ndim != 4 || v->ndim != 4 || k->strides[3] != 1 || v->strides[3] != 1) return 1;
+    for (int i = 0; i < 3; i++) kv->ks[i] = k->strides[i], kv->vs[i] = v->strides[i];
+    kv->PS = c->page_size, kv->MP = c->max_pages;
+    return 0;
+}
+
 static int run_rope(const stepbench_op_call *c) {
-    if (c->num_tensors != 6 || c->tensors[1].ndim != 4) return fail(c, "want q, k_cache, v_cache, qkv, inv_freq, pos");
-    void *q = c->tensors[0].data, *k = c->tensors[1].data, *v = c->tensors[2].data, *qkv = c->tensors[3].data;
-    void *f = c->tensors[4].data, *pos = c->tensors[5].data;
-    int T = DIM(0, 0), H = DIM(0, 1), D = DIM(0, 2), B = DIM(1, 0), P = DIM(1, 1), K = DIM(1, 2), S = T / B;
-    void *args[] = {&q, &k, &v, &qkv, &f, &pos, &S, &H, &K, &D, &P};
-    return sbx_launch(fns[ROPE], (unsigned)T, 1, 1, 128, c->stream, args, c->error, c->error_bytes);
+    kv_args kv;
+    if (kv_view(c, &kv) != 0) return fail(c, "want op ABI 2's q, qkv, the KV view, inv_freq");
+    const stepbench_tensor *t = c->tensors;
+    void *q = t[STEPBENCH_ROPE_Q].data, *k = t[STEPBENCH_KV_K_CACHE].data, *v = t[STEPBENCH_KV_V_CACHE].data, *qkv = t[STEPBENCH_ROPE_QKV].data;
+    void *f = t[STEPBENCH_ROPE_INV_FREQ].data, *pos = t[STEPBENCH_KV_POSITIONS].data, *slots = t[STEPBENCH_KV_SLOT_MAPPING].data;
+    int H = c->num_heads, K = c->num_kv_heads, D = c->head_dim;
+    void *args[] = {&q, &k, &v, &qkv, &f, &pos, &slots, &H, &K, &D, &kv.PS, &kv.ks[0], &kv.ks[1], &kv.ks[2], &kv.vs[0], &kv.vs[1], &kv.vs[2]};
+    return sbx_launch(fns[ROPE], (unsigned)c->num_tokens, 1, 1, 128, c->stream, args, c->error, c->error_bytes);
 }
 
 static int run_attention(const stepbench_op_call *c) {
-    if (c->num_tensors != 5 || c->tensors[0].ndim != 4 || DIM(0, 3) > 128) return fail(c, "want out, q [B, S, H, D<=128], k_cache, v_cache [B, P, K, D], pos");
-    void *o = c->tensors[0].data, *q = c->tensors[1].data, *k = c->tensors[2].data, *v = c->tensors[3].data, *pos = c->tensors[4].data;
-    int B = DIM(0, 0), S = DIM(0, 1), H = DIM(0, 2), D = DIM(0, 3), P = DIM(2, 1), K = DIM(2, 2);
-    void *args[] = {&o, &q, &k, &v, &pos, &S, &H, &K, &D, &P};
-    return sbx_launch(fns[ATTENTION], (unsigned)S, (unsigned)H, (unsigned)B, 128, c->stream, args, c->error, c->error_bytes);
+    kv_args kv;
+    if (kv_view(c, &kv) != 0 || c->head_dim > 128) return fail(c, "want op ABI 2's out, q [T, H, D<=128], the KV view");
+    const stepbench_tensor *t = c->tensors;
+    void *o = t[STEPBENCH_ATTN_OUT].data, *q = t[STEPBENCH_ATTN_Q].data, *k = t[STEPBENCH_KV_K_CACHE].data, *v = t[STEPBENCH_KV_V_CACHE].data;
+    void *table = t[STEPBENCH_KV_BLOCK_TABLE].data, *lens = t[STEPBENCH_KV_SEQ_LENS].data, *starts = t[STEPBENCH_KV_QUERY_START_LOC].data;
+    int H = c->num_heads, K = c->num_kv_heads, D = c->head_dim;
+    void *args[] = {&o, &q, &k, &v, &table, &lens, &starts, &H, &K, &D, &kv.PS, &kv.MP,
+                    &kv.ks[0], &kv.ks[1], &kv.ks[2], &kv.vs[0], &kv.vs[1], &kv.vs[2]};
+    /* max_query_len bounds every sequence's new tokens and is the same in every replay of a captured step. */
+    return sbx_launch(fns[ATTENTION], (unsigned)c->max_query_len, (unsigned)H, (unsigned)c->num_seqs, 128, c->stream, args, c->error, c->error_bytes);
 }
 
 uint32_t stepbench_op_abi_version(void) { return STEPBENCH_OP_ABI_VERSION; }
@@ -192,8 +225,9 @@ int stepbench_op_get(const char *op, stepbench_op_table *table, char *err, size_
         if (fns[0] == NULL && sbx_build(kKernels, "reference_ops.cu", names, KERNELS, fns, err, n) != 0) return 1;
         table->abi_version = STEPBENCH_OP_ABI_VERSION;
         table->name = "reference ops (C, NVRTC + driver API: plain kernels for every op)";
-        table->workspace_bytes = NULL;
         table->run = ops[i].run;
+        /* The KV ops read K and V by their strides: any page size (the zeroed default), NHD or HND. */
+        table->caps.kv_layouts = STEPBENCH_KV_NHD | STEPBENCH_KV_HND;
         return 0;
     }
     snprintf(err, n, "reference ops: no op %s", op);

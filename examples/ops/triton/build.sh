@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build.sh OUT.so — the Triton recipe: compile attn_decode_triton.py ahead of
+# build.sh OUT.so — the Triton recipe (op ABI 2): compile attn_decode_triton.py ahead of
 # time with python -m triton.tools.compile for head_dim 64 and 128 (the
 # cubin for this machine's GPU embedded in C), then gcc the generated C and
 # shim.c into an op library. Needs Triton (pip install triton) and a GPU
@@ -15,9 +15,10 @@ trap 'rm -rf "$work"' EXIT
 inc="$(python3 -c 'import os, triton; print(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "include"))')"
 defs=()
 for d in 64 128; do
-	# *bf16:16 — pointers 16-byte aligned; scale fp32; D and BLOCK_N compile-time constants.
+	# *bf16:16 — pointers 16-byte aligned; the table and lengths *i32; B, H, K, PS, MP i32; the caches'
+	# strides i64 (elements); scale fp32; D and BLOCK_N compile-time constants.
 	python3 -m triton.tools.compile "$here/attn_decode_triton.py" --kernel-name attn_decode \
-		--signature "*bf16:16, *bf16:16, *bf16:16, *bf16:16, *i32, i32, i32, i32, i32, fp32, $d, 64" \
+		--signature "*bf16:16, *bf16:16, *bf16:16, *bf16:16, *i32, *i32, *i32, i32, i32, i32, i32, i32, i64, i64, i64, i64, i64, i64, fp32, $d, 64" \
 		--grid "H,B,1" --num-warps 4 --out-name "attn_decode_d$d" --out-path "$work/attn_decode_d$d"
 	header="$(ls "$work"/attn_decode_d$d.*.h)"
 	# The launcher's name (attn_decode_dD_<signature hash>_<specialization>): the function the header declares.
