@@ -64,8 +64,10 @@ func e5m2Value(b uint8) float32 {
 // F32ToE5M2 rounds a float32 to E5M2 to nearest even, saturating to
 // ±57344 (infinity included); NaN becomes E5M2NaN. This is PTX's
 // cvt.rn.satfinite.e5m2x2.f32, what vLLM's fp8_e5m2 cache writes.
-func F32ToE5M2(f float32) uint8 {
-	a := float64(f)
+func F32ToE5M2(f float32) uint8 { return F64ToE5M2(float64(f)) }
+
+// F64ToE5M2 is F32ToE5M2 of a float64, rounded once.
+func F64ToE5M2(a float64) uint8 {
 	if a != a {
 		return E5M2NaN
 	}
