@@ -31,6 +31,9 @@ type Engine struct {
 	// kvScales are an FP8 cache's per-layer K and V scales, one per KV head
 	// of the whole model (SetKVScales; nil: 1.0 each).
 	kvScales *KVScales
+	// calibrating is the FP8 cache's options while a calibration runs on
+	// a bf16 cache (BeginCalibration).
+	calibrating KVOptions
 
 	// Shape of the current run: batch sequences (seqs) that generate
 	// outputLen tokens each; inputLen is their prompt length when the
