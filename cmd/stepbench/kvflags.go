@@ -22,6 +22,8 @@ type kvFlags struct {
 	// is --kv-scales.
 	cacheDType, scales string
 	dtype              kernels.CacheDType
+	// scaleReport is an FP8 cache's scales once set (applyKVScales).
+	scaleReport *report.KVScales
 }
 
 // The --kv-scales sources.
@@ -72,7 +74,7 @@ func (k *kvFlags) check(fs *pflag.FlagSet) error {
 	}
 	var err error
 	if k.dtype, err = kernels.ParseCacheDType(k.cacheDType); err != nil {
-		return usagef("--kv-cache-dtype %q: want auto, fp8, fp8_e4m3 or fp8_e5m2", k.cacheDType)
+		return usagef("--kv-cache-dtype %s: not a KV-cache dtype: want auto, fp8, fp8_e4m3 or fp8_e5m2 (vLLM's names)", k.cacheDType)
 	}
 	switch k.scales {
 	case "", kvScalesCheckpoint, kvScalesCalibrate:
@@ -202,11 +204,15 @@ func kvEstimate(cfg runner.Config, l runner.TPLayout, shapes []bench.Shape, kv r
 		}
 		n, pages := runner.PlanSize(positions, kv)
 		batch, tokens, slots = max(batch, sh.Batch), max(tokens, sh.PromptTokens()), max(slots, int64(n))
-		if kv.Paged() || sh.Ragged() {
+		if kv.Paged() || sh.Ragged() || kv.DType.FP8() {
 			maxPages = max(maxPages, pages)
 		}
 	}
-	return runner.EstimateMemorySlots(cfg, l, batch, tokens, slots, maxPages)
+	est := runner.EstimateMemorySlots(cfg, l, batch, tokens, slots, maxPages)
+	if kv.DType.FP8() {
+		est = est.FP8Cache(cfg, l)
+	}
+	return est
 }
 
 // report is the layout as the native report records it.
@@ -219,7 +225,7 @@ func (k *kvFlags) report() *report.KVCache {
 		r.PageSize, r.PageOrder = k.pageSize, k.order
 	}
 	if k.dtype.FP8() {
-		r.DType = k.dtype.String()
+		r.DType, r.Scales = k.dtype.String(), k.scaleReport
 	}
 	return r
 }

@@ -159,6 +159,9 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 	if err := group.SetKVOptions(f.kv.options(f.seed)); err != nil {
 		return err
 	}
+	if err := f.kv.applyKVScales(group, s.kvScales, f.calibrationInputs(s), stderr); err != nil {
+		return err
+	}
 	if f.correctness {
 		if f.raggedBatch {
 			return f.runRaggedCorrectness(group, s, stdout)
