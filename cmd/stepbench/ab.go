@@ -492,14 +492,15 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, header []strin
 // shapes and refuses two arms that would run the same kernels.
 func (f *abFlags) resolveVersions(shape kernels.ModelShape) error {
 	var err error
-	if f.versionsOfA, err = f.selA.Resolve(shape); err != nil {
+	if f.versionsOfA, err = f.selA.ResolveLayout(shape, f.kv.tabled()); err != nil {
 		return usagef("--kernel: %v", err)
 	}
-	if f.versionsOfB, err = f.selB.Resolve(shape); err != nil {
+	if f.versionsOfB, err = f.selB.ResolveLayout(shape, f.kvB.tabled()); err != nil {
 		return usagef("--baseline-kernel: %v", err)
 	}
-	if f.kernelsA == "" && f.kernelsB == "" && f.versionsOfA == f.versionsOfB && maps.Equal(f.opsA, f.opsB) {
-		return usagef("the arms are the same (both run %s): give --kernels-dir A (and --baseline-kernels-dir B), --kernel OP=V and --baseline-kernel OP=V that differ, or --op OP=LIB", f.versionsOfA)
+	sameKV := f.kv.options(f.seed).String() == f.kvB.options(f.seed).String()
+	if f.kernelsA == "" && f.kernelsB == "" && f.versionsOfA == f.versionsOfB && maps.Equal(f.opsA, f.opsB) && sameKV {
+		return usagef("the arms are the same (both run %s): give --kernels-dir A (and --baseline-kernels-dir B), --kernel OP=V and --baseline-kernel OP=V that differ, --op OP=LIB, or a --baseline-kv-layout or --baseline-page-size of its own", f.versionsOfA)
 	}
 	return nil
 }

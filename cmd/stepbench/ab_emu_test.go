@@ -50,3 +50,27 @@ func TestEmulatedABIsARunWithTwoArms(t *testing.T) {
 		t.Errorf("ab --tp-size 2:\n%s", stdout)
 	}
 }
+
+// ab between the layouts: arm A on shuffled 16-token pages, arm B on the
+// contiguous cache, the same kernels chosen for each layout (the block
+// table's and the contiguous ones): both arms run, every decode step is
+// checked (both fed B's tokens) and timed, and the header names each arm's
+// layout. Two arms that differ only in their page size are not the same
+// arms either.
+func TestEmulatedABAcrossLayouts(t *testing.T) {
+	onEmulator(t)
+	shape := []string{"--model", "llama-tiny", "--batch-size", "2", "--input-len", "24", "--output-len", "4", "--num-iters", "2"}
+	stdout, _ := mustProcess(t, append([]string{"ab", "--kv-layout", "paged", "--page-order", "shuffled", "--baseline-kv-layout", "contiguous"}, shape...)...)
+	for _, want := range []string{"arm A: KV cache paged 16 shuffled; arm B: KV cache contiguous", "every decode step of every shape (4 steps, both fed B's tokens)"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("ab across layouts: no %q in:\n%s", want, stdout)
+		}
+	}
+	if len(verdicts(t, stdout)) != 4 {
+		t.Errorf("ab across layouts: want the 4 metrics' rows:\n%s", stdout)
+	}
+	stdout, _ = mustProcess(t, append([]string{"ab", "--kv-layout", "paged", "--page-size", "16", "--baseline-page-size", "1"}, shape...)...)
+	if !strings.Contains(stdout, "arm A: KV cache paged 16 sequential; arm B: KV cache paged 1 sequential") {
+		t.Errorf("ab across page sizes:\n%s", stdout)
+	}
+}

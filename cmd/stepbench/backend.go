@@ -32,6 +32,9 @@ type backendFlags struct {
 	// (gpu.Options.KV): set by the command from its layout flags; nil for
 	// none in particular (verify).
 	kv *runner.KVOptions
+	// tabled says the runs take the block table's kernels (a paged cache
+	// or a ragged batch): the versions reported are resolved for it.
+	tabled bool
 }
 
 func (b *backendFlags) register(fs *pflag.FlagSet) {
@@ -206,7 +209,7 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 		if err != nil {
 			return nil, report.Environment{}, err
 		}
-		versions, err := sel.Resolve(shape)
+		versions, err := sel.ResolveLayout(shape, flags.tabled)
 		if err != nil {
 			return nil, report.Environment{}, usagef("--kernel: %v", err)
 		}

@@ -94,7 +94,7 @@ func TestEmulatedOpLibraryCapsMismatchIsRefused(t *testing.T) {
 	run := func(op, lib string, more ...string) []string {
 		return append(append([]string{"run", "--device", "cuda", "--op", op + "=" + lib, "--num-iters", "1"}, more...), tinyRunShape...)
 	}
-	refusedInOneLine(t, run("attn_decode", pages48), named(pages48,
+	refusedInOneLine(t, run("attn_decode", pages48, "--kv-layout", "contiguous"), named(pages48,
 		"op attn_decode does not take the contiguous layout, whose page is a sequence's whole cache (it takes pages of 48 tokens: run with --kv-layout paged --page-size 48)"))
 	paged16 := "op attn_decode does not take pages of 16 tokens (it takes pages of 48 tokens: run with --page-size 48)"
 	refusedInOneLine(t, run("attn_decode", pages48, "--kv-layout", "paged", "--page-size", "16"), named(pages48, paged16))

@@ -246,7 +246,7 @@ func TestEmulatedKernelReportAndOpLevelAB(t *testing.T) {
 		t.Fatalf("kernel --json-out: %+v", rep)
 	}
 	stdout, _ := mustProcess(t, "compare", old, new)
-	if !strings.Contains(stdout, "| attention | batch=1/seq=1/pos=64 | kernel_device |") {
+	if !strings.Contains(stdout, "| attention | batch=1/seq=1/pos=64/paged=16 | kernel_device |") {
 		t.Errorf("compare of two kernel reports:\n%s", stdout)
 	}
 	ab := filepath.Join(dir, "ab.json")

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"stepbench/bench/report"
-	"stepbench/kernels/ref"
 	"stepbench/runner"
 	"stepbench/runner/quanttest"
 )
@@ -211,19 +210,7 @@ func TestEmulatedFP8TensorParallel(t *testing.T) {
 			return readRecords(t, out)
 		}
 		one, two := records(), records("--tp-size", "2")
-		worst := 0.0
-		for i := range one {
-			if !equalIDs(two[i].Generated, one[i].Generated) {
-				t.Errorf("%s, prompt %d: tp=2 generated %v, one GPU %v", f, i+1, two[i].Generated, one[i].Generated)
-			}
-			for s := range one[i].Logits {
-				rel, err := ref.RelErr(two[i].Logits[s], one[i].Logits[s])
-				if err != nil || rel > quanttest.MaxRelErrFloat64 {
-					t.Errorf("%s, prompt %d step %d: logits rel err %.3g (%v)", f, i+1, s, rel, err)
-				}
-				worst = max(worst, rel)
-			}
-		}
+		worst := sameGenerationWithin(t, string(f)+" tp=2", two, one, quanttest.MaxRelErrFloat64)
 		t.Logf("%s tp=2: tokens equal to one GPU's, largest logits rel err %.2e", f, worst)
 	}
 }

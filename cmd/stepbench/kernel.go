@@ -356,6 +356,9 @@ func openCheckedBackend(flags backendFlags, gate kernelGate, cfg runner.Config, 
 	if len(shapes) > 0 {
 		flags.kv = &shapes[0].KV
 	}
+	for _, s := range shapes {
+		flags.tabled = flags.tabled || s.Tabled()
+	}
 	be, env, err := openBackend("cuda", flags, cfg.KernelShape(), est, stderr)
 	if err != nil {
 		return nil, env, report.Verification{}, err

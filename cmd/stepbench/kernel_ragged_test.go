@@ -39,13 +39,16 @@ func TestKernelRaggedShapes(t *testing.T) {
 		labels []string
 		kv     runner.KVOptions
 	}{
-		{[]string{"--context-lens", "5,40,17"}, []string{"batch=3/seq=5:40:17/pos=0", "batch=3/seq=1/pos=5:40:17"}, runner.KVOptions{Layout: runner.KVContiguous}},
+		{[]string{"--context-lens", "5,40,17", "--kv-layout", "contiguous"}, []string{"batch=3/seq=5:40:17/pos=0", "batch=3/seq=1/pos=5:40:17"}, runner.KVOptions{Layout: runner.KVContiguous}},
 		{[]string{"--context-lens", "5,40,17", "--kv-layout", "paged", "--page-size", "4", "--page-order", "shuffled"},
 			[]string{"batch=3/seq=5:40:17/pos=0/paged=4/shuffled", "batch=3/seq=1/pos=5:40:17/paged=4/shuffled"},
 			runner.KVOptions{Layout: runner.KVPaged, PageSize: 4, Order: runner.PagesShuffled, Seed: 42}},
 		{[]string{"--shape", "batch=3,lens=128:1000:512", "--kv-layout", "paged"}, []string{"batch=3/seq=1/pos=128:1000:512/paged=16"},
 			runner.KVOptions{Layout: runner.KVPaged, PageSize: 16, Order: runner.PagesSequential, Seed: 42}},
-		{[]string{"--batch-size", "4", "--input-len", "32"}, []string{"batch=4/seq=32/pos=0", "batch=4/seq=1/pos=32"}, runner.KVOptions{Layout: runner.KVContiguous}},
+		{[]string{"--batch-size", "4", "--input-len", "32", "--kv-layout", "contiguous"}, []string{"batch=4/seq=32/pos=0", "batch=4/seq=1/pos=32"}, runner.KVOptions{Layout: runner.KVContiguous}},
+		// The default layout is paged, 16-token pages in order.
+		{[]string{"--batch-size", "4", "--input-len", "32"}, []string{"batch=4/seq=32/pos=0/paged=16", "batch=4/seq=1/pos=32/paged=16"},
+			runner.KVOptions{Layout: runner.KVPaged, PageSize: 16, Order: runner.PagesSequential, Seed: 42}},
 	} {
 		shapes, cfg, _ := kernelShapesOf(t, tc.args...)
 		var labels []string
@@ -100,7 +103,7 @@ func TestKernelRaggedFlagsRefused(t *testing.T) {
 		{[]string{"--context-lens", "5,40", "--shape", "lens=5;40"}, "--shape and --context-lens both give the shapes"},
 		{[]string{"--shape", "batch=2,lens=5;40;3"}, "lens lists 3 sequences"},
 		{[]string{"--shape", "lens=5;x"}, "--shape"},
-		{[]string{"--page-size", "4"}, "--kv-layout contiguous has none"},
+		{[]string{"--kv-layout", "contiguous", "--page-size", "4"}, "--kv-layout contiguous has none"},
 		{[]string{"--context-lens", "5,9000"}, "exceeds"},
 	} {
 		args := append([]string{"kernel", "attention", "--model", "llama-tiny"}, tc.args...)

@@ -33,7 +33,7 @@ const (
 )
 
 // defaultKVLayout is the layout a run takes without --kv-layout.
-const defaultKVLayout = runner.KVContiguous
+const defaultKVLayout = runner.KVPaged
 
 func (k *kvFlags) register(fs *pflag.FlagSet, ragged bool) {
 	fs.StringVar(&k.layout, "kv-layout", defaultKVLayout, "the KV cache's layout: paged (vLLM's: per layer K and V each [pages][page_size][kv_heads][head_dim], a block table per sequence) or contiguous (one [max_seq] stripe per sequence, for comparison)")
@@ -103,6 +103,14 @@ func (k *kvFlags) check(fs *pflag.FlagSet) error {
 	}
 	k.spec = spec
 	return nil
+}
+
+// tabled says whether the runs index their cache through a block table
+// (the paged layout, or a ragged batch on either layout): the kernel
+// versions they resolve to are the block table's (kernels.Selection's
+// ResolveLayout).
+func (k *kvFlags) tabled() bool {
+	return k.layout == runner.KVPaged || k.contextLens != ""
 }
 
 // batchSizes is the run's batch sizes: an explicit --context-lens list's

@@ -36,7 +36,7 @@ func TestEmulatedLinear4FusesTheNorms(t *testing.T) {
 	}
 	for _, c := range []struct{ kernel, nodes string }{{"linear=4", "30"}, {"linear=3", "38"}} {
 		args := append([]string{"run", "--device", "cuda", "--kernel", c.kernel, "--batch-size", "3", "--input-len", "8",
-			"--output-len", "4", "--num-iters", "1", "-v"}, model...)
+			"--output-len", "4", "--num-iters", "1", "-v", "--kv-layout", "contiguous"}, model...)
 		stdout, stderr := mustRun(t, args...)
 		want := "decode step of batch 3 (cache of 11 positions) replays a CUDA graph of " + c.nodes + " nodes"
 		if !strings.Contains(stderr, want) {

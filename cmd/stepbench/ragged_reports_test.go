@@ -82,12 +82,12 @@ func TestRaggedRunResultsRecordTheLengths(t *testing.T) {
 // compare refuses, in one line with exit 2, two runs whose layouts, page
 // sizes or lengths differ, and compares two runs that agree.
 func TestCompareRefusesRunsOfDifferentLayoutsOrLengths(t *testing.T) {
-	_, base, _, _ := raggedRun(t, "--context-lens", "5,17,33")
-	_, again, _, _ := raggedRun(t, "--context-lens", "5,17,33")
+	_, base, _, _ := raggedRun(t, "--context-lens", "5,17,33", "--kv-layout", "contiguous")
+	_, again, _, _ := raggedRun(t, "--context-lens", "5,17,33", "--kv-layout", "contiguous")
 	_, paged, _, _ := raggedRun(t, "--context-lens", "5,17,33", "--kv-layout", "paged")
 	_, paged8, _, _ := raggedRun(t, "--context-lens", "5,17,33", "--kv-layout", "paged", "--page-size", "8")
-	_, other, _, _ := raggedRun(t, "--context-lens", "5,17,34")
-	_, uniform, _, _ := raggedRun(t, "--batch-size", "3", "--input-len", "18")
+	_, other, _, _ := raggedRun(t, "--context-lens", "5,17,34", "--kv-layout", "contiguous")
+	_, uniform, _, _ := raggedRun(t, "--batch-size", "3", "--input-len", "18", "--kv-layout", "contiguous")
 	for _, tc := range []struct {
 		old, new string
 		code     int

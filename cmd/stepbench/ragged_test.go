@@ -70,7 +70,7 @@ func TestContextLensRun(t *testing.T) {
 		{[]string{"--context-lens", "uniform:9-3"}, "uniform:LO-HI"},
 		{[]string{"--kv-layout", "ring"}, "--kv-layout"},
 		{[]string{"--page-size", "0", "--kv-layout", "paged"}, "--page-size 0"},
-		{[]string{"--page-size", "16"}, "--kv-layout contiguous has none"},
+		{[]string{"--kv-layout", "contiguous", "--page-size", "16"}, "--kv-layout contiguous has none"},
 		{[]string{"--kv-fill", "zeros"}, "--kv-fill"},
 		{[]string{"--ragged-batch"}, "--ragged-batch checks --correctness-test's prompts"},
 	} {

@@ -36,6 +36,7 @@ func TestEmulatedFusedRopeAttention(t *testing.T) {
 		return
 	}
 	model, prompts := headDim64Model(t)
+	model = append(model, "--kv-layout", "contiguous") // version 5 fuses on the contiguous layout
 	correctness := func(extra ...string) []correctnessRecord {
 		return correctnessOf(t, model, prompts, append([]string{"--device", "cuda"}, extra...)...)
 	}

@@ -124,7 +124,7 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	// The op libraries' caps are checked against the layout as the backend opens.
 	kv := f.kv.options(f.seed)
-	f.backend.kv = &kv
+	f.backend.kv, f.backend.tabled = &kv, f.kv.tabled()
 	stopWatch := f.watchSetup(setup, stderr) // the compile and the op libraries' loads
 	be, env, err := openBackend(setup.device, f.backend, setup.cfg.KernelShape(), setup.est, stderr)
 	stopWatch()

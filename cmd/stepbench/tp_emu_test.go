@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -55,26 +56,56 @@ func readRecords(t *testing.T, path string) []correctnessRecord {
 	return recs
 }
 
-// sameGeneration compares records with the one-GPU run's: identical tokens,
-// logits within the design's bf16 tolerance of a whole forward pass (2e-2:
-// the all-reduces sum partial sums already rounded to bf16); it returns the
-// largest relative error.
+// sameGeneration checks got's greedy generations against want's, each
+// fed its own tokens: the same tokens, or tokens that part where either
+// run's logits of the two are a near tie (within the logits' bound of the
+// row's largest: two runs whose logits agree within it may pick either;
+// llama-tiny's dummy logits have many), after which the runs read other
+// inputs and are not compared; the logits within 2e-2 up to that step. It
+// returns the largest logits error compared.
 func sameGeneration(t *testing.T, label string, got, want []correctnessRecord) float64 {
+	t.Helper()
+	return sameGenerationWithin(t, label, got, want, 2e-2)
+}
+
+// tieWithin reports whether tokens a and b of row are within frac of the
+// row's largest magnitude (runner.NearTie's rule at another fraction).
+func tieWithin(row []float32, a, b int32, frac float64) bool {
+	scale := 0.0
+	for _, x := range row {
+		scale = max(scale, math.Abs(float64(x)))
+	}
+	return math.Abs(float64(row[a]-row[b])) <= frac*scale
+}
+
+// sameGenerationWithin is sameGeneration with bound for the logits.
+func sameGenerationWithin(t *testing.T, label string, got, want []correctnessRecord, bound float64) float64 {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d records, want %d", label, len(got), len(want))
 	}
 	worst := 0.0
 	for i := range want {
-		if !equalIDs(got[i].Generated, want[i].Generated) {
-			t.Errorf("%s, prompt %d: generated %v, one GPU %v", label, i+1, got[i].Generated, want[i].Generated)
+		g, w := got[i], want[i]
+		if len(g.Generated) != len(w.Generated) || len(g.Logits) != len(w.Logits) {
+			t.Errorf("%s, prompt %d: %d tokens and %d logits rows, want %d and %d", label, i+1, len(g.Generated), len(g.Logits), len(w.Generated), len(w.Logits))
+			continue
 		}
-		for s := range want[i].Logits {
-			rel, err := ref.RelErr(got[i].Logits[s], want[i].Logits[s])
-			if err != nil || rel > 2e-2 {
-				t.Errorf("%s, prompt %d step %d: logits rel err %.3g > 2e-2 (%v)", label, i+1, s, rel, err)
+		for s := range w.Logits {
+			rel, err := ref.RelErr(g.Logits[s], w.Logits[s])
+			if err != nil || rel > bound {
+				t.Errorf("%s, prompt %d step %d: logits rel err %.3g > %g (%v)", label, i+1, s, rel, bound, err)
 			}
 			worst = max(worst, rel)
+			if g.Generated[s] == w.Generated[s] {
+				continue
+			}
+			if !tieWithin(w.Logits[s], g.Generated[s], w.Generated[s], bound) && !tieWithin(g.Logits[s], g.Generated[s], w.Generated[s], bound) {
+				t.Errorf("%s, prompt %d step %d: generated %v, want %v (no near tie)", label, i+1, s, g.Generated, w.Generated)
+			} else {
+				t.Logf("%s, prompt %d: tokens part at step %d at a near tie (%d, %d): the steps after are not compared", label, i+1, s, g.Generated[s], w.Generated[s])
+			}
+			break
 		}
 	}
 	return worst
@@ -176,8 +207,10 @@ func TestEmulatedTwoNodes(t *testing.T) {
 	if err := os.WriteFile(prompts, []byte(tpPrompts), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The contiguous layout for both: the runs are compared by their
+	// printed tokens, which a near tie may part on the paged layout's split.
 	want, _ := mustRun(t, "run", "--device", "cuda", "--model", "llama-tiny", "--correctness-test", "--prompt-ids", prompts,
-		"--output-len", "6")
+		"--output-len", "6", "--kv-layout", "contiguous")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +222,7 @@ func TestEmulatedTwoNodes(t *testing.T) {
 	for node := 0; node < 2; node++ {
 		cmd := exec.Command(os.Args[0], "run", "--device", "cuda", "--model", "llama-tiny", "--correctness-test",
 			"--prompt-ids", prompts, "--output-len", "6", "--tp-size", "2", "--nnodes", "2",
-			"--node-rank", strconv.Itoa(node), "--dist-init-addr", addr, "--dist-timeout", "60s")
+			"--node-rank", strconv.Itoa(node), "--dist-init-addr", addr, "--dist-timeout", "60s", "--kv-layout", "contiguous")
 		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_MAIN=1", "XDG_CACHE_HOME="+emuCacheHome)
 		var b strings.Builder
 		cmd.Stdout, cmd.Stderr = &b, &b

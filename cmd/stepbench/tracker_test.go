@@ -34,7 +34,7 @@ func TestRunWritesTrackerFormats(t *testing.T) {
 				Value float64 `json:"value"`
 			}
 			err := json.Unmarshal([]byte(out), &doc)
-			return len(doc), err == nil && doc["stepbench/llama-tiny/cpu/b2_i8_o3/decode_step_device"]["latency"].Value > 0
+			return len(doc), err == nil && doc["stepbench/llama-tiny/cpu/b2_i8_o3_paged16/decode_step_device"]["latency"].Value > 0
 		},
 	} {
 		code, stdout, stderr := runBinary(t, nil, append(base, "--format", format)...)

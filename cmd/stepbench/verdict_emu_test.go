@@ -187,7 +187,7 @@ func TestEmulatedABChecksEveryStep(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	stdout, _ := mustProcess(t, "ab", "--model-path", model, "--load-format", "dummy", "--kernel", "attn_decode=1", "--baseline-kernel", "attn_decode=2",
+	stdout, _ := mustProcess(t, "ab", "--model-path", model, "--load-format", "dummy", "--kv-layout", "contiguous", "--kernel", "attn_decode=1", "--baseline-kernel", "attn_decode=2",
 		"--batch-size", "1,2", "--input-len", "40", "--output-len", "6", "--num-iters", "2")
 	// 2 shapes × (the prefill + 5 decode steps).
 	if !strings.Contains(stdout, "every decode step of every shape (12 steps, both fed B's tokens)") ||
@@ -267,7 +267,9 @@ func TestEmulatedSlowerDecodeKernelIsSlower(t *testing.T) {
 	// the step, which make test's load on a shared 2-core machine, ±20%
 	// noise per pair, turned INCONCLUSIVE).
 	slower := kernelsWith(t, slowDecode("512")...)
-	stdout, _ := mustProcess(t, append([]string{"ab", "--kernels-dir", slower, "--num-iters", "12"}, tinyShape...)...)
+	// attention.cu's decode kernels: the contiguous layout's.
+	shape := append([]string{"--kv-layout", "contiguous"}, tinyShape...)
+	stdout, _ := mustProcess(t, append([]string{"ab", "--kernels-dir", slower, "--num-iters", "12"}, shape...)...)
 	for metric, vs := range verdicts(t, stdout) {
 		if strings.HasPrefix(metric, "decode") && vs[0] != "SLOWER" {
 			t.Errorf("ab: %s is %s, want SLOWER\n%s", metric, vs[0], stdout)
@@ -276,8 +278,8 @@ func TestEmulatedSlowerDecodeKernelIsSlower(t *testing.T) {
 	muchSlower := slower
 	dir := t.TempDir()
 	old, newer := filepath.Join(dir, "old.json"), filepath.Join(dir, "new.json")
-	mustProcess(t, append([]string{"run", "--device", "cuda", "--num-iters", "12", "--json-out", old}, tinyShape...)...)
-	mustProcess(t, append([]string{"run", "--device", "cuda", "--num-iters", "12", "--kernels-dir", muchSlower, "--json-out", newer}, tinyShape...)...)
+	mustProcess(t, append([]string{"run", "--device", "cuda", "--num-iters", "12", "--json-out", old}, shape...)...)
+	mustProcess(t, append([]string{"run", "--device", "cuda", "--num-iters", "12", "--kernels-dir", muchSlower, "--json-out", newer}, shape...)...)
 	code, stdout, _ := process(t, "compare", old, newer, "--fail-on-regression")
 	// Other processes' load (make test's other packages) can leave the rows
 	// without a verdict (INCONCLUSIVE, host busy): only that excuses a
