@@ -110,7 +110,7 @@ func (k *kvFlags) check(fs *pflag.FlagSet) error {
 // versions they resolve to are the block table's (kernels.Selection's
 // ResolveLayout).
 func (k *kvFlags) tabled() bool {
-	return k.layout == runner.KVPaged || k.contextLens != ""
+	return k.layout == runner.KVPaged || k.contextLens != "" || k.dtype.FP8() // an FP8 cache is read through the table only
 }
 
 // batchSizes is the run's batch sizes: an explicit --context-lens list's
