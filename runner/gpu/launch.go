@@ -97,7 +97,7 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		}
 	}
 	for _, d := range kernels.TensorCoreHeadDims {
-		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d), "attn_prefill4": kernels.Prefill4SharedBytes(d)} {
+		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d), "attn_prefill4": kernels.Prefill4SharedBytes(d), "attn_prefill5": kernels.Prefill5SharedBytes(d)} {
 			pre := k.fn[kernels.EntryPoint(name, d)]
 			if pre != nil && shared > kernels.DefaultSharedLimitBytes {
 				if err := pre.SetMaxDynamicShared(shared); err != nil {
