@@ -39,8 +39,9 @@ func TestOpenOpLibraryErrorsNameTheFile(t *testing.T) {
 // offset; a field moved is a new major version.
 func TestOpABI2Layout(t *testing.T) {
 	want := map[string][]uintptr{
-		// size, then abi_version .. error_bytes in the header's order.
-		"call": {144, 0, 4, 8, 16, 24, 32, 40, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 128, 136},
+		// size, then abi_version .. error_bytes in the header's order, then
+		// 2.1's q_scale appended (a minor bump: every 2.0 offset kept).
+		"call": {152, 0, 4, 8, 16, 24, 32, 40, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 128, 136, 144},
 		// size, struct_bytes, abi_version, name, workspace_bytes, run, plan, caps.
 		"table": {128, 0, 4, 8, 16, 24, 32, 40},
 		// size, kv_layouts, kv_dtypes, num_page_sizes, page_size_multiple, page_sizes, flags.
@@ -52,8 +53,8 @@ func TestOpABI2Layout(t *testing.T) {
 			t.Errorf("stepbench_op_%s size and offsets %v, want %v", name, got[name], w)
 		}
 	}
-	if OpABIVersion != 2<<16 {
-		t.Errorf("STEPBENCH_OP_ABI_VERSION = %s, want 2.0", FormatABI(OpABIVersion))
+	if OpABIVersion != 2<<16|1 {
+		t.Errorf("STEPBENCH_OP_ABI_VERSION = %s, want 2.1", FormatABI(OpABIVersion))
 	}
 }
 
@@ -81,7 +82,7 @@ func TestOpenOpLibraryRefusesABI1(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = OpenOpLibrary(path)
-	want := "op library " + path + " (sha256 " + sum + "): built for stepbench_op ABI 1.0, this stepbench speaks ABI 2.0"
+	want := "op library " + path + " (sha256 " + sum + "): built for stepbench_op ABI 1.0, this stepbench speaks ABI 2.1"
 	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") || !input.IsBad(err) {
 		t.Errorf("OpenOpLibrary(ABI 1) = %v (bad input %v), want one line starting %q", err, input.IsBad(err), want)
 	}

@@ -193,7 +193,11 @@ func (v *Verifier) gatePagedAttention(pv *pagedView) {
 		label += fmt.Sprintf(" (%d of %d query rows compared, every row written)", len(tokens), pv.a.Tokens())
 	}
 	rel, cmpErr := closeBF16(got, want)
-	v.record(v.checkName(op, name, ver)+" paged", label, rel, false, cmpErr)
+	check := v.checkName(op, name, ver) + " paged"
+	if pv.a.Cache.FP8() {
+		check += " " + pv.a.Cache.String()
+	}
+	v.record(check, label, rel, false, cmpErr)
 }
 
 // samplePagedRows is nil when the reference of every row of a view costs

@@ -255,3 +255,95 @@ func TestCUDATableVersionsOnTheContiguousLayout(t *testing.T) {
 		t.Errorf("decode with attn_decode=4 on pages: %v; want one line containing %q", err, want)
 	}
 }
+
+// TestCUDAFP8CacheMatchesCPU: the engine on the cuda backend with an FP8
+// KV cache (rope_kv_write 4, attn_prefill 5, attn_decode 7) gives a ragged
+// batch the cpu backend's FP8-cache tokens (teacher-forced) and, within
+// the end-to-end bound, its logits at every step: E4M3 with K and V scales
+// that differ per layer, per KV head and from each other (a context filled
+// synthetically, which quantizes on the device without the FP8 GEMM path),
+// and E5M2 with unit scales, on shuffled pages of 16 and on the contiguous
+// layout (one page per sequence), with decode graphs and eagerly, for
+// llama-tiny's head_dim-64 twin.
+func TestCUDAFP8CacheMatchesCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
+	}
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
+	scales := runner.UnitKVScales(cfg.NumHiddenLayers, cfg.NumKeyValueHeads)
+	for l := range scales.K {
+		for g := range scales.K[l] {
+			scales.K[l][g] = 0.02 * float32(1+g+l)
+			scales.V[l][g] = 0.03 * float32(cfg.NumKeyValueHeads-g+l)
+		}
+	}
+	type fp8Case struct {
+		dtype  kernels.CacheDType
+		scales *runner.KVScales
+		seqs   []runner.SeqSpec
+	}
+	cases := []fp8Case{
+		{kernels.CacheE4M3, &scales, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Context: 20, Prompt: 3}, {Prompt: 33}}},
+		{kernels.CacheE5M2, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
+	}
+	const steps, seed = 4, 7
+	layouts := []runner.KVOptions{{Layout: runner.KVContiguous},
+		{Layout: runner.KVPaged, PageSize: 16, Order: runner.PagesShuffled, Seed: 11, PoisonTable: true}}
+	for _, c := range cases {
+		var prompts []int32
+		for b, s := range c.seqs {
+			for i := range s.Prompt {
+				prompts = append(prompts, int32((13*i+7*b+5)%cfg.VocabSize))
+			}
+		}
+		setUp := func(e *runner.Engine) {
+			if c.scales != nil {
+				if err := e.SetKVScales(*c.scales); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		cpu, err := runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Seed: seed}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		setUp(cpu)
+		var want []cpuRun
+		for _, kv := range layouts {
+			kv.DType = c.dtype
+			tokens, logits := raggedOn(t, cpu, kv, c.seqs, prompts, steps, nil)
+			want = append(want, cpuRun{tokens, logits})
+		}
+		cpu.Close()
+		for _, graphs := range []bool{true, false} {
+			be, err := New(Options{CacheDir: testCache(), DisableGraphs: !graphs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: seed}, nil)
+			if err != nil {
+				be.Close()
+				t.Fatal(err)
+			}
+			setUp(eng)
+			for i, kv := range layouts {
+				kv.DType = c.dtype
+				tokens, logits := raggedOn(t, eng, kv, c.seqs, prompts, steps, want[i].tokens)
+				if !eng.Tabled() {
+					t.Errorf("%s: an FP8 cache ran without the block table", kv)
+				}
+				label := fmt.Sprintf("%s, graphs %v", kv, graphs)
+				worst := closeToCPU(t, label, tokens, want[i].tokens, logits, want[i].logits)
+				t.Logf("%s: %d steps x %d sequences, worst logits rel err %.3g, decode graphs %v", label, steps+1, len(c.seqs), worst, eng.DecodeGraphNodes())
+			}
+			eng.Close()
+			be.Close()
+		}
+	}
+}
