@@ -407,7 +407,9 @@ func (v *Verifier) verifyKVAdvance() {
 func (v *Verifier) verifyPagedAll(models []kernels.ModelShape) {
 	wants := func(check string) bool { return v.dead == nil && (v.wants(check) || slices.Contains(v.only, "paged")) }
 	onlyFP8 := len(v.only) > 0 && slices.Contains(v.only, "paged_fp8") && !slices.Contains(v.only, "paged")
-	wantsFP8 := func(check string) bool { return v.dead == nil && (wants(check) || slices.Contains(v.only, "paged_fp8")) }
+	wantsFP8 := func(check string) bool {
+		return v.dead == nil && (wants(check) || slices.Contains(v.only, "paged_fp8"))
+	}
 	for _, m := range pagedModels(models) {
 		if wants("rope_kv_write") && !onlyFP8 {
 			v.verifyPagedRopes(m)
