@@ -406,32 +406,28 @@ func (v *Verifier) verifyKVAdvance() {
 // at each model's widths; kv_advance once.
 func (v *Verifier) verifyPagedAll(models []kernels.ModelShape) {
 	wants := func(check string) bool { return v.dead == nil && (v.wants(check) || slices.Contains(v.only, "paged")) }
-	onlyFP8 := len(v.only) > 0 && slices.Contains(v.only, "paged_fp8") && !slices.Contains(v.only, "paged")
 	wantsFP8 := func(check string) bool {
 		return v.dead == nil && (wants(check) || slices.Contains(v.only, "paged_fp8"))
 	}
 	for _, m := range pagedModels(models) {
-		if wants("rope_kv_write") && !onlyFP8 {
+		if wants("rope_kv_write") {
 			v.verifyPagedRopes(m)
 		}
 		if wantsFP8("rope_kv_write") {
 			v.verifyPagedRopesFP8(m)
 		}
-		if wants("attention") && !onlyFP8 {
+		if wants("attention") {
 			v.verifyPagedAttentions(m)
 		}
 		if wantsFP8("attention") {
 			v.verifyPagedAttentionsFP8(m)
 		}
-		if wants("decode_graph") && !onlyFP8 {
+		if wants("decode_graph") {
 			v.verifyPagedDecodeGraph(m)
 		}
 		if wantsFP8("decode_graph") {
 			v.verifyPagedDecodeGraphFP8(m)
 		}
-	}
-	if onlyFP8 {
-		return
 	}
 	for _, m := range models {
 		if wants("gather_last") {
