@@ -579,7 +579,9 @@ DEFINE_PREFILL4(128)
 // and tile; ESTIMATE 5-10% slower than version 4 at the same keys, on a
 // GPU to be measured). The table is read per chunk by the thread that
 // copies it (pf5_rows): one L1-resident load per 16-byte chunk, a tile
-// ahead of its copy.
+// ahead of its copy. ptxas (NVRTC 11.8): attn_prefill5_d128 201 registers
+// on sm_90 and sm_80 (version 4: 195), _d64 128, _d32 120; 0 spills; one
+// 256-thread block per SM at d128 (registers and 128 KB of shared memory).
 #define DEFINE_PREFILL5(D)                                                                                      \
     extern "C" __global__ void __launch_bounds__(PF4_THREADS) attn_prefill5_d##D(                               \
         unsigned short* out, const unsigned short* q, const unsigned char* kCache, const unsigned char* vCache,   \
@@ -1183,20 +1185,23 @@ DEFINE_DECODE6(128, 8)
 //  - decode, batch 32 x 8k keys (262k keys): 537 MB per layer, floor 160 /
 //    112 us per layer, 5.1 / 3.6 ms per step (version 6: 1.07 GB, 10.3 /
 //    7.2 ms).
-//  - issue rate: per sub-tile and lane version 6's 330 instructions less
-//    its V cp.async (8) plus the widening of 64 K bytes and 64 V bytes
-//    (32 x (2 prmt + 4 logic + 2 HFMA2) = 256) and 8 STS.128: about 590
-//    per 16 keys and warp, 2 KB of K/V per 16 keys and kv head; at 4.8
-//    TB/s an SM must retire 16 keys per warp-slot every ~100 ns: 132 SMs x
-//    4 schedulers x 1 instr/clk x 1.98 GHz = 1.05 T instr/s against
-//    (4.8e12 / 2048 x 16 keys... ) 2.3 G sub-tiles/s x 590 = 1.39 T instr/s
-//    at the H200's roof at group 4: the widening, not DRAM, bounds version
-//    7 there, about 75% of the byte roof (H100: 0.97 T instr/s needed, at
-//    the issue limit). A GPU must say; FlashInfer's same widening reaches
-//    about 80% of the roof at FP8 (its reports).
+//  - issue rate (counted by hand from this source: no cuobjdump here): per
+//    16-key sub-tile and warp about 650 instructions against version 6's
+//    ~330 (SASS): ~10 per 4 bytes widened (2 prmt, 6 logic, 2 HFMA2.BF16)
+//    over 64 K and 64 V bytes per lane, 8 STS.128 of V, less version 6's
+//    8 LDGSTS; for 4 KB of K/V (version 6: 8 KB). At 4.8 TB/s: 1.17 G
+//    sub-tiles/s x 650 = 0.76 T warp instructions/s of the H200's ~1.05 T
+//    (132 SMs x 4 schedulers x 1.98 GHz): 73% (H100 at 3.35 TB/s: 50%;
+//    version 6: 18% / 13%). Not the bound, but less slack to hide
+//    latency: ESTIMATE 80-90% of the byte roof (about 0.5-0.56 ms per step
+//    at batch 32 x 1k on an H200, version 6 ~0.95 ms).
 //  - Access counters: see TestEmulatorFP8DecodeReadsHalf (runner/gpu).
-//  - ptxas: see docs/kernel.md (NVRTC 11.8 on this machine compiles for
-//    the emulated device only; no ptxas report was made).
+//  - ptxas (NVRTC 11.8, -Xptxas -v; stepbench build --arch 90 / 80):
+//    attn_decode7_d128_gG 184 registers on sm_90, 195 on sm_80 (version 6
+//    as templated here: 178 / 192), _d64 118, _d32 98; 0 spills, no stack;
+//    2 blocks of 4 warps per SM at d128 as version 6 (registers). Static
+//    shared memory doubles (544-4256 B: each format's instantiation has its
+//    own q copy), far below the register limit's occupancy.
 #define DEFINE_DECODE7(D, G)                                                                                    \
     extern "C" __global__ void __launch_bounds__(DEC6_WARPS * 32, 1) attn_decode7_d##D##_g##G(                     \
         unsigned short* out, float* ws, const unsigned short* q, const unsigned char* kCache,                   \
