@@ -1195,7 +1195,13 @@ DEFINE_DECODE6(128, 8)
 //    version 6: 18% / 13%). Not the bound, but less slack to hide
 //    latency: ESTIMATE 80-90% of the byte roof (about 0.5-0.56 ms per step
 //    at batch 32 x 1k on an H200, version 6 ~0.95 ms).
-//  - Access counters: see TestEmulatorFP8DecodeReadsHalf (runner/gpu).
+//  - Access counters (EMULATED: every request's sectors, no cache;
+//    TestEmulatorFP8DecodeReadsHalf), Llama-3-8B heads, 4 sequences of
+//    1000 tokens on shuffled pages of 16: attn_decode 6 reads 548,128
+//    sectors (17.5 MB), attn_decode 7 294,048 (9.4 MB): 0.537 of version
+//    6's. K and V halve exactly (256,000 sectors against 512,000: every
+//    16-byte load's sectors used); q, the table and the lengths (~37k
+//    sectors) do not.
 //  - ptxas (NVRTC 11.8, -Xptxas -v; stepbench build --arch 90 / 80):
 //    attn_decode7_d128_gG 184 registers on sm_90, 195 on sm_80 (version 6
 //    as templated here: 178 / 192), _d64 118, _d32 98; 0 spills, no stack;
