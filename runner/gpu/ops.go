@@ -179,8 +179,10 @@ func kvPtrs(o *operands, kv runner.KVView, s runner.AttnShape) KVPtrs {
 		QueryStart:  o.get(kv.QueryStart, runner.I32, s.Batch+1, "query starts"),
 		Positions:   o.get(kv.Positions, runner.I32, T, "positions"),
 		SlotMapping: o.get(kv.SlotMapping, runner.I64, T, "slot mapping"),
-		KScale:      o.getOpt(kv.KScale, runner.F32, s.KVHeads, "k scale", !s.Cache.FP8()),
-		VScale:      o.getOpt(kv.VScale, runner.F32, s.KVHeads, "v scale", !s.Cache.FP8()),
+		// An FP8 cache's scales (the KV kernels refuse a null one;
+		// advance_kv reads none).
+		KScale: o.getOpt(kv.KScale, runner.F32, s.KVHeads, "k scale", true),
+		VScale: o.getOpt(kv.VScale, runner.F32, s.KVHeads, "v scale", true),
 	}
 }
 

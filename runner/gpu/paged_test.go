@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"stepbench/cuda/emutest"
+	"stepbench/kernels"
 	"stepbench/runner"
 )
 
@@ -169,6 +170,42 @@ func TestEmulatorCatchesFP8ScaleSwap(t *testing.T) {
 			t.Errorf("%s [%s] passed with K's scale for V (rel err %.3g)", r.Check, r.Shape, r.RelErr)
 		} else {
 			t.Logf("caught: %s [%s]: %v", r.Check, r.Shape, r.Err)
+		}
+	}
+}
+
+// The gate before timing checks an FP8 run at its own shapes through its
+// FP8 kernels, on the contiguous layout too (an FP8 cache always runs
+// through the block table): attention prefill v5 and decode v7, rope_kv_write
+// v4 and the captured decode step, the names ending in the dtype.
+func TestGateChecksAnFP8RunsShapes(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	emutest.Use(t)
+	ctx, stream, set := emulatorKernels(t, mustSources(t), testCache())
+	defer ctx.Close()
+	v := NewVerifier(ctx, stream, set, 1)
+	m := tinyShapes[0]
+	shape := RunShape{Batch: 2, InputLen: 6, OutputLen: 4, KV: runner.KVOptions{Layout: runner.KVContiguous, DType: kernels.CacheE5M2}}
+	results, err := v.VerifyRunShapes(m, []RunShape{shape}, []string{"attention", "rope_kv_write", "decode_graph"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, r := range results {
+		if r.Err != nil {
+			t.Errorf("%s [%s]: %v", r.Check, r.Shape, r.Err)
+		}
+		seen = append(seen, r.Check+" ["+r.Shape+"]")
+	}
+	for _, want := range []string{
+		"attention prefill v5 paged fp8_e5m2 [tiny contiguous fp8_e5m2 lens=6,6 q=6,6",
+		"attention decode v7 paged fp8_e5m2 [tiny contiguous fp8_e5m2 lens=7,7 q=1,1",
+		"rope_kv_write v4 paged fp8_e5m2 [tiny contiguous fp8_e5m2 lens=6,6",
+		"decode graph replay paged fp8_e5m2 [tiny contiguous fp8_e5m2 lens=7,7",
+	} {
+		if !slices.ContainsFunc(seen, func(s string) bool { return strings.HasPrefix(s, want) }) {
+			t.Errorf("no check %q among\n%s", want, strings.Join(seen, "\n"))
 		}
 	}
 }
