@@ -163,11 +163,17 @@ func pagedEngineRuns(t *testing.T, cfg runner.Config, graphs bool, seqs []runner
 // returns the worst relative error of the logits.
 func closeToCPU(t *testing.T, label string, tokens, wantTokens [][]int32, logits, wantLogits [][][]float32) float64 {
 	t.Helper()
+	return closeToCPUWithin(t, 2e-2, label, tokens, wantTokens, logits, wantLogits)
+}
+
+// closeToCPUWithin is closeToCPU with the logits' bound.
+func closeToCPUWithin(t *testing.T, bound float64, label string, tokens, wantTokens [][]int32, logits, wantLogits [][][]float32) float64 {
+	t.Helper()
 	worst := 0.0
 	for s := range logits {
 		for r := range logits[s] {
 			rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
-			if err != nil || rel > 2e-2 {
+			if err != nil || rel > bound {
 				t.Fatalf("%s step %d row %d: logits rel err %.3g (%v)", label, s, r, rel, err)
 			}
 			worst = max(worst, rel)
@@ -256,6 +262,22 @@ func TestCUDATableVersionsOnTheContiguousLayout(t *testing.T) {
 	}
 }
 
+// maxRelErrFP8CacheVsCPU bounds the logits of an FP8-cache run on the cuda
+// backend against the cpu backend's FP8-cache run (teacher-forced). The
+// two quantize K and V with the same function but from bf16 activations
+// that differ by a bf16 step here and there (the GEMMs' and attention's
+// float32 sums in another order); each difference that crosses an FP8
+// rounding boundary moves the cached element by a whole FP8 step (6-12%
+// E4M3, 12-25% E5M2) and the layers after amplify it, where the bf16 cache
+// keeps the step's 0.4%. Measured here (llama-tiny's head_dim-64 twin, 5
+// steps, graphs and eager alike): the bf16 cache 7.6e-3 (the usual bound
+// 2e-2), E4M3 with scales 1.8e-2, E5M2 with unit scales 2.2e-2; 3e-2 keeps
+// 1.4x the worst. Bugs of the scales are the kernel checks' to catch (K's scale for
+// V costs 0.58 there); this test checks the plumbing: the FP8 kernels
+// chosen, the scales reaching them, graphs replaying them, the synthetic
+// fill quantizing on the device.
+const maxRelErrFP8CacheVsCPU = 3e-2
+
 // TestCUDAFP8CacheMatchesCPU: the engine on the cuda backend with an FP8
 // KV cache (rope_kv_write 4, attn_prefill 5, attn_decode 7) gives a ragged
 // batch the cpu backend's FP8-cache tokens (teacher-forced) and, within
@@ -264,7 +286,8 @@ func TestCUDATableVersionsOnTheContiguousLayout(t *testing.T) {
 // synthetically, which quantizes on the device without the FP8 GEMM path),
 // and E5M2 with unit scales, on shuffled pages of 16 and on the contiguous
 // layout (one page per sequence), with decode graphs and eagerly, for
-// llama-tiny's head_dim-64 twin.
+// llama-tiny's head_dim-64 twin; the bf16 cache runs first, its error the
+// baseline of maxRelErrFP8CacheVsCPU.
 func TestCUDAFP8CacheMatchesCPU(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -289,6 +312,8 @@ func TestCUDAFP8CacheMatchesCPU(t *testing.T) {
 		seqs   []runner.SeqSpec
 	}
 	cases := []fp8Case{
+		// The bf16 cache first: the baseline the FP8 bound is set against.
+		{kernels.CacheBF16, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
 		{kernels.CacheE4M3, &scales, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Context: 20, Prompt: 3}, {Prompt: 33}}},
 		{kernels.CacheE5M2, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
 	}
@@ -339,7 +364,7 @@ func TestCUDAFP8CacheMatchesCPU(t *testing.T) {
 					t.Errorf("%s: an FP8 cache ran without the block table", kv)
 				}
 				label := fmt.Sprintf("%s, graphs %v", kv, graphs)
-				worst := closeToCPU(t, label, tokens, want[i].tokens, logits, want[i].logits)
+				worst := closeToCPUWithin(t, maxRelErrFP8CacheVsCPU, label, tokens, want[i].tokens, logits, want[i].logits)
 				t.Logf("%s: %d steps x %d sequences, worst logits rel err %.3g, decode graphs %v", label, steps+1, len(c.seqs), worst, eng.DecodeGraphNodes())
 			}
 			eng.Close()
