@@ -640,7 +640,8 @@ DEFINE_PREFILL5(128)
 //
 // Evidence without a GPU (no figure here is a GPU measurement):
 //  - ptxas (NVRTC 11.8, -Xptxas -v): attn_decode6_d128_gG 180 registers on
-//    sm_90, 192-194 on sm_80 (version 4: 176 / 184; 2 blocks of 4 warps per
+//    sm_90, 192-194 on sm_80 (178 / 192 since the FP8 cache's templating,
+//    whose bf16 instance it is; version 4: 176 / 184; 2 blocks of 4 warps per
 //    SM either way), _d64 126 / 128, _d32 88; 0 spills, no stack; static
 //    shared 80-2128 B (q of the kv head's group) beside version 4's dynamic
 //    layout. __launch_bounds__(128, 1): without the 1, ptxas capped the d64
