@@ -286,3 +286,68 @@ func (v *Verifier) verifyPagedRopeFP8At(set *Kernels, check string, m kernels.Mo
 	}
 	v.record(check, pv.label, rel, false, err)
 }
+
+// libFP8Formats are the FP8 formats op's library takes: those its caps
+// declare, from a library built for op ABI 2.1 or later (the first to pass
+// the scales).
+func (v *Verifier) libFP8Formats(op string) []kernels.CacheDType {
+	o := v.set.opLib(op)
+	if o == nil || o.Library().ABI&0xffff < 1 {
+		return nil
+	}
+	var out []kernels.CacheDType
+	for _, f := range fp8Formats {
+		if o.Caps().DTypes&opKVDType(f) != 0 {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// verifyLibKVSuiteFP8 checks the KV ops' libraries that declare an FP8
+// cache against ref.RopeKVWritePagedFP8 and ref.AttentionPagedFP8 in each
+// format they declare, at the suite's page sizes (shuffled): decode over
+// lengths 1, a page, a page and one and three pages; prefill of 1, 7 and
+// page+3 tokens over a page, none and two pages less three; rope over the
+// prefill with its last token padding; fp8Scales's differing K and V
+// scales throughout.
+func (v *Verifier) verifyLibKVSuiteFP8(m kernels.ModelShape, extraPageSizes []int) {
+	for _, op := range []string{kernels.OpRope, kernels.OpAttnDecode, kernels.OpAttnPrefill} {
+		check := map[string]string{kernels.OpRope: "rope_kv_write", kernels.OpAttnDecode: "attention decode", kernels.OpAttnPrefill: "attention prefill"}[op]
+		if !v.set.Replaces(op) || !v.wants(map[bool]string{true: "rope_kv_write", false: "attention"}[op == kernels.OpRope]) {
+			continue
+		}
+		for _, format := range v.libFP8Formats(op) {
+			for _, ps := range v.libSuitePageSizes(op, extraPageSizes) {
+				decode := pagedGeometry{kv: pages(ps, runner.PagesShuffled), ctx: []int{0, ps - 1, ps, 3*ps - 1}, qLens: []int{1, 1, 1, 1}}
+				prefill := pagedGeometry{kv: pages(ps, runner.PagesShuffled), ctx: []int{ps, 0, max(0, 2*ps-3)}, qLens: []int{1, 7, ps + 3}}
+				geoms := []pagedGeometry{decode}
+				switch op {
+				case kernels.OpAttnPrefill:
+					geoms = []pagedGeometry{prefill}
+				case kernels.OpRope:
+					geoms = append(geoms, prefill)
+				}
+				for i, g := range geoms {
+					if v.dead != nil {
+						return
+					}
+					g.kv.DType = format
+					pv := g.layout(m, uint64(i+1))
+					name := check + v.set.libLabel(op) + " paged " + format.String()
+					if op == kernels.OpRope {
+						if i == 1 {
+							pv.slots[len(pv.slots)-1] = -1
+							pv.label += " (last token padding: slot -1)"
+						}
+						v.verifyPagedRopeFP8At(v.set, name, m, pv)
+						continue
+					}
+					got, want := v.runPagedAttentionFP8(v.set, pv, nil)
+					rel, err := closeBF16(got, want)
+					v.record(name, pv.label, rel, false, err)
+				}
+			}
+		}
+	}
+}
