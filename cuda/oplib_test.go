@@ -134,7 +134,7 @@ func TestOpCallCarriesTheKVView(t *testing.T) {
 	kv := &OpKV{NumSeqs: 2, NumTokens: 2, Heads: 4, KVHeads: 2, HeadDim: 8, PageSize: 48, NumPages: 5, MaxPages: 2, MaxQueryLen: 1,
 		MaxSeqLen: 96, Layout: OpKVNHD, DType: OpKVBF16, SoftmaxScale: 0.25}
 	got := recordedCall(t, op, func() error { return op.Run(g.stream, OpArgs{Tensors: tensors, KV: kv}) })
-	for _, want := range []string{"run struct_bytes=144 abi=131072 phase=0 seqs=2 tokens=2 heads=4 kv_heads=2 head_dim=8 page_size=48 num_pages=5 max_pages=2 max_query_len=1 max_seq_len=96 layout=1 dtype=1 want_lse=0 scale_x1e6=250000",
+	for _, want := range []string{"run struct_bytes=152 abi=131073 phase=0 seqs=2 tokens=2 heads=4 kv_heads=2 head_dim=8 page_size=48 num_pages=5 max_pages=2 max_query_len=1 max_seq_len=96 layout=1 dtype=1 want_lse=0 scale_x1e6=250000",
 		"|2 dev=2 code=4 bits=16 null=0 ndim=4 shape=5,48,2,8, strides=768,16,8,1,", "|3 dev=2 code=4 bits=16 null=0 ndim=4 shape=5,48,2,8, strides=768,8,384,1,",
 		"|4 dev=2 code=0 bits=32 null=0 ndim=2 shape=2,2,", "|8 dev=2 code=0 bits=64 null=0 ndim=1 shape=2,", "|9 dev=2 code=2 bits=32 null=1 ndim=0 shape="} {
 		if !strings.Contains(got, want) {
@@ -152,7 +152,7 @@ func TestOpCallCarriesTheKVView(t *testing.T) {
 	plan[8].Host = unsafe.Slice((*byte)(unsafe.Pointer(&slots[0])), 16)
 	kv.Phase = OpPhaseDecode
 	got = recordedCall(t, op, func() error { return op.Plan(g.stream, OpArgs{Tensors: plan, KV: kv}) })
-	for _, want := range []string{"plan struct_bytes=144 abi=131072 phase=2 seqs=2", "|0 dev=2 code=4 bits=16 null=1 ndim=3 shape=2,4,8,",
+	for _, want := range []string{"plan struct_bytes=152 abi=131073 phase=2 seqs=2", "|0 dev=2 code=4 bits=16 null=1 ndim=3 shape=2,4,8,",
 		"|4 dev=1 code=0 bits=32 null=0 ndim=2 shape=2,2, strides=2,1, values=3,1,4,7,", "|5 dev=1 code=0 bits=32 null=0 ndim=1 shape=2, strides=1, values=49,2,",
 		"|8 dev=1 code=0 bits=64 null=0 ndim=1 shape=2, strides=1, values=150,-1,"} {
 		if !strings.Contains(got, want) {
