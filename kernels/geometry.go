@@ -247,6 +247,12 @@ func Prefill4SharedBytes(headDim int) int {
 	return (Prefill4QueryTile*headDim + 4*Prefill4KeyTile*headDim) * 2
 }
 
+// Prefill5SharedBytes mirrors attn_prefill5's: version 4's, then two K
+// and two V tiles of FP8 bytes (the cp.async staging).
+func Prefill5SharedBytes(headDim int) int {
+	return Prefill4SharedBytes(headDim) + 4*Prefill4KeyTile*headDim
+}
+
 // PageShift is log2(pageSize) for a power of two, else −1: the paged
 // kernels shift and mask by it, or divide.
 func PageShift(pageSize int) int {

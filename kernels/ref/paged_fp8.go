@@ -1,6 +1,8 @@
-// paged_fp8.go is the twin of the FP8 KV cache's kernels
-// (kernels/paged_attention.cu: rope_kv_write 4, attn_prefill 5,
-// attn_decode 7): pages of FP8 bytes with per-layer K and V scales of one
+// paged_fp8.go holds what the twins of the FP8 KV cache's kernels share
+// (the twins themselves sit in the files named as their kernels' sources:
+// ref/rope.go's RopeKVWritePagedFP8 for rope.cu's rope_kv_write 4,
+// ref/paged_attention.go's AttentionPagedFP8 for paged_attention.cu's
+// attn_prefill 5 and attn_decode 7): pages of FP8 bytes with per-layer K and V scales of one
 // float per KV head, as vLLM's reshape_and_cache_flash writes them and
 // FlashInfer's and FlashAttention's kernels read them.
 //
@@ -120,145 +122,6 @@ func (f FP8Cache) Quantize(x, scale float32) uint8 {
 
 // Value widens a cached byte (its scale not applied).
 func (f FP8Cache) Value(b uint8) float32 { return f.table()[b] }
-
-// RopeKVWritePagedFP8 is RopeKVWritePaged into FP8 caches: q is rotated as
-// there (bf16), and each token's rotated K row and its V row, rounded to
-// bf16 as the bf16 cache would hold them, are quantized by their KV head's
-// scale (kScale, vScale: [kvHeads]) into its slot.
-//
-// Preconditions: RopeKVWritePaged's, and every scale positive and finite.
-func RopeKVWritePagedFP8(q []uint16, kCache, vCache []uint8, qkv []uint16, invFreq []float32, positions []int32, slots []int64,
-	tokens, heads, kvHeads, headDim, numSlots int, f FP8Cache, kScale, vScale []float32) {
-	const op = "RopeKVWritePagedFP8"
-	needShape(op, tokens >= 0 && heads >= 1 && kvHeads >= 1 && headDim >= 0 && headDim%2 == 0 && numSlots >= 0,
-		"bad shape tokens %d heads %d kvHeads %d headDim %d slots %d", tokens, heads, kvHeads, headDim, numSlots)
-	kvWidth := kvHeads * headDim
-	needLen(op, "kCache", len(kCache), numSlots*kvWidth)
-	needLen(op, "vCache", len(vCache), numSlots*kvWidth)
-	needScales(op, kScale, vScale, kvHeads)
-	// The bf16 write into a scratch cache of the step's own slots, then the
-	// quantization of each written row: the rotation stays RopeKVWritePaged's.
-	needLen(op, "slots", len(slots), tokens)
-	scratchK := make([]uint16, tokens*kvWidth)
-	scratchV := make([]uint16, tokens*kvWidth)
-	local := make([]int64, tokens)
-	for t := range tokens {
-		local[t] = int64(t)
-		if slots[t] < 0 {
-			local[t] = -1
-		}
-		needShape(op, slots[t] < int64(numSlots), "token %d: slot %d of %d", t, slots[t], numSlots)
-	}
-	RopeKVWritePaged(q, scratchK, scratchV, qkv, invFreq, positions, local, tokens, heads, kvHeads, headDim, tokens)
-	for t := range tokens {
-		if slots[t] < 0 {
-			continue
-		}
-		dst := int(slots[t]) * kvWidth
-		for g := range kvHeads {
-			for d := range headDim {
-				i := g*headDim + d
-				kCache[dst+i] = f.Quantize(BF16ToF32(scratchK[t*kvWidth+i]), kScale[g])
-				vCache[dst+i] = f.Quantize(BF16ToF32(scratchV[t*kvWidth+i]), vScale[g])
-			}
-		}
-	}
-}
-
-// AttentionPagedFP8 is AttentionPaged over FP8 caches, reading them as
-// the file's comment says (the K scale in the softmax scale, the V scale on
-// the output).
-func AttentionPagedFP8(out, q []uint16, kCache, vCache []uint8, kv PagedKV, heads, kvHeads, headDim int, tokens []int,
-	f FP8Cache, kScale, vScale []float32) {
-	const op = "AttentionPagedFP8"
-	needShape(op, kvHeads >= 1 && heads >= kvHeads && heads%kvHeads == 0 && headDim >= 1,
-		"bad shape heads %d kvHeads %d headDim %d", heads, kvHeads, headDim)
-	if err := kv.Check(); err != nil {
-		needShape(op, false, "%v", err)
-	}
-	T := kv.Tokens()
-	qWidth, kvWidth := heads*headDim, kvHeads*headDim
-	needLen(op, "q", len(q), T*qWidth)
-	needLen(op, "out", len(out), T*qWidth)
-	slots := kv.NumPages * kv.PageSize
-	needLen(op, "kCache", len(kCache), slots*kvWidth)
-	needLen(op, "vCache", len(vCache), slots*kvWidth)
-	needScales(op, kScale, vScale, kvHeads)
-	if tokens == nil {
-		tokens = make([]int, T)
-		for t := range tokens {
-			tokens[t] = t
-		}
-	}
-	seqOf := kv.sequenceOf()
-	maxLen := 0
-	for b := range kv.Batch() {
-		maxLen = max(maxLen, int(kv.SeqLens[b]))
-	}
-	var a attender
-	a.init(heads, kvHeads, headDim, maxLen)
-	rows := make([]int, maxLen)
-	rowsOf := -1
-	values := f.table()
-	for _, t := range tokens {
-		needShape(op, t >= 0 && t < T, "token %d outside [0, %d)", t, T)
-		b := seqOf[t]
-		if b != rowsOf {
-			for j := range int(kv.SeqLens[b]) {
-				rows[j] = int(kv.Slot(b, j)) * kvWidth
-			}
-			rowsOf = b
-		}
-		qLen := int(kv.QueryStart[b+1] - kv.QueryStart[b])
-		p := int(kv.SeqLens[b]) - qLen + (t - int(kv.QueryStart[b]))
-		a.tokenFP8(out[t*qWidth:(t+1)*qWidth], q[t*qWidth:(t+1)*qWidth], kCache, vCache, rows[:p+1], values, kScale, vScale)
-	}
-}
-
-// tokenFP8 is token over FP8 caches (values: the format's table).
-func (a *attender) tokenFP8(out, q []uint16, kCache, vCache []uint8, rows []int, values *[256]float32, kScale, vScale []float32) {
-	headDim := a.headDim
-	groupSize := a.heads / a.kvHeads
-	if cap(a.scores) < len(rows) {
-		a.scores = make([]float32, len(rows))
-	}
-	scores := a.scores[:len(rows)]
-	for h := 0; h < a.heads; h++ {
-		ToF32(a.query, q[h*headDim:(h+1)*headDim])
-		g := h / groupSize
-		kvOffset := g * headDim
-		scale := a.scale * kScale[g]
-
-		maxScore := float32(math.Inf(-1))
-		for j, r := range rows {
-			k := kCache[r+kvOffset:][:headDim]
-			var dot float32
-			for d, qd := range a.query {
-				dot += qd * values[k[d]]
-			}
-			scores[j] = dot * scale
-			maxScore = max(maxScore, scores[j])
-		}
-		var sum float32
-		for j := range scores {
-			scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
-			sum += scores[j]
-		}
-
-		clear(a.acc)
-		for j, r := range rows {
-			prob := scores[j] / sum
-			v := vCache[r+kvOffset:][:headDim]
-			for d := range a.acc {
-				a.acc[d] += prob * values[v[d]]
-			}
-		}
-		for d := range a.acc {
-			a.acc[d] *= vScale[g]
-		}
-		ToBF16(out[h*headDim:(h+1)*headDim], a.acc)
-	}
-}
 
 // needScales checks an FP8 cache's scales: one positive finite float per
 // KV head for K and for V.
