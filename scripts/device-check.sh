@@ -145,7 +145,8 @@ fi
 # linear 4-3 at batch 1 (15 s: 3 s each from sweep, ab-decode, ab-linear,
 # ab-prefill and tp1) and launch 2-1 (programmatic dependent launch, 20 s) from
 # verify (-4), devices (-3), ab-prefill (-3) and the nvcc and Triton op-library recipes (-5
-# each, skipped where nvcc or Triton is missing); then pdl-sass (6 s) from sweep.
+# each, skipped where nvcc or Triton is missing); then pdl-sass (6 s) from sweep; then the paged
+# layout against the contiguous one (10 s: 5 s each from ab-decode and ab-prefill).
 run devices 5 "$STEPBENCH" devices
 run verify 31 "$STEPBENCH" verify
 # -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
@@ -159,11 +160,16 @@ run breakdown 8 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1
 # the fewest whose sign test can reach p < 0.05 is 6); both arms hold the 8B weights (2 x 16 GB).
 # Decode attention 4 (tensor cores, the default) against 3 at batch 1 and 32 over 1k keys, the
 # largest predicted gain (batch 32: about 1.66 -> 1.05 ms of attention per step); then 5 (rope_kv_write
-# fused in: one launch fewer per layer) against 4 at batch 1, where a launch saved weighs most:
-run ab-decode 19 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
+# fused in: one launch fewer per layer) against 4 at batch 1, where a launch saved weighs most
+# (versions 3-5 take the contiguous layout; the default is paged):
+run ab-decode 14 "$STEPBENCH" ab --model llama-3-8b --kv-layout contiguous --kernel attn_decode=4 --baseline-kernel attn_decode=3 \
   --batch-size 1,32 --input-len 1024 --output-len 8 --num-iters 8
-run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kernel attn_decode=5 --baseline-kernel attn_decode=4 \
+run ab-fused 15 "$STEPBENCH" ab --model llama-3-8b --kv-layout contiguous --kernel attn_decode=5 --baseline-kernel attn_decode=4 \
   --batch-size 1 --input-len 1024 --output-len 8 --num-iters 8
+# The paged default (attn_decode 6 on shuffled 16-token pages, the block table's kernels) against the
+# contiguous layout (attn_decode 4) at batch 32 over 1k keys: ESTIMATE 2-5% slower (docs/run.md).
+run ab-paged 10 "$STEPBENCH" ab --model llama-3-8b --kv-layout paged --page-order shuffled --baseline-kv-layout contiguous \
+  --batch-size 32 --input-len 1024 --output-len 8 --num-iters 8
 # Programmatic dependent launch: launch 2 (every kernel but gemv.cu's through cuLaunchKernelEx with
 # programmatic stream serialization: each launches while its predecessor finishes, the graph keeps
 # the programmatic edges) against launch 1 (cuLaunchKernel) at batch 1 and 32, the same kernels;
@@ -193,7 +199,7 @@ else
 fi
 # Prefill attention 3 against 2 on the prefill alone (--output-len 1), 1 x 1024 and 1 x 8192
 # (llama-3.1-8b: 8192 positions fit its 131072; 6 pairs, the fewest for p < 0.05).
-run ab-prefill 25 "$STEPBENCH" ab --model llama-3.1-8b --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
+run ab-prefill 20 "$STEPBENCH" ab --model llama-3.1-8b --kv-layout contiguous --kernel attn_prefill=3 --baseline-kernel attn_prefill=2 \
   --batch-size 1 --input-len 1024,8192 --output-len 1 --num-iters 6
 # Prefill GEMMs: gemm 2 (cuBLASLt, each shape's algorithm timed among the heuristic's top 8 at first
 # use) against gemm 1 (cublasGemmEx), on a 1 x 1024 prefill alone; the tuned choices (every
@@ -301,6 +307,7 @@ for jsonl in "$OUT/sweep.jsonl"; do
   done <"$jsonl"
 done
 for ab in "ab-decode:attn_decode=4 (tensor cores) against attn_decode=3" "ab-fused:attn_decode=5 (rope fused) against attn_decode=4" \
+  "ab-paged:the paged layout (shuffled 16-token pages, attn_decode 6) against the contiguous one (attn_decode 4), batch 32" \
   "ab-linear:linear=3 against linear=1 (cuBLAS)" "ab-norm:linear=4 (norms fused) against linear=3" \
   "ab-pdl:launch=2 (programmatic dependent launch) against launch=1" \
   "ab-prefill:attn_prefill=3 against attn_prefill=2, llama-3.1-8b prefill alone" \
