@@ -492,10 +492,10 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, header []strin
 // shapes and refuses two arms that would run the same kernels.
 func (f *abFlags) resolveVersions(shape kernels.ModelShape) error {
 	var err error
-	if f.versionsOfA, err = f.selA.ResolveLayout(shape, f.kv.tabled()); err != nil {
+	if f.versionsOfA, err = f.selA.ResolveKV(shape, f.kv.tabled(), f.kv.dtype); err != nil {
 		return usagef("--kernel: %v", err)
 	}
-	if f.versionsOfB, err = f.selB.ResolveLayout(shape, f.kvB.tabled()); err != nil {
+	if f.versionsOfB, err = f.selB.ResolveKV(shape, f.kvB.tabled(), f.kvB.dtype); err != nil {
 		return usagef("--baseline-kernel: %v", err)
 	}
 	sameKV := f.kv.options(f.seed).String() == f.kvB.options(f.seed).String()

@@ -196,7 +196,7 @@ func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*gpu.Group, report.E
 	if err != nil {
 		return nil, report.Environment{}, err
 	}
-	versions, err := sel.ResolveLayout(t.rankShape(s.cfg), f.kv.tabled())
+	versions, err := sel.ResolveKV(t.rankShape(s.cfg), f.kv.tabled(), f.kv.dtype)
 	if err != nil {
 		return nil, report.Environment{}, usagef("--kernel: %v", err)
 	}
