@@ -220,6 +220,8 @@ const (
 	OpF32
 	OpI32
 	OpI64
+	OpFP8E4M3 // an FP8 cache's bytes (ABI 2.1)
+	OpFP8E5M2
 )
 
 // OpTensor is one operand: a device pointer (0 for an absent optional
@@ -306,6 +308,8 @@ type OpKV struct {
 	Layout, DType                uint32
 	WantLSE                      bool
 	SoftmaxScale                 float32
+	// QScale is an FP8 cache's attention's query scale (ABI 2.1); 0 else.
+	QScale float32
 }
 
 // OpArgs is one call of an op.
@@ -350,6 +354,7 @@ func (o *Op) fill(s *Stream, a OpArgs) error {
 			c.want_lse = 1
 		}
 		c.softmax_scale = C.float(kv.SoftmaxScale)
+		c.q_scale = C.float(kv.QScale)
 	}
 	c.error, c.error_bytes = o.errBuf, opErrorBytes
 	*o.errBuf = 0
@@ -398,6 +403,10 @@ func (o *Op) fillTensor(ct *C.stepbench_tensor, i int, t OpTensor, ordinal int) 
 		ct.dtype = C.stepbench_dtype{code: C.STEPBENCH_DTYPE_INT, bits: 32, lanes: 1}
 	case OpI64:
 		ct.dtype = C.stepbench_dtype{code: C.STEPBENCH_DTYPE_INT, bits: 64, lanes: 1}
+	case OpFP8E4M3:
+		ct.dtype = C.stepbench_dtype{code: C.STEPBENCH_DTYPE_FLOAT8_E4M3FN, bits: 8, lanes: 1}
+	case OpFP8E5M2:
+		ct.dtype = C.stepbench_dtype{code: C.STEPBENCH_DTYPE_FLOAT8_E5M2, bits: 8, lanes: 1}
 	}
 	return nil
 }
@@ -486,7 +495,8 @@ func opABILayout() map[string][]uintptr {
 			unsafe.Offsetof(c.num_seqs), unsafe.Offsetof(c.num_tokens), unsafe.Offsetof(c.num_heads), unsafe.Offsetof(c.num_kv_heads),
 			unsafe.Offsetof(c.head_dim), unsafe.Offsetof(c.page_size), unsafe.Offsetof(c.num_pages), unsafe.Offsetof(c.max_pages),
 			unsafe.Offsetof(c.max_query_len), unsafe.Offsetof(c.max_seq_len), unsafe.Offsetof(c.kv_layout), unsafe.Offsetof(c.kv_dtype),
-			unsafe.Offsetof(c.want_lse), unsafe.Offsetof(c.softmax_scale), unsafe.Offsetof(c.error), unsafe.Offsetof(c.error_bytes)},
+			unsafe.Offsetof(c.want_lse), unsafe.Offsetof(c.softmax_scale), unsafe.Offsetof(c.error), unsafe.Offsetof(c.error_bytes),
+			unsafe.Offsetof(c.q_scale)},
 		"table": {unsafe.Sizeof(t), unsafe.Offsetof(t.struct_bytes), unsafe.Offsetof(t.abi_version), unsafe.Offsetof(t.name),
 			unsafe.Offsetof(t.workspace_bytes), unsafe.Offsetof(t.run), unsafe.Offsetof(t.plan), unsafe.Offsetof(t.caps)},
 		"caps": {unsafe.Sizeof(p), unsafe.Offsetof(p.kv_layouts), unsafe.Offsetof(p.kv_dtypes), unsafe.Offsetof(p.num_page_sizes),

@@ -39,8 +39,9 @@ func TestOpenOpLibraryErrorsNameTheFile(t *testing.T) {
 // offset; a field moved is a new major version.
 func TestOpABI2Layout(t *testing.T) {
 	want := map[string][]uintptr{
-		// size, then abi_version .. error_bytes in the header's order.
-		"call": {144, 0, 4, 8, 16, 24, 32, 40, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 128, 136},
+		// size, then abi_version .. error_bytes in the header's order, then
+		// 2.1's q_scale appended (a minor bump: every 2.0 offset kept).
+		"call": {152, 0, 4, 8, 16, 24, 32, 40, 48, 56, 60, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108, 112, 116, 120, 128, 136, 144},
 		// size, struct_bytes, abi_version, name, workspace_bytes, run, plan, caps.
 		"table": {128, 0, 4, 8, 16, 24, 32, 40},
 		// size, kv_layouts, kv_dtypes, num_page_sizes, page_size_multiple, page_sizes, flags.
@@ -52,8 +53,8 @@ func TestOpABI2Layout(t *testing.T) {
 			t.Errorf("stepbench_op_%s size and offsets %v, want %v", name, got[name], w)
 		}
 	}
-	if OpABIVersion != 2<<16 {
-		t.Errorf("STEPBENCH_OP_ABI_VERSION = %s, want 2.0", FormatABI(OpABIVersion))
+	if OpABIVersion != 2<<16|1 {
+		t.Errorf("STEPBENCH_OP_ABI_VERSION = %s, want 2.1", FormatABI(OpABIVersion))
 	}
 }
 
@@ -81,7 +82,7 @@ func TestOpenOpLibraryRefusesABI1(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = OpenOpLibrary(path)
-	want := "op library " + path + " (sha256 " + sum + "): built for stepbench_op ABI 1.0, this stepbench speaks ABI 2.0"
+	want := "op library " + path + " (sha256 " + sum + "): built for stepbench_op ABI 1.0, this stepbench speaks ABI 2.1"
 	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") || !input.IsBad(err) {
 		t.Errorf("OpenOpLibrary(ABI 1) = %v (bad input %v), want one line starting %q", err, input.IsBad(err), want)
 	}
@@ -133,7 +134,7 @@ func TestOpCallCarriesTheKVView(t *testing.T) {
 	kv := &OpKV{NumSeqs: 2, NumTokens: 2, Heads: 4, KVHeads: 2, HeadDim: 8, PageSize: 48, NumPages: 5, MaxPages: 2, MaxQueryLen: 1,
 		MaxSeqLen: 96, Layout: OpKVNHD, DType: OpKVBF16, SoftmaxScale: 0.25}
 	got := recordedCall(t, op, func() error { return op.Run(g.stream, OpArgs{Tensors: tensors, KV: kv}) })
-	for _, want := range []string{"run struct_bytes=144 abi=131072 phase=0 seqs=2 tokens=2 heads=4 kv_heads=2 head_dim=8 page_size=48 num_pages=5 max_pages=2 max_query_len=1 max_seq_len=96 layout=1 dtype=1 want_lse=0 scale_x1e6=250000",
+	for _, want := range []string{"run struct_bytes=152 abi=131073 phase=0 seqs=2 tokens=2 heads=4 kv_heads=2 head_dim=8 page_size=48 num_pages=5 max_pages=2 max_query_len=1 max_seq_len=96 layout=1 dtype=1 want_lse=0 scale_x1e6=250000",
 		"|2 dev=2 code=4 bits=16 null=0 ndim=4 shape=5,48,2,8, strides=768,16,8,1,", "|3 dev=2 code=4 bits=16 null=0 ndim=4 shape=5,48,2,8, strides=768,8,384,1,",
 		"|4 dev=2 code=0 bits=32 null=0 ndim=2 shape=2,2,", "|8 dev=2 code=0 bits=64 null=0 ndim=1 shape=2,", "|9 dev=2 code=2 bits=32 null=1 ndim=0 shape="} {
 		if !strings.Contains(got, want) {
@@ -151,7 +152,7 @@ func TestOpCallCarriesTheKVView(t *testing.T) {
 	plan[8].Host = unsafe.Slice((*byte)(unsafe.Pointer(&slots[0])), 16)
 	kv.Phase = OpPhaseDecode
 	got = recordedCall(t, op, func() error { return op.Plan(g.stream, OpArgs{Tensors: plan, KV: kv}) })
-	for _, want := range []string{"plan struct_bytes=144 abi=131072 phase=2 seqs=2", "|0 dev=2 code=4 bits=16 null=1 ndim=3 shape=2,4,8,",
+	for _, want := range []string{"plan struct_bytes=152 abi=131073 phase=2 seqs=2", "|0 dev=2 code=4 bits=16 null=1 ndim=3 shape=2,4,8,",
 		"|4 dev=1 code=0 bits=32 null=0 ndim=2 shape=2,2, strides=2,1, values=3,1,4,7,", "|5 dev=1 code=0 bits=32 null=0 ndim=1 shape=2, strides=1, values=49,2,",
 		"|8 dev=1 code=0 bits=64 null=0 ndim=1 shape=2, strides=1, values=150,-1,"} {
 		if !strings.Contains(got, want) {

@@ -102,6 +102,25 @@
  * (--kv-layout contiguous) is the same view with PS = the cache's positions
  * per sequence, NP = B and block_table[b][0] = b.
  *
+ * FP8 caches (ABI 2.1). With --kv-cache-dtype fp8 (fp8_e4m3) or fp8_e5m2,
+ * call->kv_dtype is STEPBENCH_KV_FP8_E4M3 or _E5M2, k_cache and v_cache are
+ * tensors of that dtype (STEPBENCH_DTYPE_FLOAT8_*, 8 bits: one byte per
+ * element, the strides as above), and two operands follow the ten:
+ *   10 k_scale  [S] f32   the layer's dequantization multipliers of K and
+ *   11 v_scale  [S] f32   V: x ≈ byte · scale; S is 1 (per tensor) or K
+ *                         (per KV head: scale[kv_head]); read shape[0]
+ * (num_tensors 12; device memory, the same buffer at every replay of a
+ * captured step). rope_kv_write stores byte = sat_rne(x / scale) with x
+ * the bf16 value the bf16 cache would hold (k after its rotation; IEEE
+ * division; round to nearest even, saturating to 448 or 57344, as PTX's
+ * cvt.rn.satfinite). Attention reads them as FlashInfer does: scores =
+ * (q · k_bytes) · softmax_scale · k_scale[g], out = bf16((Σ p · v_bytes)
+ * · v_scale[g]) (ref.RopeKVWritePagedFP8, ref.AttentionPagedFP8).
+ * call->q_scale is for a library that computes Q·K in FP8. A library is
+ * handed an FP8 cache only if its caps declare the dtype and it was built
+ * for ABI 2.1 or later; else the run is refused before any weight is
+ * loaded.
+ *
  * The log-sum-exp. A library whose caps have STEPBENCH_CAP_LSE may be asked
  * for it: call->want_lse is 1 and tensor 9 is lse [T, H] f32, row t head h
  * = ln Σ_j exp(softmax_scale · q[t,h]·k_j) over the keys the token attends
@@ -202,12 +221,16 @@ extern "C" {
 
 /* Major version in the upper 16 bits: a change breaks the layout. Minor in
  * the lower: additions a library built for an older minor may ignore. */
-#define STEPBENCH_OP_ABI_VERSION ((2u << 16) | 0u)
+#define STEPBENCH_OP_ABI_VERSION ((2u << 16) | 1u)
 #define STEPBENCH_OP_ABI_MAJOR(v) ((v) >> 16)
 
 /* DLPack's values (DLDeviceType, DLDataTypeCode). */
 enum { STEPBENCH_DEVICE_CPU = 1, STEPBENCH_DEVICE_CUDA = 2 };
 enum { STEPBENCH_DTYPE_INT = 0, STEPBENCH_DTYPE_UINT = 1, STEPBENCH_DTYPE_FLOAT = 2, STEPBENCH_DTYPE_BFLOAT = 4 };
+/* ABI 2.1: an FP8 cache's tensors (DLPack 1.1's kDLFloat8_e4m3fn and
+ * kDLFloat8_e5m2, 8 bits: OCP E4M3 with no infinity, largest 448, as
+ * torch.float8_e4m3fn; E5M2, largest 57344, as torch.float8_e5m2). */
+enum { STEPBENCH_DTYPE_FLOAT8_E4M3FN = 10, STEPBENCH_DTYPE_FLOAT8_E5M2 = 12 };
 
 /* The tensors of the KV ops, by index (see above). */
 enum {
@@ -224,7 +247,12 @@ enum {
     STEPBENCH_KV_SLOT_MAPPING = 8,
     STEPBENCH_ATTN_LSE = 9,
     STEPBENCH_ROPE_INV_FREQ = 9,
-    STEPBENCH_KV_OP_TENSORS = 10
+    STEPBENCH_KV_OP_TENSORS = 10,
+    /* ABI 2.1, an FP8 cache's only (call->kv_dtype STEPBENCH_KV_FP8_*):
+     * appended after the ten above, num_tensors 12 (see "FP8 caches"). */
+    STEPBENCH_KV_K_SCALE = 10,
+    STEPBENCH_KV_V_SCALE = 11,
+    STEPBENCH_KV_OP_TENSORS_FP8 = 12
 };
 
 /* KV cache layouts: the value of call->kv_layout and the bits of
@@ -235,8 +263,9 @@ enum {
 #define STEPBENCH_KV_HND (1u << 1)
 
 /* KV cache element types: the value of call->kv_dtype and the bits of
- * caps.kv_dtypes. stepbench's cache is bf16 today; the FP8 caches (and
- * their scales, as operands a later minor version appends) are reserved. */
+ * caps.kv_dtypes. stepbench's cache is bf16 (--kv-cache-dtype auto) or,
+ * from ABI 2.1, FP8 bytes (fp8, fp8_e4m3: E4M3; fp8_e5m2: E5M2) with
+ * per-layer K and V scales (see "FP8 caches" above); fp16 is reserved. */
 #define STEPBENCH_KV_BF16 (1u << 0)
 #define STEPBENCH_KV_FP16 (1u << 1)
 #define STEPBENCH_KV_FP8_E4M3 (1u << 2)
@@ -319,6 +348,14 @@ typedef struct {
     float softmax_scale;     /* attention: 1/√D */
     char *error;             /* on failure: a message, NUL-terminated */
     size_t error_bytes;
+    /* ABI 2.1. attention on an FP8 cache: the query's scale for a library
+     * that computes Q·K in FP8 (FA3's descale_q, vLLM's q_scale): q_fp8 =
+     * sat_rne(q / q_scale), the scores then multiplied by q_scale ·
+     * k_scale · softmax_scale. stepbench's q is bf16 and its checks hold
+     * such a library to the bf16-query definition; it passes 1.0 (vLLM's
+     * q_scale without a calibrated one). 0 on a bf16 cache and for the
+     * other ops. */
+    float q_scale;
 } stepbench_op_call;
 
 typedef struct {

@@ -245,3 +245,86 @@ __device__ __forceinline__ void cp_async_wait() {
 #define SB_PDL_WAIT() ((void)0)
 #define SB_PDL_LAUNCH_DEPENDENTS() ((void)0)
 #endif
+
+// ---- FP8 KV cache bytes (rope.cu's rope_kv_write 4, paged_attention.cu's
+// attn_prefill 5 and attn_decode 7; twins: kernels/ref/paged_fp8.go) ----
+// KV_BF16 is the bf16 cache, KV_E4M3 and KV_E5M2 the FP8 caches' formats
+// (kernels.CacheDType's order).
+#define KV_BF16 0
+#define KV_E4M3 1
+#define KV_E5M2 2
+
+// kv_f32_to_fp8 rounds f to the format to nearest even, saturating to its
+// largest finite value (448, 57344), NaN to 0x7f: ref.F32ToE4M3 and
+// ref.F32ToE5M2, PTX's cvt.rn.satfinite.{e4m3,e5m2}x2.f32 on sm_89 and
+// later; the software path (sm_80, the emulated device) computes the same
+// bits, every step a scaling by a power of two.
+template <int FMT>
+__device__ __forceinline__ unsigned char kv_f32_to_fp8(float f) {
+#if !defined(__SBEMU__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    unsigned short r;
+    if (FMT == KV_E4M3) {
+        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+    } else {
+        asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+    }
+    return (unsigned char)(r & 0xffu);
+#else
+    const unsigned int bits = __float_as_uint(f);
+    const unsigned char sign = (unsigned char)((bits >> 24) & 0x80u);
+    const float a = __uint_as_float(bits & 0x7fffffffu);
+    if (a != a) return 0x7f;
+    // the largest finite value and its code, the smallest normal, the
+    // subnormal step's inverse, mantissa steps per binade, the bias
+    const float fmax = FMT == KV_E4M3 ? 448.0f : 57344.0f;
+    const unsigned char cmax = FMT == KV_E4M3 ? 0x7e : 0x7b;
+    const float min_normal = FMT == KV_E4M3 ? 0.015625f : 6.103515625e-05f;
+    const float sub_inv = FMT == KV_E4M3 ? 512.0f : 65536.0f;
+    const float steps = FMT == KV_E4M3 ? 8.0f : 4.0f;
+    const int bias = FMT == KV_E4M3 ? 7 : 15, mbits = FMT == KV_E4M3 ? 3 : 2;
+    if (a >= fmax) return sign | cmax;
+    if (a < min_normal) return sign | (unsigned char)rintf(a * sub_inv);
+    int e = (int)((bits >> 23) & 0xffu) - 127;
+    int m = (int)rintf((__uint_as_float((bits & 0x007fffffu) | 0x3f800000u) - 1.0f) * steps);
+    if (m == (int)steps) {
+        m = 0;
+        e++;
+    }
+    const int code = ((e + bias) << mbits) | m;
+    if (code > cmax) return sign | cmax;
+    return sign | (unsigned char)code;
+#endif
+}
+
+// kv_rebias multiplies both bf16 halves of v by 2^120 (E4M3) or 2^112
+// (E5M2), exactly (fma.rn.bf16x2 with -0: subnormal inputs are kept).
+template <int FMT>
+__device__ __forceinline__ unsigned kv_rebias(unsigned v) {
+#ifdef __SBEMU__
+    const float p = __uint_as_float(FMT == KV_E4M3 ? 0x7b800000u : 0x77800000u);
+    return (unsigned)f32_to_bf16_rne(__uint_as_float(v << 16) * p) |
+           ((unsigned)f32_to_bf16_rne(__uint_as_float(v & 0xffff0000u) * p) << 16);
+#else
+    unsigned r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(FMT == KV_E4M3 ? 0x7b807b80u : 0x77807780u),
+        "r"(0x80008000u));
+    return r;
+#endif
+}
+
+// kv_fp8x4_to_bf16 widens the four FP8 bytes of x (byte 0 the lowest) to
+// bf16, exactly (every E4M3 and E5M2 value is a bf16 value): lo holds bytes
+// 0 and 1, hi bytes 2 and 3, the lower byte in the low half. Each byte is
+// moved to the top of its half (prmt), its exponent and mantissa shifted
+// into bf16's fields (a bf16 of the value times 2^-120, resp. 2^-112,
+// subnormals included), and kv_rebias restores the power of two: 2 prmt,
+// 4 logic ops and 2 HFMA2.BF16 per 4 bytes. The NaN codes (E4M3 0x7f, E5M2
+// 0x7d..0x7f) and E5M2's infinity widen to finite values: the writer never
+// stores them from finite input.
+template <int FMT>
+__device__ __forceinline__ void kv_fp8x4_to_bf16(unsigned x, unsigned& lo, unsigned& hi) {
+    constexpr int SH = FMT == KV_E4M3 ? 4 : 3;
+    const unsigned w0 = __byte_perm(x, 0u, 0x1404), w1 = __byte_perm(x, 0u, 0x3424);
+    lo = kv_rebias<FMT>(((w0 & 0x7f007f00u) >> SH) | (w0 & 0x80008000u));
+    hi = kv_rebias<FMT>(((w1 & 0x7f007f00u) >> SH) | (w1 & 0x80008000u));
+}

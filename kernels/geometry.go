@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -35,6 +36,57 @@ type AttnShape struct {
 	PageSize, NumPages      int
 	MaxPages                int
 	Paged                   bool
+	// Cache is the caches' element type: bf16 (the zero value) or FP8
+	// bytes dequantized by per-layer K and V scales of KVHeads floats.
+	Cache CacheDType
+}
+
+// CacheDType is the KV cache's element type.
+type CacheDType uint8
+
+// The KV cache's element types, as vLLM's --kv-cache-dtype names them.
+const (
+	CacheBF16 CacheDType = iota // "auto": the model's bf16
+	CacheE4M3                   // "fp8_e4m3": x ≈ E4M3 byte · scale
+	CacheE5M2                   // "fp8_e5m2": E5M2 bytes (scales of 1, as vLLM)
+)
+
+// String is the vLLM name of the type.
+func (c CacheDType) String() string {
+	switch c {
+	case CacheBF16:
+		return "auto"
+	case CacheE4M3:
+		return "fp8_e4m3"
+	case CacheE5M2:
+		return "fp8_e5m2"
+	}
+	return fmt.Sprintf("CacheDType(%d)", uint8(c))
+}
+
+// Bytes is one cached element's size.
+func (c CacheDType) Bytes() int {
+	if c == CacheBF16 {
+		return 2
+	}
+	return 1
+}
+
+// FP8 reports whether the cache holds FP8 bytes.
+func (c CacheDType) FP8() bool { return c != CacheBF16 }
+
+// ParseCacheDType reads vLLM's --kv-cache-dtype names: auto (and bf16,
+// bfloat16), fp8 (E4M3, as vLLM on CUDA), fp8_e4m3, fp8_e5m2.
+func ParseCacheDType(name string) (CacheDType, error) {
+	switch name {
+	case "auto", "bf16", "bfloat16", "":
+		return CacheBF16, nil
+	case "fp8", "fp8_e4m3":
+		return CacheE4M3, nil
+	case "fp8_e5m2":
+		return CacheE5M2, nil
+	}
+	return 0, fmt.Errorf("kv cache dtype %q: want auto, fp8, fp8_e4m3 or fp8_e5m2", name)
 }
 
 // Tokens is the number of activation rows: Batch*SeqLen, or the sum of
@@ -55,10 +107,11 @@ func (s AttnShape) Same(o AttnShape) bool {
 	type fixed struct {
 		batch, seqLen, startPos, heads, kvHeads, headDim, maxSeq, pageSize, numPages, maxPages int
 		paged, ragged, lens                                                                    bool
+		cache                                                                                  CacheDType
 	}
 	key := func(a AttnShape) fixed {
 		return fixed{a.Batch, a.SeqLen, a.StartPos, a.Heads, a.KVHeads, a.HeadDim, a.MaxSeq, a.PageSize, a.NumPages,
-			a.MaxPages, a.Paged, a.QLens != nil, a.SeqLens != nil}
+			a.MaxPages, a.Paged, a.QLens != nil, a.SeqLens != nil, a.Cache}
 	}
 	return key(s) == key(o) && slices.Equal(s.QLens, o.QLens) && slices.Equal(s.SeqLens, o.SeqLens)
 }
@@ -192,6 +245,12 @@ func Decode6SharedBytes(headDim, group int) int {
 // bf16 q tile of Prefill4QueryTile rows and two k and two v tiles.
 func Prefill4SharedBytes(headDim int) int {
 	return (Prefill4QueryTile*headDim + 4*Prefill4KeyTile*headDim) * 2
+}
+
+// Prefill5SharedBytes mirrors attn_prefill5's: version 4's, then two K
+// and two V tiles of FP8 bytes (the cp.async staging).
+func Prefill5SharedBytes(headDim int) int {
+	return Prefill4SharedBytes(headDim) + 4*Prefill4KeyTile*headDim
 }
 
 // PageShift is log2(pageSize) for a power of two, else −1: the paged

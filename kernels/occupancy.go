@@ -33,7 +33,9 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		return Launch{PrefillV3Threads, PrefillV3SharedBytes(d), ""}, true
 	case scan(entry, "attn_prefill4_d%d", &d):
 		return Launch{Prefill4Threads, Prefill4SharedBytes(d), ""}, true
-	case scan(entry, "attn_decode6_d%d_g%d", &d, &g):
+	case scan(entry, "attn_prefill5_d%d", &d):
+		return Launch{Prefill4Threads, Prefill5SharedBytes(d), ""}, true
+	case scan(entry, "attn_decode6_d%d_g%d", &d, &g), scan(entry, "attn_decode7_d%d_g%d", &d, &g):
 		return Launch{Decode6Warps * 32, Decode6SharedBytes(d, g), ""}, true
 	}
 	fixed := map[string]Launch{
@@ -47,6 +49,7 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		"gather_last_ragged":  {256, 0, ""},
 		"kv_advance":          {KVAdvanceThreads, 0, "batch >= 128"},
 		"rope_kv_write3":      {RopeThreads, 0, ""},
+		"rope_kv_write4":      {RopeThreads, 0, ""},
 		"rope_kv_write":       {RopeThreads, 0, ""},
 		"rope_kv_write2":      {RopeThreads, 0, ""},
 		"argmax":              {ArgmaxThreads, 0, ""},

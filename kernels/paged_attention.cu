@@ -333,15 +333,17 @@ __device__ __forceinline__ void pf4_load_q(unsigned short* qs, const unsigned sh
     }
 }
 
-// pf4_store writes a warp's two rows per thread, normalised, as bf16 pairs.
-template <int D>
+// pf4_store writes a warp's two rows per thread, normalised, as bf16 pairs
+// (an FP8 cache's: times the V scale).
+template <int D, int FMT = KV_BF16>
 __device__ __forceinline__ void pf4_store(unsigned short* __restrict__ out_rows, long long q_stride, int r0,
-                                          int rows_here, const float o[D / 8][4], float l0, float l1, int t) {
+                                          int rows_here, const float o[D / 8][4], float l0, float l1, int t,
+                                          float vscale = 1.0f) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const float inv0 = FMT == KV_BF16 ? 1.0f / l0 : vscale / l0, inv1 = FMT == KV_BF16 ? 1.0f / l1 : vscale / l1;
     const int r1 = r0 + 8;
     if (r0 < rows_here) {
         unsigned* dst = (unsigned*)(out_rows + r0 * q_stride);
@@ -355,18 +357,82 @@ __device__ __forceinline__ void pf4_store(unsigned short* __restrict__ out_rows,
     }
 }
 
+// pf5_*: attn_prefill 5's copy of an FP8 tile (64 rows of D bytes, 16-byte
+// chunks c = tid + 256 i: row c / (D/16), chunk c % (D/16)) into a byte
+// staging tile by cp.async, and its widening into version 4's bf16 tile
+// (the same thread: no barrier between) before the tile's barrier.
 template <int D>
+struct pf5_plan {
+    static constexpr int CH = PF4_BK * (D / 16);                         // chunks per tile
+    static constexpr int CPT = (CH + PF4_THREADS - 1) / PF4_THREADS;  // per thread (a thread may have none)
+};
+
+// pf5_rows is pf4_rows for the FP8 plan: each chunk's byte offset in a
+// cache (its row's slot times the row's bytes, plus the kv head's column
+// and the chunk's), the table read by the thread itself.
+template <int D>
+__device__ __forceinline__ void pf5_rows(long long at[pf5_plan<D>::CPT], const int* __restrict__ tab, int kvh, int k0,
+                                         int keys, long long pos_stride, int pageSize, int pageShift) {
+#pragma unroll
+    for (int i = 0; i < pf5_plan<D>::CPT; i++) {
+        const int c = threadIdx.x + PF4_THREADS * i, row = c / (D / 16), f = c % (D / 16);
+        const int j = k0 + row;
+        at[i] = (c < pf5_plan<D>::CH && j < keys ? pa_slot(tab, j, pageSize, pageShift) * pos_stride : 0) +
+                kvh * D + 16 * f;
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void pf5_load_tile(unsigned char* stage, unsigned stage_addr,
+                                              const unsigned char* __restrict__ cache,
+                                              const long long at[pf5_plan<D>::CPT], int valid) {
+#pragma unroll
+    for (int i = 0; i < pf5_plan<D>::CPT; i++) {
+        const int c = threadIdx.x + PF4_THREADS * i;
+        if (c < pf5_plan<D>::CH) {
+            const int row = c / (D / 16);
+            pa_cp_async16(stage + 16 * c, stage_addr + 16u * c, cache + at[i], row < valid);
+        }
+    }
+}
+
+template <int D, int FMT>
+__device__ __forceinline__ void pf5_widen(unsigned short* tile, const unsigned char* stage) {
+#pragma unroll
+    for (int i = 0; i < pf5_plan<D>::CPT; i++) {
+        const int c = threadIdx.x + PF4_THREADS * i, row = c / (D / 16), f = c % (D / 16);
+        if (c < pf5_plan<D>::CH) {
+            const u32x4 x = ((const u32x4*)stage)[c];
+            u32x4 a, b;
+            kv_fp8x4_to_bf16<FMT>(x.x, a.x, a.y);
+            kv_fp8x4_to_bf16<FMT>(x.y, a.z, a.w);
+            kv_fp8x4_to_bf16<FMT>(x.z, b.x, b.y);
+            kv_fp8x4_to_bf16<FMT>(x.w, b.z, b.w);
+            ((u32x4*)tile)[pa_chunk<D>(row, 2 * f)] = a;
+            ((u32x4*)tile)[pa_chunk<D>(row, 2 * f + 1)] = b;
+        }
+    }
+}
+
+template <int D, int FMT>
 __device__ __noinline__ void attn_prefill4(unsigned short* __restrict__ out, const unsigned short* __restrict__ q,
-                                           const unsigned short* __restrict__ kCache,
-                                           const unsigned short* __restrict__ vCache,
+                                           const void* __restrict__ kCache_, const void* __restrict__ vCache_,
                                            const int* __restrict__ table, const int* __restrict__ seqLens,
                                            const int* __restrict__ queryStart, int heads, int kvHeads,
-                                           int pageSize, int pageShift, int maxPages) {
+                                           int pageSize, int pageShift, int maxPages,
+                                           const float* __restrict__ kScale, const float* __restrict__ vScale) {
     unsigned short* qs = (unsigned short*)dyn_smem;  // [PF4_BQ][D]
     unsigned short* ks = qs + PF4_BQ * D;            // [2][PF4_BK][D]
     unsigned short* vs = ks + 2 * PF4_BK * D;        // [2][PF4_BK][D]
     constexpr int TILE = PF4_BK * D;                 // elements of one K or V tile
-    constexpr int CPT = pf4_plan<D>::CPT;
+    constexpr int CPT = FMT == KV_BF16 ? pf4_plan<D>::CPT : pf5_plan<D>::CPT;
+    // An FP8 cache's byte tiles (attn_prefill 5): [2][PF4_BK][D] each, after vs.
+    unsigned char* k8 = (unsigned char*)(vs + 2 * PF4_BK * D);
+    unsigned char* v8 = k8 + 2 * TILE;
+    const unsigned short* kCache = (const unsigned short*)kCache_;
+    const unsigned short* vCache = (const unsigned short*)vCache_;
+    const unsigned char* kCache8 = (const unsigned char*)kCache_;
+    const unsigned char* vCache8 = (const unsigned char*)vCache_;
 
     const int h = blockIdx.y, b = blockIdx.z;
     const int row_start = queryStart[b];
@@ -385,19 +451,31 @@ __device__ __noinline__ void attn_prefill4(unsigned short* __restrict__ out, con
     const long long pos_stride = (long long)kvHeads * D;
     const long long q_stride = (long long)heads * D;
     const int* tab = table + (long long)b * maxPages;
-    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+    // An FP8 cache's K scale folds into the softmax scale, its V scale
+    // multiplies the output (ref.AttentionPagedFP8).
+    const float scale_log2 =
+        FMT == KV_BF16 ? 1.4426950408889634f / sqrtf((float)D) : 1.4426950408889634f / sqrtf((float)D) * kScale[kvh];
     const pf4_plan<D> plan = pf4_make_plan<D>(kvh);
 
     // Q tile, then K/V tile 0: one group. at holds the plan's rows'
     // offsets in the next tile to copy.
     pf4_load_q<D>(qs, q + ((long long)row_start + q0) * q_stride + (long long)h * D, q_stride, rows_here);
     long long at[CPT];
-    pf4_rows<D>(at, plan, tab, 0, keys_here, pos_stride, pageSize, pageShift);
     const unsigned ks_addr = smem_addr(ks), vs_addr = smem_addr(vs);
-    pf4_load_tile<D>(ks, ks_addr, kCache, plan, at, min(PF4_BK, keys_here));
-    pf4_load_tile<D>(vs, vs_addr, vCache, plan, at, min(PF4_BK, keys_here));
-    cp_async_commit();
-    pf4_rows<D>(at, plan, tab, PF4_BK, keys_here, pos_stride, pageSize, pageShift);
+    const unsigned k8_addr = smem_addr(k8), v8_addr = smem_addr(v8);
+    if constexpr (FMT == KV_BF16) {
+        pf4_rows<D>(at, plan, tab, 0, keys_here, pos_stride, pageSize, pageShift);
+        pf4_load_tile<D>(ks, ks_addr, kCache, plan, at, min(PF4_BK, keys_here));
+        pf4_load_tile<D>(vs, vs_addr, vCache, plan, at, min(PF4_BK, keys_here));
+        cp_async_commit();
+        pf4_rows<D>(at, plan, tab, PF4_BK, keys_here, pos_stride, pageSize, pageShift);
+    } else {
+        pf5_rows<D>(at, tab, kvh, 0, keys_here, pos_stride, pageSize, pageShift);
+        pf5_load_tile<D>(k8, k8_addr, kCache8, at, min(PF4_BK, keys_here));
+        pf5_load_tile<D>(v8, v8_addr, vCache8, at, min(PF4_BK, keys_here));
+        cp_async_commit();
+        pf5_rows<D>(at, tab, kvh, PF4_BK, keys_here, pos_stride, pageSize, pageShift);
+    }
 
     // This thread's two rows; rows past q_len act as the last real row so
     // that none is ever fully masked.
@@ -420,15 +498,29 @@ __device__ __noinline__ void attn_prefill4(unsigned short* __restrict__ out, con
         if (tile + 1 < ntiles) {
             const int nb = (tile + 1) & 1;
             const int valid = min(PF4_BK, keys_here - (k0 + PF4_BK));
-            pf4_load_tile<D>(ks + nb * TILE, ks_addr + nb * TILE * 2, kCache, plan, at, valid);
-            pf4_load_tile<D>(vs + nb * TILE, vs_addr + nb * TILE * 2, vCache, plan, at, valid);
-            cp_async_commit();
-            pf4_rows<D>(at, plan, tab, k0 + 2 * PF4_BK, keys_here, pos_stride, pageSize, pageShift);
+            if constexpr (FMT == KV_BF16) {
+                pf4_load_tile<D>(ks + nb * TILE, ks_addr + nb * TILE * 2, kCache, plan, at, valid);
+                pf4_load_tile<D>(vs + nb * TILE, vs_addr + nb * TILE * 2, vCache, plan, at, valid);
+                cp_async_commit();
+                pf4_rows<D>(at, plan, tab, k0 + 2 * PF4_BK, keys_here, pos_stride, pageSize, pageShift);
+            } else {
+                pf5_load_tile<D>(k8 + nb * TILE, k8_addr + nb * TILE, kCache8, at, valid);
+                pf5_load_tile<D>(v8 + nb * TILE, v8_addr + nb * TILE, vCache8, at, valid);
+                cp_async_commit();
+                pf5_rows<D>(at, tab, kvh, k0 + 2 * PF4_BK, keys_here, pos_stride, pageSize, pageShift);
+            }
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
-        __syncthreads();  // tile `tile` has landed for every thread
+        if constexpr (FMT != KV_BF16) {
+            // This thread's chunks of tile `tile` have landed: widen them
+            // into the bf16 tiles (last read at tile - 2, before the barrier
+            // that ended tile - 1).
+            pf5_widen<D, FMT>(ks + (tile & 1) * TILE, k8 + (tile & 1) * TILE);
+            pf5_widen<D, FMT>(vs + (tile & 1) * TILE, v8 + (tile & 1) * TILE);
+        }
+        __syncthreads();  // tile `tile` has landed (and been widened) for every thread
         if (tile == 0) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
@@ -445,9 +537,13 @@ __device__ __noinline__ void attn_prefill4(unsigned short* __restrict__ out, con
         __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it
         smem_retire(kt, TILE * 2);
         smem_retire(vt, TILE * 2);
+        if constexpr (FMT != KV_BF16) {
+            smem_retire(k8 + (tile & 1) * TILE, TILE);
+            smem_retire(v8 + (tile & 1) * TILE, TILE);
+        }
     }
-    pf4_store<D>(out + ((long long)row_start + q0) * q_stride + (long long)h * D, q_stride, r0, rows_here, o, l0,
-                 l1, t);
+    pf4_store<D, FMT>(out + ((long long)row_start + q0) * q_stride + (long long)h * D, q_stride, r0, rows_here, o,
+                      l0, l1, t, FMT == KV_BF16 ? 1.0f : vScale[kvh]);
 }
 
 #define DEFINE_PREFILL4(D)                                                                                      \
@@ -457,12 +553,53 @@ __device__ __noinline__ void attn_prefill4(unsigned short* __restrict__ out, con
         int pageShift, int maxPages) {                                                                          \
         SB_PDL_WAIT();                                                                                          \
         SB_PDL_LAUNCH_DEPENDENTS();                                                                             \
-        attn_prefill4<D>(out, q, kCache, vCache, table, seqLens, queryStart, heads, kvHeads, pageSize,          \
-                         pageShift, maxPages);                                                                  \
+        attn_prefill4<D, KV_BF16>(out, q, kCache, vCache, table, seqLens, queryStart, heads, kvHeads, pageSize, \
+                                  pageShift, maxPages, nullptr, nullptr);                                       \
     }
 DEFINE_PREFILL4(32)
 DEFINE_PREFILL4(64)
 DEFINE_PREFILL4(128)
+
+// ---- attn_prefill 5: attn_prefill 4 over an FP8 cache ----
+//
+// attn_prefill 4's code (templated on the cache's format) with each 64-key
+// tile's K and V bytes copied by cp.async into byte staging tiles
+// (double-buffered as version 4's tiles: [2][64][D] bytes each, 32 KB more
+// shared memory at D 128: 128 KB, one block per SM as version 4), each
+// thread widening the chunks it copied (kv_fp8x4_to_bf16, exact) into
+// version 4's bf16 tiles after its cp.async wait and before the tile's
+// barrier: no barrier added, the tensor-core loop unchanged. The K scale
+// folds into the softmax scale, the V scale multiplies the output.
+//
+// Napkin math (ESTIMATE): compute-bound as version 4 (a 1k-token prompt
+// at Llama-3-8B: 8.6 GFLOP per layer and sequence against 8 MB of K/V in
+// FP8); the widening adds per tile and thread 2 x 2 x (4 x 8 + 2 STS.128)
+// = 136 instructions to version 4's ~970 per warp and tile (8 warps:
+// about 14% more issue on the non-tensor pipes, beside 128 HMMA per warp
+// and tile; ESTIMATE 5-10% slower than version 4 at the same keys, on a
+// GPU to be measured). The table is read per chunk by the thread that
+// copies it (pf5_rows): one L1-resident load per 16-byte chunk, a tile
+// ahead of its copy. ptxas (NVRTC 11.8): attn_prefill5_d128 201 registers
+// on sm_90 and sm_80 (version 4: 195), _d64 128, _d32 120; 0 spills; one
+// 256-thread block per SM at d128 (registers and 128 KB of shared memory).
+#define DEFINE_PREFILL5(D)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(PF4_THREADS) attn_prefill5_d##D(                               \
+        unsigned short* out, const unsigned short* q, const unsigned char* kCache, const unsigned char* vCache,   \
+        const int* table, const int* seqLens, const int* queryStart, int heads, int kvHeads, int pageSize,      \
+        int pageShift, int maxPages, const float* kScale, const float* vScale, int e5m2) {                      \
+        SB_PDL_WAIT();                                                                                          \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                                             \
+        if (e5m2) {                                                                                             \
+            attn_prefill4<D, KV_E5M2>(out, q, kCache, vCache, table, seqLens, queryStart, heads, kvHeads,       \
+                                      pageSize, pageShift, maxPages, kScale, vScale);                           \
+        } else {                                                                                                \
+            attn_prefill4<D, KV_E4M3>(out, q, kCache, vCache, table, seqLens, queryStart, heads, kvHeads,       \
+                                      pageSize, pageShift, maxPages, kScale, vScale);                           \
+        }                                                                                                       \
+    }
+DEFINE_PREFILL5(32)
+DEFINE_PREFILL5(64)
+DEFINE_PREFILL5(128)
 
 // ---- attn_decode 6: paged flash-decoding, the split set on the device ----
 //
@@ -503,7 +640,8 @@ DEFINE_PREFILL4(128)
 //
 // Evidence without a GPU (no figure here is a GPU measurement):
 //  - ptxas (NVRTC 11.8, -Xptxas -v): attn_decode6_d128_gG 180 registers on
-//    sm_90, 192-194 on sm_80 (version 4: 176 / 184; 2 blocks of 4 warps per
+//    sm_90, 192-194 on sm_80 (178 / 192 since the FP8 cache's templating,
+//    whose bf16 instance it is; version 4: 176 / 184; 2 blocks of 4 warps per
 //    SM either way), _d64 126 / 128, _d32 88; 0 spills, no stack; static
 //    shared 80-2128 B (q of the kv head's group) beside version 4's dynamic
 //    layout. __launch_bounds__(128, 1): without the 1, ptxas capped the d64
@@ -630,15 +768,119 @@ __device__ __forceinline__ long long decode6_row_slot(long long lane_slot, int r
     return IN_PAGE ? lane_slot + r : __shfl_sync(0xffffffffu, lane_slot, r);
 }
 
+// kv_elem is a cache element's storage: bf16 bits or an FP8 byte.
+template <int FMT>
+struct kv_elem {
+    typedef unsigned char type;
+};
+template <>
+struct kv_elem<KV_BF16> {
+    typedef unsigned short type;
+};
+
+// attn_decode 7's K layout in the fragments: a K row of D bytes is read
+// 16 bytes per lane per load (8 for D 32: DEC7_LB), lane t of a quad
+// taking bytes [(4c + t) LB, (4c + t + 1) LB) of load c; the 4 bytes at
+// 4w of them are the B fragment of mma (c LB/4 + w) (rows 2t, 2t+1, 2t+8,
+// 2t+9 of its k), and q's A fragments hold the same d's.
+#define DEC7_LB(D) ((D) / 4 < 16 ? (D) / 4 : 16)
+
+// decode7_q builds q's A fragments of an FP8 cache's head from a row of D
+// bf16 in shared memory (qa[m / 2][m % 2] is mma m's; rows g + 8 zero; a
+// lane past the group's heads zero).
+template <int D>
+__device__ __forceinline__ void decode7_q(unsigned qa[D / 32][2][4], const unsigned short* qr, bool live) {
+    constexpr int LB = DEC7_LB(D);
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int mi = 0; mi < D / 16; mi++) {
+        const int c = mi / (LB / 4), w = mi % (LB / 4);
+        const unsigned* src = (const unsigned*)(qr + (4 * c + t) * LB + 4 * w);
+        const unsigned x0 = live ? src[0] : 0u, x1 = live ? src[1] : 0u;
+        qa[mi / 2][mi % 2][0] = x0, qa[mi / 2][mi % 2][1] = 0u, qa[mi / 2][mi % 2][2] = x1, qa[mi / 2][mi % 2][3] = 0u;
+    }
+}
+
+// decode7_qk is attn_decode 7's half of a sub-tile before the softmax:
+// the V rows' bytes loaded (16 per lane per load, D/32 loads) and widened
+// into the warp's bf16 V tile (the layout version 6's cp.async writes, so
+// the P·V loop is version 6's), and S of keys kb0 + 8nb + g from the K
+// bytes (DEC7_LB per load) widened in registers: 2 prmt, 4 logic ops and 2
+// HFMA2.BF16 per 4 bytes (kv_fp8x4_to_bf16), exact.
+template <int D, bool IN_PAGE, int FMT>
+__device__ __forceinline__ void decode7_qk(float s[2][4], const unsigned qa[D / 32][2][4],
+                                           const unsigned char* __restrict__ kcol,
+                                           const unsigned char* __restrict__ vcol, long long pos_stride,
+                                           unsigned short* vt, int kb0, int j1, long long lane_slot) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    constexpr int VCH = D / 16;             // 16-byte chunks of a V row
+    constexpr int VPL = DEC6_SUB * VCH / 32;  // V chunks per lane
+    constexpr int LB = DEC7_LB(D), NL = D / 4 / LB;
+    u32x4 vr[VPL];
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int c = lane + 32 * i, row = c / VCH, f = c % VCH;
+        const long long slot = decode6_row_slot<IN_PAGE>(lane_slot, row);
+        if (kb0 + row < j1) {
+            vr[i] = *(const u32x4*)(vcol + slot * pos_stride + 16 * f);
+        } else {
+            vr[i] = u32x4{0, 0, 0, 0};  // past the chunk: zeros (P is 0 there)
+        }
+    }
+    unsigned kw[2][D / 16];
+#pragma unroll
+    for (int nb = 0; nb < 2; nb++) {
+        const long long slot = decode6_row_slot<IN_PAGE>(lane_slot, min(8 * nb + g, j1 - 1 - kb0));
+        const unsigned char* kr = kcol + slot * pos_stride + t * LB;
+#pragma unroll
+        for (int c = 0; c < NL; c++) {
+            if constexpr (LB == 16) {
+                const u32x4 v = *(const u32x4*)(kr + 4 * LB * c);
+                kw[nb][4 * c] = v.x, kw[nb][4 * c + 1] = v.y, kw[nb][4 * c + 2] = v.z, kw[nb][4 * c + 3] = v.w;
+            } else {
+                const uint2 v = *(const uint2*)(kr + 4 * LB * c);
+                kw[nb][2 * c] = v.x, kw[nb][2 * c + 1] = v.y;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int c = lane + 32 * i, row = c / VCH, f = c % VCH;
+        u32x4 a, b;
+        kv_fp8x4_to_bf16<FMT>(vr[i].x, a.x, a.y);
+        kv_fp8x4_to_bf16<FMT>(vr[i].y, a.z, a.w);
+        kv_fp8x4_to_bf16<FMT>(vr[i].z, b.x, b.y);
+        kv_fp8x4_to_bf16<FMT>(vr[i].w, b.z, b.w);
+        ((u32x4*)vt)[pa_chunk<D>(row, 2 * f)] = a;
+        ((u32x4*)vt)[pa_chunk<D>(row, 2 * f + 1)] = b;
+    }
+#pragma unroll
+    for (int nb = 0; nb < 2; nb++) {
+        s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+#pragma unroll
+        for (int mi = 0; mi < D / 16; mi++) {
+            unsigned b[2];
+            kv_fp8x4_to_bf16<FMT>(kw[nb][mi], b[0], b[1]);
+            mma_m16n8k16_bf16(s[nb], qa[mi / 2][mi % 2], b, s[nb]);
+        }
+    }
+}
+
 // decode6_sub adds one 16-key sub-tile (keys kb0..kb0+15 of [.., j1)) to a
 // warp's state: attention.cu's decode4_sub with each row's slot.
-template <int D, bool IN_PAGE>
+template <int D, bool IN_PAGE, int FMT>
 __device__ __forceinline__ void decode6_sub(float o[D / 8][4], float& m, float& l, const unsigned qa[D / 32][2][4],
-                                            const unsigned short* __restrict__ kcol,
-                                            const unsigned short* __restrict__ vcol, long long pos_stride,
-                                            unsigned short* vt, int kb0, int j1, long long lane_slot,
-                                            float scale_log2) {
+                                            const void* __restrict__ kcol_, const void* __restrict__ vcol_,
+                                            long long pos_stride, unsigned short* vt, int kb0, int j1,
+                                            long long lane_slot, float scale_log2) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float s[2][4];
+    if constexpr (FMT != KV_BF16) {
+        decode7_qk<D, IN_PAGE, FMT>(s, qa, (const unsigned char*)kcol_, (const unsigned char*)vcol_, pos_stride,
+                                    vt, kb0, j1, lane_slot);
+    } else {
+    const unsigned short* __restrict__ kcol = (const unsigned short*)kcol_;
+    const unsigned short* __restrict__ vcol = (const unsigned short*)vcol_;
     // V sub-tile copy: chunk c = lane + 32i of 16 rows x D/8 chunks, i.e.
     // column ch = lane % (D/8) of rows r0 + RS*i. In one page the rows'
     // sources are a base and a fixed stride apart; across pages each row's
@@ -660,7 +902,6 @@ __device__ __forceinline__ void decode6_sub(float o[D / 8][4], float& m, float& 
     }
     cp_async_commit();
     // S for keys kb0 + 8nb + g (clamped into the chunk: masked below).
-    float s[2][4];
 #pragma unroll
     for (int nb = 0; nb < 2; nb++) {
         const long long slot = decode6_row_slot<IN_PAGE>(lane_slot, min(8 * nb + g, j1 - 1 - kb0));
@@ -676,6 +917,7 @@ __device__ __forceinline__ void decode6_sub(float o[D / 8][4], float& m, float& 
             mma_m16n8k16_bf16(s[nb], qa[c][0], b_lo, s[nb]);
             mma_m16n8k16_bf16(s[nb], qa[c][1], b_hi, s[nb]);
         }
+    }
     }
     float mx = neg_inf_f32();
 #pragma unroll
@@ -704,7 +946,7 @@ __device__ __forceinline__ void decode6_sub(float o[D / 8][4], float& m, float& 
             o[i][1] *= alpha;
         }
     }
-    cp_async_wait<0>();
+    if constexpr (FMT == KV_BF16) cp_async_wait<0>();
     __syncwarp();  // every lane's V rows have landed
 #pragma unroll
     for (int nb = 0; nb < D / 8; nb += 2) {
@@ -720,10 +962,10 @@ __device__ __forceinline__ void decode6_sub(float o[D / 8][4], float& m, float& 
 // decode6_loop runs a warp's sub-tiles of the block's item (w, w + 4, ...
 // of 16 keys), the next sub-tile's table load issued before this one's K
 // loads.
-template <int D, bool IN_PAGE>
+template <int D, bool IN_PAGE, int FMT>
 __device__ __forceinline__ void decode6_loop(float o[D / 8][4], float& m, float& l, const unsigned qa[D / 32][2][4],
-                                             const dec6_item& it, const unsigned short* __restrict__ kcol,
-                                             const unsigned short* __restrict__ vcol, long long pos_stride,
+                                             const dec6_item& it, const void* __restrict__ kcol,
+                                             const void* __restrict__ vcol, long long pos_stride,
                                              const int* __restrict__ tab, int pageSize, int pageShift,
                                              float scale_log2) {
     const int warp = threadIdx.x >> 5;
@@ -733,7 +975,7 @@ __device__ __forceinline__ void decode6_loop(float o[D / 8][4], float& m, float&
     for (; kb0 < it.j1; kb0 += DEC6_QUANTUM) {
         const int next = kb0 + DEC6_QUANTUM;
         const long long next_slot = next < it.j1 ? decode6_lane_slot<IN_PAGE>(tab, next, it.j1, pageSize, pageShift) : 0;
-        decode6_sub<D, IN_PAGE>(o, m, l, qa, kcol, vcol, pos_stride, vt, kb0, it.j1, slot, scale_log2);
+        decode6_sub<D, IN_PAGE, FMT>(o, m, l, qa, kcol, vcol, pos_stride, vt, kb0, it.j1, slot, scale_log2);
         slot = next_slot;
     }
 }
@@ -741,18 +983,22 @@ __device__ __forceinline__ void decode6_loop(float o[D / 8][4], float& m, float&
 // decode6_keys runs a warp's sub-tiles of the block's item and leaves the
 // warp's state (o, m and l summed over the row's lanes) in shared memory.
 // q_s is the kv head's group of query heads (group x D bf16).
-template <int D, int G>
+template <int D, int G, int FMT>
 __device__ __forceinline__ void decode6_keys(const dec6_item& it, const unsigned short* q_s,
-                                             const unsigned short* __restrict__ kCache,
-                                             const unsigned short* __restrict__ vCache, const int* __restrict__ tab,
-                                             int heads, int kvHeads, int pageSize, int pageShift, float* sacc,
-                                             float* sm, float* sl) {
+                                             const void* __restrict__ kCache_, const void* __restrict__ vCache_,
+                                             const int* __restrict__ tab, int heads, int kvHeads, int pageSize,
+                                             int pageShift, float* sacc, float* sm, float* sl, float kscale) {
     const int kvh = blockIdx.y, group = heads / kvHeads;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const float scale_log2 = 1.4426950408889634f / sqrtf((float)D);
+    // The softmax scale; an FP8 cache's K scale folds into it (FlashInfer's
+    // way: the dot products are of the bytes' values).
+    const float scale_log2 = FMT == KV_BF16 ? 1.4426950408889634f / sqrtf((float)D)
+                                            : 1.4426950408889634f / sqrtf((float)D) * kscale;
     // Q's A fragments, rows g (heads; g >= group zero), d permuted as K's.
     unsigned qa[D / 32][2][4];
-    {
+    if constexpr (FMT != KV_BF16) {
+        decode7_q<D>(qa, q_s + min(g, group - 1) * D, g < group);
+    } else {
         const u32x4 zero = {0, 0, 0, 0};
         const unsigned short* qr = q_s + min(g, group - 1) * D + 8 * t;
 #pragma unroll
@@ -766,12 +1012,16 @@ __device__ __forceinline__ void decode6_keys(const dec6_item& it, const unsigned
 #pragma unroll
     for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m = neg_inf_f32(), l = 0.0f;
+    // The kv head's columns: D elements of 2 bytes (bf16) or 1 (FP8).
+    typedef typename kv_elem<FMT>::type E;
+    const E* kCache = (const E*)kCache_;
+    const E* vCache = (const E*)vCache_;
     if ((pageSize & (DEC6_SUB - 1)) == 0) {  // uniform: one loop or the other, no branch inside
-        decode6_loop<D, true>(o, m, l, qa, it, kCache + kvh * D, vCache + kvh * D, (long long)kvHeads * D, tab,
-                              pageSize, pageShift, scale_log2);
+        decode6_loop<D, true, FMT>(o, m, l, qa, it, kCache + kvh * D, vCache + kvh * D, (long long)kvHeads * D,
+                                   tab, pageSize, pageShift, scale_log2);
     } else {
-        decode6_loop<D, false>(o, m, l, qa, it, kCache + kvh * D, vCache + kvh * D, (long long)kvHeads * D, tab,
-                               pageSize, pageShift, scale_log2);
+        decode6_loop<D, false, FMT>(o, m, l, qa, it, kCache + kvh * D, vCache + kvh * D, (long long)kvHeads * D,
+                                    tab, pageSize, pageShift, scale_log2);
     }
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -793,9 +1043,9 @@ __device__ __forceinline__ void decode6_keys(const dec6_item& it, const unsigned
 // head) counter merges the splits' partials of the kv head's query heads
 // in split order (attention.cu's decode_combine_last, its sums in its
 // order) and resets the counter.
-template <int D, int G>
+template <int D, int G, int FMT>
 __device__ __forceinline__ void decode6_combine(unsigned short* __restrict__ out, float* __restrict__ ws,
-                                                const dec6_item& it, int heads, int kvHeads) {
+                                                const dec6_item& it, int heads, int kvHeads, float vscale) {
     __shared__ int is_last;
     __shared__ float norm_s[G][2];
     const int kvh = blockIdx.y, tid = threadIdx.x, group = heads / kvHeads;
@@ -830,18 +1080,20 @@ __device__ __forceinline__ void decode6_combine(unsigned short* __restrict__ out
             const long long p = p0 + (long long)i * heads;
             acc += expf(__ldcg(ml + p * 2) - norm_s[hg][0]) * __ldcg(ws + p * D + d);
         }
-        out[((long long)it.b * heads + (long long)kvh * group + hg) * D + d] = f32_to_bf16_rne(acc / norm_s[hg][1]);
+        const float r = acc / norm_s[hg][1];
+        out[((long long)it.b * heads + (long long)kvh * group + hg) * D + d] =
+            f32_to_bf16_rne(FMT == KV_BF16 ? r : r * vscale);
     }
     if (tid == 0) *counter = 0;  // every split has counted: none reads it again this launch
 }
 
-template <int D, int G>
+template <int D, int G, int FMT>
 __device__ __noinline__ void attn_decode6(unsigned short* __restrict__ out, float* __restrict__ ws,
-                                          const unsigned short* __restrict__ q,
-                                          const unsigned short* __restrict__ kCache,
-                                          const unsigned short* __restrict__ vCache, const int* __restrict__ table,
+                                          const unsigned short* __restrict__ q, const void* __restrict__ kCache,
+                                          const void* __restrict__ vCache, const int* __restrict__ table,
                                           const int* __restrict__ seqLens, int batch, int heads, int kvHeads,
-                                          int pageSize, int pageShift, int maxPages, int target) {
+                                          int pageSize, int pageShift, int maxPages, int target,
+                                          const float* __restrict__ kScale, const float* __restrict__ vScale) {
     __shared__ __align__(16) unsigned short q_s[G * D];
     const dec6_item it = decode6_schedule(seqLens, batch, maxPages * pageSize, target);
     if (it.b < 0) return;  // uniform: no item for this block at these lengths
@@ -856,8 +1108,9 @@ __device__ __noinline__ void attn_decode6(unsigned short* __restrict__ out, floa
     float* sacc = (float*)((unsigned short*)dyn_smem + DEC6_WARPS * DEC6_SUB * D);
     float* sm = sacc + DEC6_WARPS * G * D;
     float* sl = sm + DEC6_WARPS * G;
-    decode6_keys<D, G>(it, q_s, kCache, vCache, table + (long long)it.b * maxPages, heads, kvHeads, pageSize,
-                       pageShift, sacc, sm, sl);
+    const float kscale = FMT == KV_BF16 ? 1.0f : kScale[kvh], vscale = FMT == KV_BF16 ? 1.0f : vScale[kvh];
+    decode6_keys<D, G, FMT>(it, q_s, kCache, vCache, table + (long long)it.b * maxPages, heads, kvHeads, pageSize,
+                            pageShift, sacc, sm, sl, kscale);
     __syncthreads();
     const long long parts = (long long)gridDim.x * heads;
     const long long p0 = (long long)blockIdx.x * heads + (long long)kvh * group;
@@ -872,7 +1125,9 @@ __device__ __noinline__ void attn_decode6(unsigned short* __restrict__ out, floa
             sum += wt * sl[w * G + hg];
         }
         if (it.splits == 1) {  // the whole sequence: its output (the combine of one partial, bit for bit)
-            out[((long long)it.b * heads + (long long)kvh * group + hg) * D + d] = f32_to_bf16_rne(a / sum);
+            const float r = a / sum;
+            out[((long long)it.b * heads + (long long)kvh * group + hg) * D + d] =
+                f32_to_bf16_rne(FMT == KV_BF16 ? r : r * vscale);
             continue;
         }
         ws[(p0 + hg) * D + d] = a;
@@ -881,7 +1136,7 @@ __device__ __noinline__ void attn_decode6(unsigned short* __restrict__ out, floa
             ws[parts * D + (p0 + hg) * 2 + 1] = sum;
         }
     }
-    if (it.splits > 1) decode6_combine<D, G>(out, ws, it, heads, kvHeads);
+    if (it.splits > 1) decode6_combine<D, G, FMT>(out, ws, it, heads, kvHeads, vscale);
 }
 
 #define DEFINE_DECODE6(D, G)                                                                                    \
@@ -891,8 +1146,8 @@ __device__ __noinline__ void attn_decode6(unsigned short* __restrict__ out, floa
         int pageSize, int pageShift, int maxPages, int target) {                                                \
         SB_PDL_WAIT();                                                                                          \
         SB_PDL_LAUNCH_DEPENDENTS();                                                                             \
-        attn_decode6<D, G>(out, ws, q, kCache, vCache, table, seqLens, batch, heads, kvHeads, pageSize,         \
-                           pageShift, maxPages, target);                                                        \
+        attn_decode6<D, G, KV_BF16>(out, ws, q, kCache, vCache, table, seqLens, batch, heads, kvHeads, pageSize, \
+                                    pageShift, maxPages, target, nullptr, nullptr);                             \
     }
 DEFINE_DECODE6(32, 1)
 DEFINE_DECODE6(32, 2)
@@ -906,3 +1161,79 @@ DEFINE_DECODE6(128, 1)
 DEFINE_DECODE6(128, 2)
 DEFINE_DECODE6(128, 4)
 DEFINE_DECODE6(128, 8)
+
+// ---- attn_decode 7: attn_decode 6 over an FP8 cache ----
+//
+// attn_decode 6 (the split on the device, the grid, the workspace, the
+// fused combine: the same code, templated on the cache's format) with K
+// and V read as FP8 bytes: half the bytes of version 6 per key. Per
+// 16-key sub-tile a lane loads its V rows' bytes (16 bytes per load,
+// D/32 loads) and its two K rows' (16 bytes per load, D/64 loads; 8 for D
+// 32), widens them exactly to bf16 in registers (kv_fp8x4_to_bf16), stores
+// V into the warp's bf16 tile (version 6's layout: its ldmatrix.trans and
+// P·V loop unchanged) and runs the Q·K mma on the widened K; q's fragments
+// hold the d's in the bytes' order. FlashInfer's scales: the kv head's K
+// scale folds into the softmax scale, its V scale multiplies the output
+// (ref.AttentionPagedFP8). kScale and vScale are F32[kvHeads]; e5m2 picks
+// the format (uniform).
+//
+// Napkin math at Llama-3-8B (ESTIMATE): a key costs 2 x 8 x 128 x 1 B = 2
+// KB of K and V (version 6: 4 KB) and the same 16.4 kFLOP per query row.
+//  - decode, batch 32, 1k keys each (32k keys): 67 MB of K/V per layer,
+//    0.5 GFLOP: floor 20 us (H100, 3.35 TB/s) / 14 us (H200, 4.8 TB/s)
+//    per layer, 0.64 / 0.45 ms per step (version 6: 40 / 28 us, 1.28 / 0.89
+//    ms).
+//  - decode, batch 32 x 8k keys (262k keys): 537 MB per layer, floor 160 /
+//    112 us per layer, 5.1 / 3.6 ms per step (version 6: 1.07 GB, 10.3 /
+//    7.2 ms).
+//  - issue rate (counted by hand from this source: no cuobjdump here): per
+//    16-key sub-tile and warp about 650 instructions against version 6's
+//    ~330 (SASS): ~10 per 4 bytes widened (2 prmt, 6 logic, 2 HFMA2.BF16)
+//    over 64 K and 64 V bytes per lane, 8 STS.128 of V, less version 6's
+//    8 LDGSTS; for 4 KB of K/V (version 6: 8 KB). At 4.8 TB/s: 1.17 G
+//    sub-tiles/s x 650 = 0.76 T warp instructions/s of the H200's ~1.05 T
+//    (132 SMs x 4 schedulers x 1.98 GHz): 73% (H100 at 3.35 TB/s: 50%;
+//    version 6: 18% / 13%). Not the bound, but less slack to hide
+//    latency: ESTIMATE 80-90% of the byte roof (about 0.5-0.56 ms per step
+//    at batch 32 x 1k on an H200, version 6 ~0.95 ms).
+//  - Access counters (EMULATED: every request's sectors, no cache;
+//    TestEmulatorFP8DecodeReadsHalf), Llama-3-8B heads, 4 sequences of
+//    1000 tokens on shuffled pages of 16: attn_decode 6 reads 548,128
+//    sectors (17.5 MB), attn_decode 7 294,048 (9.4 MB): 0.537 of version
+//    6's. K and V halve exactly (256,000 sectors against 512,000: every
+//    16-byte load's sectors used); q, the table and the lengths (~37k
+//    sectors) do not.
+//  - ptxas (NVRTC 11.8, -Xptxas -v; stepbench build --arch 90 / 80):
+//    attn_decode7_d128_gG 184 registers on sm_90, 195 on sm_80 (version 6
+//    as templated here: 178 / 192), _d64 118, _d32 98; 0 spills, no stack;
+//    2 blocks of 4 warps per SM at d128 as version 6 (registers). Static
+//    shared memory doubles (544-4256 B: each format's instantiation has its
+//    own q copy), far below the register limit's occupancy.
+#define DEFINE_DECODE7(D, G)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(DEC6_WARPS * 32, 1) attn_decode7_d##D##_g##G(                     \
+        unsigned short* out, float* ws, const unsigned short* q, const unsigned char* kCache,                   \
+        const unsigned char* vCache, const int* table, const int* seqLens, int batch, int heads, int kvHeads,   \
+        int pageSize, int pageShift, int maxPages, int target, const float* kScale, const float* vScale,        \
+        int e5m2) {                                                                                             \
+        SB_PDL_WAIT();                                                                                          \
+        SB_PDL_LAUNCH_DEPENDENTS();                                                                             \
+        if (e5m2) {                                                                                             \
+            attn_decode6<D, G, KV_E5M2>(out, ws, q, kCache, vCache, table, seqLens, batch, heads, kvHeads,      \
+                                        pageSize, pageShift, maxPages, target, kScale, vScale);                 \
+        } else {                                                                                                \
+            attn_decode6<D, G, KV_E4M3>(out, ws, q, kCache, vCache, table, seqLens, batch, heads, kvHeads,      \
+                                        pageSize, pageShift, maxPages, target, kScale, vScale);                 \
+        }                                                                                                       \
+    }
+DEFINE_DECODE7(32, 1)
+DEFINE_DECODE7(32, 2)
+DEFINE_DECODE7(32, 4)
+DEFINE_DECODE7(32, 8)
+DEFINE_DECODE7(64, 1)
+DEFINE_DECODE7(64, 2)
+DEFINE_DECODE7(64, 4)
+DEFINE_DECODE7(64, 8)
+DEFINE_DECODE7(128, 1)
+DEFINE_DECODE7(128, 2)
+DEFINE_DECODE7(128, 4)
+DEFINE_DECODE7(128, 8)

@@ -55,6 +55,9 @@ func OpVersions() []OpVersion {
 		{OpRope, 3, "version 2 with each token's position and cache slot read from device memory (positions, the slot mapping; a negative slot is padding, not written): the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim a multiple of 16, <= 256"},
 		{OpAttnPrefill, 4, "varlen prefill over the paged KV cache: version 3's tensor-core tiles, each sequence's rows from query_start_loc and its keys through the block table (any page size), the causal mask bottom-right aligned (chunked prefill over a cached context); the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim 32, 64, 128"},
 		{OpAttnDecode, 6, "version 4 over the paged KV cache with each sequence's length read on the device: every block sets the split from the step's total keys (a long sequence many chunks, a short one one, no block more than about total/(2 SMs)), the grid sized for any lengths, so a captured step replays as they grow; the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim 32, 64, 128, up to 8 query heads per kv head"},
+		{OpRope, 4, "version 3 into an FP8 KV cache (--kv-cache-dtype fp8, fp8_e4m3, fp8_e5m2): K after its rotation and V rounded to bf16, divided by their KV head's scale and stored as E4M3 or E5M2 bytes (round to nearest even, saturating); what an FP8 cache runs, and only there; head_dim a multiple of 16, <= 256"},
+		{OpAttnPrefill, 5, "version 4 over an FP8 KV cache: each tile's bytes staged by cp.async and widened to bf16 in shared memory before version 4's tensor-core loop, the K scale folded into the softmax scale, the V scale on the output (FlashInfer's way); what an FP8 cache runs, and only there; head_dim 32, 64, 128"},
+		{OpAttnDecode, 7, "version 6 over an FP8 KV cache: half the bytes per key, 16-byte loads of FP8 bytes widened to bf16 in registers (K into the mma fragments, V into version 6's shared tile), the split, grid and fused combine of version 6, the K scale in the softmax scale, the V scale on the output; what an FP8 cache runs, and only there; head_dim 32, 64, 128, up to 8 query heads per kv head"},
 	}
 }
 
@@ -68,6 +71,38 @@ const (
 	DecodeTabledVersion  = 6
 	RopeTabledVersion    = 3
 )
+
+// The FP8 cache's versions: what a shape whose AttnShape.Cache is FP8 runs
+// (always through the block table), and only such a shape.
+const (
+	PrefillFP8Version = 5
+	DecodeFP8Version  = 7
+	RopeFP8Version    = 4
+)
+
+// FP8Version is op's FP8-cache version, 0 for an op without one.
+func FP8Version(op string) int {
+	switch op {
+	case OpAttnPrefill:
+		return PrefillFP8Version
+	case OpAttnDecode:
+		return DecodeFP8Version
+	case OpRope:
+		return RopeFP8Version
+	}
+	return 0
+}
+
+// UsesFP8Cache reports whether the selection chooses an FP8-cache version
+// of some op (which runs on an FP8 cache only).
+func (s Selection) UsesFP8Cache() bool {
+	for op, v := range s {
+		if v != 0 && v == FP8Version(op) {
+			return true
+		}
+	}
+	return false
+}
 
 // TabledVersion is op's block-table version, 0 for an op without one.
 func TabledVersion(op string) int {
@@ -87,7 +122,7 @@ func TabledVersion(op string) int {
 // one page per sequence (the chosen kernel takes nothing else).
 func (s Selection) UsesKVTable() bool {
 	for op, v := range s {
-		if v != 0 && v == TabledVersion(op) {
+		if v != 0 && (v == TabledVersion(op) || v == FP8Version(op)) {
 			return true
 		}
 	}
@@ -107,10 +142,26 @@ func tabledWhat(a AttnShape) string {
 // naming why), a contiguous uniform one the chosen or newest version that
 // supports it, the block-table version only when chosen.
 func (s Selection) pickAt(op string, a AttnShape, supports func(version int) error) (int, error) {
-	tv := TabledVersion(op)
+	tv, fv := TabledVersion(op), FP8Version(op)
+	if a.Cache.FP8() {
+		// An FP8 cache runs op's FP8 version, whatever the layout.
+		if v, ok := s[op]; ok && v != fv {
+			return 0, fmt.Errorf("%s=%d reads and writes a bf16 KV cache only; the kv cache dtype is %s, which %s runs on version %d", op, v, a.Cache, op, fv)
+		}
+		if err := supports(fv); err != nil {
+			return 0, fmt.Errorf("%s %d, the FP8 cache's, cannot run %v", op, fv, err)
+		}
+		return fv, nil
+	}
+	if v, ok := s[op]; ok && v == fv {
+		return 0, fmt.Errorf("%s=%d takes an FP8 KV cache only (--kv-cache-dtype fp8, fp8_e4m3 or fp8_e5m2); the kv cache dtype is %s (bf16)", op, v, a.Cache)
+	}
 	if !a.Tabled() {
 		_, chosen := s[op]
 		return s.pick(op, func(v int) error {
+			if v == fv {
+				return fmt.Errorf("version %d reads an FP8 KV cache only", v)
+			}
 			if v == tv && !chosen {
 				return fmt.Errorf("version %d (the block table's) runs only when chosen on the contiguous layout's uniform batches", v)
 			}
@@ -211,7 +262,7 @@ func (s Selection) String() string {
 func (s Selection) PrefillVersion(a AttnShape) (int, error) {
 	return s.pickAt(OpAttnPrefill, a, func(v int) error {
 		dims := TensorCoreHeadDims
-		if v == PrefillTabledVersion {
+		if v == PrefillTabledVersion || v == PrefillFP8Version {
 			dims = SupportedHeadDims
 		}
 		if v >= 2 && !slices.Contains(dims, a.HeadDim) {
@@ -227,12 +278,12 @@ func (s Selection) PrefillVersion(a AttnShape) (int, error) {
 func (s Selection) DecodeVersion(a AttnShape) (int, error) {
 	_, chosen := s[OpAttnDecode]
 	return s.pickAt(OpAttnDecode, a, func(v int) error {
-		if v > DecodeDefaultMax && v != DecodeTabledVersion && !chosen {
+		if v > DecodeDefaultMax && v != DecodeTabledVersion && v != DecodeFP8Version && !chosen {
 			return fmt.Errorf("version %d runs only when chosen", v)
 		}
 		if v >= 2 {
 			dims := TensorCoreHeadDims
-			if v == DecodeTabledVersion {
+			if v == DecodeTabledVersion || v == DecodeFP8Version {
 				dims = SupportedHeadDims
 			}
 			if !slices.Contains(dims, a.HeadDim) {
@@ -269,11 +320,23 @@ func (s Selection) checkRopeFusion() error {
 // version that cannot read the table: the chosen table version makes the
 // run go through a table, where the other could not run.
 func (s Selection) checkTableMix() error {
-	for _, op := range []string{OpAttnPrefill, OpAttnDecode, OpRope} {
+	kvOps := []string{OpAttnPrefill, OpAttnDecode, OpRope}
+	for _, op := range kvOps {
+		if v, ok := s[op]; !ok || v != FP8Version(op) {
+			continue
+		}
+		for _, other := range kvOps {
+			if w, ok := s[other]; ok && w != FP8Version(other) {
+				return fmt.Errorf("%s=%d reads and writes an FP8 KV cache, where %s=%d cannot (it takes a bf16 cache; the FP8 cache's is %d)",
+					op, s[op], other, w, FP8Version(other))
+			}
+		}
+	}
+	for _, op := range kvOps {
 		if v, ok := s[op]; !ok || v != TabledVersion(op) {
 			continue
 		}
-		for _, other := range []string{OpAttnPrefill, OpAttnDecode, OpRope} {
+		for _, other := range kvOps {
 			if w, ok := s[other]; ok && w != TabledVersion(other) {
 				return fmt.Errorf("%s=%d runs through the block table, where %s=%d cannot (it takes the contiguous layout's uniform batches; the table's is %d)",
 					op, s[op], other, w, TabledVersion(other))
@@ -411,7 +474,17 @@ func (s Selection) Resolve(m ModelShape) (string, error) { return s.ResolveLayou
 // layout or a ragged batch (or a selection that UsesKVTable), whose
 // attention and rope_kv_write run their block-table versions.
 func (s Selection) ResolveLayout(m ModelShape, tabled bool) (string, error) {
-	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim}
+	return s.ResolveKV(m, tabled, CacheBF16)
+}
+
+// ResolveKV is ResolveLayout for a cache of the dtype: an FP8 cache runs
+// through the block table, on the FP8 versions of attention and
+// rope_kv_write (a chosen other version of them is refused).
+func (s Selection) ResolveKV(m ModelShape, tabled bool, cache CacheDType) (string, error) {
+	a := AttnShape{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, Cache: cache}
+	if cache.FP8() {
+		tabled = true
+	}
 	if tabled || s.UsesKVTable() {
 		a.PageSize, a.Paged = 1, tabled
 	}

@@ -18,8 +18,10 @@ func TestParseSelection(t *testing.T) {
 		{[]string{"argmax=2", "attn_decode=1", "argmax=2"}, "argmax=2 attn_decode=1", ""},
 		{[]string{"attn_prefill"}, "", "want OP=VERSION"},
 		{[]string{"silu_mul=1"}, "", "silu_mul has no versions"},
-		{[]string{"attn_prefill=5"}, "", "attn_prefill has versions [1 2 3 4]"},
-		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2 3 4]"},
+		{[]string{"attn_prefill=6"}, "", "attn_prefill has versions [1 2 3 4 5]"},
+		{[]string{"attn_prefill=x"}, "", "attn_prefill has versions [1 2 3 4 5]"},
+		{[]string{"attn_prefill=5", "attn_decode=7", "rope_kv_write=4"}, "attn_decode=7 attn_prefill=5 rope_kv_write=4", ""},
+		{[]string{"attn_decode=7", "rope_kv_write=3"}, "", "attn_decode=7 reads and writes an FP8 KV cache, where rope_kv_write=3 cannot (it takes a bf16 cache; the FP8 cache's is 4)"},
 		{[]string{"attn_prefill=4", "attn_decode=6", "rope_kv_write=3"}, "attn_decode=6 attn_prefill=4 rope_kv_write=3", ""},
 		{[]string{"attn_decode=6", "rope_kv_write=2"}, "", "attn_decode=6 runs through the block table, where rope_kv_write=2 cannot (it takes the contiguous layout's uniform batches; the table's is 3)"},
 		{[]string{"attn_prefill=3", "rope_kv_write=3"}, "", "rope_kv_write=3 runs through the block table, where attn_prefill=3 cannot"},
@@ -220,6 +222,58 @@ func TestLinearGemvRows(t *testing.T) {
 		}
 		if b, th := GemvGrid(tt.m, n, true); b != tt.sBlock || th != tt.threads {
 			t.Errorf("GemvGrid(%d, %d, silu) = %d blocks of %d, want %d of %d", tt.m, n, b, th, tt.sBlock, tt.threads)
+		}
+	}
+}
+
+// TestFP8CacheVersions: an FP8 cache runs the FP8 versions unasked, paged
+// or contiguous; a bf16-only version chosen on it, or an FP8 version on a
+// bf16 cache, is refused naming the op, the version and the cache dtype;
+// a bf16 cache never gets an FP8 version unasked.
+func TestFP8CacheVersions(t *testing.T) {
+	m := ModelShape{Name: "llama-3-8b", Heads: 32, KVHeads: 8, HeadDim: 128, Hidden: 4096, Inter: 14336, Vocab: 128256}
+	for _, cache := range []CacheDType{CacheE4M3, CacheE5M2} {
+		for _, tabled := range []bool{false, true} {
+			got, err := Selection{}.ResolveKV(m, tabled, cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"attn_decode=7", "attn_prefill=5", "rope_kv_write=4"} {
+				if !strings.Contains(got, want) {
+					t.Errorf("%s tabled=%v: %q lacks %s", cache, tabled, got, want)
+				}
+			}
+		}
+		for _, item := range []string{"attn_decode=6", "attn_decode=5", "attn_decode=4", "attn_prefill=4", "rope_kv_write=3", "rope_kv_write=2"} {
+			sel, err := ParseSelection([]string{item})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = sel.ResolveKV(m, true, cache)
+			if err == nil || !strings.Contains(err.Error(), item+" reads and writes a bf16 KV cache only; the kv cache dtype is "+cache.String()) {
+				t.Errorf("%s on %s: error %v", item, cache, err)
+			}
+		}
+	}
+	for _, tabled := range []bool{false, true} {
+		got, err := Selection{}.ResolveKV(m, tabled, CacheBF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(got, "attn_decode=7") || strings.Contains(got, "attn_prefill=5") || strings.Contains(got, "rope_kv_write=4") {
+			t.Errorf("bf16 tabled=%v: %q", tabled, got)
+		}
+	}
+	for _, item := range []string{"attn_decode=7", "attn_prefill=5", "rope_kv_write=4"} {
+		sel, err := ParseSelection([]string{item})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tabled := range []bool{false, true} {
+			_, err = sel.ResolveKV(m, tabled, CacheBF16)
+			if err == nil || !strings.Contains(err.Error(), item+" takes an FP8 KV cache only") || !strings.Contains(err.Error(), "auto (bf16)") {
+				t.Errorf("%s on bf16 tabled=%v: error %v", item, tabled, err)
+			}
 		}
 	}
 }

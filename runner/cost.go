@@ -20,6 +20,8 @@ import (
 //	add_rmsnorm    bytes: residual (+add, + residual write-back) + weight + out;
 //	               FLOPs: 4 per element (+1 with the add): square, sum, scale, weight
 //	linear         bytes: (m×k + n×k + m×n)×2;                               FLOPs 2mnk
+//	               (cached elements: 2 bytes for bf16, 1 for an FP8 cache, whose
+//	               K and V scales, 4 bytes per KV head each, are read too)
 //	rope_kv_write  bytes: qkv read, q written, k and v written to the cache, inv_freq;
 //	               FLOPs: 3 per rotated element of q and k
 //	attention      bytes: q read + out written + each sequence's K and V read once
@@ -467,7 +469,7 @@ func (c *costBackend) Linear(_, _, w Buffer, m, n, k int) error {
 func (c *costBackend) RopeKVWrite(_, _, _, _, _ Buffer, _ KVView, s AttnShape) error {
 	T, D := float64(s.Tokens()), float64(s.HeadDim)
 	H, KV := float64(s.Heads), float64(s.KVHeads)
-	bytes := 2*T*(H+2*KV)*D + 2*T*H*D + 2*2*T*KV*D + 4*D/2
+	bytes := 2*T*(H+2*KV)*D + 2*T*H*D + 2*cacheBytes(s)*T*KV*D + 4*D/2 + scaleBytes(s)
 	c.add(3*T*(H+KV)*D, bytes, 0)
 	return nil
 }
@@ -486,9 +488,21 @@ func (c *costBackend) Attention(_, _, _, _ Buffer, _ KVView, s AttnShape) error 
 	}
 	c.tokens, c.kvTokens = s.Tokens(), s.KVTokens()
 	T, kvTokens := float64(s.Tokens()), float64(s.KVTokens())
-	bytes := 2*2*T*H*D + 2*2*kvTokens*KV*D
+	bytes := 2*2*T*H*D + 2*cacheBytes(s)*kvTokens*KV*D + scaleBytes(s)
 	c.add(4*D*H*visible, bytes, 0)
 	return nil
+}
+
+// cacheBytes is one cached element's size: 2 (bf16), 1 (FP8).
+func cacheBytes(s AttnShape) float64 { return float64(s.Cache.Bytes()) }
+
+// scaleBytes is an FP8 cache's layer's K and V scales read (4 bytes per
+// KV head each), none for bf16.
+func scaleBytes(s AttnShape) float64 {
+	if !s.Cache.FP8() {
+		return 0
+	}
+	return 2 * 4 * float64(s.KVHeads)
 }
 
 // AdvanceKV reads and writes each sequence's position and length, reads

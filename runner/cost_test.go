@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
 
@@ -120,5 +121,54 @@ func TestCostAllocatesNothingPerToken(t *testing.T) {
 	if large > small+1<<20 {
 		t.Errorf("costs at 16 × 65536 tokens allocate %d bytes, at 16 × 1 %d: per token %.1f bytes", large, small,
 			float64(large-small)/(16*65535))
+	}
+}
+
+// An FP8 cache halves what the decode attention reads of the cache and
+// what rope_kv_write writes to it, and adds its layer's scales: Llama-3-8B
+// at batch 32 × 8000 tokens of context, by the formula of the file's comment.
+func TestAttentionCostFP8Cache(t *testing.T) {
+	cfg, _ := Preset("llama-3-8b")
+	lens := make([]int, 32)
+	for b := range lens {
+		lens[b] = 8000
+	}
+	opBytes := func(kv KVOptions, op string) float64 {
+		c, err := DecodeCostSeqs(cfg, 0, lens, kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range c.Ops {
+			if o.Op == op {
+				return o.Bytes
+			}
+		}
+		t.Fatalf("no %s in %+v", op, c.Ops)
+		return 0
+	}
+	paged := KVOptions{Layout: KVPaged}
+	fp8 := paged
+	fp8.DType = kernels.CacheE4M3
+	B, D, H, KV, L := 32.0, float64(cfg.HeadDim), float64(cfg.NumAttentionHeads), float64(cfg.NumKeyValueHeads), float64(cfg.NumHiddenLayers)
+	kvTokens := B * 8001
+	for _, tc := range []struct {
+		kv         KVOptions
+		elem, sc   float64
+		attn, rope float64
+	}{
+		{paged, 2, 0, 0, 0},
+		{fp8, 1, 2 * 4 * KV, 0, 0},
+	} {
+		attn := L * (2*2*B*H*D + 2*tc.elem*kvTokens*KV*D + tc.sc)
+		rope := L * (2*B*(H+2*KV)*D + 2*B*H*D + 2*tc.elem*B*KV*D + 4*D/2 + tc.sc)
+		if got := opBytes(tc.kv, "attention"); got != attn {
+			t.Errorf("%s: attention reads %.0f bytes, want %.0f", tc.kv, got, attn)
+		}
+		if got := opBytes(tc.kv, "rope_kv_write"); got != rope {
+			t.Errorf("%s: rope_kv_write moves %.0f bytes, want %.0f", tc.kv, got, rope)
+		}
+	}
+	if a, b := opBytes(fp8, "attention"), opBytes(paged, "attention"); a/b > 0.51 {
+		t.Errorf("the FP8 cache's decode attention moves %.3g of the bf16 cache's bytes, want about half", a/b)
 	}
 }

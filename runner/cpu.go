@@ -354,7 +354,10 @@ func cpuView(kv KVView, s AttnShape, op string) (ref.PagedKV, error) {
 }
 
 // RopeKVWrite rotates q and k and writes k and v to the cache.
-func (*CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq Buffer, kv KVView, s AttnShape) error {
+func (c *CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq Buffer, kv KVView, s AttnShape) error {
+	if s.Cache.FP8() {
+		return c.ropeKVWriteFP8(q, kCache, vCache, qkv, invFreq, kv, s)
+	}
 	T, D := s.Tokens(), s.HeadDim
 	cache := s.CacheSlots() * s.KVHeads * D
 	bs, err := bf16s("rope_kv_write", []Buffer{q, kCache, vCache, qkv},
@@ -399,6 +402,9 @@ func (*CPU) RopeKVWrite(q, kCache, vCache, qkv, invFreq Buffer, kv KVView, s Att
 // Attention is causal GQA attention over the cache, its tokens shared
 // among the cores (each token's output is its own: the same bits).
 func (c *CPU) Attention(out, q, kCache, vCache Buffer, kv KVView, s AttnShape) error {
+	if s.Cache.FP8() {
+		return c.attentionFP8(out, q, kCache, vCache, kv, s)
+	}
 	T, D := s.Tokens(), s.HeadDim
 	cache := s.CacheSlots() * s.KVHeads * D
 	bs, err := bf16s("attention", []Buffer{out, q, kCache, vCache}, []int{T * s.Heads * D, T * s.Heads * D, cache, cache}, 1)

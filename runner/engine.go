@@ -3,10 +3,12 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
 
@@ -26,6 +28,12 @@ type Engine struct {
 
 	// kv is how the cache is laid out (SetKVOptions).
 	kv KVOptions
+	// kvScales are an FP8 cache's per-layer K and V scales, one per KV head
+	// of the whole model (SetKVScales; nil: 1.0 each).
+	kvScales *KVScales
+	// calibrating is the FP8 cache's options while a calibration runs on
+	// a bf16 cache (BeginCalibration).
+	calibrating KVOptions
 
 	// Shape of the current run: batch sequences (seqs) that generate
 	// outputLen tokens each; inputLen is their prompt length when the
@@ -49,9 +57,13 @@ type Engine struct {
 	capTokens, capBatch int  // what the buffers below are sized for
 	capSlots, capPages  int  // the cache's slots per layer, the table's pages per sequence
 	capTabled           bool // whether the views below are allocated
+	capCache            kernels.CacheDType
 	act                 activations
 	kCache, vCache      []Buffer
-	posBuf              Buffer // I32[1]: the device's view of pos
+	// kScale and vScale are an FP8 cache's scales per layer, F32[KVHeads]
+	// of this engine's heads (nil for a bf16 cache).
+	kScale, vScale []Buffer
+	posBuf         Buffer // I32[1]: the device's view of pos
 	// prefillKV and decodeKV are the prefill's and the decode steps'
 	// views of the cache (tabled runs; both share posBuf and one block
 	// table); decodeKV moves on at the end of every decode step.
@@ -160,8 +172,69 @@ func (e *Engine) SetKVOptions(o KVOptions) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	if _, ok := e.be.(FP8Backend); o.DType.FP8() && !ok && !e.costOnly {
+		return fmt.Errorf("kv cache dtype %s: the %s backend has no FP8 path", o.DType, e.be.Name())
+	}
 	e.kv = o
 	return nil
+}
+
+// KVScales are an FP8 cache's dequantization multipliers (x ≈ byte ·
+// scale): per layer, one per KV head of the whole model (a per-tensor
+// scale repeated).
+type KVScales struct {
+	K, V [][]float32
+}
+
+// Check names what is wrong with s for a model of layers layers and
+// kvHeads KV heads.
+func (s KVScales) Check(layers, kvHeads int) error {
+	if len(s.K) != layers || len(s.V) != layers {
+		return fmt.Errorf("kv scales: %d K and %d V layers for a model of %d", len(s.K), len(s.V), layers)
+	}
+	for l := range layers {
+		for i, sc := range [][]float32{s.K[l], s.V[l]} {
+			if len(sc) != kvHeads {
+				return fmt.Errorf("kv scales: layer %d's %s: %d scales for %d KV heads", l, "KV"[i:i+1], len(sc), kvHeads)
+			}
+			for g, x := range sc {
+				if !(x > 0) || math.IsInf(float64(x), 0) {
+					return fmt.Errorf("kv scales: layer %d's %s scale of KV head %d is %v: want positive and finite", l, "kv"[i:i+1], g, x)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// UnitKVScales is 1.0 for every layer and KV head (vLLM's default without
+// scales in the checkpoint).
+func UnitKVScales(layers, kvHeads int) KVScales {
+	s := KVScales{K: make([][]float32, layers), V: make([][]float32, layers)}
+	for l := range layers {
+		s.K[l], s.V[l] = make([]float32, kvHeads), make([]float32, kvHeads)
+		for g := range kvHeads {
+			s.K[l][g], s.V[l][g] = 1, 1
+		}
+	}
+	return s
+}
+
+// SetKVScales sets an FP8 cache's scales from the next Begin on.
+func (e *Engine) SetKVScales(s KVScales) error {
+	if err := s.Check(e.cfg.NumHiddenLayers, e.cfg.NumKeyValueHeads); err != nil {
+		return err
+	}
+	e.kvScales = &s
+	return nil
+}
+
+// KVScales is the scales an FP8 cache is read with (1.0 unless set).
+func (e *Engine) KVScales() KVScales {
+	if e.kvScales != nil {
+		return *e.kvScales
+	}
+	return UnitKVScales(e.cfg.NumHiddenLayers, e.cfg.NumKeyValueHeads)
 }
 
 // KVOptions is the cache's layout.
@@ -195,7 +268,9 @@ func (e *Engine) BeginSeqs(seqs []SeqSpec, outputLen int, prompts []int32) error
 		return fmt.Errorf("begin: %w", err)
 	}
 	uniform := Uniform(seqs)
-	tabled := e.kv.Paged() || !uniform
+	// An FP8 cache is read through the table only (the block table's
+	// kernels have FP8 versions; a contiguous cache is one page per sequence).
+	tabled := e.kv.Paged() || !uniform || e.kv.DType.FP8()
 	if u, ok := e.be.(KVTableUser); ok && u.UsesKVTable() {
 		tabled = true
 	}
@@ -226,6 +301,9 @@ func (e *Engine) BeginSeqs(seqs []SeqSpec, outputLen int, prompts []int32) error
 		if err := e.uploadViews(); err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
+	}
+	if err := e.uploadKVScales(); err != nil {
+		return fmt.Errorf("begin: %w", err)
 	}
 	if err := e.fillContexts(); err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -323,6 +401,9 @@ func (e *Engine) fillContexts() error {
 		return nil
 	}
 	n := e.plan.Slots() * e.tp.KVHeads * e.cfg.HeadDim
+	if e.kv.DType.FP8() {
+		return e.fillContextsFP8(n)
+	}
 	for l := range e.kCache {
 		for _, c := range []struct {
 			buf  Buffer
@@ -336,11 +417,69 @@ func (e *Engine) fillContexts() error {
 	return nil
 }
 
+// fillContextsFP8 is fillContexts of an FP8 cache: the same values,
+// quantized by a scale of one (E4M3 bytes: a synthetic context's bytes
+// are written for the E4M3 format only), through a bf16 scratch of one
+// layer's cache.
+func (e *Engine) fillContextsFP8(n int) error {
+	if e.costOnly {
+		return nil
+	}
+	if e.kv.DType != kernels.CacheE4M3 {
+		return fmt.Errorf("a synthetic context in an %s cache: its fill writes E4M3 bytes only (use fp8_e4m3, or --kv-fill prefill)", e.kv.DType)
+	}
+	fp8 := e.be.(FP8Backend) // SetKVOptions checked
+	scratch, err := e.be.Alloc(BF16, n)
+	if err != nil {
+		return fmt.Errorf("fill the contexts: a scratch of %d bf16: %w", n, err)
+	}
+	one, err := e.be.Alloc(F32, 1)
+	if err != nil {
+		return errors.Join(fmt.Errorf("fill the contexts: %w", err), e.be.Free(scratch))
+	}
+	defer func() { _ = e.be.Free(one) }()
+	defer func() { _ = e.be.Free(scratch) }()
+	if err := e.be.UploadF32(one, []float32{1}); err != nil {
+		return fmt.Errorf("fill the contexts: %w", err)
+	}
+	rows, cols := e.plan.Slots(), e.tp.KVHeads*e.cfg.HeadDim
+	for l := range e.kCache {
+		for _, c := range []struct {
+			buf  Buffer
+			name string
+		}{{e.kCache[l], "k"}, {e.vCache[l], "v"}} {
+			if err := e.be.FillDummy(scratch, 0, n, contextFillSeed, fmt.Sprintf("context.%d.%s", l, c.name), 0, ref.DummyUniform); err != nil {
+				return fmt.Errorf("fill layer %d's %s cache: %w", l, c.name, err)
+			}
+			if err := fp8.QuantizeFP8(c.buf, one, scratch, rows, cols, QuantStatic); err != nil {
+				return fmt.Errorf("fill layer %d's %s cache: %w", l, c.name, err)
+			}
+		}
+	}
+	// The scratch is freed when the work that reads it is done.
+	return e.be.Sync()
+}
+
+// uploadKVScales writes an FP8 cache's scales of this engine's KV heads.
+func (e *Engine) uploadKVScales() error {
+	if e.kScale == nil {
+		return nil
+	}
+	sc := e.KVScales()
+	g0, g1 := e.tp.KVHeadStart, e.tp.KVHeadStart+e.tp.KVHeads
+	for l := range e.kScale {
+		if err := errors.Join(e.be.UploadF32(e.kScale[l], sc.K[l][g0:g1]), e.be.UploadF32(e.vScale[l], sc.V[l][g0:g1])); err != nil {
+			return fmt.Errorf("upload layer %d's kv scales: %w", l, err)
+		}
+	}
+	return nil
+}
+
 // ensureBuffers (re)allocates activations, cache and views when the run's
 // shape differs from what they are sized for.
 func (e *Engine) ensureBuffers(batch, tokens int, plan KVPlan, tabled bool) error {
 	if e.posBuf != nil && tokens <= e.capTokens && batch == e.capBatch && plan.Slots() == e.capSlots &&
-		plan.MaxPages == e.capPages && tabled == e.capTabled {
+		plan.MaxPages == e.capPages && tabled == e.capTabled && e.kv.DType == e.capCache {
 		return nil
 	}
 	// Captured decode steps point at the buffers about to be freed.
@@ -395,6 +534,7 @@ func (e *Engine) ensureBuffers(batch, tokens int, plan KVPlan, tabled bool) erro
 		return errors.Join(err, e.freeRunBuffers())
 	}
 	e.capTokens, e.capBatch, e.capSlots, e.capPages, e.capTabled = tokens, batch, plan.Slots(), plan.MaxPages, tabled
+	e.capCache = e.kv.DType
 	if r, ok := e.be.(AttentionReserver); ok {
 		if err := r.ReserveAttention(e.decodeReserveShape(batch, plan, tabled)); err != nil {
 			return fmt.Errorf("reserve attention workspace: %w", err)
@@ -423,10 +563,19 @@ func (e *Engine) allocKV(alloc func(*Buffer, DType, int, string), batch, tokens 
 	}
 	e.kCache = make([]Buffer, e.cfg.NumHiddenLayers)
 	e.vCache = make([]Buffer, e.cfg.NumHiddenLayers)
+	dt := BF16
+	if e.kv.DType.FP8() {
+		dt = F8E4M3 // bytes: an E5M2 cache's format is the shape's Cache
+		e.kScale, e.vScale = make([]Buffer, e.cfg.NumHiddenLayers), make([]Buffer, e.cfg.NumHiddenLayers)
+	}
 	for l := range e.kCache {
 		n := plan.Slots() * e.tp.KVHeads * e.cfg.HeadDim
-		alloc(&e.kCache[l], BF16, n, fmt.Sprintf("layer %d K cache", l))
-		alloc(&e.vCache[l], BF16, n, fmt.Sprintf("layer %d V cache", l))
+		alloc(&e.kCache[l], dt, n, fmt.Sprintf("layer %d K cache", l))
+		alloc(&e.vCache[l], dt, n, fmt.Sprintf("layer %d V cache", l))
+		if e.kScale != nil {
+			alloc(&e.kScale[l], F32, e.tp.KVHeads, fmt.Sprintf("layer %d k_scale", l))
+			alloc(&e.vScale[l], F32, e.tp.KVHeads, fmt.Sprintf("layer %d v_scale", l))
+		}
 	}
 }
 
@@ -435,7 +584,7 @@ func (e *Engine) allocKV(alloc func(*Buffer, DType, int, string), batch, tokens 
 // workspace is reserved for.
 func (e *Engine) decodeReserveShape(batch int, plan KVPlan, tabled bool) AttnShape {
 	s := AttnShape{Batch: batch, SeqLen: 1, Heads: e.tp.Heads, KVHeads: e.tp.KVHeads, HeadDim: e.cfg.HeadDim,
-		MaxSeq: plan.MaxPages * plan.PageSize}
+		MaxSeq: plan.MaxPages * plan.PageSize, Cache: e.kv.DType}
 	if tabled {
 		s.PageSize, s.NumPages, s.MaxPages, s.Paged = plan.PageSize, plan.NumPages, plan.MaxPages, e.kv.Paged()
 		s.QLens, s.SeqLens = make([]int, batch), make([]int, batch)
@@ -466,6 +615,11 @@ func (e *Engine) freeRunBuffers() error {
 		free(&e.kCache[l])
 		free(&e.vCache[l])
 	}
+	for l := range e.kScale {
+		free(&e.kScale[l])
+		free(&e.vScale[l])
+	}
+	e.kScale, e.vScale = nil, nil
 	e.capTokens, e.capBatch, e.capSlots, e.capPages, e.capTabled = 0, 0, 0, 0, false
 	return errors.Join(errs...)
 }
@@ -603,7 +757,7 @@ func (e *Engine) shape(prefill bool) AttnShape { return e.shapeAfter(prefill, e.
 // sequence b holds lens[b] tokens.
 func (e *Engine) shapeAfter(prefill bool, lens []int) AttnShape {
 	s := AttnShape{Batch: e.batch, SeqLen: 1, StartPos: e.pos, Heads: e.tp.Heads,
-		KVHeads: e.tp.KVHeads, HeadDim: e.cfg.HeadDim, MaxSeq: e.maxSeq}
+		KVHeads: e.tp.KVHeads, HeadDim: e.cfg.HeadDim, MaxSeq: e.maxSeq, Cache: e.kv.DType}
 	if prefill {
 		s.SeqLen = e.inputLen
 	}
@@ -684,9 +838,11 @@ func (e *Engine) layerSteps(s AttnShape, kv KVView) []layerStep {
 	steps = append(steps, e.projection("qkv_proj", a.qkv, a.normed, func(l int) linearWeight { return w.layers[l].qkv }, T, qkvDim, h)...)
 	steps = append(steps, []layerStep{
 		{name: "rope_kv_write", run: func(l int) error {
-			return be.RopeKVWrite(a.q, e.kCache[l], e.vCache[l], a.qkv, w.invFreq, kv, s)
+			return be.RopeKVWrite(a.q, e.kCache[l], e.vCache[l], a.qkv, w.invFreq, kv.Layer(e.kScale, e.vScale, l), s)
 		}},
-		{name: "attention", run: func(l int) error { return be.Attention(a.attn, a.q, e.kCache[l], e.vCache[l], kv, s) }},
+		{name: "attention", run: func(l int) error {
+			return be.Attention(a.attn, a.q, e.kCache[l], e.vCache[l], kv.Layer(e.kScale, e.vScale, l), s)
+		}},
 	}...)
 	steps = append(steps, e.projection("o_proj", a.o, a.attn, func(l int) linearWeight { return w.layers[l].o }, T, h, qDim)...)
 	steps = append(steps, []layerStep{
@@ -788,7 +944,7 @@ func (e *Engine) fuseRopeAttention(steps []layerStep, s AttnShape, kv KVView) []
 	for i := range steps {
 		if steps[i].name == "attention" {
 			steps[i].run = func(l int) error {
-				return f.RopeAttention(a.attn, a.qkv, e.kCache[l], e.vCache[l], w.invFreq, kv, s)
+				return f.RopeAttention(a.attn, a.qkv, e.kCache[l], e.vCache[l], w.invFreq, kv.Layer(e.kScale, e.vScale, l), s)
 			}
 		}
 	}

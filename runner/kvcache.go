@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"stepbench/kernels"
 )
 
 // The KV cache's layouts. Paged is what serving engines run (vLLM's
@@ -43,6 +45,9 @@ type KVOptions struct {
 	// instead of vLLM's zeros, so that a kernel reading past a sequence's
 	// pages faults instead of reading another sequence's (verify, tests).
 	PoisonTable bool
+	// DType is the caches' element type: bf16 (the zero value) or FP8
+	// bytes with per-layer K and V scales (Engine.SetKVScales).
+	DType kernels.CacheDType
 }
 
 // Paged reports whether the layout is paged.
@@ -60,6 +65,9 @@ func (o KVOptions) Validate() error {
 	default:
 		return fmt.Errorf("page order %q: want %s or %s", o.Order, PagesSequential, PagesShuffled)
 	}
+	if o.DType > kernels.CacheE5M2 {
+		return fmt.Errorf("kv cache dtype %v: want auto, fp8_e4m3 or fp8_e5m2", o.DType)
+	}
 	if o.PageSize < 0 || o.PageSize > MaxPageSize {
 		return fmt.Errorf("page size %d: want 1..%d", o.PageSize, MaxPageSize)
 	}
@@ -68,10 +76,14 @@ func (o KVOptions) Validate() error {
 
 // String is the layout as reports name it: "paged 16 shuffled", "contiguous".
 func (o KVOptions) String() string {
-	if !o.Paged() {
-		return KVContiguous
+	layout := KVContiguous
+	if o.Paged() {
+		layout = strings.Join([]string{KVPaged, fmt.Sprint(o.pageSize()), o.order()}, " ")
 	}
-	return strings.Join([]string{KVPaged, fmt.Sprint(o.pageSize()), o.order()}, " ")
+	if o.DType.FP8() {
+		layout += " " + o.DType.String()
+	}
+	return layout
 }
 
 func (o KVOptions) pageSize() int {
@@ -210,6 +222,18 @@ type KVView struct {
 	QueryStart  Buffer // I32[batch+1]: vLLM's query_start_loc
 	Positions   Buffer // I32[T]: each new token's position
 	SlotMapping Buffer // I64[T]: each new token's cache slot (negative: padding, not written)
+	// KScale and VScale are an FP8 cache's layer's dequantization
+	// multipliers, F32[KVHeads] (x ≈ byte · scale); nil for a bf16 cache.
+	// The engine sets them per layer (KVView.Layer).
+	KScale, VScale Buffer
+}
+
+// Layer is v with layer l's scales of an FP8 cache (none: v).
+func (v KVView) Layer(kScales, vScales []Buffer, l int) KVView {
+	if kScales != nil {
+		v.KScale, v.VScale = kScales[l], vScales[l]
+	}
+	return v
 }
 
 // kvStep is the host's side of a tabled step's view: what the engine

@@ -94,6 +94,13 @@ func EstimateMemoryRank(c Config, l TPLayout, batch, tokens, maxSeq int) MemoryE
 	return EstimateMemorySlots(c, l, batch, tokens, satMul(int64(batch), int64(maxSeq)), 0)
 }
 
+// FP8Cache is e with its KV cache of FP8 bytes (half the bf16 cache's)
+// and its per-layer K and V scales (one float per KV head each).
+func (e MemoryEstimate) FP8Cache(c Config, l TPLayout) MemoryEstimate {
+	e.KVCacheBytes = satAdd(e.KVCacheBytes/2, satMul(2, 4, int64(c.NumHiddenLayers), int64(l.KVHeads)))
+	return e
+}
+
 // EstimateMemorySlots is EstimateMemoryRank for a cache of slots token rows
 // per layer (a paged run's pages × page size: KVPlan.Slots) whose block
 // table holds maxPages pages per sequence (0: no table, the contiguous

@@ -18,8 +18,11 @@ type ShapeFloors struct {
 	// sum of its context lengths: set for the shapes of FloorsOf (roofline
 	// --context-lens, --kv-fill, --kv-layout), whose tables then show each
 	// step's KV tokens and bytes.
-	KVTokens int                 `json:"kv_tokens,omitempty"`
-	Floors   roofline.StepFloors `json:"floors"`
+	KVTokens int `json:"kv_tokens,omitempty"`
+	// KVCacheDType is an FP8 cache's element type (vLLM's name), whose
+	// cached elements are one byte; absent: bf16, two.
+	KVCacheDType string              `json:"kv_cache_dtype,omitempty"`
+	Floors       roofline.StepFloors `json:"floors"`
 }
 
 // FloorsOf costs shapes (ragged or not, bench.Shape.Seqs) under g's
@@ -36,7 +39,11 @@ func FloorsOf(cfg runner.Config, g roofline.Preset, costs roofline.Costs, shapes
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sh, err)
 		}
-		out = append(out, ShapeFloors{Shape: sh, KVTokens: sh.KVTokens(), Floors: f})
+		sf := ShapeFloors{Shape: sh, KVTokens: sh.KVTokens(), Floors: f}
+		if costs.KV.DType.FP8() {
+			sf.KVCacheDType = costs.KV.DType.String()
+		}
+		out = append(out, sf)
 	}
 	return out, nil
 }
@@ -95,6 +102,9 @@ func WriteFloorsTable(stdout io.Writer, cfg runner.Config, g roofline.Preset, tp
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	t := floorsTable{tw: tw, comm: comm, kv: kv, kvBytesPerToken: kvBytesPerToken(cfg, tpSize)}
+	if len(shapes) > 0 && shapes[0].KVCacheDType != "" {
+		t.kvBytesPerToken /= 2 // one byte per cached element
+	}
 	t.header()
 	for _, s := range shapes {
 		t.shape(s)
@@ -126,7 +136,8 @@ func hasKV(shapes []ShapeFloors) bool {
 	return false
 }
 
-// kvBytesPerToken is one token's K and V in every layer's cache (bf16) on
+// kvBytesPerToken is one token's K and V in every layer's cache (bf16; an
+// FP8 cache's is half) on
 // one GPU of tpSize ranks (0: the whole model).
 func kvBytesPerToken(cfg runner.Config, tpSize int) float64 {
 	heads := cfg.NumKeyValueHeads

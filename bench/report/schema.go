@@ -124,6 +124,19 @@ type KVCache struct {
 	PageOrder   string `json:"page_order,omitempty"`   // "sequential" or "shuffled" (paged; shuffled by Seed)
 	ContextLens string `json:"context_lens,omitempty"` // --context-lens as given (drawn with Seed); absent: --input-len
 	KVFill      string `json:"kv_fill,omitempty"`      // "prefill" or "synthetic"
+	// DType is the cache's element type as vLLM names it: "fp8_e4m3" or
+	// "fp8_e5m2" (absent: the model's bf16, vLLM's "auto").
+	DType string `json:"cache_dtype,omitempty"`
+	// Scales are an FP8 cache's dequantization multipliers (x ≈ byte ·
+	// scale) per layer and KV head, and where they came from.
+	Scales *KVScales `json:"scales,omitempty"`
+}
+
+// KVScales are an FP8 cache's K and V scales.
+type KVScales struct {
+	Source string      `json:"source"` // "checkpoint (NAMES, per tensor|per KV head)", "1.0 ..." or "calibrated ..."
+	K      [][]float32 `json:"k"`      // [layer][kv head]
+	V      [][]float32 `json:"v"`
 }
 
 // Prompts are the text prompts of a run (bench.TextPrompts): the file,

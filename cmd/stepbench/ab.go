@@ -44,9 +44,10 @@ type abFlags struct {
 	text               textFlags    // --prompt-file only
 	serving            servingFlags // vLLM's and SGLang's habits
 	tp                 tpFlags
-	kv                 kvFlags    // A's layout, and both arms' lengths
-	kvB                kvFlags    // B's layout (baselineKV over kv)
-	baselineKV         baselineKV // --baseline-kv-layout, --baseline-page-size, --baseline-page-order
+	kv                 kvFlags       // A's layout, and both arms' lengths
+	kvB                kvFlags       // B's layout (baselineKV over kv)
+	kvScaleIn          kvScaleInputs // an FP8 cache's scales, as far as known before loading
+	baselineKV         baselineKV    // --baseline-kv-layout, --baseline-page-size, --baseline-page-order
 	verdict            verdictFlags
 	backend            backendFlags
 	jsonOut            string // --json-out: the comparison as JSON
@@ -277,6 +278,9 @@ func (f *abFlags) checkModel(fs *pflag.FlagSet, stderr io.Writer) (runner.Config
 	if f.loadFormat, err = f.weights.resolve(f.model.modelPath); err != nil {
 		return cfg, err
 	}
+	if f.kvScaleIn, err = f.kv.readKVScales(f.loadFormat, f.model.modelPath, cfg); err != nil {
+		return cfg, err
+	}
 	if err := f.resolveVersions(f.tp.rankShape(cfg)); err != nil {
 		return cfg, err
 	}
@@ -372,6 +376,9 @@ func (f *abFlags) loadArms(cfg runner.Config, stderr io.Writer) ([]abArm, []stri
 		}
 		closers = append(closers, e.Close)
 		if err := e.SetKVOptions(f.armKV(i).options(f.seed)); err != nil {
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
+		}
+		if err := f.armKVScales(i, e, cfg, stderr); err != nil {
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
 		arms[i] = e
@@ -485,10 +492,10 @@ func (f *abFlags) runArms(pair bench.ABTarget, cfg runner.Config, header []strin
 // shapes and refuses two arms that would run the same kernels.
 func (f *abFlags) resolveVersions(shape kernels.ModelShape) error {
 	var err error
-	if f.versionsOfA, err = f.selA.ResolveLayout(shape, f.kv.tabled()); err != nil {
+	if f.versionsOfA, err = f.selA.ResolveKV(shape, f.kv.tabled(), f.kv.dtype); err != nil {
 		return usagef("--kernel: %v", err)
 	}
-	if f.versionsOfB, err = f.selB.ResolveLayout(shape, f.kvB.tabled()); err != nil {
+	if f.versionsOfB, err = f.selB.ResolveKV(shape, f.kvB.tabled(), f.kvB.dtype); err != nil {
 		return usagef("--baseline-kernel: %v", err)
 	}
 	sameKV := f.kv.options(f.seed).String() == f.kvB.options(f.seed).String()
@@ -513,4 +520,20 @@ func (f *abFlags) armsEstimate(l runner.TPLayout, cfg runner.Config) runner.Memo
 	b := kvEstimate(cfg, l, f.sweep, f.kvB.options(f.seed))
 	a.KVCacheBytes, a.ActivationBytes = max(a.KVCacheBytes, b.KVCacheBytes), max(a.ActivationBytes, b.ActivationBytes)
 	return a
+}
+
+// armKVScales sets arm i's FP8 cache scales: arm A's from the checkpoint
+// or calibrated on it, arm B's A's (so that the arms differ in their
+// kernels only).
+func (f *abFlags) armKVScales(i int, e kvScaled, cfg runner.Config, stderr io.Writer) error {
+	if i == 0 {
+		return f.kv.applyKVScales(e, f.kvScaleIn, func() ([]runner.SeqSpec, []int32, error) {
+			return calibrationInputs(f.sweep, nil, f.textSource, f.seed, cfg.VocabSize)
+		}, stderr)
+	}
+	if f.kv.scaleReport == nil {
+		return nil
+	}
+	f.kvB.scaleReport = f.kv.scaleReport
+	return e.SetKVScales(runner.KVScales{K: f.kv.scaleReport.K, V: f.kv.scaleReport.V})
 }

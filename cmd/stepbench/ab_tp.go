@@ -67,6 +67,9 @@ func (f *abFlags) loadGroupArms(cfg runner.Config, stderr io.Writer) ([]abArm, [
 		if err := g.SetKVOptions(f.armKV(i).options(f.seed)); err != nil {
 			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
 		}
+		if err := f.armKVScales(i, g, cfg, stderr); err != nil {
+			return nil, header, closeAll, fmt.Errorf("arm %c: %w", "AB"[i], err)
+		}
 		arms[i] = g
 		fmt.Fprintf(stderr, "stepbench ab: arm %c: kernels %s, versions %s, ranks %v (NCCL %s)\n", "AB"[i], kernelsOrigin(opts.KernelsDir),
 			[]string{f.versionsOfA, f.versionsOfB}[i], ranks, nccl.Path())

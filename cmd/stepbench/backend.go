@@ -37,6 +37,14 @@ type backendFlags struct {
 	tabled bool
 }
 
+// cacheDType is the runs' cache element type (bf16 without a layout).
+func (b backendFlags) cacheDType() kernels.CacheDType {
+	if b.kv == nil {
+		return kernels.CacheBF16
+	}
+	return b.kv.DType
+}
+
 func (b *backendFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&b.kernelsDir, "kernels-dir", "", "compile the CUDA kernels from the *.cu files of this directory instead of the embedded ones")
 	fs.BoolVar(&b.disableCUDAGraph, "disable-cuda-graph", false, "run decode steps eagerly instead of replaying a captured CUDA graph")
@@ -209,7 +217,7 @@ func openBackend(device string, flags backendFlags, shape kernels.ModelShape, es
 		if err != nil {
 			return nil, report.Environment{}, err
 		}
-		versions, err := sel.ResolveLayout(shape, flags.tabled)
+		versions, err := sel.ResolveKV(shape, flags.tabled, flags.cacheDType())
 		if err != nil {
 			return nil, report.Environment{}, usagef("--kernel: %v", err)
 		}

@@ -71,7 +71,7 @@ func TestEmulatedOpLibraryOfABI1IsRefused(t *testing.T) {
 	seeded.Expect(t, "an op library built for op ABI 1")
 	onEmulator(t)
 	lib := abiFixture(t, "abi1_op.c")
-	named := "op library " + lib + " (sha256 " + sha256Of(t, lib) + "): built for stepbench_op ABI 1.0, this stepbench speaks ABI 2.0"
+	named := "op library " + lib + " (sha256 " + sha256Of(t, lib) + "): built for stepbench_op ABI 1.0, this stepbench speaks ABI 2.1"
 	for _, args := range [][]string{
 		append([]string{"verify", "--op", "attn_decode=" + lib}, tinyRunShape...),
 		append([]string{"run", "--device", "cuda", "--op", "attn_decode=" + lib, "--num-iters", "1"}, tinyRunShape...),

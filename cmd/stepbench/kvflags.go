@@ -7,6 +7,7 @@ import (
 
 	"stepbench/bench"
 	"stepbench/bench/report"
+	"stepbench/kernels"
 	"stepbench/runner"
 )
 
@@ -17,7 +18,19 @@ type kvFlags struct {
 	pageSize            int
 	contextLens         string
 	spec                bench.LengthSpec // --context-lens parsed (check)
+	// cacheDType is --kv-cache-dtype, dtype its value (check); scales
+	// is --kv-scales.
+	cacheDType, scales string
+	dtype              kernels.CacheDType
+	// scaleReport is an FP8 cache's scales once set (applyKVScales).
+	scaleReport *report.KVScales
 }
+
+// The --kv-scales sources.
+const (
+	kvScalesCheckpoint = "checkpoint"
+	kvScalesCalibrate  = "calibrate"
+)
 
 // defaultKVLayout is the layout a run takes without --kv-layout.
 const defaultKVLayout = runner.KVPaged
@@ -29,6 +42,8 @@ func (k *kvFlags) register(fs *pflag.FlagSet, ragged bool) {
 	if !ragged {
 		return
 	}
+	fs.StringVar(&k.cacheDType, "kv-cache-dtype", "auto", "the KV cache's element type, vLLM's names: auto (the model's bf16), fp8 or fp8_e4m3 (E4M3 bytes with per-layer K and V scales), fp8_e5m2 (E5M2 bytes, scales of 1 unless the checkpoint has some)")
+	fs.StringVar(&k.scales, "kv-scales", kvScalesCheckpoint, "an FP8 cache's K and V scales: checkpoint (the checkpoint's k_scale/v_scale under vLLM's names, else 1.0) or calibrate (the first shape's prefill, untimed: amax over 200 for K, 100 for V, as vLLM's)")
 	fs.StringVar(&k.contextLens, "context-lens", "", "a ragged batch: each sequence's length instead of --input-len: a list 128,4096,512 (the batch size is its length), uniform:LO-HI or normal:MEAN,SD (drawn per batch size, seeded by --seed, clipped to [1, the model's maximum])")
 	fs.StringVar(&k.fill, "kv-fill", bench.KVFillPrefill, "how each sequence's context gets into the cache: prefill (the timed prefill computes all of it) or synthetic (every position but the last holds deterministic values written untimed; the prefill runs each sequence's last token over them: long-context decode without its prefill)")
 }
@@ -57,6 +72,21 @@ func (k *kvFlags) check(fs *pflag.FlagSet) error {
 	default:
 		return usagef("--kv-fill %q: want %s or %s", k.fill, bench.KVFillPrefill, bench.KVFillSynthetic)
 	}
+	var err error
+	if k.dtype, err = kernels.ParseCacheDType(k.cacheDType); err != nil {
+		return usagef("--kv-cache-dtype %s: not a KV-cache dtype: want auto, fp8, fp8_e4m3 or fp8_e5m2 (vLLM's names)", k.cacheDType)
+	}
+	switch k.scales {
+	case "", kvScalesCheckpoint, kvScalesCalibrate:
+	default:
+		return usagef("--kv-scales %q: want %s or %s", k.scales, kvScalesCheckpoint, kvScalesCalibrate)
+	}
+	if fs.Changed("kv-scales") && !k.dtype.FP8() {
+		return usagef("--kv-scales sets an FP8 cache's scales: give --kv-cache-dtype fp8 (or fp8_e4m3, fp8_e5m2)")
+	}
+	if k.dtype == kernels.CacheE5M2 && k.fill == bench.KVFillSynthetic {
+		return usagef("--kv-fill synthetic writes E4M3 bytes: use --kv-cache-dtype fp8_e4m3, or --kv-fill prefill")
+	}
 	if k.contextLens == "" {
 		return nil
 	}
@@ -80,7 +110,7 @@ func (k *kvFlags) check(fs *pflag.FlagSet) error {
 // versions they resolve to are the block table's (kernels.Selection's
 // ResolveLayout).
 func (k *kvFlags) tabled() bool {
-	return k.layout == runner.KVPaged || k.contextLens != ""
+	return k.layout == runner.KVPaged || k.contextLens != "" || k.dtype.FP8() // an FP8 cache is read through the table only
 }
 
 // batchSizes is the run's batch sizes: an explicit --context-lens list's
@@ -94,7 +124,7 @@ func (k *kvFlags) batchSizes(batch []int) []int {
 
 // options is the engine's layout; seed orders shuffled pages.
 func (k *kvFlags) options(seed uint64) runner.KVOptions {
-	o := runner.KVOptions{Layout: k.layout}
+	o := runner.KVOptions{Layout: k.layout, DType: k.dtype}
 	if k.layout == runner.KVPaged {
 		o.PageSize, o.Order, o.Seed = k.pageSize, k.order, seed
 	}
@@ -182,11 +212,15 @@ func kvEstimate(cfg runner.Config, l runner.TPLayout, shapes []bench.Shape, kv r
 		}
 		n, pages := runner.PlanSize(positions, kv)
 		batch, tokens, slots = max(batch, sh.Batch), max(tokens, sh.PromptTokens()), max(slots, int64(n))
-		if kv.Paged() || sh.Ragged() {
+		if kv.Paged() || sh.Ragged() || kv.DType.FP8() {
 			maxPages = max(maxPages, pages)
 		}
 	}
-	return runner.EstimateMemorySlots(cfg, l, batch, tokens, slots, maxPages)
+	est := runner.EstimateMemorySlots(cfg, l, batch, tokens, slots, maxPages)
+	if kv.DType.FP8() {
+		est = est.FP8Cache(cfg, l)
+	}
+	return est
 }
 
 // report is the layout as the native report records it.
@@ -197,6 +231,9 @@ func (k *kvFlags) report() *report.KVCache {
 	}
 	if k.layout == runner.KVPaged {
 		r.PageSize, r.PageOrder = k.pageSize, k.order
+	}
+	if k.dtype.FP8() {
+		r.DType, r.Scales = k.dtype.String(), k.scaleReport
 	}
 	return r
 }

@@ -231,7 +231,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"compare", "a.json", "b.json", "--alpha", "2"}, "--alpha"},
 		{[]string{"ab", "--kernels-dir", kernelsDir, "--num-iters", "0"}, "--num-iters"},
 		{[]string{"run", "--device", "cpu", "--kernel", "argmax=1"}, "--kernel: the cpu backend"},
-		{[]string{"run", "--kernel", "attn_prefill=9"}, "attn_prefill has versions [1 2 3 4]"},
+		{[]string{"run", "--kernel", "attn_prefill=9"}, "attn_prefill has versions [1 2 3 4 5]"},
 		{[]string{"verify", "--kernel", "silu_mul=1"}, "silu_mul has no versions"},
 		{[]string{"run", "--kernel", "attn_decode=5,rope_kv_write=1"}, "--kernel: attn_decode=5 fuses rope_kv_write version 2 into decode attention; it cannot run with rope_kv_write=1"},
 		{[]string{"ab", "--model", "llama-tiny", "--kv-layout", "contiguous", "--kernel", "attn_prefill=2"}, "--kernel: llama-tiny: attn_prefill=2 cannot run head_dim 32"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 
 	"github.com/spf13/pflag"
@@ -76,6 +77,9 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return enc.Encode(out)
 	}
+	if kv.dtype.FP8() {
+		fmt.Fprintf(stdout, "KV cache %s: one byte per cached element (rope_kv_write's write, attention's read), and each layer's K and V scales\n", kv.dtype)
+	}
 	if err := floors.WriteFloorsTable(stdout, cfg, g, *tpSize, shapes); err != nil {
 		return err
 	}
@@ -93,6 +97,7 @@ func registerRooflineKV(fs *pflag.FlagSet) *kvFlags {
 	k := &kvFlags{pageSize: runner.DefaultPageSize, order: runner.PagesSequential}
 	fs.StringVar(&k.contextLens, "context-lens", "", "a ragged batch: each sequence's length instead of --input-len: a list 1024,3072 (the batch size is its length), uniform:LO-HI or normal:MEAN,SD (drawn per batch size, seeded by --seed, as run draws them): every step's KV bytes are the sum of the lengths")
 	fs.StringVar(&k.fill, "kv-fill", bench.KVFillPrefill, "prefill (the prefill computes each whole context) or synthetic (the prefill runs each sequence's last token over a filled context), as run's")
+	fs.StringVar(&k.cacheDType, "kv-cache-dtype", "auto", "the KV cache's element type, as run's: auto (bf16, 2 bytes per cached element) or fp8, fp8_e4m3, fp8_e5m2 (1 byte, and each layer's K and V scales)")
 	fs.StringVar(&k.layout, "kv-layout", defaultKVLayout, "the KV cache's layout, as run's: paged or contiguous (a step through the block table, paged or ragged, moves 28 bytes per sequence more to advance its views; the page size and order change no figure: the cost model counts no page-table reads)")
 	return k
 }
@@ -101,7 +106,7 @@ func registerRooflineKV(fs *pflag.FlagSet) *kvFlags {
 // always, or, with --context-lens, --kv-fill or --kv-layout, the run's
 // shapes (bench.Options.Shapes) under the layout, with their KV tokens.
 func rooflineShapes(fs *pflag.FlagSet, cfg runner.Config, g roofline.Preset, tpSize int, kv *kvFlags, sh shapeFlags, seed uint64) ([]floors.ShapeFloors, error) {
-	if !fs.Changed("context-lens") && !fs.Changed("kv-fill") && !fs.Changed("kv-layout") {
+	if !fs.Changed("context-lens") && !fs.Changed("kv-fill") && !fs.Changed("kv-layout") && !fs.Changed("kv-cache-dtype") {
 		return floors.Floors(cfg, g, tpSize, sh.batch, sh.input, sh.output)
 	}
 	shapes, err := sweep(kv, sh, seed, cfg)

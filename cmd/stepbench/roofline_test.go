@@ -10,11 +10,12 @@ import (
 // rooflineDoc is what the tests read of roofline --format json.
 type rooflineDoc struct {
 	Shapes []struct {
-		Batch    int    `json:"batch_size"`
-		InputLen int    `json:"input_len"`
-		Lens     string `json:"context_lens"`
-		KVTokens int    `json:"kv_tokens"`
-		Floors   struct {
+		Batch        int    `json:"batch_size"`
+		InputLen     int    `json:"input_len"`
+		Lens         string `json:"context_lens"`
+		KVTokens     int    `json:"kv_tokens"`
+		KVCacheDType string `json:"kv_cache_dtype"`
+		Floors       struct {
 			Prefill struct {
 				Bytes  float64 `json:"bytes"`
 				Tokens int     `json:"tokens"`
@@ -116,5 +117,36 @@ func TestRooflineContextLensTable(t *testing.T) {
 		if code, _, stderr := run(t, append([]string{"roofline"}, bad...)...); code != exitUsage || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
 			t.Errorf("roofline %s: exit %d, want %d in one line: %s", strings.Join(bad, " "), code, exitUsage, stderr)
 		}
+	}
+}
+
+// --kv-cache-dtype fp8: the decode step's attention reads one byte per
+// cached element (half the bf16 cache's, plus each layer's K and V
+// scales), the table's kv_GB halves and says why.
+func TestRooflineFP8Cache(t *testing.T) {
+	attention := func(doc rooflineDoc) float64 {
+		for _, op := range doc.Shapes[0].Floors.Decode[0].Ops {
+			if op.Op == "attention" {
+				return op.Bytes
+			}
+		}
+		t.Fatal("no attention op in the first decode step")
+		return 0
+	}
+	bf16 := rooflineJSON(t, "--context-lens", "1024,3072", "--kv-cache-dtype", "auto")
+	fp8 := rooflineJSON(t, "--context-lens", "1024,3072", "--kv-cache-dtype", "fp8")
+	const kvBytes = 4098 * 32 * 2 * 8 * 128 // K and V of 4098 tokens in 32 layers, 8 KV heads of 128, one byte each
+	const qOut = 32 * 2 * 2 * 32 * 128 * 2  // q read and out written: 2 tokens, 32 heads of 128, bf16, 32 layers
+	const scales = 32 * 2 * 4 * 8           // each layer's K and V scales
+	if got := attention(fp8); got != kvBytes+qOut+scales || attention(bf16) != 2*kvBytes+qOut {
+		t.Errorf("the decode step's attention reads %.0f bytes (bf16 %.0f), want %d (bf16 %d)", got, attention(bf16), kvBytes+qOut+scales, 2*kvBytes+qOut)
+	}
+	if fp8.Shapes[0].KVCacheDType != "fp8_e4m3" || bf16.Shapes[0].KVCacheDType != "" {
+		t.Errorf("shapes' kv_cache_dtype %q (fp8), %q (auto)", fp8.Shapes[0].KVCacheDType, bf16.Shapes[0].KVCacheDType)
+	}
+	code, stdout, stderr := run(t, "roofline", "--context-lens", "1024,3072", "--kv-cache-dtype", "fp8")
+	row := regexp.MustCompile(`(?m)^\s+2\s+2048\s+16\s+decode first\s+3073\s+4098\s+0\.269\s`)
+	if code != 0 || !row.MatchString(stdout) || !strings.Contains(stdout, "KV cache fp8_e4m3: one byte per cached element") {
+		t.Errorf("exit %d: no decode row with 0.269 GB of KV or no note:\n%s%s", code, stdout, stderr)
 	}
 }

@@ -97,6 +97,7 @@ type runSetup struct {
 	window             *bench.ProfileWindow // --profile
 	gate               kernelGate           // what to check before timing
 	shapes             []bench.Shape        // the sweep, lengths resolved (not with --correctness-test)
+	kvScales           kvScaleInputs        // an FP8 cache's scales, as far as known before loading
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) error {
@@ -214,6 +215,9 @@ func (f *runFlags) prepare(fs *pflag.FlagSet, stderr io.Writer) (runSetup, error
 		}
 	}
 	if s.loadFormat, err = f.weights.resolve(f.model.modelPath); err != nil {
+		return s, err
+	}
+	if s.kvScales, err = f.kv.readKVScales(s.loadFormat, f.model.modelPath, s.cfg); err != nil {
 		return s, err
 	}
 	if f.correctness {
@@ -344,6 +348,9 @@ func (f *runFlags) loadEngine(s runSetup, be runner.Backend, stderr io.Writer) (
 	if err := engine.SetKVOptions(f.kv.options(f.seed)); err != nil {
 		return nil, errors.Join(err, engine.Close())
 	}
+	if err := f.kv.applyKVScales(engine, s.kvScales, f.calibrationInputs(s), stderr); err != nil {
+		return nil, errors.Join(err, engine.Close())
+	}
 	fmt.Fprintf(stderr, "stepbench: %s weights (%s, %s) on %s in %.1f s\n", s.cfg.Name, s.loadFormat,
 		weightsLabel(s.cfg, s.est), be.Name(), time.Since(loadStart).Seconds())
 	return engine, nil
@@ -399,4 +406,11 @@ func (f *runFlags) checkRankKernels(s runSetup, stderr io.Writer) (report.Verifi
 	rank.NumAttentionHeads, rank.NumKeyValueHeads, rank.IntermediateSize, rank.VocabSize = m.Heads, m.KVHeads, m.Inter, m.Vocab
 	v, err := s.gate.check(be, rank, runShapes(f.shapes.batch, f.shapes.input, f.shapes.output), f.seed, stderr)
 	return v, errors.Join(err, be.Close())
+}
+
+// calibrationInputs are the run's --kv-scales calibrate inputs.
+func (f *runFlags) calibrationInputs(s runSetup) func() ([]runner.SeqSpec, []int32, error) {
+	return func() ([]runner.SeqSpec, []int32, error) {
+		return calibrationInputs(s.shapes, s.prompts, s.textSource, f.seed, s.cfg.VocabSize)
+	}
 }

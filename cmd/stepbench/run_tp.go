@@ -159,6 +159,9 @@ func (f *runFlags) runGroup(fs *pflag.FlagSet, s runSetup, stdout, stderr io.Wri
 	if err := group.SetKVOptions(f.kv.options(f.seed)); err != nil {
 		return err
 	}
+	if err := f.kv.applyKVScales(group, s.kvScales, f.calibrationInputs(s), stderr); err != nil {
+		return err
+	}
 	if f.correctness {
 		if f.raggedBatch {
 			return f.runRaggedCorrectness(group, s, stdout)
@@ -193,7 +196,7 @@ func (f *runFlags) openGroup(s runSetup, stderr io.Writer) (*gpu.Group, report.E
 	if err != nil {
 		return nil, report.Environment{}, err
 	}
-	versions, err := sel.ResolveLayout(t.rankShape(s.cfg), f.kv.tabled())
+	versions, err := sel.ResolveKV(t.rankShape(s.cfg), f.kv.tabled(), f.kv.dtype)
 	if err != nil {
 		return nil, report.Environment{}, usagef("--kernel: %v", err)
 	}

@@ -16,7 +16,6 @@ import (
 type servingFlags struct {
 	maxModelLen     int
 	dtype           string
-	kvCacheDtype    string
 	trustRemoteCode bool
 	tokenizer       string
 	cudaGraphMaxBS  int
@@ -28,7 +27,6 @@ type servingFlags struct {
 func (s *servingFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&s.maxModelLen, "max-model-len", 0, "vLLM's: the longest context in positions; every shape's input + output − 1 must fit it (default: the model's max_position_embeddings)")
 	fs.StringVar(&s.dtype, "dtype", "auto", "vLLM's: auto or bfloat16 (stepbench runs bf16 weights and activations; FP8 projections: --quantization fp8)")
-	fs.StringVar(&s.kvCacheDtype, "kv-cache-dtype", "auto", "vLLM's: auto (the KV cache is bf16); fp8 is not supported yet")
 	fs.BoolVar(&s.trustRemoteCode, "trust-remote-code", false, "vLLM's and SGLang's: accepted; stepbench runs no model code (config.json and safetensors only)")
 	fs.StringVar(&s.tokenizer, "tokenizer", "", "vLLM's: the directory whose tokenizer.json text prompts are encoded with (default: --model-path)")
 	fs.IntVar(&s.cudaGraphMaxBS, "cuda-graph-max-bs", 0, "SGLang's: accepted when every --batch-size is at most it (stepbench captures the decode step of every batch, or of none with --disable-cuda-graph)")
@@ -62,13 +60,6 @@ func (s *servingFlags) check(fs *pflag.FlagSet) error {
 	case "auto", "bfloat16", "bf16":
 	default:
 		return usagef("--dtype %s: stepbench runs bf16 weights and activations (auto or bfloat16); for FP8 projections use --quantization fp8", s.dtype)
-	}
-	switch kv := strings.ToLower(s.kvCacheDtype); {
-	case kv == "auto" || kv == "bfloat16" || kv == "bf16":
-	case strings.HasPrefix(kv, "fp8"):
-		return usagef("--kv-cache-dtype %s: FP8 KV caches are not supported yet; the KV cache is bf16 (auto)", s.kvCacheDtype)
-	default:
-		return usagef("--kv-cache-dtype %s: not a KV-cache dtype: auto (bf16)", s.kvCacheDtype)
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ func verifyCmd(args []string, stdout, stderr io.Writer) error {
 	model := fs.String("model", "llama-3-8b", "model preset whose shapes the kernels are checked at: "+joinNames(runner.PresetNames()))
 	seed := fs.Uint64("seed", 1, "seed of the random inputs and dummy weights")
 	only := fs.StringSlice("check", nil, "check only these kernels (repeat or comma-separate): "+strings.Join(gpu.VerifyKernelNames, ", ")+"; the end-to-end run is then skipped")
-	long := fs.Bool("long", false, "also check the shapes too slow for every run on the emulated device (attention over 1000-token prompts at batch 3)")
+	long := fs.Bool("long", false, "also check the shapes too slow for every run on the emulated device (attention over 1000-token prompts at batch 3; the FP8 cache's attention after 1k and 8k tokens of context, which --check paged_fp8 checks too)")
 	var shapes shapeFlags
 	shapes.register(fs, []int{1024}, []int{16})
 	counters := fs.String("counters", "", "emulated device only: count every check's loads and stores (warp requests, 32-byte sectors, shared-memory bank conflicts) into this JSONL file and print them per check beside the cost model's bytes")

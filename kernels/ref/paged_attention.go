@@ -4,7 +4,10 @@
 
 package ref
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // PagedKV is a batch's view of a paged KV cache, as vLLM's FlashAttention
 // backend passes it: each layer's K (and V) cache is NumPages pages of
@@ -152,4 +155,99 @@ func (kv PagedKV) sequenceOf() []int {
 		}
 	}
 	return seq
+}
+
+// AttentionPagedFP8 is AttentionPaged over FP8 caches, reading them as
+// the file's comment says (the K scale in the softmax scale, the V scale on
+// the output).
+func AttentionPagedFP8(out, q []uint16, kCache, vCache []uint8, kv PagedKV, heads, kvHeads, headDim int, tokens []int,
+	f FP8Cache, kScale, vScale []float32) {
+	const op = "AttentionPagedFP8"
+	needShape(op, kvHeads >= 1 && heads >= kvHeads && heads%kvHeads == 0 && headDim >= 1,
+		"bad shape heads %d kvHeads %d headDim %d", heads, kvHeads, headDim)
+	if err := kv.Check(); err != nil {
+		needShape(op, false, "%v", err)
+	}
+	T := kv.Tokens()
+	qWidth, kvWidth := heads*headDim, kvHeads*headDim
+	needLen(op, "q", len(q), T*qWidth)
+	needLen(op, "out", len(out), T*qWidth)
+	slots := kv.NumPages * kv.PageSize
+	needLen(op, "kCache", len(kCache), slots*kvWidth)
+	needLen(op, "vCache", len(vCache), slots*kvWidth)
+	needScales(op, kScale, vScale, kvHeads)
+	if tokens == nil {
+		tokens = make([]int, T)
+		for t := range tokens {
+			tokens[t] = t
+		}
+	}
+	seqOf := kv.sequenceOf()
+	maxLen := 0
+	for b := range kv.Batch() {
+		maxLen = max(maxLen, int(kv.SeqLens[b]))
+	}
+	var a attender
+	a.init(heads, kvHeads, headDim, maxLen)
+	rows := make([]int, maxLen)
+	rowsOf := -1
+	values := f.table()
+	for _, t := range tokens {
+		needShape(op, t >= 0 && t < T, "token %d outside [0, %d)", t, T)
+		b := seqOf[t]
+		if b != rowsOf {
+			for j := range int(kv.SeqLens[b]) {
+				rows[j] = int(kv.Slot(b, j)) * kvWidth
+			}
+			rowsOf = b
+		}
+		qLen := int(kv.QueryStart[b+1] - kv.QueryStart[b])
+		p := int(kv.SeqLens[b]) - qLen + (t - int(kv.QueryStart[b]))
+		a.tokenFP8(out[t*qWidth:(t+1)*qWidth], q[t*qWidth:(t+1)*qWidth], kCache, vCache, rows[:p+1], values, kScale, vScale)
+	}
+}
+
+// tokenFP8 is token over FP8 caches (values: the format's table).
+func (a *attender) tokenFP8(out, q []uint16, kCache, vCache []uint8, rows []int, values *[256]float32, kScale, vScale []float32) {
+	headDim := a.headDim
+	groupSize := a.heads / a.kvHeads
+	if cap(a.scores) < len(rows) {
+		a.scores = make([]float32, len(rows))
+	}
+	scores := a.scores[:len(rows)]
+	for h := 0; h < a.heads; h++ {
+		ToF32(a.query, q[h*headDim:(h+1)*headDim])
+		g := h / groupSize
+		kvOffset := g * headDim
+		scale := a.scale * kScale[g]
+
+		maxScore := float32(math.Inf(-1))
+		for j, r := range rows {
+			k := kCache[r+kvOffset:][:headDim]
+			var dot float32
+			for d, qd := range a.query {
+				dot += qd * values[k[d]]
+			}
+			scores[j] = dot * scale
+			maxScore = max(maxScore, scores[j])
+		}
+		var sum float32
+		for j := range scores {
+			scores[j] = float32(math.Exp(float64(scores[j] - maxScore)))
+			sum += scores[j]
+		}
+
+		clear(a.acc)
+		for j, r := range rows {
+			prob := scores[j] / sum
+			v := vCache[r+kvOffset:][:headDim]
+			for d := range a.acc {
+				a.acc[d] += prob * values[v[d]]
+			}
+		}
+		for d := range a.acc {
+			a.acc[d] *= vScale[g]
+		}
+		ToBF16(out[h*headDim:(h+1)*headDim], a.acc)
+	}
 }

@@ -181,3 +181,47 @@ func RopeKVWritePaged(q, kCache, vCache, qkv []uint16, invFreq []float32, positi
 		copy(vCache[cacheAt:cacheAt+kvWidth], row[qWidth+kvWidth:rowWidth])
 	}
 }
+
+// RopeKVWritePagedFP8 is RopeKVWritePaged into FP8 caches: q is rotated as
+// there (bf16), and each token's rotated K row and its V row, rounded to
+// bf16 as the bf16 cache would hold them, are quantized by their KV head's
+// scale (kScale, vScale: [kvHeads]) into its slot.
+//
+// Preconditions: RopeKVWritePaged's, and every scale positive and finite.
+func RopeKVWritePagedFP8(q []uint16, kCache, vCache []uint8, qkv []uint16, invFreq []float32, positions []int32, slots []int64,
+	tokens, heads, kvHeads, headDim, numSlots int, f FP8Cache, kScale, vScale []float32) {
+	const op = "RopeKVWritePagedFP8"
+	needShape(op, tokens >= 0 && heads >= 1 && kvHeads >= 1 && headDim >= 0 && headDim%2 == 0 && numSlots >= 0,
+		"bad shape tokens %d heads %d kvHeads %d headDim %d slots %d", tokens, heads, kvHeads, headDim, numSlots)
+	kvWidth := kvHeads * headDim
+	needLen(op, "kCache", len(kCache), numSlots*kvWidth)
+	needLen(op, "vCache", len(vCache), numSlots*kvWidth)
+	needScales(op, kScale, vScale, kvHeads)
+	// The bf16 write into a scratch cache of the step's own slots, then the
+	// quantization of each written row: the rotation stays RopeKVWritePaged's.
+	needLen(op, "slots", len(slots), tokens)
+	scratchK := make([]uint16, tokens*kvWidth)
+	scratchV := make([]uint16, tokens*kvWidth)
+	local := make([]int64, tokens)
+	for t := range tokens {
+		local[t] = int64(t)
+		if slots[t] < 0 {
+			local[t] = -1
+		}
+		needShape(op, slots[t] < int64(numSlots), "token %d: slot %d of %d", t, slots[t], numSlots)
+	}
+	RopeKVWritePaged(q, scratchK, scratchV, qkv, invFreq, positions, local, tokens, heads, kvHeads, headDim, tokens)
+	for t := range tokens {
+		if slots[t] < 0 {
+			continue
+		}
+		dst := int(slots[t]) * kvWidth
+		for g := range kvHeads {
+			for d := range headDim {
+				i := g*headDim + d
+				kCache[dst+i] = f.Quantize(BF16ToF32(scratchK[t*kvWidth+i]), kScale[g])
+				vCache[dst+i] = f.Quantize(BF16ToF32(scratchV[t*kvWidth+i]), vScale[g])
+			}
+		}
+	}
+}

@@ -154,3 +154,61 @@ func TestEmulatorPagedDecodeReadsNoMoreSectors(t *testing.T) {
 		t.Errorf("%s's V gathers: %.3g sectors per request, %.3g%% used; want 16 and 100%%", paged.Kernel, s, u)
 	}
 }
+
+// attn_decode 7 (an FP8 cache) reads about half the bytes of attn_decode 6
+// at the same shape: Llama-3-8B's heads, 4 sequences of 1000 tokens on
+// shuffled pages of 16 (EMULATED counters: every request's sectors, no
+// cache). Its K and V loads are 16 bytes of FP8 per lane; the table, the
+// lengths, q and the scales are what does not halve.
+func TestEmulatorFP8DecodeReadsHalf(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	emutest.Use(t)
+	file := os.Getenv("STEPBENCH_EMU_COUNTERS")
+	if os.Getenv(scheduleChild) != "fp8-counters" {
+		file = filepath.Join(t.TempDir(), "counters.jsonl")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorFP8DecodeReadsHalf$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), scheduleChild+"=fp8-counters", "STEPBENCH_EMU_COUNTERS="+file)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+		return
+	}
+	cfg, err := runner.Preset("llama-3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.KernelShape()
+	const batch, length = 4, 1000
+	v := countingVerifier(t, file)
+	g := pagedGeometry{kv: pages(16, runner.PagesShuffled), ctx: slices.Repeat([]int{length - 1}, batch), qLens: slices.Repeat([]int{1}, batch)}
+	pv := g.layout(m, 3)
+	got, want := v.runPagedAttention(v.pinned(kernels.OpAttnDecode, 6), pv, nil)
+	rel, cmpErr := closeBF16(got, want)
+	v.record("attention decode v6 paged", pv.label, rel, false, cmpErr)
+	g.kv.DType = kernels.CacheE4M3
+	pv8 := g.layout(m, 3)
+	got, want = v.runPagedAttention(v.pinned(kernels.OpAttnDecode, 7), pv8, nil)
+	rel, cmpErr = closeBF16(got, want)
+	v.record("attention decode v7 paged fp8_e4m3", pv8.label, rel, false, cmpErr)
+	if len(v.results) != 2 || len(v.results[0].Counters) != 1 || len(v.results[1].Counters) != 1 {
+		t.Fatalf("want one kernel's counters per check: %+v", v.results)
+	}
+	for _, r := range v.results {
+		if r.Err != nil {
+			t.Fatalf("%s [%s]: %v", r.Check, r.Shape, r.Err)
+		}
+	}
+	bf16, fp8 := v.results[0].Counters[0], v.results[1].Counters[0]
+	read := func(k KernelCounters) float64 { return (k.GlobalLoad.Sectors + k.CpAsync.Sectors) * 32 }
+	kv16 := float64(2 * batch * length * m.KVHeads * m.HeadDim * 2)
+	t.Logf("%s: %.0f sectors read (%.0f loads, %.0f cp.async): %.1f MB, %.4f sector bytes per K/V byte", bf16.Kernel,
+		read(bf16)/32, bf16.GlobalLoad.Sectors, bf16.CpAsync.Sectors, read(bf16)/1e6, read(bf16)/kv16)
+	t.Logf("%s: %.0f sectors read (%.0f loads, %.0f cp.async): %.1f MB, %.4f sector bytes per K/V byte; ratio %.4f", fp8.Kernel,
+		read(fp8)/32, fp8.GlobalLoad.Sectors, fp8.CpAsync.Sectors, read(fp8)/1e6, read(fp8)/(kv16/2), read(fp8)/read(bf16))
+	if r := read(fp8) / read(bf16); r < 0.45 || r > 0.55 {
+		t.Errorf("attn_decode 7 reads %.4f of attn_decode 6's bytes; want about half (0.45..0.55)", r)
+	}
+}

@@ -108,6 +108,15 @@ var seededBugs = []seededBug{
 		want: []string{"attention decode v6 paged [llama-3-8b paged 16 shuffled", "NaN"},
 	},
 	{
+		// attn_decode 7 multiplies its output by the kv head's K scale
+		// instead of its V scale: verify's V scales differ from K's
+		// (fp8Scales), so the FP8 decode checks fail.
+		name: "paged fp8: K's scale for V", file: "paged_attention.cu", kernel: "paged_fp8",
+		old:  "vscale = FMT == KV_BF16 ? 1.0f : vScale[kvh];",
+		new:  "vscale = FMT == KV_BF16 ? 1.0f : kScale[kvh];",
+		want: []string{"attention decode v7 paged fp8_e4m3 [llama-3-8b paged 16 shuffled fp8_e4m3", "relative error"},
+	},
+	{
 		// attn_decode3's combining block leaves its counter at the split count:
 		// at the next launch (the first replay, after the eager step) no block
 		// counts last, nothing is combined, and the output keeps its poison.

@@ -130,9 +130,11 @@ func (c *Backend) DownloadF32(src runner.Buffer, dst []float32) error {
 }
 
 // QuantizeFP8 quantizes x [rows, cols] into out with fp8.cu's kernels
-// (runner.FP8Backend).
+// (runner.FP8Backend). A static scale needs no FP8 path (EnableFP8: an FP8
+// KV cache's synthetic fill quantizes with it on any GPU, without
+// cuBLASLt); the dynamic modes do.
 func (c *Backend) QuantizeFP8(out, scale, x runner.Buffer, rows, cols int, mode runner.ActQuant) error {
-	if c.fp8 == nil {
+	if c.fp8 == nil && mode != runner.QuantStatic {
 		return errors.New("quantize fp8: EnableFP8 first")
 	}
 	if rows < 0 || cols < 0 {
@@ -154,7 +156,11 @@ func (c *Backend) QuantizeFP8(out, scale, x runner.Buffer, rows, cols int, mode 
 	case runner.QuantDynamicToken:
 		return c.set.QuantizeFP8Token(c.stream, pOut, pScale, pX, rows, cols)
 	case runner.QuantStatic, runner.QuantDynamicTensor:
-		return c.set.QuantizeFP8Tensor(c.stream, pOut, pScale, c.fp8.partials, pX, n, mode == runner.QuantDynamicTensor)
+		var partials cuda.DevPtr
+		if c.fp8 != nil {
+			partials = c.fp8.partials
+		}
+		return c.set.QuantizeFP8Tensor(c.stream, pOut, pScale, partials, pX, n, mode == runner.QuantDynamicTensor)
 	}
 	return fmt.Errorf("quantize fp8: unknown mode %d", mode)
 }

@@ -65,10 +65,10 @@ func (s RunShape) tokens() int {
 }
 
 // tabled reports whether the engine runs s through the block table under
-// sel (runner.Engine.BeginSeqs): the paged layout, a ragged batch, or a
-// selection of the table's versions.
+// sel (runner.Engine.BeginSeqs): the paged layout, an FP8 cache, a ragged
+// batch, or a selection of the table's versions.
 func (s RunShape) tabled(sel kernels.Selection) bool {
-	return s.KV.Paged() || !runner.Uniform(s.runSeqs()) || sel.UsesKVTable()
+	return s.KV.Paged() || s.KV.DType.FP8() || !runner.Uniform(s.runSeqs()) || sel.UsesKVTable()
 }
 
 // splitTabled parts shapes into those the contiguous kernels run and those
@@ -193,7 +193,11 @@ func (v *Verifier) gatePagedAttention(pv *pagedView) {
 		label += fmt.Sprintf(" (%d of %d query rows compared, every row written)", len(tokens), pv.a.Tokens())
 	}
 	rel, cmpErr := closeBF16(got, want)
-	v.record(v.checkName(op, name, ver)+" paged", label, rel, false, cmpErr)
+	check := v.checkName(op, name, ver) + " paged"
+	if pv.a.Cache.FP8() {
+		check += " " + pv.a.Cache.String()
+	}
+	v.record(check, label, rel, false, cmpErr)
 }
 
 // samplePagedRows is nil when the reference of every row of a view costs

@@ -97,7 +97,7 @@ func LoadKernels(ctx *cuda.Context, compiled []kernels.Compiled, smCount int) (*
 		}
 	}
 	for _, d := range kernels.TensorCoreHeadDims {
-		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d), "attn_prefill4": kernels.Prefill4SharedBytes(d)} {
+		for name, shared := range map[string]int{"attn_prefill_tc": kernels.PrefillTCSharedBytes(d), "attn_prefill3": kernels.PrefillV3SharedBytes(d), "attn_prefill4": kernels.Prefill4SharedBytes(d), "attn_prefill5": kernels.Prefill5SharedBytes(d)} {
 			pre := k.fn[kernels.EntryPoint(name, d)]
 			if pre != nil && shared > kernels.DefaultSharedLimitBytes {
 				if err := pre.SetMaxDynamicShared(shared); err != nil {
@@ -326,6 +326,9 @@ func (k *Kernels) RopeKVWrite(s *cuda.Stream, q, kCache, vCache, qkv, invFreq cu
 	if a.Tabled() {
 		return k.ropeKVWriteTabled(s, q, kCache, vCache, qkv, invFreq, kv, a)
 	}
+	if a.Cache.FP8() {
+		return fmt.Errorf("rope_kv_write: an FP8 KV cache (%s) runs through the block table only (rope_kv_write %d)", a.Cache, kernels.RopeFP8Version)
+	}
 	pos := kv.Pos
 	c := argCheck{op: "rope_kv_write"}
 	checkAttnShape(&c, a)
@@ -381,6 +384,9 @@ func (k *Kernels) AttentionWorkspaceBytes(a kernels.AttnShape) int {
 func (k *Kernels) Attention(s *cuda.Stream, out, q, kCache, vCache cuda.DevPtr, kv KVPtrs, workspace cuda.DevPtr, workspaceBytes int, a kernels.AttnShape) error {
 	if a.Tabled() {
 		return k.attentionTabled(s, out, q, kCache, vCache, kv, workspace, workspaceBytes, a)
+	}
+	if a.Cache.FP8() {
+		return fmt.Errorf("attention: an FP8 KV cache (%s) runs through the block table only (attn_prefill %d, attn_decode %d)", a.Cache, kernels.PrefillFP8Version, kernels.DecodeFP8Version)
 	}
 	pos := kv.Pos
 	c := argCheck{op: "attention"}
@@ -518,6 +524,7 @@ func (k *Kernels) RopeAttention(s *cuda.Stream, out, qkv, kCache, vCache, invFre
 	pos := kv.Pos
 	c := argCheck{op: "rope_attention"}
 	c.require(!a.Tabled(), "attn_decode version 5 takes the contiguous layout's uniform batches only")
+	c.require(!a.Cache.FP8(), "attn_decode version 5 takes a bf16 KV cache only; the kv cache dtype is %s", a.Cache)
 	checkAttnShape(&c, a)
 	c.require(a.SeqLen == 1, "seqLen = %d, want 1 (a decode step)", a.SeqLen)
 	if v, err := k.sel.DecodeVersion(a); err != nil {

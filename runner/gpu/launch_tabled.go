@@ -14,6 +14,26 @@ import (
 // tabled one (kernels.AttnShape.Tabled).
 type KVPtrs struct {
 	Pos, BlockTable, SeqLens, QueryStart, Positions, SlotMapping cuda.DevPtr
+	// KScale and VScale are an FP8 cache's layer's scales, F32[kvHeads]
+	// (runner.KVView); 0 for a bf16 cache.
+	KScale, VScale cuda.DevPtr
+}
+
+// checkFP8Scales checks an FP8 cache's scale pointers (a bf16 cache
+// takes none).
+func checkFP8Scales(c *argCheck, a kernels.AttnShape, kv KVPtrs) {
+	if a.Cache.FP8() {
+		c.pointer("k scale", kv.KScale, 4)
+		c.pointer("v scale", kv.VScale, 4)
+	}
+}
+
+// fp8Flag is the FP8 kernels' e5m2 argument.
+func fp8Flag(a kernels.AttnShape) int32 {
+	if a.Cache == kernels.CacheE5M2 {
+		return 1
+	}
+	return 0
 }
 
 // checkTabledShape checks what every block-table kernel needs of a tabled
@@ -54,6 +74,7 @@ func (k *Kernels) ropeKVWriteTabled(s *cuda.Stream, q, kCache, vCache, qkv, invF
 	}
 	c := argCheck{op: "rope_kv_write"}
 	checkTabledShape(&c, a, kv)
+	checkFP8Scales(&c, a, kv)
 	c.require(a.HeadDim%16 == 0 && a.HeadDim <= kernels.RopeMaxHeadDim, "headDim = %d, want a multiple of 16 <= %d", a.HeadDim, kernels.RopeMaxHeadDim)
 	for _, p := range []struct {
 		name  string
@@ -70,6 +91,13 @@ func (k *Kernels) ropeKVWriteTabled(s *cuda.Stream, q, kCache, vCache, qkv, invF
 	if _, err := k.sel.RopeVersionAt(a); err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
 	}
+	if a.Cache.FP8() {
+		return k.launch(s, c.op, "rope_kv_write4", cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
+			cuda.Dim3{X: kernels.RopeThreads, Y: 1, Z: 1}, 0,
+			q, kCache, vCache, qkv, invFreq, kv.Positions, kv.SlotMapping, int32(tokens),
+			int32(a.Heads), int32(a.KVHeads), int32(a.HeadDim), int64(a.NumPages)*int64(a.PageSize),
+			kv.KScale, kv.VScale, fp8Flag(a))
+	}
 	return k.launch(s, c.op, "rope_kv_write3", cuda.Dim3{X: uint32(tokens), Y: 1, Z: 1},
 		cuda.Dim3{X: kernels.RopeThreads, Y: 1, Z: 1}, 0,
 		q, kCache, vCache, qkv, invFreq, kv.Positions, kv.SlotMapping, int32(tokens),
@@ -85,6 +113,7 @@ func (k *Kernels) attentionTabled(s *cuda.Stream, out, q, kCache, vCache cuda.De
 	}
 	c := argCheck{op: "attention"}
 	checkTabledShape(&c, a, kv)
+	checkFP8Scales(&c, a, kv)
 	c.require(slices.Contains(kernels.SupportedHeadDims, a.HeadDim), "headDim = %d, want one of %v", a.HeadDim, kernels.SupportedHeadDims)
 	c.require(a.Heads <= kernels.MaxGridYZ && a.KVHeads <= kernels.MaxGridYZ && a.Batch <= kernels.MaxGridYZ,
 		"heads %d, kvHeads %d, batch %d: each at most %d", a.Heads, a.KVHeads, a.Batch, kernels.MaxGridYZ)
@@ -101,6 +130,13 @@ func (k *Kernels) attentionTabled(s *cuda.Stream, out, q, kCache, vCache cuda.De
 	}
 	if _, err := k.sel.PrefillVersion(a); err != nil {
 		return fmt.Errorf("%s: %w", c.op, err)
+	}
+	if a.Cache.FP8() {
+		return k.launch(s, c.op, kernels.EntryPoint("attn_prefill5", a.HeadDim),
+			cuda.Dim3{X: uint32(kernels.CeilDiv(maxQueryLen(a), kernels.Prefill4QueryTile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
+			cuda.Dim3{X: kernels.Prefill4Threads, Y: 1, Z: 1}, kernels.Prefill5SharedBytes(a.HeadDim),
+			out, q, kCache, vCache, kv.BlockTable, kv.SeqLens, kv.QueryStart, int32(a.Heads), int32(a.KVHeads),
+			int32(a.PageSize), int32(kernels.PageShift(a.PageSize)), int32(a.MaxPages), kv.KScale, kv.VScale, fp8Flag(a))
 	}
 	return k.launch(s, c.op, kernels.EntryPoint("attn_prefill4", a.HeadDim),
 		cuda.Dim3{X: uint32(kernels.CeilDiv(maxQueryLen(a), kernels.Prefill4QueryTile)), Y: uint32(a.Heads), Z: uint32(a.Batch)},
@@ -129,6 +165,13 @@ func (k *Kernels) decodeTabled(s *cuda.Stream, c *argCheck, out, q, kCache, vCac
 	c.require(items <= math.MaxInt32, "%d blocks per kv head", items)
 	if err := c.err(); err != nil {
 		return err
+	}
+	if a.Cache.FP8() {
+		return k.launch(s, c.op, kernels.GroupEntryPoint("attn_decode7", a.HeadDim, g),
+			cuda.Dim3{X: uint32(items), Y: uint32(a.KVHeads), Z: 1}, cuda.Dim3{X: kernels.Decode6Warps * 32, Y: 1, Z: 1},
+			kernels.Decode6SharedBytes(a.HeadDim, g),
+			out, workspace, q, kCache, vCache, kv.BlockTable, kv.SeqLens, int32(a.Batch), int32(a.Heads), int32(a.KVHeads),
+			int32(a.PageSize), int32(kernels.PageShift(a.PageSize)), int32(a.MaxPages), int32(target), kv.KScale, kv.VScale, fp8Flag(a))
 	}
 	return k.launch(s, c.op, kernels.GroupEntryPoint("attn_decode6", a.HeadDim, g),
 		cuda.Dim3{X: uint32(items), Y: uint32(a.KVHeads), Z: 1}, cuda.Dim3{X: kernels.Decode6Warps * 32, Y: 1, Z: 1},

@@ -220,6 +220,26 @@ func TestTabledWrappersRejectBadArguments(t *testing.T) {
 			return k.With(kernels.Selection{kernels.OpRope: 3}).RopeKVWrite(s, p, p, p, p, p, KVPtrs{Pos: p},
 				kernels.AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8})
 		}},
+		{"FP8 decode without a V scale", "attention", "v scale is a null pointer", func() error {
+			return k.Attention(s, p, p, p, p, KVPtrs{BlockTable: p, SeqLens: p, QueryStart: p, Positions: p, SlotMapping: p, KScale: p}, p, 1<<20,
+				with(func(a *kernels.AttnShape) { a.Cache = kernels.CacheE4M3 }))
+		}},
+		{"FP8 rope without a K scale", "rope_kv_write", "k scale is a null pointer", func() error {
+			return k.RopeKVWrite(s, p, p, p, p, p, kv, with(func(a *kernels.AttnShape) { a.Cache = kernels.CacheE5M2 }))
+		}},
+		{"FP8 decode with version 6", "attention", "attn_decode=6 reads and writes a bf16 KV cache only; the kv cache dtype is fp8_e4m3, which attn_decode runs on version 7", func() error {
+			fp8 := kv
+			fp8.KScale, fp8.VScale = p, p
+			return k.With(kernels.Selection{kernels.OpAttnDecode: 6}).Attention(s, p, p, p, p, fp8, p, 1<<20,
+				with(func(a *kernels.AttnShape) { a.Cache = kernels.CacheE4M3 }))
+		}},
+		{"bf16 decode with version 7", "attention", "attn_decode=7 takes an FP8 KV cache only", func() error {
+			return k.With(kernels.Selection{kernels.OpAttnDecode: 7}).Attention(s, p, p, p, p, kv, p, 1<<20, good)
+		}},
+		{"contiguous FP8 attention", "attention", "an FP8 KV cache (fp8_e4m3) runs through the block table only", func() error {
+			return k.Attention(s, p, p, p, p, KVPtrs{Pos: p}, p, 1<<20,
+				kernels.AttnShape{Batch: 1, SeqLen: 1, StartPos: 3, Heads: 4, KVHeads: 2, HeadDim: 64, MaxSeq: 8, Cache: kernels.CacheE4M3})
+		}},
 		{"advance of a prefill's view", "advance_kv", "one per sequence", func() error {
 			return k.AdvanceKV(s, kv, with(func(a *kernels.AttnShape) { a.QLens = []int{3, 1} }))
 		}},

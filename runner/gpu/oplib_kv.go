@@ -58,7 +58,7 @@ func (k *Kernels) CheckLibKV(o *runner.KVOptions) error {
 		if lib == nil {
 			continue
 		}
-		if lacks := capsLacks(lib.Caps(), o); len(lacks) > 0 {
+		if lacks := capsLacks(lib.Caps(), o, lib.Library().ABI); len(lacks) > 0 {
 			return input.Bad(fmt.Errorf("op library %s (sha256 %s): op %s does not take %s", lib.Library().Path, lib.Library().SHA256, op, strings.Join(lacks, "; ")))
 		}
 	}
@@ -66,15 +66,24 @@ func (k *Kernels) CheckLibKV(o *runner.KVOptions) error {
 }
 
 // capsLacks is what of a cache laid out as o caps do not take:
-// stepbench's NHD layout, bf16, and the page size (the contiguous layout's
-// page is a sequence's whole cache, whose size varies by run: only caps
-// taking any page size take it); o nil: the layout and dtype only.
-func capsLacks(caps cuda.OpCaps, o *runner.KVOptions) []string {
+// stepbench's NHD layout, the cache's dtype (bf16, or an FP8 format from a
+// library built for ABI 2.1, the first to pass the scales), and the page
+// size (the contiguous layout's page is a sequence's whole cache, whose
+// size varies by run: only caps taking any page size take it); o nil: the
+// layout and bf16 only. abi is the library's ABI version.
+func capsLacks(caps cuda.OpCaps, o *runner.KVOptions, abi uint32) []string {
 	var lacks []string
 	if caps.Layouts&cuda.OpKVNHD == 0 {
 		lacks = append(lacks, fmt.Sprintf("stepbench's NHD cache layout (it declares %s)", layoutNames(caps.Layouts)))
 	}
-	if caps.DTypes&cuda.OpKVBF16 == 0 {
+	switch {
+	case o != nil && o.DType.FP8():
+		if caps.DTypes&opKVDType(o.DType) == 0 {
+			lacks = append(lacks, fmt.Sprintf("an %s KV cache (--kv-cache-dtype %s; it declares %s in caps.kv_dtypes)", o.DType, o.DType, dtypeNames(caps.DTypes)))
+		} else if abi&0xffff < 1 {
+			lacks = append(lacks, fmt.Sprintf("an %s KV cache's scales (it was built for op ABI %s; FP8 caches need 2.1)", o.DType, cuda.FormatABI(abi)))
+		}
+	case caps.DTypes&cuda.OpKVBF16 == 0:
 		lacks = append(lacks, fmt.Sprintf("stepbench's bf16 cache (it declares %s)", dtypeNames(caps.DTypes)))
 	}
 	switch {
@@ -141,8 +150,9 @@ func firstPageSize(caps cuda.OpCaps) int {
 // kvCall is the KV view (tensors 2..8) and fields of a tabled call at a:
 // the device view, or with host set a plan call's host copy of it.
 type kvCall struct {
-	view []cuda.OpTensor
-	kv   *cuda.OpKV
+	view   []cuda.OpTensor
+	kv     *cuda.OpKV
+	scales []cuda.OpTensor // an FP8 cache's k_scale and v_scale (tensors 10, 11); nil for bf16
 }
 
 // tabledView builds a's view over the caches, laid out as layout
@@ -156,8 +166,15 @@ func tabledView(kCache, vCache cuda.DevPtr, p KVPtrs, a kernels.AttnShape, host 
 	if layout == cuda.OpKVHND {
 		strides = []int64{cache[1] * cache[2] * cache[3], cache[3], cache[1] * cache[3], 1}
 	}
+	dt := cuda.OpBF16
+	switch a.Cache {
+	case kernels.CacheE4M3:
+		dt = cuda.OpFP8E4M3
+	case kernels.CacheE5M2:
+		dt = cuda.OpFP8E5M2
+	}
 	view := []cuda.OpTensor{
-		{Ptr: kCache, DType: cuda.OpBF16, Shape: cache, Strides: strides}, {Ptr: vCache, DType: cuda.OpBF16, Shape: cache, Strides: strides},
+		{Ptr: kCache, DType: dt, Shape: cache, Strides: strides}, {Ptr: vCache, DType: dt, Shape: cache, Strides: strides},
 		i32T(p.BlockTable, a.Batch, a.MaxPages), i32T(p.SeqLens, a.Batch), i32T(p.QueryStart, a.Batch+1),
 		i32T(p.Positions, T), opTensor(p.SlotMapping, cuda.OpI64, []int{T}),
 	}
@@ -171,9 +188,27 @@ func tabledView(kCache, vCache cuda.DevPtr, p KVPtrs, a kernels.AttnShape, host 
 	for _, q := range a.QLens {
 		maxQ = max(maxQ, q)
 	}
-	return kvCall{view: view, kv: &cuda.OpKV{NumSeqs: a.Batch, NumTokens: T, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim,
+	c := kvCall{view: view, kv: &cuda.OpKV{NumSeqs: a.Batch, NumTokens: T, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim,
 		PageSize: a.PageSize, NumPages: a.NumPages, MaxPages: a.MaxPages, MaxQueryLen: maxQ, MaxSeqLen: a.MaxPages * a.PageSize,
-		Layout: layout, DType: cuda.OpKVBF16, SoftmaxScale: float32(1 / math.Sqrt(float64(a.HeadDim)))}}
+		Layout: layout, DType: opKVDType(a.Cache), SoftmaxScale: float32(1 / math.Sqrt(float64(a.HeadDim)))}}
+	if a.Cache.FP8() {
+		// ABI 2.1: the layer's scales after the view's other operands
+		// (appended by ropeTensors and attentionTensors), per KV head.
+		c.scales = []cuda.OpTensor{f32T(p.KScale, a.KVHeads), f32T(p.VScale, a.KVHeads)}
+		c.kv.QScale = 1
+	}
+	return c
+}
+
+// opKVDType is the ABI's kv_dtype of a cache of dtype c.
+func opKVDType(c kernels.CacheDType) uint32 {
+	switch c {
+	case kernels.CacheE4M3:
+		return cuda.OpKVFP8E4M3
+	case kernels.CacheE5M2:
+		return cuda.OpKVFP8E5M2
+	}
+	return cuda.OpKVBF16
 }
 
 // i32Bytes and i64Bytes are a host view's values as the bytes of a tensor
@@ -196,7 +231,8 @@ func i64Bytes(x []int64) []byte {
 func ropeTensors(q, qkv, invFreq cuda.DevPtr, c kvCall, a kernels.AttnShape) []cuda.OpTensor {
 	T := a.Tokens()
 	t := append([]cuda.OpTensor{bf16T(q, T, a.Heads, a.HeadDim), bf16T(qkv, T, a.Heads+2*a.KVHeads, a.HeadDim)}, c.view...)
-	return append(t, f32T(invFreq, a.HeadDim/2))
+	c.kv.QScale = 0 // attention's only
+	return append(append(t, f32T(invFreq, a.HeadDim/2)), c.scales...)
 }
 
 // attentionTensors are attention's operands around the view; lse 0 is
@@ -206,7 +242,7 @@ func attentionTensors(out, q, lse cuda.DevPtr, c kvCall, a kernels.AttnShape) []
 	t := append([]cuda.OpTensor{bf16T(out, T, a.Heads, a.HeadDim), bf16T(q, T, a.Heads, a.HeadDim)}, c.view...)
 	l := f32T(lse, T, a.Heads)
 	l.Absent = !c.kv.WantLSE
-	return append(t, l)
+	return append(append(t, l), c.scales...)
 }
 
 // checkLibTabled checks a tabled call of a library's KV op: the shape,
@@ -222,6 +258,12 @@ func (k *Kernels) checkLibTabled(c *argCheck, o *cuda.Op, a kernels.AttnShape, p
 	c.require(a.KVHeads > 0 && a.Heads%a.KVHeads == 0, "heads = %d is not a multiple of kvHeads = %d", a.Heads, a.KVHeads)
 	c.require(o.Caps().TakesPageSize(a.PageSize), "op library %s takes pages of %s, not %d", o.Library().Path, pageSizeNames(o.Caps()), a.PageSize)
 	c.require(o.Caps().Layouts&layout != 0, "op library %s takes the %s layouts, not %s", o.Library().Path, layoutNames(o.Caps().Layouts), layoutNames(layout))
+	c.require(o.Caps().DTypes&opKVDType(a.Cache) != 0, "op library %s takes %s KV caches, not %s", o.Library().Path, dtypeNames(o.Caps().DTypes), a.Cache)
+	if a.Cache.FP8() {
+		c.require(o.Library().ABI&0xffff >= 1, "op library %s was built for op ABI %s: an FP8 cache's scales need 2.1", o.Library().Path, cuda.FormatABI(o.Library().ABI))
+		c.pointer("k scale", kv.KScale, 4)
+		c.pointer("v scale", kv.VScale, 4)
+	}
 	for name, p := range ptrs {
 		c.pointer(name, p, 2)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"stepbench/cuda"
+	"stepbench/kernels"
 	"stepbench/runner"
 )
 
@@ -34,9 +35,38 @@ func TestCapsLacks(t *testing.T) {
 		{list, nil, ""}, // no run's layout (verify): the layout and dtype only
 		{hnd, nil, "stepbench's NHD cache layout"},
 	} {
-		got := strings.Join(capsLacks(c.caps, c.kv), "; ")
+		got := strings.Join(capsLacks(c.caps, c.kv, cuda.OpABIVersion), "; ")
 		if (c.want == "") != (got == "") || !strings.HasPrefix(got, c.want) {
 			t.Errorf("caps %+v on %v: lacks %q, want %q", c.caps, c.kv, got, c.want)
+		}
+	}
+}
+
+// An FP8 cache is taken by caps that declare its format, from a library
+// built for ABI 2.1 (the first to pass the scales); refused otherwise in a
+// line naming the dtype and what the library declares.
+func TestCapsLacksFP8Cache(t *testing.T) {
+	bf16 := cuda.OpCaps{Layouts: cuda.OpKVNHD, DTypes: cuda.OpKVBF16, PageSizeMultiple: 1}
+	e4m3 := cuda.OpCaps{Layouts: cuda.OpKVNHD, DTypes: cuda.OpKVBF16 | cuda.OpKVFP8E4M3, PageSizeMultiple: 1}
+	fp8 := func(d kernels.CacheDType) *runner.KVOptions {
+		return &runner.KVOptions{Layout: runner.KVPaged, PageSize: 16, DType: d}
+	}
+	abi20, abi21 := uint32(2<<16), uint32(2<<16|1)
+	for _, c := range []struct {
+		caps cuda.OpCaps
+		kv   *runner.KVOptions
+		abi  uint32
+		want string
+	}{
+		{bf16, fp8(kernels.CacheE4M3), abi21, "an fp8_e4m3 KV cache (--kv-cache-dtype fp8_e4m3; it declares bf16 in caps.kv_dtypes)"},
+		{e4m3, fp8(kernels.CacheE4M3), abi21, ""},
+		{e4m3, fp8(kernels.CacheE5M2), abi21, "an fp8_e5m2 KV cache (--kv-cache-dtype fp8_e5m2; it declares bf16, fp8 e4m3 in caps.kv_dtypes)"},
+		{e4m3, fp8(kernels.CacheE4M3), abi20, "an fp8_e4m3 KV cache's scales (it was built for op ABI 2.0; FP8 caches need 2.1)"},
+		{e4m3, fp8(kernels.CacheBF16), abi20, ""},
+	} {
+		got := strings.Join(capsLacks(c.caps, c.kv, c.abi), "; ")
+		if (c.want == "") != (got == "") || !strings.HasPrefix(got, c.want) {
+			t.Errorf("caps %+v on %v (ABI %s): lacks %q, want %q", c.caps, c.kv, cuda.FormatABI(c.abi), got, c.want)
 		}
 	}
 }

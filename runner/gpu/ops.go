@@ -179,7 +179,20 @@ func kvPtrs(o *operands, kv runner.KVView, s runner.AttnShape) KVPtrs {
 		QueryStart:  o.get(kv.QueryStart, runner.I32, s.Batch+1, "query starts"),
 		Positions:   o.get(kv.Positions, runner.I32, T, "positions"),
 		SlotMapping: o.get(kv.SlotMapping, runner.I64, T, "slot mapping"),
+		// An FP8 cache's scales (the KV kernels refuse a null one;
+		// advance_kv reads none).
+		KScale: o.getOpt(kv.KScale, runner.F32, s.KVHeads, "k scale", true),
+		VScale: o.getOpt(kv.VScale, runner.F32, s.KVHeads, "v scale", true),
 	}
+}
+
+// cacheDType is the buffer type of a cache of s's dtype: bf16, or FP8
+// bytes (runner.F8E4M3, whatever the format: s.Cache says which).
+func cacheDType(s runner.AttnShape) runner.DType {
+	if s.Cache.FP8() {
+		return runner.F8E4M3
+	}
+	return runner.BF16
 }
 
 // RopeKVWrite rotates q and k and writes k and v to the cache; the kernel
@@ -189,8 +202,8 @@ func (c *Backend) RopeKVWrite(q, kCache, vCache, qkv, invFreq runner.Buffer, kv 
 	cache := s.CacheSlots() * s.KVHeads * D
 	o := operands{op: "rope_kv_write"}
 	pQ := o.get(q, runner.BF16, T*s.Heads*D, "q")
-	pK := o.get(kCache, runner.BF16, cache, "kCache")
-	pV := o.get(vCache, runner.BF16, cache, "vCache")
+	pK := o.get(kCache, cacheDType(s), cache, "kCache")
+	pV := o.get(vCache, cacheDType(s), cache, "vCache")
 	pQKV := o.get(qkv, runner.BF16, T*(s.Heads+2*s.KVHeads)*D, "qkv")
 	pFreq := o.get(invFreq, runner.F32, D/2, "invFreq")
 	pKV := kvPtrs(&o, kv, s)
@@ -258,8 +271,8 @@ func (c *Backend) Attention(out, q, kCache, vCache runner.Buffer, kv runner.KVVi
 	o := operands{op: "attention"}
 	pOut := o.get(out, runner.BF16, T*s.Heads*D, "out")
 	pQ := o.get(q, runner.BF16, T*s.Heads*D, "q")
-	pK := o.get(kCache, runner.BF16, cache, "kCache")
-	pV := o.get(vCache, runner.BF16, cache, "vCache")
+	pK := o.get(kCache, cacheDType(s), cache, "kCache")
+	pV := o.get(vCache, cacheDType(s), cache, "vCache")
 	pKV := kvPtrs(&o, kv, s)
 	if o.err != nil {
 		return o.err

@@ -163,11 +163,17 @@ func pagedEngineRuns(t *testing.T, cfg runner.Config, graphs bool, seqs []runner
 // returns the worst relative error of the logits.
 func closeToCPU(t *testing.T, label string, tokens, wantTokens [][]int32, logits, wantLogits [][][]float32) float64 {
 	t.Helper()
+	return closeToCPUWithin(t, 2e-2, label, tokens, wantTokens, logits, wantLogits)
+}
+
+// closeToCPUWithin is closeToCPU with the logits' bound.
+func closeToCPUWithin(t *testing.T, bound float64, label string, tokens, wantTokens [][]int32, logits, wantLogits [][][]float32) float64 {
+	t.Helper()
 	worst := 0.0
 	for s := range logits {
 		for r := range logits[s] {
 			rel, err := ref.RelErr(logits[s][r], wantLogits[s][r])
-			if err != nil || rel > 2e-2 {
+			if err != nil || rel > bound {
 				t.Fatalf("%s step %d row %d: logits rel err %.3g (%v)", label, s, r, rel, err)
 			}
 			worst = max(worst, rel)
@@ -253,5 +259,116 @@ func TestCUDATableVersionsOnTheContiguousLayout(t *testing.T) {
 	const want = "attn_decode 4 takes the contiguous layout's uniform batches; the paged layout runs 6"
 	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 		t.Errorf("decode with attn_decode=4 on pages: %v; want one line containing %q", err, want)
+	}
+}
+
+// maxRelErrFP8CacheVsCPU bounds the logits of an FP8-cache run on the cuda
+// backend against the cpu backend's FP8-cache run (teacher-forced). The
+// two quantize K and V with the same function but from bf16 activations
+// that differ by a bf16 step here and there (the GEMMs' and attention's
+// float32 sums in another order); each difference that crosses an FP8
+// rounding boundary moves the cached element by a whole FP8 step (6-12%
+// E4M3, 12-25% E5M2) and the layers after amplify it, where the bf16 cache
+// keeps the step's 0.4%. Measured here (llama-tiny's head_dim-64 twin, 5
+// steps, graphs and eager alike): the bf16 cache 7.6e-3 (the usual bound
+// 2e-2), E4M3 with scales 1.8e-2, E5M2 with unit scales 2.2e-2; 3e-2 keeps
+// 1.4x the worst. Bugs of the scales are the kernel checks' to catch (K's scale for
+// V costs 0.58 there); this test checks the plumbing: the FP8 kernels
+// chosen, the scales reaching them, graphs replaying them, the synthetic
+// fill quantizing on the device.
+const maxRelErrFP8CacheVsCPU = 3e-2
+
+// TestCUDAFP8CacheMatchesCPU: the engine on the cuda backend with an FP8
+// KV cache (rope_kv_write 4, attn_prefill 5, attn_decode 7) gives a ragged
+// batch the cpu backend's FP8-cache tokens (teacher-forced) and, within
+// the end-to-end bound, its logits at every step: E4M3 with K and V scales
+// that differ per layer, per KV head and from each other (a context filled
+// synthetically, which quantizes on the device without the FP8 GEMM path),
+// and E5M2 with unit scales, on shuffled pages of 16 and on the contiguous
+// layout (one page per sequence), with decode graphs and eagerly, for
+// llama-tiny's head_dim-64 twin; the bf16 cache runs first, its error the
+// baseline of maxRelErrFP8CacheVsCPU.
+func TestCUDAFP8CacheMatchesCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
+	}
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
+	scales := runner.UnitKVScales(cfg.NumHiddenLayers, cfg.NumKeyValueHeads)
+	for l := range scales.K {
+		for g := range scales.K[l] {
+			scales.K[l][g] = 0.02 * float32(1+g+l)
+			scales.V[l][g] = 0.03 * float32(cfg.NumKeyValueHeads-g+l)
+		}
+	}
+	type fp8Case struct {
+		dtype  kernels.CacheDType
+		scales *runner.KVScales
+		seqs   []runner.SeqSpec
+	}
+	cases := []fp8Case{
+		// The bf16 cache first: the baseline the FP8 bound is set against.
+		{kernels.CacheBF16, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
+		{kernels.CacheE4M3, &scales, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Context: 20, Prompt: 3}, {Prompt: 33}}},
+		{kernels.CacheE5M2, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
+	}
+	const steps, seed = 4, 7
+	layouts := []runner.KVOptions{{Layout: runner.KVContiguous},
+		{Layout: runner.KVPaged, PageSize: 16, Order: runner.PagesShuffled, Seed: 11, PoisonTable: true}}
+	for _, c := range cases {
+		var prompts []int32
+		for b, s := range c.seqs {
+			for i := range s.Prompt {
+				prompts = append(prompts, int32((13*i+7*b+5)%cfg.VocabSize))
+			}
+		}
+		setUp := func(e *runner.Engine) {
+			if c.scales != nil {
+				if err := e.SetKVScales(*c.scales); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		cpu, err := runner.NewEngine(cfg, runner.NewCPU(), runner.WeightSource{Seed: seed}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		setUp(cpu)
+		var want []cpuRun
+		for _, kv := range layouts {
+			kv.DType = c.dtype
+			tokens, logits := raggedOn(t, cpu, kv, c.seqs, prompts, steps, nil)
+			want = append(want, cpuRun{tokens, logits})
+		}
+		cpu.Close()
+		for _, graphs := range []bool{true, false} {
+			be, err := New(Options{CacheDir: testCache(), DisableGraphs: !graphs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng, err := runner.NewEngine(cfg, be, runner.WeightSource{Seed: seed}, nil)
+			if err != nil {
+				be.Close()
+				t.Fatal(err)
+			}
+			setUp(eng)
+			for i, kv := range layouts {
+				kv.DType = c.dtype
+				tokens, logits := raggedOn(t, eng, kv, c.seqs, prompts, steps, want[i].tokens)
+				if !eng.Tabled() {
+					t.Errorf("%s: an FP8 cache ran without the block table", kv)
+				}
+				label := fmt.Sprintf("%s, graphs %v", kv, graphs)
+				worst := closeToCPUWithin(t, maxRelErrFP8CacheVsCPU, label, tokens, want[i].tokens, logits, want[i].logits)
+				t.Logf("%s: %d steps x %d sequences, worst logits rel err %.3g, decode graphs %v", label, steps+1, len(c.seqs), worst, eng.DecodeGraphNodes())
+			}
+			eng.Close()
+			be.Close()
+		}
 	}
 }

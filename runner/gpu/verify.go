@@ -150,9 +150,11 @@ var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA con
 // covers decode and prefill, linear versions 2 and 3's kernels of gemv.cu),
 // decode_graph for the replayed decode step, and paged for every check of
 // the block table's kernels alone (their attention, rope_kv_write,
-// gather_last, decode graph and kv_advance checks).
+// gather_last, decode graph and kv_advance checks, the FP8 cache's
+// included), paged_fp8 for the FP8 cache's alone (rope_kv_write 4,
+// attn_prefill 5, attn_decode 7, their decode graph).
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm", "kv_advance", "paged"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm", "kv_advance", "paged", "paged_fp8"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.
@@ -556,16 +558,29 @@ func (v *Verifier) runArgmax(set *Kernels, logits []uint16, rows, vocab int) []i
 	return v.getI32(out, rows)
 }
 
-// versions are the versions of op to check: the one the selection pins, or
-// all; one (whichever) when an op library runs op instead.
+// versions are the versions of op to check on a bf16 cache: the one the
+// selection pins, or all; one (whichever) when an op library runs op
+// instead. The FP8 cache's versions are never among them (fp8Version).
 func (v *Verifier) versions(op string) []int {
 	if ver, ok := v.set.Selection().Chosen(op); ok {
+		if ver == kernels.FP8Version(op) {
+			return nil
+		}
 		return []int{ver}
 	}
 	if v.set.Replaces(op) {
 		return kernels.Versions(op)[len(kernels.Versions(op))-1:]
 	}
-	return kernels.Versions(op)
+	return slices.DeleteFunc(kernels.Versions(op), func(ver int) bool { return ver == kernels.FP8Version(op) })
+}
+
+// fp8Version is the FP8 cache's version of op to check, 0 when the
+// selection pins another.
+func (v *Verifier) fp8Version(op string) int {
+	if ver, ok := v.set.Selection().Chosen(op); ok && ver != kernels.FP8Version(op) {
+		return 0
+	}
+	return kernels.FP8Version(op)
 }
 
 // checkName names a check of op: "argmax v2", or with the op library that

@@ -280,6 +280,7 @@ func (v *Verifier) verifyLibKVSuite(models []kernels.ModelShape, extraPageSizes 
 			}
 		}
 		if !v.wants("attention") {
+			v.verifyLibKVSuiteFP8(m, extraPageSizes)
 			continue
 		}
 		for _, op := range []string{kernels.OpAttnDecode, kernels.OpAttnPrefill} {
@@ -295,6 +296,7 @@ func (v *Verifier) verifyLibKVSuite(models []kernels.ModelShape, extraPageSizes 
 				}
 			}
 		}
+		v.verifyLibKVSuiteFP8(m, extraPageSizes)
 	}
 }
 

@@ -70,7 +70,7 @@ func (g pagedGeometry) layout(m kernels.ModelShape, seed uint64) *pagedView {
 	v := &pagedView{plan: p, label: fmt.Sprintf("%s %s", m.Name, o)}
 	v.a = kernels.AttnShape{Batch: batch, Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim,
 		MaxSeq: p.MaxPages * p.PageSize, QLens: slices.Clone(g.qLens), SeqLens: lens,
-		PageSize: p.PageSize, NumPages: p.NumPages, MaxPages: p.MaxPages, Paged: o.Paged()}
+		PageSize: p.PageSize, NumPages: p.NumPages, MaxPages: p.MaxPages, Paged: o.Paged(), Cache: o.DType}
 	v.kv = ref.PagedKV{PageSize: p.PageSize, NumPages: p.NumPages, MaxPages: p.MaxPages, BlockTable: p.Table,
 		SeqLens: make([]int32, batch), QueryStart: make([]int32, batch+1)}
 	for b := range batch {
@@ -232,6 +232,9 @@ func pickFor(set *Kernels, op string, a kernels.AttnShape) (int, error) {
 // (output poisoned first) and returns its output and the twin's of the
 // rows tokens lists (nil: every row).
 func (v *Verifier) runPagedAttention(set *Kernels, pv *pagedView, tokens []int) (got, want []uint16) {
+	if pv.a.Cache.FP8() {
+		return v.runPagedAttentionFP8(set, pv, tokens)
+	}
 	a := pv.a
 	width := a.Heads * a.HeadDim
 	T := a.Tokens()
@@ -282,6 +285,10 @@ func (v *Verifier) verifyPagedRopes(m kernels.ModelShape) {
 // verifyPagedRopeAt checks one view: q and the written k rows within the
 // bound, the written v rows exact, every other cache row untouched.
 func (v *Verifier) verifyPagedRopeAt(set *Kernels, check string, m kernels.ModelShape, pv *pagedView) {
+	if pv.a.Cache.FP8() {
+		v.verifyPagedRopeFP8At(set, check+" "+pv.a.Cache.String(), m, pv)
+		return
+	}
 	a := pv.a
 	T, qWidth, kvWidth := a.Tokens(), a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	qkv := RandomBF16(v.rng, T*(qWidth+2*kvWidth), 0, 1)
@@ -399,15 +406,27 @@ func (v *Verifier) verifyKVAdvance() {
 // at each model's widths; kv_advance once.
 func (v *Verifier) verifyPagedAll(models []kernels.ModelShape) {
 	wants := func(check string) bool { return v.dead == nil && (v.wants(check) || slices.Contains(v.only, "paged")) }
+	wantsFP8 := func(check string) bool {
+		return v.dead == nil && (wants(check) || slices.Contains(v.only, "paged_fp8"))
+	}
 	for _, m := range pagedModels(models) {
 		if wants("rope_kv_write") {
 			v.verifyPagedRopes(m)
 		}
+		if wantsFP8("rope_kv_write") {
+			v.verifyPagedRopesFP8(m)
+		}
 		if wants("attention") {
 			v.verifyPagedAttentions(m)
 		}
+		if wantsFP8("attention") {
+			v.verifyPagedAttentionsFP8(m)
+		}
 		if wants("decode_graph") {
 			v.verifyPagedDecodeGraph(m)
+		}
+		if wantsFP8("decode_graph") {
+			v.verifyPagedDecodeGraphFP8(m)
 		}
 	}
 	for _, m := range models {

@@ -23,10 +23,25 @@ func (v *Verifier) verifyPagedDecodeGraph(m kernels.ModelShape) {
 	v.pagedDecodeGraphAt(m, g, 7, 20, nil)
 }
 
+// verifyPagedDecodeGraphFP8 is verifyPagedDecodeGraph on an FP8 cache
+// (rope_kv_write 4, attn_decode 7, kv_advance), in both formats, the
+// scales read from their buffers at every replay.
+func (v *Verifier) verifyPagedDecodeGraphFP8(m kernels.ModelShape) {
+	if v.fp8Version(kernels.OpAttnDecode) == 0 || v.fp8Version(kernels.OpRope) == 0 {
+		return
+	}
+	for _, format := range fp8Formats {
+		g := pagedGeometry{kv: pages(16, runner.PagesShuffled), ctx: []int{0, 14, 40}, qLens: []int{1, 1, 1}, extra: 20}
+		g.kv.DType = format
+		v.pagedDecodeGraphAt(m, g, 7, 20, nil)
+	}
+}
+
 // pagedGraphState is a tabled decode step's device buffers and the host's
 // copies the twins advance beside them.
 type pagedGraphState struct {
 	pv                  *pagedView
+	fp8                 *fp8Cache // an FP8 cache's (then kCache and vCache are nil)
 	qkv, kCache, vCache []uint16
 	invFreq             []float32
 	dK, dV, dQKV, dFreq cuda.DevPtr
@@ -82,7 +97,11 @@ func (v *Verifier) pagedDecodeGraphAt(m kernels.ModelShape, g pagedGeometry, see
 			cmpErr = fmt.Errorf("the view after %d replays: %w", replays, cmpErr)
 		}
 	}
-	v.record("decode graph replay paged", fmt.Sprintf("%s, %d replays", s.pv.label, replays), worst, false, cmpErr)
+	check := "decode graph replay paged"
+	if a.Cache.FP8() {
+		check += " " + a.Cache.String()
+	}
+	v.record(check, fmt.Sprintf("%s, %d replays", s.pv.label, replays), worst, false, cmpErr)
 }
 
 // newPagedGraphState draws and uploads a graph check's inputs.
@@ -91,15 +110,25 @@ func (v *Verifier) newPagedGraphState(m kernels.ModelShape, g pagedGeometry, see
 	a := pv.a
 	s := &pagedGraphState{pv: pv}
 	qWidth, kvWidth := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
-	s.kCache, s.vCache = v.pagedCaches(pv)
+	if a.Cache.FP8() {
+		s.fp8 = v.pagedCachesFP8(pv, a.Cache)
+		s.fp8.upload(v)
+		s.dK, s.dV = s.fp8.dK, s.fp8.dV
+	} else {
+		s.kCache, s.vCache = v.pagedCaches(pv)
+		s.dK, s.dV = v.bf16(s.kCache), v.bf16(s.vCache)
+	}
 	s.qkv = RandomBF16(v.rng, a.Batch*(qWidth+2*kvWidth), 0, 1)
 	s.invFreq = ref.RopeInvFreq(a.HeadDim, m.RopeTheta, nil)
-	s.dK, s.dV, s.dQKV, s.dFreq = v.bf16(s.kCache), v.bf16(s.vCache), v.bf16(s.qkv), v.f32(s.invFreq)
+	s.dQKV, s.dFreq = v.bf16(s.qkv), v.f32(s.invFreq)
 	s.q, s.out = v.alloc(2*a.Batch*qWidth), v.alloc(2*a.Batch*qWidth)
 	s.wsBytes = v.set.AttentionWorkspaceBytes(a)
 	s.ws = v.alloc(s.wsBytes)
 	v.launch(func() error { return v.set.ZeroAttentionWorkspace(v.stream, s.ws, s.wsBytes) })
 	s.kv = v.uploadView(pv)
+	if s.fp8 != nil {
+		s.kv.KScale, s.kv.VScale = s.fp8.dKS, s.fp8.dVS
+	}
 	return s
 }
 
@@ -114,9 +143,18 @@ func (v *Verifier) replayPagedGraph(s *pagedGraphState, exec *cuda.GraphExec, re
 	for r := 0; r < replays && v.err == nil && exec != nil; r++ {
 		v.fail(v.stream.Memset16(s.out, poisonBF16, a.Batch*qWidth))
 		v.launch(func() error { return exec.Launch(v.stream) })
-		ref.RopeKVWritePaged(wantQ, s.kCache, s.vCache, s.qkv, s.invFreq, pv.positions, pv.slots, a.Batch, a.Heads, a.KVHeads, a.HeadDim, pv.plan.Slots())
+		if c := s.fp8; c != nil {
+			ref.RopeKVWritePagedFP8(wantQ, c.k, c.v, s.qkv, s.invFreq, pv.positions, pv.slots, a.Batch, a.Heads, a.KVHeads, a.HeadDim,
+				pv.plan.Slots(), refFormat(a.Cache), c.kScale, c.vScale)
+		} else {
+			ref.RopeKVWritePaged(wantQ, s.kCache, s.vCache, s.qkv, s.invFreq, pv.positions, pv.slots, a.Batch, a.Heads, a.KVHeads, a.HeadDim, pv.plan.Slots())
+		}
 		if compareAt == nil || slices.Contains(compareAt, r) {
-			ref.AttentionPaged(want, wantQ, s.kCache, s.vCache, pv.kv, a.Heads, a.KVHeads, a.HeadDim, nil)
+			if c := s.fp8; c != nil {
+				ref.AttentionPagedFP8(want, wantQ, c.k, c.v, pv.kv, a.Heads, a.KVHeads, a.HeadDim, nil, refFormat(a.Cache), c.kScale, c.vScale)
+			} else {
+				ref.AttentionPaged(want, wantQ, s.kCache, s.vCache, pv.kv, a.Heads, a.KVHeads, a.HeadDim, nil)
+			}
 			rel, err := closeBF16(v.getBF16(s.out, a.Batch*qWidth), want)
 			worst = max(worst, rel)
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 
+	"stepbench/kernels"
 	"stepbench/kernels/ref"
 	"stepbench/runner"
 )
@@ -35,7 +36,22 @@ import (
 //     (6-12%): 4.3-6.7% on llama-tiny, as far as the float64 evaluation of
 //     the unquantized model is (6.9%). It bounds the noise FP8 adds; it
 //     cannot tell a subtle bug from that noise.
+//   - MaxRelErrFP8KVCache: an FP8 KV cache against the evaluation that
+//     fake-quantizes K and V the same way (Model64.KVCache), bf16
+//     activations. The two quantize the same bf16 values with the same
+//     function, so they differ only where a K or V value differs by a bf16
+//     step (float32 arithmetic inside an op, as above) and that step
+//     crosses an FP8 rounding boundary: the element then moves by a whole
+//     FP8 step (12-25% for E5M2), and the layers after amplify it. At scales
+//     that are powers of two every bf16 value keeps its bits, about 5% of
+//     them sit exactly on an E5M2 tie, and the flips are common: measured on
+//     llama-tiny (8 steps), E5M2 at scales of one 4.9e-3, E5M2 and E4M3 at
+//     scales that differ by layer and head 3.7e-5 and 1.2e-6. 1e-2 is twice
+//     the worst; what it must catch costs 2.4-3.2 times it (K's and V's
+//     scales swapped: 3.2e-2; the bf16 cache's evaluation: 2.4e-2; 5.3e-2
+//     for E5M2).
 const (
+	MaxRelErrFP8KVCache      = 1e-2
 	MaxRelErrBF16Activations = 1e-3
 	MaxRelErrFloat64         = 8e-2
 )
@@ -76,6 +92,13 @@ type Model64 struct {
 	LMHead          []float64 // [vocab, hidden]
 	FinalNorm       []float64
 	Layers          []Layer64
+	// KVCache, when FP8, stores every K and V element as the FP8 cache
+	// does: the value (bf16 with BF16Activations) divided by its layer's
+	// and KV head's scale (KScale, VScale [layer][kvHead]; in float32 with
+	// BF16Activations, as the backends divide), rounded to the format, and
+	// read back times the scale: a fake quantization.
+	KVCache        kernels.CacheDType
+	KScale, VScale [][]float64
 	// calibrate, when set, records each projection input's absmax by layer
 	// and projection (qkv, o, gate_up, down) instead of quantizing.
 	calibrate map[[2]int]float64
@@ -161,8 +184,8 @@ func (m *Model64) layer(l int, x []float64, T, start int, kv [][2][]float64) {
 		for hd := 0; hd < KV; hd++ {
 			copy(k[hd*D:(hd+1)*D], m.rope(row[(H+hd)*D:(H+hd+1)*D], start+t, inv))
 		}
-		kv[l][0] = append(kv[l][0], k...)
-		kv[l][1] = append(kv[l][1], row[(H+KV)*D:]...)
+		kv[l][0] = append(kv[l][0], m.cached(l, 0, k)...)
+		kv[l][1] = append(kv[l][1], m.cached(l, 1, row[(H+KV)*D:])...)
 	}
 	attn := attention(q, kv[l][0], kv[l][1], T, start, H, KV, D)
 	for i, v := range attn {
@@ -185,6 +208,38 @@ func (m *Model64) layer(l int, x []float64, T, start int, kv [][2][]float64) {
 	for i := range x {
 		x[i] = m.r(x[i] + d[i])
 	}
+}
+
+// cached is one token's K (which 0) or V (1) row [KV*D] as layer l's
+// cache gives it back: unchanged for a bf16 cache, fake-quantized for an
+// FP8 one.
+func (m *Model64) cached(l, which int, row []float64) []float64 {
+	if !m.KVCache.FP8() {
+		return row
+	}
+	scales := [][][]float64{m.KScale, m.VScale}[which][l]
+	D := len(row) / len(scales)
+	out := make([]float64, len(row))
+	for i, x := range row {
+		sc := scales[i/D]
+		var b uint8
+		switch {
+		case m.BF16Activations && m.KVCache == kernels.CacheE5M2:
+			b = ref.F32ToE5M2(float32(x) / float32(sc))
+		case m.BF16Activations:
+			b = ref.F32ToE4M3(float32(x) / float32(sc))
+		case m.KVCache == kernels.CacheE5M2:
+			b = ref.F64ToE5M2(x / sc)
+		default:
+			b = ref.F64ToE4M3(x / sc)
+		}
+		v := ref.E4M3ToF32(b)
+		if m.KVCache == kernels.CacheE5M2 {
+			v = ref.E5M2ToF32(b)
+		}
+		out[i] = float64(v) * sc
+	}
+	return out
 }
 
 // linear is y[T, rows] = q(x)·wᵀ with x [T, cols] quantized by lin.Act.

@@ -1,4 +1,4 @@
-/* reference_ops.c — an op library (include/stepbench_op.h, ABI 2) with a plain
+/* reference_ops.c — an op library (include/stepbench_op.h, ABI 2.1) with a plain
  * kernel for every op stepbench lets a library replace: linear,
  * attn_prefill, attn_decode, rope_kv_write, add_rmsnorm, silu_mul and
  * argmax. Each is the simplest correct kernel (one thread per output of a
@@ -68,37 +68,69 @@ static const char kKernels[] = SBX_DEVICE_PRELUDE
     "    }\n"
     "    if (threadIdx.x == 0) out[blockIdx.x] = at[0] < 0 ? 0 : at[0];\n"
     "}\n"
+    /* The KV caches' elements (ABI 2.1): fmt 0 bf16, 1 FP8 E4M3, 2 FP8 E5M2 bytes. kv_value widens a
+     * byte by the format's definition; kv_quant is sat_rne(x / scale): the nearest of the format's
+     * finite codes, a tie to the even code (brute force over the 127 magnitudes: a reference, not fast). */
+    "__device__ float kv_value(unsigned char b, int fmt) {\n"
+    "    const int mb = fmt == 1 ? 3 : 2, bias = fmt == 1 ? 7 : 15;\n"
+    "    const int e = (b & 0x7f) >> mb, m = b & ((1 << mb) - 1);\n"
+    "    const float v = e == 0 ? ldexpf((float)m, 1 - bias - mb) : ldexpf(1.0f + (float)m / (1 << mb), e - bias);\n"
+    "    return (b & 0x80) ? -v : v;\n"
+    "}\n"
+    "__device__ unsigned char kv_quant(float x, float scale, int fmt) {\n"
+    "    const float a = fabsf(x / scale);\n"
+    "    const int top = fmt == 1 ? 0x7e : 0x7b;\n"
+    "    int best = 0;\n"
+    "    for (int c = 1; c <= top; c++) {\n"
+    "        const float d = fabsf(kv_value((unsigned char)c, fmt) - a), db = fabsf(kv_value((unsigned char)best, fmt) - a);\n"
+    "        if (d < db || (d == db && (c & 1) == 0)) best = c;\n"
+    "    }\n"
+    "    return (unsigned char)(best | (x < 0.0f ? 0x80 : 0));\n"
+    "}\n"
+    "__device__ float kv_load(const void *c, long long i, int fmt) {\n"
+    "    return fmt == 0 ? bf16_f32(((const unsigned short *)c)[i]) : kv_value(((const unsigned char *)c)[i], fmt);\n"
+    "}\n"
+    /* x is a bf16 value: stored as is (bf16) or quantized by the KV head's scale (FP8). */
+    "__device__ void kv_store(void *c, long long i, float x, int fmt, float scale) {\n"
+    "    if (fmt == 0) ((unsigned short *)c)[i] = f32_bf16(x); else ((unsigned char *)c)[i] = kv_quant(x, scale, fmt);\n"
+    "}\n"
     /* rope_kv_write: one block per token t, block 128: q rotated at positions[t]; k rotated and v written
      * at slot_mapping[t] (page·PS + offset: ks0/ks1 and vs0/vs1 strides of a page and a slot, ks2/vs2 of a
-     * head), nothing written for a negative slot (padding). */
-    "__device__ void rotate(unsigned short *o, const unsigned short *x, const float *f, int D, float p) {\n"
+     * head), nothing written for a negative slot (padding); an FP8 cache's values quantized by the KV
+     * head's scale (ksc, vsc: [K]). */
+    "__device__ void rotate(void *o, const unsigned short *x, const float *f, int D, float p, int fmt, float scale) {\n"
     "    for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {\n"
     "        const float a = p * f[i];\n"
     "        const float c = round_bf16(cosf(a)), s = round_bf16(sinf(a));\n"
     "        const float lo = bf16_f32(x[i]), hi = bf16_f32(x[i + D / 2]);\n"
-    "        o[i] = f32_bf16(round_bf16(lo * c) + round_bf16(-hi * s));\n"
-    "        o[i + D / 2] = f32_bf16(round_bf16(hi * c) + round_bf16(lo * s));\n"
+    "        kv_store(o, i, round_bf16(round_bf16(lo * c) + round_bf16(-hi * s)), fmt, scale);\n"
+    "        kv_store(o, i + D / 2, round_bf16(round_bf16(hi * c) + round_bf16(lo * s)), fmt, scale);\n"
     "    }\n"
     "}\n"
-    "extern \"C\" __global__ void ref_rope(unsigned short *q, unsigned short *kc, unsigned short *vc, const unsigned short *qkv,\n"
+    "extern \"C\" __global__ void ref_rope(unsigned short *q, void *kc, void *vc, const unsigned short *qkv,\n"
     "        const float *f, const int *positions, const long long *slots, int H, int K, int D, int PS,\n"
-    "        long long ks0, long long ks1, long long ks2, long long vs0, long long vs1, long long vs2) {\n"
+    "        long long ks0, long long ks1, long long ks2, long long vs0, long long vs1, long long vs2,\n"
+    "        int fmt, const float *ksc, const float *vsc, int nsc) {\n"
     "    const int t = blockIdx.x;\n"
     "    const float p = (float)positions[t];\n"
     "    const unsigned short *row = qkv + (long long)t * (H + 2 * K) * D;\n"
-    "    for (int h = 0; h < H; h++) rotate(q + ((long long)t * H + h) * D, row + h * D, f, D, p);\n"
+    "    for (int h = 0; h < H; h++) rotate(q + ((long long)t * H + h) * D, row + h * D, f, D, p, 0, 1.0f);\n"
     "    const long long slot = slots[t];\n"
     "    if (slot < 0) return;\n"
     "    const long long page = slot / PS, off = slot % PS;\n"
-    "    for (int h = 0; h < K; h++) rotate(kc + page * ks0 + off * ks1 + h * ks2, row + (H + h) * D, f, D, p);\n"
-    "    for (int i = threadIdx.x; i < K * D; i += blockDim.x) vc[page * vs0 + off * vs1 + (i / D) * vs2 + i % D] = row[(H + K) * D + i];\n"
+    "    const int es = fmt == 0 ? 2 : 1;\n"
+    "    for (int h = 0; h < K; h++)\n"
+    "        rotate((char *)kc + (page * ks0 + off * ks1 + h * ks2) * es, row + (H + h) * D, f, D, p, fmt, fmt ? ksc[nsc == 1 ? 0 : h] : 1.0f);\n"
+    "    for (int i = threadIdx.x; i < K * D; i += blockDim.x)\n"
+    "        kv_store(vc, page * vs0 + off * vs1 + (i / D) * vs2 + i % D, bf16_f32(row[(H + K) * D + i]), fmt, fmt ? vsc[nsc == 1 ? 0 : i / D] : 1.0f);\n"
     "}\n"
     /* attention: out, q [T, H, D]; grid (max_query_len, H, B), block 128: new token i of sequence b (row
      * query_start[b] + i) sits at position seq_lens[b] − q_len + i and attends to keys 0..that position,
      * read through the block table; chunks of 256 keys, online softmax. */
-    "extern \"C\" __global__ void ref_attention(unsigned short *out, const unsigned short *q, const unsigned short *kc,\n"
-    "        const unsigned short *vc, const int *block_table, const int *seq_lens, const int *query_start,\n"
-    "        int H, int K, int D, int PS, int MP, long long ks0, long long ks1, long long ks2, long long vs0, long long vs1, long long vs2) {\n"
+    "extern \"C\" __global__ void ref_attention(unsigned short *out, const unsigned short *q, const void *kc,\n"
+    "        const void *vc, const int *block_table, const int *seq_lens, const int *query_start,\n"
+    "        int H, int K, int D, int PS, int MP, long long ks0, long long ks1, long long ks2, long long vs0, long long vs1, long long vs2,\n"
+    "        int fmt, const float *ksc, const float *vsc, int nsc) {\n"
     "    __shared__ float qs[128];\n"
     "    __shared__ float sc[256];\n"
     "    __shared__ float scratch[128];\n"
@@ -110,16 +142,18 @@ static const char kKernels[] = SBX_DEVICE_PRELUDE
     "    const long long qo = ((long long)(query_start[b] + i) * H + h) * D;\n"
     "    if (t < D) qs[t] = bf16_f32(q[qo + t]);\n"
     "    __syncthreads();\n"
-    "    const float scale = rsqrtf((float)D);\n"
+    /* An FP8 cache: the K scale in the softmax scale, the V scale on the output (FlashInfer's way). */
+    "    const float scale = rsqrtf((float)D) * (fmt ? ksc[nsc == 1 ? 0 : kvh] : 1.0f);\n"
+    "    const float vscale = fmt ? vsc[nsc == 1 ? 0 : kvh] : 1.0f;\n"
     "    float m = SBX_NEG_INF, l = 0.0f, acc = 0.0f;\n"
     "    for (int c0 = 0; c0 < keys; c0 += 256) {\n"
     "        const int n = min(256, keys - c0);\n"
     "        float cm = SBX_NEG_INF;\n"
     "        for (int j = t; j < n; j += blockDim.x) {\n"
     "            const int key = c0 + j;\n"
-    "            const unsigned short *kr = kc + pages[key / PS] * ks0 + (key % PS) * ks1 + kvh * ks2;\n"
+    "            const long long kr = pages[key / PS] * ks0 + (key % PS) * ks1 + kvh * ks2;\n"
     "            float x = 0.0f;\n"
-    "            for (int d = 0; d < D; d++) x += qs[d] * bf16_f32(kr[d]);\n"
+    "            for (int d = 0; d < D; d++) x += qs[d] * kv_load(kc, kr + d, fmt);\n"
     "            sc[j] = x * scale; cm = fmaxf(cm, x * scale);\n"
     "        }\n"
     "        const float mn = fmaxf(m, block_max(cm, scratch)), r = __expf(m - mn);\n"
@@ -127,11 +161,11 @@ static const char kKernels[] = SBX_DEVICE_PRELUDE
     "        for (int j = t; j < n; j += blockDim.x) { sc[j] = __expf(sc[j] - mn); ps += sc[j]; }\n"
     "        l = l * r + block_sum(ps, scratch);\n"
     "        acc *= r;\n"
-    "        if (t < D) for (int j = 0; j < n; j++) { const int key = c0 + j; acc += sc[j] * bf16_f32(vc[pages[key / PS] * vs0 + (key % PS) * vs1 + kvh * vs2 + t]); }\n"
+    "        if (t < D) for (int j = 0; j < n; j++) { const int key = c0 + j; acc += sc[j] * kv_load(vc, pages[key / PS] * vs0 + (key % PS) * vs1 + kvh * vs2 + t, fmt); }\n"
     "        m = mn;\n"
     "        __syncthreads();\n"
     "    }\n"
-    "    if (t < D) out[qo + t] = f32_bf16(keys > 0 ? acc / l : 0.0f);\n"
+    "    if (t < D) out[qo + t] = f32_bf16(keys > 0 ? acc / l * vscale : 0.0f);\n"
     "}\n";
 
 enum { LINEAR, NORM, SILU, ARGMAX, ROPE, ATTENTION, KERNELS };
@@ -177,14 +211,23 @@ static int run_argmax(const stepbench_op_call *c) {
     return sbx_launch(fns[ARGMAX], (unsigned)DIM(1, 0), 1, 1, 256, c->stream, args, c->error, c->error_bytes);
 }
 
-/* kv_args are a KV op's cache strides (a page, a slot, a kv head; elements) and its page geometry. */
-typedef struct { long long ks[3], vs[3]; int PS, MP; } kv_args;
+/* kv_args are a KV op's cache strides (a page, a slot, a kv head; elements), its page geometry, and an
+ * FP8 cache's format (0: bf16, 1: E4M3, 2: E5M2) and scales (ABI 2.1: tensors 10 and 11, [1] or [K]). */
+typedef struct { long long ks[3], vs[3]; int PS, MP, fmt, nsc; void *ksc, *vsc; } kv_args;
 
 static int kv_view(const stepbench_op_call *c, kv_args *kv) {
     const stepbench_tensor *k = &c->tensors[STEPBENCH_KV_K_CACHE], *v = &c->tensors[STEPBENCH_KV_V_CACHE];
-    if (c->num_tensors != STEPBENCH_KV_OP_TENSORS || k->ndim != 4 || v->ndim != 4 || k->strides[3] != 1 || v->strides[3] != 1) return 1;
+    kv->fmt = c->kv_dtype == STEPBENCH_KV_FP8_E4M3 ? 1 : c->kv_dtype == STEPBENCH_KV_FP8_E5M2 ? 2 : 0;
+    const int want = kv->fmt ? STEPBENCH_KV_OP_TENSORS_FP8 : STEPBENCH_KV_OP_TENSORS;
+    if (c->num_tensors != want || k->ndim != 4 || v->ndim != 4 || k->strides[3] != 1 || v->strides[3] != 1) return 1;
     for (int i = 0; i < 3; i++) kv->ks[i] = k->strides[i], kv->vs[i] = v->strides[i];
     kv->PS = c->page_size, kv->MP = c->max_pages;
+    kv->ksc = kv->vsc = NULL, kv->nsc = 1;
+    if (kv->fmt) {
+        const stepbench_tensor *ks = &c->tensors[STEPBENCH_KV_K_SCALE], *vs = &c->tensors[STEPBENCH_KV_V_SCALE];
+        if (ks->ndim != 1 || vs->ndim != 1 || ks->shape[0] != vs->shape[0] || (ks->shape[0] != 1 && ks->shape[0] != c->num_kv_heads)) return 1;
+        kv->ksc = ks->data, kv->vsc = vs->data, kv->nsc = (int)ks->shape[0];
+    }
     return 0;
 }
 
@@ -195,7 +238,8 @@ static int run_rope(const stepbench_op_call *c) {
     void *q = t[STEPBENCH_ROPE_Q].data, *k = t[STEPBENCH_KV_K_CACHE].data, *v = t[STEPBENCH_KV_V_CACHE].data, *qkv = t[STEPBENCH_ROPE_QKV].data;
     void *f = t[STEPBENCH_ROPE_INV_FREQ].data, *pos = t[STEPBENCH_KV_POSITIONS].data, *slots = t[STEPBENCH_KV_SLOT_MAPPING].data;
     int H = c->num_heads, K = c->num_kv_heads, D = c->head_dim;
-    void *args[] = {&q, &k, &v, &qkv, &f, &pos, &slots, &H, &K, &D, &kv.PS, &kv.ks[0], &kv.ks[1], &kv.ks[2], &kv.vs[0], &kv.vs[1], &kv.vs[2]};
+    void *args[] = {&q, &k, &v, &qkv, &f, &pos, &slots, &H, &K, &D, &kv.PS, &kv.ks[0], &kv.ks[1], &kv.ks[2], &kv.vs[0], &kv.vs[1], &kv.vs[2],
+                    &kv.fmt, &kv.ksc, &kv.vsc, &kv.nsc};
     return sbx_launch(fns[ROPE], (unsigned)c->num_tokens, 1, 1, 128, c->stream, args, c->error, c->error_bytes);
 }
 
@@ -207,7 +251,7 @@ static int run_attention(const stepbench_op_call *c) {
     void *table = t[STEPBENCH_KV_BLOCK_TABLE].data, *lens = t[STEPBENCH_KV_SEQ_LENS].data, *starts = t[STEPBENCH_KV_QUERY_START_LOC].data;
     int H = c->num_heads, K = c->num_kv_heads, D = c->head_dim;
     void *args[] = {&o, &q, &k, &v, &table, &lens, &starts, &H, &K, &D, &kv.PS, &kv.MP,
-                    &kv.ks[0], &kv.ks[1], &kv.ks[2], &kv.vs[0], &kv.vs[1], &kv.vs[2]};
+                    &kv.ks[0], &kv.ks[1], &kv.ks[2], &kv.vs[0], &kv.vs[1], &kv.vs[2], &kv.fmt, &kv.ksc, &kv.vsc, &kv.nsc};
     /* max_query_len bounds every sequence's new tokens and is the same in every replay of a captured step. */
     return sbx_launch(fns[ATTENTION], (unsigned)c->max_query_len, (unsigned)H, (unsigned)c->num_seqs, 128, c->stream, args, c->error, c->error_bytes);
 }
@@ -226,8 +270,10 @@ int stepbench_op_get(const char *op, stepbench_op_table *table, char *err, size_
         table->abi_version = STEPBENCH_OP_ABI_VERSION;
         table->name = "reference ops (C, NVRTC + driver API: plain kernels for every op)";
         table->run = ops[i].run;
-        /* The KV ops read K and V by their strides: any page size (the zeroed default), NHD or HND. */
+        /* The KV ops read K and V by their strides: any page size (the zeroed default), NHD or HND;
+         * bf16 caches and (ABI 2.1) FP8 ones with their scales. */
         table->caps.kv_layouts = STEPBENCH_KV_NHD | STEPBENCH_KV_HND;
+        table->caps.kv_dtypes = STEPBENCH_KV_BF16 | STEPBENCH_KV_FP8_E4M3 | STEPBENCH_KV_FP8_E5M2;
         return 0;
     }
     snprintf(err, n, "reference ops: no op %s", op);
