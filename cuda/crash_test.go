@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"stepbench/internal/seeded"
 )
 
 // crashChild is the environment variable that makes TestCrashChild act:
@@ -49,6 +51,7 @@ func TestCrashChild(t *testing.T) {
 // dereference with the handler installed, are as they were.
 func TestCrashNamesTheLibrary(t *testing.T) {
 	lib := buildFake(t, "crash_lib.c", t.TempDir(), "libcrash.so")
+	seeded.Expect(t, "an op library that crashes (SIGSEGV, abort, SIGFPE)")
 	for _, tc := range []struct {
 		child string
 		sig   syscall.Signal // 0: exits 0

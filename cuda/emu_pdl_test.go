@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"stepbench/cuda/emutest"
+	"stepbench/internal/seeded"
 )
 
 // Kernels for the emulated device's programmatic-dependent-launch check
@@ -108,6 +109,7 @@ func TestEmulatorProgrammaticLaunchRaces(t *testing.T) {
 		return
 	}
 	emutest.Use(t)
+	seeded.Expect(t, "PDL: an access before griddepcontrol.wait (pdlCases)")
 	for _, check := range []string{"1", "0"} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProgrammaticLaunchRaces$", "-test.v")
 		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_PDL=1", "STEPBENCH_EMU_CHECK_PDL="+check)

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"stepbench/cuda/emutest"
+	"stepbench/internal/seeded"
 )
 
 // These tests pin the emulated device's (cuda/emu) hardware rules and
@@ -78,6 +79,7 @@ func wantCUDAError(t *testing.T, what string, err error, name string, parts ...s
 }
 
 func TestEmulatorLaunchChecks(t *testing.T) {
+	seeded.Expect(t, "launches past CUDA's limits")
 	e := newEmuEnv(t)
 	d := e.alloc(t, 4096)
 	one := Dim3{1, 1, 1}
@@ -112,6 +114,7 @@ func TestEmulatorLaunchChecks(t *testing.T) {
 }
 
 func TestEmulatorCaptureRefusals(t *testing.T) {
+	seeded.Expect(t, "calls a stream capture refuses")
 	e := newEmuEnv(t)
 	d := e.alloc(t, 4096)
 	poke := e.fn(t, "poke")
@@ -139,6 +142,7 @@ func TestEmulatorCaptureRefusals(t *testing.T) {
 }
 
 func TestEmulatorStickyFaultNamesTheAllocation(t *testing.T) {
+	seeded.Expect(t, "one float past the end")
 	e := newEmuEnv(t)
 	d, err := e.ctx.Alloc(4096) // not freed: after the fault only the context's release frees it
 	if err != nil {
@@ -161,6 +165,7 @@ func TestEmulatorStickyFaultNamesTheAllocation(t *testing.T) {
 }
 
 func TestEmulatorUseAfterFree(t *testing.T) {
+	seeded.Expect(t, "use after free")
 	e := newEmuEnv(t)
 	p, err := e.ctx.Alloc(4096)
 	if err != nil {
@@ -198,6 +203,7 @@ func TestEmulatorUnderrun(t *testing.T) {
 		return
 	}
 	emutest.Use(t)
+	seeded.Expect(t, "one float before an allocation")
 	for guard, want := range map[string]string{
 		"after":  "a write 4 bytes before the start of allocation",
 		"before": "illegal write at byte offset -4 of allocation",

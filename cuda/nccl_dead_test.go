@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"stepbench/cuda/emutest"
+	"stepbench/internal/seeded"
 )
 
 // TestNCCLEmulatedDeadPeer kills rank 1's process (SIGKILL) after a first
@@ -31,6 +32,7 @@ func TestNCCLEmulatedDeadPeer(t *testing.T) {
 		deadPeerRank(t, rank, os.Getenv("STEPBENCH_TEST_NCCL_ID"))
 		return
 	}
+	seeded.Expect(t, "an NCCL peer killed, idle and holding the lock")
 	for _, tc := range []struct {
 		name, die, want string
 	}{

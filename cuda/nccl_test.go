@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"stepbench/cuda/emutest"
+	"stepbench/internal/seeded"
 )
 
 // rankEnv is one rank of a test communicator: its thread's context and stream.
@@ -303,6 +304,7 @@ func ncclProcessRank(t *testing.T, rankText, idFile string) {
 func TestNCCLEmulatedAbort(t *testing.T) {
 	emutest.Use(t)
 	if os.Getenv("STEPBENCH_TEST_NCCL") != "abort" {
+		seeded.Expect(t, "ncclCommAbort of a rank that never joins")
 		cmd := exec.Command(os.Args[0], "-test.run=^TestNCCLEmulatedAbort$", "-test.v")
 		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_NCCL=abort", "STEPBENCH_EMU_DEVICES=4", "STEPBENCH_EMU_NCCL_TIMEOUT_S=600")
 		out, err := cmd.CombinedOutput()

@@ -13,7 +13,8 @@ import (
 
 // helperPackages are packages outside the design's layers: test helpers
 // and the lint tool. Nothing but tests and main packages may import them.
-var helperPackages = map[string]bool{"bench/benchtest": true, "cuda/emutest": true, "runner/quanttest": true, "scripts/funclen": true}
+var helperPackages = map[string]bool{"bench/benchtest": true, "cuda/emutest": true, "runner/quanttest": true, "scripts/funclen": true,
+	"scripts/testtimes": true, "internal/testmatrix": true, "internal/seeded": true}
 
 // designLayers reads the layer diagram of docs/design.md: package → layer.
 func designLayers(t *testing.T) map[string]int {

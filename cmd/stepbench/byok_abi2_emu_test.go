@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"stepbench/internal/seeded"
 )
 
 // The tests of this file hold issue 28's promises about op ABI 2 with real
@@ -66,6 +68,7 @@ func refusedInOneLine(t *testing.T, args []string, wants ...string) {
 // --op, in one line naming it with its sha256 and both versions, exit 2,
 // before any weight is loaded.
 func TestEmulatedOpLibraryOfABI1IsRefused(t *testing.T) {
+	seeded.Expect(t, "an op library built for op ABI 1")
 	onEmulator(t)
 	lib := abiFixture(t, "abi1_op.c")
 	named := "op library " + lib + " (sha256 " + sha256Of(t, lib) + "): built for stepbench_op ABI 1.0, this stepbench speaks ABI 2.1"
@@ -85,6 +88,7 @@ func TestEmulatedOpLibraryOfABI1IsRefused(t *testing.T) {
 // ab); one that takes only HND, wherever (verify included: stepbench's
 // cache is NHD).
 func TestEmulatedOpLibraryCapsMismatchIsRefused(t *testing.T) {
+	seeded.Expect(t, "an op library whose caps do not take the run's cache")
 	onEmulator(t)
 	pages48 := abiFixture(t, "record_op.c", "-DCAPS_PAGES_48")
 	hnd := abiFixture(t, "record_op.c", "-DCAPS_HND_ONLY")
@@ -115,6 +119,7 @@ func TestEmulatedOpLibraryCapsMismatchIsRefused(t *testing.T) {
 // before timing; and it runs in ab against the built-in kernel, both arms
 // generating the same tokens.
 func TestEmulatedPagedExampleOpLibrary(t *testing.T) {
+	seeded.Expect(t, "libattn_decode_paged_off_by_one.so: a full last page read as empty")
 	onEmulator(t)
 	libs := exampleLibs(t)
 	good, bad := filepath.Join(libs, "libattn_decode_paged.so"), filepath.Join(libs, "libattn_decode_paged_off_by_one.so")
@@ -149,6 +154,7 @@ func TestEmulatedPagedExampleOpLibrary(t *testing.T) {
 // library is labelled for the crash handler, not a Go dump of every
 // goroutine.
 func TestEmulatedOpLibraryCrashInRunIsNamed(t *testing.T) {
+	seeded.Expect(t, "an op library that faults in its run call")
 	onEmulator(t)
 	lib := abiFixture(t, "record_op.c", "-DCRASH_IN_RUN")
 	code, _, stderr := process(t, append([]string{"verify", "--op", "attn_decode=" + lib, "--check", "attention"}, tinyRunShape...)...)

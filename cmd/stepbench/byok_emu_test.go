@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"stepbench/bench/report"
+	"stepbench/internal/seeded"
 	"stepbench/kernels"
 )
 
@@ -72,6 +73,7 @@ func TestEmulatedOverlayOfOneFile(t *testing.T) {
 // A source that does not compile is named as a compile error (file, line,
 // NVRTC's message), exit 1, not as a missing GPU.
 func TestEmulatedCompileErrorIsNamed(t *testing.T) {
+	seeded.Expect(t, "a kernel source that does not compile")
 	onEmulator(t)
 	dir := overlayDir(t, "norm.cu", "    const int row = blockIdx.x;\n", "    const int row = blockIdx.x\n")
 	for _, args := range [][]string{
@@ -91,6 +93,7 @@ func TestEmulatedCompileErrorIsNamed(t *testing.T) {
 // source unchanged) is compiled and caught: the off-by-one it introduces
 // fails the same verify, which a stale cached cubin would have passed.
 func TestEmulatedIncludeOfAUsersHeader(t *testing.T) {
+	seeded.Expect(t, "a user's header edited to drop the newest key")
 	onEmulator(t)
 	dir := overlayDir(t, "attention.cu", "    const int keys = min(*startPos + 1, maxSeq);\n    if (split * chunk >= keys) return;",
 		"    const int keys = min(*startPos + MY_NEWEST_KEY, maxSeq);\n    if (split * chunk >= keys) return;")
@@ -143,6 +146,7 @@ func exampleLibs(t *testing.T) string {
 // a verdict, and its off-by-one build is refused by verify and before
 // anything is timed.
 func TestEmulatedExampleOpLibrary(t *testing.T) {
+	seeded.Expect(t, "libattn_decode_off_by_one.so: the example op library's wrong build")
 	onEmulator(t)
 	libs := exampleLibs(t)
 	good, bad := filepath.Join(libs, "libattn_decode.so"), filepath.Join(libs, "libattn_decode_off_by_one.so")

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"stepbench/internal/seeded"
 )
 
 // Corrupted entries of the cubin cache, as a user's disk or an old
@@ -16,6 +18,7 @@ import (
 // another kernel's cubin gave CUDA errors that never named the cache, and
 // random bytes in the code section ran unnoticed.
 func TestEmulatedCorruptKernelCacheRebuilt(t *testing.T) {
+	seeded.Expect(t, "corrupt kernel cache entries")
 	onEmulator(t)
 	home := t.TempDir() // a cache of this test's own: every entry is this run's
 	t.Setenv("XDG_CACHE_HOME", home)

@@ -80,8 +80,20 @@ func TestDevicesWithMissingCUDALibsDir(t *testing.T) {
 // with the real NVRTC, when one is installed (CI installs Debian's 11.8):
 // for the embedded kernels, for an overlay of one file, as JSON; a source
 // that does not compile is exit 1 naming it.
+// nvrtcCacheHome is the user cache directory of the tests that compile
+// every kernel with the real NVRTC: make test's, shared with runner/gpu's
+// compile test ($STEPBENCH_TEST_NVRTC_CACHE: the embedded kernels are
+// compiled once per run for sm_90), else this package's. Never the user's.
+func nvrtcCacheHome() string {
+	if dir := os.Getenv("STEPBENCH_TEST_NVRTC_CACHE"); dir != "" {
+		return dir
+	}
+	return emuCacheHome
+}
+
 func TestBuildPrintsTheResourceTable(t *testing.T) {
 	t.Setenv("STEPBENCH_CUDA_LIBS", "")
+	t.Setenv("XDG_CACHE_HOME", nvrtcCacheHome())
 	code, stdout, stderr := run(t, "build", "--arch", "sm_90") // as nvcc spells it
 	if code != 0 && strings.Contains(stderr, "no NVRTC") {
 		t.Skipf("no NVRTC installed: %s", stderr)
@@ -137,6 +149,7 @@ func TestBuildPrintsTheResourceTable(t *testing.T) {
 // is refused in one line, exit 2, before a compile.
 func TestBuildArchSpellings(t *testing.T) {
 	t.Setenv("STEPBENCH_CUDA_LIBS", "")
+	t.Setenv("XDG_CACHE_HOME", nvrtcCacheHome())
 	code, stdout, stderr := run(t, "build", "--arch", "compute_90,9.0,90", "--format", "json")
 	if code != 0 && strings.Contains(stderr, "no NVRTC") {
 		t.Skipf("no NVRTC installed: %s", stderr)
@@ -178,6 +191,7 @@ func TestBuildArchSpellings(t *testing.T) {
 // (an ELF file, as NVRTC makes it).
 func TestBuildWritesCubins(t *testing.T) {
 	t.Setenv("STEPBENCH_CUDA_LIBS", "")
+	t.Setenv("XDG_CACHE_HOME", nvrtcCacheHome())
 	dir := t.TempDir()
 	code, _, stderr := run(t, "build", "--arch", "90", "--cubin-dir", dir)
 	if code != 0 && strings.Contains(stderr, "no NVRTC") {

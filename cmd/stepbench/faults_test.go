@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"stepbench/bench/report"
+	"stepbench/internal/seeded"
 )
 
 // faultRun is one child run of the fault test: a four-shape sweep writing
@@ -172,6 +173,7 @@ func checkFaultStderr(t *testing.T, r faultRun) {
 // refuses the files the runs before left. A last clean run appends and
 // leaves no temporary file.
 func TestResultFilesSurviveFaults(t *testing.T) {
+	seeded.Expect(t, "SIGKILLs and write faults over shared result files")
 	if testing.Short() {
 		t.Skip("70 child processes")
 	}

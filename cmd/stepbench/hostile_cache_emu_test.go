@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"stepbench/internal/seeded"
 )
 
 // A cuBLASLt tuning-cache entry that is a FIFO, a link to /dev/zero or a
@@ -14,6 +16,7 @@ import (
 // never returns" (13 GB resident for /dev/zero), and the padded entry was
 // read whole (43 s, 11.8 GB) before being ignored.
 func TestEmulatedGemmCacheEntriesThatAreNoFiles(t *testing.T) {
+	seeded.Expect(t, "cuBLASLt tuning-cache entries that are no files")
 	onEmulator(t)
 	dir := filepath.Join(emuCacheHome, "stepbench", "cubin", "gemm-lt")
 	if err := os.RemoveAll(dir); err != nil {

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"stepbench/internal/seeded"
 )
 
 // A header reached by #include that is a FIFO, in --kernels-dir or in an
@@ -14,6 +16,7 @@ import (
 // naming the header and the #include, exit 2. The compile hung with no
 // output.
 func TestEmulatedFIFOHeaderRefused(t *testing.T) {
+	seeded.Expect(t, "a FIFO reached by #include")
 	onEmulator(t)
 	for _, where := range []string{"--kernels-dir", "--include"} {
 		kernelsDir, incDir := t.TempDir(), t.TempDir()

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"stepbench/internal/seeded"
 )
 
 // The probe of an op library (probe.go) re-executes this test binary,
@@ -66,6 +68,7 @@ func TestEmulatedOpLibraryInTheCurrentDirectory(t *testing.T) {
 // is, exit 2, before the GPU is opened: a FIFO said "not a library file
 // (<nil>)".
 func TestIrregularOpLibrariesRefused(t *testing.T) {
+	seeded.Expect(t, "an --op path that is no library file")
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo.so")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
@@ -118,6 +121,7 @@ func hostileOp(t *testing.T, dir, name string, defines ...string) string {
 // (158-171 lines that named no library); with several --op flags the
 // line names the one that crashed.
 func TestEmulatedHostileOpLibraries(t *testing.T) {
+	seeded.Expect(t, "op libraries that crash, hang or refuse their op")
 	onEmulator(t)
 	dir := t.TempDir()
 	good := hostileOp(t, dir, "libgood.so")
@@ -157,6 +161,7 @@ func TestEmulatedHostileOpLibraries(t *testing.T) {
 // newline has that message written on one line with the escapes quoted:
 // a library's text never reaches the terminal raw.
 func TestEmulatedOpLibraryErrorTextIsSanitized(t *testing.T) {
+	seeded.Expect(t, "an op library's error text with escape sequences and a newline")
 	onEmulator(t)
 	lib := hostileOp(t, t.TempDir(), "liberrrun.so", "ERR_RUN")
 	code, stdout, stderr := runProcess(t, 2*time.Minute, []string{"XDG_CACHE_HOME=" + emuCacheHome},

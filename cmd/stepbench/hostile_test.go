@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"stepbench/internal/seeded"
 	"stepbench/runner"
 )
 
@@ -131,6 +132,7 @@ var tinyRun = []string{"run", "--device", "cpu", "--batch-size", "1", "--input-l
 // forever; /dev/zero as config.json ran out of memory; a directory as a
 // shard said "mmap: no such device".
 func TestIrregularInputFilesRefusedAtOnce(t *testing.T) {
+	seeded.Expect(t, "a FIFO, a directory or /dev/zero as an input file")
 	if testing.Short() {
 		t.Skip("child processes")
 	}
@@ -215,6 +217,7 @@ func writeConfig(t *testing.T, override map[string]any) string {
 // in makeslice on the cpu backend, ran out of memory with dummy weights and
 // in roofline.
 func TestConfigCountsPastTheirLimits(t *testing.T) {
+	seeded.Expect(t, "config counts past their limits")
 	for _, tc := range []struct {
 		field string
 		value any
@@ -247,6 +250,7 @@ func TestConfigCountsPastTheirLimits(t *testing.T) {
 // Shape flags past their limits: --batch-size 2^48 panicked in makeslice
 // (bench.PromptIDs), 2^62 failed an allocation after the weights loaded.
 func TestShapeFlagsPastTheirLimits(t *testing.T) {
+	seeded.Expect(t, "shape flags past their limits")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -273,6 +277,7 @@ func TestShapeFlagsPastTheirLimits(t *testing.T) {
 // Malformed model files and reports are bad input, exit 2, like a missing
 // file: they exited 1, the code of a failure while running.
 func TestMalformedInputExitsTwo(t *testing.T) {
+	seeded.Expect(t, "malformed model files and reports")
 	badConfig := llamaTinyDir(t)
 	if err := os.WriteFile(filepath.Join(badConfig, "config.json"), []byte(`{"architectures": ["LlamaForCausalLM"], "hidden_size": "x"}`), 0o644); err != nil {
 		t.Fatal(err)

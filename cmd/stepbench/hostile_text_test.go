@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"stepbench/internal/seeded"
 )
 
 // The tests of this file are issue 31's text inputs (tokenizer.json,
@@ -42,6 +44,7 @@ func sparseFile(t *testing.T, path string, size int64) {
 }
 
 func TestIrregularTokenizerRefusedAtOnce(t *testing.T) {
+	seeded.Expect(t, "a tokenizer.json that is a FIFO, a directory or /dev/zero")
 	if testing.Short() {
 		t.Skip("child processes")
 	}
@@ -73,6 +76,7 @@ func TestIrregularTokenizerRefusedAtOnce(t *testing.T) {
 }
 
 func TestIrregularPromptFilesRefusedAtOnce(t *testing.T) {
+	seeded.Expect(t, "a prompt file that is a FIFO, a directory or /dev/zero")
 	if testing.Short() {
 		t.Skip("child processes")
 	}
@@ -104,6 +108,7 @@ func TestIrregularPromptFilesRefusedAtOnce(t *testing.T) {
 // Latin-1) is refused in one line naming where and the flag that reads it
 // anyway; with that flag it is timed. It was timed as text, exit 0.
 func TestBinaryPromptFiles(t *testing.T) {
+	seeded.Expect(t, "a prompt file that is not text")
 	if testing.Short() {
 		t.Skip("child processes")
 	}

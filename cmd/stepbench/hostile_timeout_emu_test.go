@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"stepbench/internal/seeded"
 )
 
 // --step-timeout covers every command that launches work (issue 31): a
@@ -13,6 +15,7 @@ import (
 // verify and kernel had no step timeout at all and waited forever, and ab
 // none either.
 func TestEmulatedStepTimeoutEveryCommand(t *testing.T) {
+	seeded.Expect(t, "a kernel that never returns (verify, kernel, ab, calibrate)")
 	onEmulator(t)
 	spin := spinningKernels(t)
 	env := []string{"XDG_CACHE_HOME=" + emuCacheHome}

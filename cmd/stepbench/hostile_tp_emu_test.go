@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"stepbench/internal/seeded"
 )
 
 // Strangers at node 0's port cannot break a two-node run (issue 31): random
@@ -17,6 +19,7 @@ import (
 // random bytes or the GET aborted node 0 at once (node 1 then timed out),
 // and node 0 listened on every interface, not on the address given.
 func TestEmulatedRendezvousDropsStrangers(t *testing.T) {
+	seeded.Expect(t, "strangers at the rendezvous")
 	onEmulator(t)
 	addr := freeLoopbackAddr(t)
 	start := func(node int) (*exec.Cmd, *strings.Builder) {

@@ -11,10 +11,12 @@ import (
 // TestEmulatedProgrammaticLaunch runs, as a user does, --kernel launch=2
 // (programmatic dependent launch) on the head_dim-64 llama-tiny with dummy
 // weights, in a child process with 2 emulated GPUs and every access before
-// griddepcontrol.wait checked (STEPBENCH_EMU_CHECK_PDL=1): on one GPU and
-// with --tp-size 2 (graphs and eager), the generated tokens and every
-// step's logits are launch=1's bits; run -v says which kernels launch
-// programmatically; ab compares the two versions.
+// griddepcontrol.wait checked (STEPBENCH_EMU_CHECK_PDL=1): with --tp-size 2
+// (graphs and eager), the generated tokens and every step's logits are
+// launch=1's bits; run -v says which kernels launch programmatically on one
+// GPU; ab compares the two versions there, checking every step's logits
+// against launch=1's. (One GPU's bits, under four thread orders:
+// runner/gpu's TestCUDAProgrammaticLaunchMatchesPlain.)
 func TestEmulatedProgrammaticLaunch(t *testing.T) {
 	onEmulator(t)
 	if os.Getenv("STEPBENCH_TEST_TP") != "child" {
@@ -31,7 +33,7 @@ func TestEmulatedProgrammaticLaunch(t *testing.T) {
 	correctness := func(extra ...string) []correctnessRecord {
 		return correctnessOf(t, model, prompts, append([]string{"--device", "cuda"}, extra...)...)
 	}
-	for _, extra := range [][]string{nil, {"--tp-size", "2"}, {"--tp-size", "2", "--disable-cuda-graph"}} {
+	for _, extra := range [][]string{{"--tp-size", "2"}, {"--tp-size", "2", "--disable-cuda-graph"}} {
 		pdl := correctness(append([]string{"--kernel", "launch=2"}, extra...)...)
 		plain := correctness(append([]string{"--kernel", "launch=1"}, extra...)...)
 		if len(pdl) == 0 || !reflect.DeepEqual(pdl, plain) {

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"stepbench/bench/report"
+	"stepbench/cuda"
 	"stepbench/runner"
 	"stepbench/runner/gpu"
 )
@@ -43,6 +44,28 @@ func checkFP8Device(be runner.Backend, cfg runner.Config) error {
 	}
 	if err := gpu.FP8Widths(cfg.KernelShape()); err != nil {
 		return usageError{err}
+	}
+	return nil
+}
+
+// checkFP8Arch refuses an FP8 model on --device cuda when the first GPU
+// is below compute capability 8.9, before the backend opens: its kernels
+// compile first (a minute and more where the cubin cache is cold). Where no
+// driver or device opens, openBackend says why.
+func checkFP8Arch(device string, cfg runner.Config) error {
+	if device != "cuda" || cfg.Quantization == nil {
+		return nil
+	}
+	drv, err := cuda.OpenDriver()
+	if err != nil {
+		return nil
+	}
+	props, err := drv.Props(0)
+	if err != nil {
+		return nil
+	}
+	if err := gpu.CheckFP8Device(props); err != nil {
+		return fmt.Errorf("--device cuda: %w", err)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"stepbench/bench/report"
+	"stepbench/internal/seeded"
 )
 
 // fileSizeLimitEnv, in a child run by runProcess, sets RLIMIT_FSIZE to its
@@ -79,6 +80,7 @@ func jsonlRecords(t *testing.T, path string) int {
 // that line, the vLLM file of the shape was never written and the error was
 // printed twice.
 func TestResultFileFullDisk(t *testing.T) {
+	seeded.Expect(t, "a full disk (RLIMIT_FSIZE) under the result files")
 	if testing.Short() {
 		t.Skip("child processes")
 	}
@@ -124,6 +126,7 @@ func TestResultFileFullDisk(t *testing.T) {
 // and the line: appending would join the new record to a torn one. The
 // file is left as it was.
 func TestTornJSONLRefusedBeforeTheRun(t *testing.T) {
+	seeded.Expect(t, "a torn JSONL result file")
 	dir := t.TempDir()
 	good := `{"run_name": "a", "batch_size": 1}` + "\n"
 	for _, tc := range []struct {

@@ -122,6 +122,9 @@ func runCmd(args []string, stdout, stderr io.Writer) error {
 		}
 		return f.runGroup(fs, setup, stdout, stderr)
 	}
+	if err := checkFP8Arch(setup.device, setup.cfg); err != nil {
+		return err
+	}
 	// The op libraries' caps are checked against the layout as the backend opens.
 	kv := f.kv.options(f.seed)
 	f.backend.kv, f.backend.tabled = &kv, f.kv.tabled()

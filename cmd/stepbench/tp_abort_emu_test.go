@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"stepbench/internal/seeded"
 )
 
 // TestEmulatedRankFailure runs --tp-size 4 in a child process with 4
@@ -18,6 +20,7 @@ import (
 func TestEmulatedRankFailure(t *testing.T) {
 	onEmulator(t)
 	if os.Getenv("STEPBENCH_TEST_TP") != "rank-failure" {
+		seeded.Expect(t, "a rank's collective fails (STEPBENCH_EMU_NCCL_FAIL)")
 		cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatedRankFailure$", "-test.v")
 		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_TP=rank-failure", "STEPBENCH_EMU_DEVICES=4",
 			"STEPBENCH_EMU_NCCL_TIMEOUT_S=600", "STEPBENCH_EMU_NCCL_FAIL=1:3", "STEPBENCH_TEST_EMU_CACHE="+emuCacheHome)

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"stepbench/internal/seeded"
 )
 
 // twoNodes is a --tp-size 2 run as two processes of one emulated GPU each
@@ -80,6 +82,7 @@ func (n *twoNodes) waitNode(t *testing.T, node int, limit time.Duration) bool {
 // /dev/shm. Before, node 0 once waited for 21 minutes on a mutex the dead
 // node held, and every killed run left its 8 MiB segment behind.
 func TestEmulatedTwoNodesKilled(t *testing.T) {
+	seeded.Expect(t, "a node killed by SIGKILL mid-run")
 	onEmulator(t)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 6))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"stepbench/internal/seeded"
 	"stepbench/kernels"
 )
 
@@ -100,6 +101,7 @@ var (
 var tinyShape = []string{"--model", "llama-tiny", "--batch-size", "1", "--input-len", "64", "--output-len", "16"}
 
 func TestEmulatedWrongKernelsAreRefusedBeforeTiming(t *testing.T) {
+	seeded.Expect(t, "halfTheKeys: decode attention reads half the keys", "offByOne: decode attention drops the newest key")
 	onEmulator(t)
 	reproduce := regexp.MustCompile(`reproduce: (stepbench verify [^;]*);`)
 	for _, bug := range []struct {
@@ -261,6 +263,7 @@ func TestAAAcrossProcessesGivesNoVerdict(t *testing.T) {
 // called SLOWER. (A 10% effect is within the emulated floor: ab finds it
 // with enough pairs, compare of separate processes must not claim it.)
 func TestEmulatedSlowerDecodeKernelIsSlower(t *testing.T) {
+	seeded.Expect(t, "slowDecode: decode's scores computed 512 times")
 	onEmulator(t)
 	// A large effect: 512 repetitions of the scores make an emulated decode
 	// step about 2.1x (128 made it 1.2x once linear 3's GEMVs took most of

@@ -401,8 +401,19 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
  * The hooks themselves are not instrumented. */
 #ifdef SBEMU_COUNTERS
 #define SBEMU_HOOK extern "C" __attribute__((no_sanitize_thread, noinline, used, visibility("hidden")))
-#define SBEMU_ACCESS(addr, n, w) \
-    do { if (sbemu_api_ptr) sbemu_api_ptr->access((addr), (n), (w), __builtin_return_address(0)); } while (0)
+/* An access to the thread's own stack (local memory, which neither the
+ * counters nor the PDL check look at) never leaves the module: the stack
+ * pointer and the address share the SBEMU_STACK_BYTES-aligned stack. */
+static inline __attribute__((always_inline)) int sbemu_own_stack(const void *addr) {
+    unsigned long sp;
+    __asm__("mov %%rsp, %0" : "=r"(sp));
+    return (((unsigned long)addr) ^ sp) < SBEMU_STACK_BYTES;
+}
+#define SBEMU_ACCESS(addr, n, w)                                                                       \
+    do {                                                                                               \
+        if (sbemu_api_ptr && !sbemu_own_stack(addr))                                                   \
+            sbemu_api_ptr->access((addr), (n), (w), __builtin_return_address(0));                      \
+    } while (0)
 #define SBEMU_SIZED_HOOKS(n)                                                          \
     SBEMU_HOOK void __tsan_read##n(void *p) { SBEMU_ACCESS(p, n, 0); }              \
     SBEMU_HOOK void __tsan_write##n(void *p) { SBEMU_ACCESS(p, n, 1); }             \

@@ -101,6 +101,17 @@ struct Worker {
     sigjmp_buf jmp;
     volatile sig_atomic_t in_kernel = 0;
     Fiber *current = nullptr;
+    // The forward, reverse and random schedules run a round's fibers in
+    // order: a fiber that yields switches straight to the next runnable one
+    // of the round (what the scheduler would run next), and only the last
+    // returns to the scheduler. null: every yield returns to it.
+    const std::vector<unsigned> *order = nullptr;
+    size_t pos = 0;  // the running fiber's place in order
+    // Warp-serial: order is one warp's lanes, passed in while no barrier
+    // is released (the block's bar_gen is still phase).
+    bool serial = false;
+    unsigned long long phase = 0;
+    std::vector<unsigned> lanes;
     unsigned char *dyn = nullptr;  // dynamic shared memory of the running block
     Block block;
     BlockCounter *counter = nullptr;  // the running block's access counters (STEPBENCH_EMU_COUNTERS)
@@ -252,11 +263,28 @@ struct PdlRecorder {
     IntervalSet reads, writes;
     bool early_trigger = false;  // a thread let dependents begin before it waited
     bool unwaited_exit = false;  // a thread exited without waiting
+    // The allocation the last global access fell in, and the gap between
+    // allocations the last other one did (shared memory, a stack): most
+    // accesses fall in the same as the one before, and are answered without
+    // a search of global (every load and store of the launch comes here).
+    uintptr_t hit_lo = 0, hit_hi = 0, gap_lo = 0, gap_hi = 0;
 };
 
-bool InGlobal(const std::vector<std::pair<uintptr_t, uintptr_t>> &ranges, uintptr_t p) {
+// InGlobal reports whether p is in a live allocation of p's recorder.
+bool InGlobal(PdlRecorder &r, uintptr_t p) {
+    if (p - r.hit_lo < r.hit_hi - r.hit_lo) return true;
+    if (p - r.gap_lo < r.gap_hi - r.gap_lo) return false;
+    const auto &ranges = *r.global;
     auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(p, UINTPTR_MAX));
-    return it != ranges.begin() && p < std::prev(it)->second;
+    if (it != ranges.begin() && p < std::prev(it)->second) {
+        r.hit_lo = std::prev(it)->first;
+        r.hit_hi = std::prev(it)->second;
+        return true;
+    }
+    const uintptr_t lo = it == ranges.begin() ? 0 : std::prev(it)->second;
+    const uintptr_t hi = it == ranges.end() ? UINTPTR_MAX : it->first;
+    if (lo <= p && p < hi) r.gap_lo = lo, r.gap_hi = hi;
+    return false;
 }
 
 [[noreturn]] void Fail(Fiber &f, int code, const std::string &msg);
@@ -279,7 +307,7 @@ std::string PdlRace(const Fiber &f, const GridAccesses &g, uintptr_t at, bool wr
 }
 
 void RecordPdl(Fiber &f, PdlRecorder &p, uintptr_t addr, unsigned bytes, bool write) {
-    if (!InGlobal(*p.global, addr)) return;  // shared memory, the fiber's stack
+    if (!InGlobal(p, addr)) return;  // shared memory, the fiber's stack
     const uintptr_t end = addr + bytes;
     if (!f.waited) {
         for (const GridAccesses *g = p.before; g != nullptr; g = g->earlier.get()) {
@@ -324,7 +352,25 @@ sbemu_thread *Self() {
 
 Fiber &Me() { return *static_cast<Fiber *>(Self()->fiber); }
 
-void Yield(Fiber &f) { sbemu_swap(&f.sp, f.w->sched_sp); }
+// Yield leaves the fiber: for the next runnable fiber of the round, as the
+// scheduler would pick it (half the switches of going through it), or the
+// scheduler, at the round's end, after a failure and in the warp-serial
+// schedules.
+void Yield(Fiber &f) {
+    Worker &w = *f.w;
+    if (w.order != nullptr && w.block.error_code == 0 && (!w.serial || w.block.bar_gen == w.phase)) {
+        const std::vector<unsigned> &order = *w.order;
+        for (size_t i = w.pos + 1; i < order.size(); i++) {
+            Fiber &g = w.fibers[order[i]];
+            if (g.state != kRunnable) continue;
+            w.pos = i;
+            w.current = &g;
+            sbemu_swap(&f.sp, g.sp);
+            return;
+        }
+    }
+    sbemu_swap(&f.sp, w.sched_sp);
+}
 
 std::string Dim(const sbemu_dim3 &d) {
     return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
@@ -779,21 +825,32 @@ bool RoundOver(Worker &w, bool ran) {
 // phase from the first warp again, so no warp of a phase sees another's
 // work of that phase: a missing barrier between a buffer's last reader and
 // its refill shows.
+// A pass over a warp's lanes is a chain: each yielding lane switches to the
+// next runnable one of the pass (Yield) while the phase lasts.
 void RunWarpSerial(Worker &w, bool reverse) {
     Block &b = w.block;
+    struct Unset {
+        Worker &w;
+        ~Unset() { w.order = nullptr, w.serial = false; }
+    } unset{w};
+    w.order = &w.lanes;
+    w.serial = true;
     for (;;) {
         bool ran = false;
-        const unsigned long long phase = b.bar_gen;
+        const unsigned long long phase = w.phase = b.bar_gen;
         for (unsigned k = 0; k < b.nwarps && b.bar_gen == phase; k++) {
             const unsigned wi = reverse ? b.nwarps - 1 - k : k;
             const unsigned first = wi * 32, last = std::min(b.nthreads, first + 32);
+            w.lanes.clear();
+            for (unsigned t = first; t < last; t++) w.lanes.push_back(t);
             for (bool warp_ran = true; warp_ran && b.bar_gen == phase;) {
-                warp_ran = false;
-                for (unsigned t = first; t < last && b.bar_gen == phase; t++) {
-                    Fiber &f = w.fibers[t];
-                    if (f.state != kRunnable) continue;
-                    if (!RunFiber(w, f)) return;
-                    warp_ran = ran = true;
+                size_t i = 0;
+                while (i < w.lanes.size() && w.fibers[w.lanes[i]].state != kRunnable) i++;
+                warp_ran = i < w.lanes.size();
+                if (warp_ran) {
+                    w.pos = i;
+                    if (!RunFiber(w, w.fibers[w.lanes[i]])) return;
+                    ran = true;
                 }
             }
         }
@@ -808,14 +865,20 @@ void RunFibers(Worker &w, std::vector<unsigned> &order, uint64_t seed) {
         return;
     }
     const bool random = schedule == Schedule::Random;
+    struct Unset {
+        Worker &w;
+        ~Unset() { w.order = nullptr; }
+    } unset{w};
+    w.order = &order;
     for (uint64_t round = 0;; round++) {
         if (random && round > 0) Permute(order, seed + round);
-        bool ran = false;
-        for (unsigned i : order) {
-            Fiber &f = w.fibers[i];
-            if (f.state != kRunnable) continue;
-            ran = true;
-            if (!RunFiber(w, f)) return;
+        // The round's first runnable fiber; each passes on to the next (Yield).
+        size_t first = 0;
+        while (first < order.size() && w.fibers[order[first]].state != kRunnable) first++;
+        const bool ran = first < order.size();
+        if (ran) {
+            w.pos = first;
+            if (!RunFiber(w, w.fibers[order[first]])) return;
         }
         if (RoundOver(w, ran)) return;
     }

@@ -4,7 +4,10 @@
 //   1. __shared__ declarations become per-block storage (rewrite.cpp);
 //   2. g++ -E with __global__ left as a token finds the kernels;
 //   3. a kernel table is appended and g++ builds the module, with device.h
-//      (the CUDA device environment) force-included.
+//      (the CUDA device environment) force-included;
+//   4. with STEPBENCH_EMU_MODULE_CACHE=DIR, step 3 is skipped when DIR holds
+//      a module built from the same inputs (modcache.h): what a test suite's
+//      many processes ask for again and again.
 // The log has NVRTC's "file(line): error" form, and with -Xptxas -v / 
 // --ptxas-options=-v ptxas-style resource lines (registers and shared memory
 // are not modelled: they read 0). nvrtcVersion reports the emulator's own
@@ -24,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "modcache.h"
 #include "rewrite.h"
 
 extern char **environ;
@@ -43,7 +47,8 @@ static bool CountersWanted() {
 
 namespace {
 
-#include "headers.inc"  // kAbiH, kDeviceH: abi.h and device.h as strings
+#include "headers.inc"   // kAbiH, kDeviceH: abi.h and device.h as strings
+#include "build_id.inc"  // kEmuBuildID: the sha256 of the emulated NVRTC's sources
 extern "C" {
 #include "abi.h"
 }
@@ -266,7 +271,8 @@ int Compile(Program *p, const Options &o) {
         p->log = header + name + ": error: " + (scan_err.empty() ? "cannot read the preprocessed unit" : scan_err) + "\n";
         return kCompilation;
     }
-    if (!WriteFile(unit_path, unit + emu::RegistrationSource(kernels, o.arch))) {
+    const std::string final_unit = unit + emu::RegistrationSource(kernels, o.arch);
+    if (!WriteFile(unit_path, final_unit)) {
         p->log = header + "emulated NVRTC: cannot write the unit\n";
         return kBuiltinOperationFailure;
     }
@@ -278,9 +284,24 @@ int Compile(Program *p, const Options &o) {
     if (counted) {
         // Every load and store calls a __tsan_* hook (device.h defines them);
         // compiled only, and linked without -fsanitize: no sanitizer runtime.
-        build.insert(build.end(), {"-DSBEMU_COUNTERS", "-fsanitize=thread", "-Wno-tsan", "-c", unit_path, "-o", dir + "/module.o"});
+        // (Function entries and exits are not counted: no hook calls for them.)
+        build.insert(build.end(), {"-DSBEMU_COUNTERS", "-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
+                                   "-Wno-tsan", "-c", unit_path, "-o", dir + "/module.o"});
     } else {
         build.insert(build.end(), {"-shared", unit_path, "-o", dir + "/module.so"});
+    }
+    // A module built before from the same inputs (STEPBENCH_EMU_MODULE_CACHE).
+    const std::string cache_dir = o.virtual_arch ? "" : emu::ModuleCacheDir();
+    std::string key;
+    if (!cache_dir.empty()) {
+        std::vector<std::string> argv = build;
+        argv.push_back(o.verbose ? "(ptxas lines)" : "(no ptxas lines)");
+        key = emu::ModuleKey(kEmuBuildID, Compiler(), argv, dir, pre, unit_path, final_unit);
+        std::string so;
+        if (emu::ModuleCacheGet(cache_dir, key, &p->log, &so)) {
+            p->cubin.assign(so.begin(), so.end());
+            return kSuccess;
+        }
     }
     remove(log_path.c_str());
     rc = Run(build, log_path);
@@ -299,6 +320,7 @@ int Compile(Program *p, const Options &o) {
     if (o.virtual_arch) return kSuccess;  // NVRTC makes PTX only; the emulator has none to give
     if (o.verbose) p->log += PtxasLines(kernels, o.arch);
     p->cubin.assign(so.begin(), so.end());
+    if (!cache_dir.empty()) emu::ModuleCachePut(cache_dir, key, p->log, so);
     return kSuccess;
 }
 

@@ -153,6 +153,10 @@ func New(opts Options) (*Backend, error) {
 	if arch < kernels.MinArch {
 		return nil, fmt.Errorf("cuda backend: %s is sm_%d; the kernels need sm_%d or newer (bf16 mma.sync, cp.async)", dev.Name, arch, kernels.MinArch)
 	}
+	if opts.Kernels.LaunchVersion() == kernels.LaunchProgrammatic && dev.Major < 9 {
+		// checkLaunchVersion's refusal, before the kernels compile for nothing.
+		return nil, errors.Join(fmt.Errorf("cuda backend: %w", launchArchError(dev)), c.Close())
+	}
 	c.info.KernelArch, c.info.KernelsFromDisk = arch, opts.KernelsDir != ""
 	srcs, err := kernels.Sources(opts.KernelsDir)
 	if err != nil {
@@ -350,6 +354,12 @@ func (c *Backend) start(opts Options, load func() (*Kernels, error)) error {
 	return nil
 }
 
+// launchArchError refuses launch=2 on dev, below compute capability 9.0.
+func launchArchError(dev cuda.DeviceProps) error {
+	return input.Bad(fmt.Errorf("--kernel launch=%d: programmatic dependent launch needs compute capability 9.0 or newer; %s is %d.%d (use launch=1)",
+		kernels.LaunchProgrammatic, dev.Name, dev.Major, dev.Minor))
+}
+
 // checkLaunchVersion refuses launch=2 where programmatic dependent launch
 // cannot run: below compute capability 9.0 (griddepcontrol is sm_90's) or
 // with a driver that lacks cuLaunchKernelEx. A refusal, not a silent plain
@@ -361,8 +371,7 @@ func (c *Backend) checkLaunchVersion() error {
 	}
 	dev := c.info.Device
 	if dev.Major < 9 {
-		return input.Bad(fmt.Errorf("--kernel launch=%d: programmatic dependent launch needs compute capability 9.0 or newer; %s is %d.%d (use launch=1)",
-			kernels.LaunchProgrammatic, dev.Name, dev.Major, dev.Minor))
+		return launchArchError(dev)
 	}
 	if !c.drv.HasLaunchEx() {
 		return input.Bad(fmt.Errorf("--kernel launch=%d: the CUDA driver %s (version %d) does not export cuLaunchKernelEx (CUDA 11.8 or newer; use launch=1)",

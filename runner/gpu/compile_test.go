@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,6 +26,17 @@ func openNVRTCForTest(t *testing.T) *cuda.NVRTC {
 	return n
 }
 
+// nvrtcTestCache is the cubin cache of a test that compiles every kernel
+// with the real NVRTC: make test's ($STEPBENCH_TEST_NVRTC_CACHE, which
+// cmd/stepbench's build tests share: the embedded kernels are compiled once
+// per run), else the test's own.
+func nvrtcTestCache(t *testing.T) string {
+	if dir := os.Getenv("STEPBENCH_TEST_NVRTC_CACHE"); dir != "" {
+		return filepath.Join(dir, "stepbench", "cubin")
+	}
+	return t.TempDir()
+}
+
 func TestCompileEverySourceWithoutSpills(t *testing.T) {
 	n := openNVRTCForTest(t)
 	srcs, err := kernels.Sources("")
@@ -35,7 +47,7 @@ func TestCompileEverySourceWithoutSpills(t *testing.T) {
 	t.Logf("NVRTC %d.%d at %s", major, minor, n.Path())
 	for _, arch := range []int{80, 90} {
 		t.Run(fmt.Sprintf("sm_%d", arch), func(t *testing.T) {
-			cacheDir := t.TempDir()
+			cacheDir := nvrtcTestCache(t)
 			compiled, err := kernels.Compile(n, srcs, arch, cacheDir)
 			if err != nil {
 				t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
+	"stepbench/internal/seeded"
 	"stepbench/kernels"
 	"stepbench/runner"
 )
@@ -27,6 +28,9 @@ var tinyShapes = testModelShapes[:1]
 type seededBug struct {
 	name, file, kernel, old, new string
 	want                         []string
+	// pin, when set, is the kernel versions checked: the one the bug is
+	// in (and the cheapest of attention's other op), not every version.
+	pin kernels.Selection
 }
 
 var seededBugs = []seededBug{
@@ -203,13 +207,17 @@ func TestEmulatorCatchesSeededBugs(t *testing.T) {
 			t.Errorf("%s: every check passed", b.name)
 			continue
 		}
-		first := failures[0]
+		first, caught := failures[0], true
 		for _, w := range b.want {
 			if !strings.Contains(first, w) {
 				t.Errorf("%s: first failure lacks %q:\n%s", b.name, w, first)
+				caught = false
 			}
 		}
 		t.Logf("%s caught: %s", b.name, first)
+		if caught {
+			seeded.Caught(t, b.name)
+		}
 	}
 }
 
@@ -269,6 +277,8 @@ func TestEmulatorScheduleRevealsRace(t *testing.T) {
 	}
 	if !failed || len(distinct) < 2 {
 		t.Errorf("the race should fail under some schedule and pass or fail differently under another: %v", outcomes)
+	} else {
+		seeded.Caught(t, raceBug.name)
 	}
 }
 
@@ -363,18 +373,19 @@ func endToEndOnEmulator(t *testing.T, cache string) {
 // near lockstep (forward, reverse, random) can miss the first; a warp run
 // alone from barrier to barrier cannot.
 var barrierBugs = []seededBug{
-	{name: "no barrier before the refill", file: "attention.cu", kernel: "attention",
+	{name: "no barrier before the refill", file: "attention.cu", kernel: "attention", pin: prefillOnly(2),
 		old: "        __syncthreads();  // the buffer is refilled by the next iteration's prefetch\n", new: ""},
-	{name: "no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
+	{name: "no barrier after cp_async_wait", file: "attention.cu", kernel: "attention", pin: prefillOnly(2),
 		old: "            cp_async_wait<0>();\n        }\n        __syncthreads();\n", new: "            cp_async_wait<0>();\n        }\n"},
 	// attn_prefill3's two, the same protocol with 8 warps.
-	{name: "v3: no barrier before the refill", file: "attention.cu", kernel: "attention",
+	{name: "v3: no barrier before the refill", file: "attention.cu", kernel: "attention", pin: prefillOnly(3),
 		old: "        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it\n", new: ""},
-	{name: "v3: no barrier after cp_async_wait", file: "attention.cu", kernel: "attention",
+	{name: "v3: no barrier after cp_async_wait", file: "attention.cu", kernel: "attention", pin: prefillOnly(3),
 		old: "        __syncthreads();  // tile `tile` has landed for every thread\n", new: ""},
 	// attn_decode5's barrier between its prologue's writes (rotated q in
 	// shared memory, the new key's k and v rows in the caches) and the key loop.
 	{name: "decode v5: no barrier between the new key's write and the reads", file: "attention.cu", kernel: "attention",
+		pin: kernels.Selection{kernels.OpAttnDecode: 5, kernels.OpAttnPrefill: 1},
 		old: "    __syncthreads();  // q_s, and the new key's row, before any warp reads them\n", new: ""},
 	// attn_prefill4's two (attn_prefill3's protocol over the pages), and
 	// attn_decode6's between the block's copy of q and the warps' reads.
@@ -384,6 +395,13 @@ var barrierBugs = []seededBug{
 		old: "        __syncthreads();  // tile `tile` has landed for every thread\n", new: ""},
 	{name: "paged decode v6: no barrier after the copy of q", file: "paged_attention.cu", kernel: "paged",
 		old: "((u32x4*)q_s)[c] = qsrc[c];\n    __syncthreads();\n", new: "((u32x4*)q_s)[c] = qsrc[c];\n"},
+}
+
+// prefillOnly pins attention's checks to prefill version ver (attn_prefill_tc
+// is 2, attn_prefill3 is 3) and decode's first version: a seeded bug in a
+// prefill version is caught by that version's checks, not the others'.
+func prefillOnly(ver int) kernels.Selection {
+	return kernels.Selection{kernels.OpAttnPrefill: ver, kernels.OpAttnDecode: 1}
 }
 
 // ropeWriterBug makes attn_decode5's first split, not the one holding the
@@ -422,6 +440,8 @@ func TestReverseOrderRevealsWrongRopeWriter(t *testing.T) {
 		caught := !strings.HasPrefix(line, "0 ")
 		if caught != c.caught || (caught && !strings.Contains(line, "attention decode v5")) {
 			t.Errorf("%s under %s: %s; want caught %v", ropeWriterBug.name, c.schedule, line, c.caught)
+		} else if caught {
+			seeded.Caught(t, ropeWriterBug.name)
 		}
 		t.Logf("%s under %s: %.200s", ropeWriterBug.name, c.schedule, line)
 	}
@@ -431,30 +451,53 @@ func TestWarpSerialRevealsDroppedBarriers(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	emutest.Use(t)
-	if os.Getenv(scheduleChild) == "barriers" {
+	if mode, ok := strings.CutPrefix(os.Getenv(scheduleChild), "barriers:"); ok {
 		for _, b := range barrierBugs {
+			if serialSchedule(b) != mode {
+				continue
+			}
+			emuSelection = b.pin
 			failures := verifyOnEmulator(t, b.seed(t), tinyShapes, testCache(), b.kernel)
 			fmt.Printf("BARRIER-RESULT %s: %d failures\n", b.name, len(failures))
 		}
 		return
 	}
-	// (Under forward order the first passes today: the reason for these schedules.)
+	// (Under forward order the first passes today: the reason for these
+	// schedules.) Each bug under one of the two warp-serial orders, in turn
+	// (both catch each today): both orders are shown to catch dropped
+	// barriers, at half the cost of every bug under both.
 	for _, schedule := range []string{"warp-serial", "warp-serial-reverse"} {
-		out, err := runUnderSchedule(t, "TestWarpSerialRevealsDroppedBarriers", schedule, "barriers")
+		out, err := runUnderSchedule(t, "TestWarpSerialRevealsDroppedBarriers", schedule, "barriers:"+schedule)
 		if err != nil {
 			t.Fatalf("schedule %s: %v\n%s", schedule, err, out)
 		}
 		for _, b := range barrierBugs {
+			if serialSchedule(b) != schedule {
+				continue
+			}
 			caught := !strings.Contains(out, "BARRIER-RESULT "+b.name+": 0 failures")
 			if !strings.Contains(out, "BARRIER-RESULT "+b.name+": ") {
 				t.Fatalf("schedule %s: no result for %s in\n%s", schedule, b.name, out)
 			}
 			if !caught {
 				t.Errorf("%s: every attention check passed under %s", b.name, schedule)
+			} else {
+				seeded.Caught(t, b.name)
 			}
 			t.Logf("%s under %s: caught %v", b.name, schedule, caught)
 		}
 	}
+}
+
+// serialSchedule is the warp-serial order b is checked under: the bugs of
+// barrierBugs alternate between the two.
+func serialSchedule(b seededBug) string {
+	for i, c := range barrierBugs {
+		if c.name == b.name && i%2 == 1 {
+			return "warp-serial-reverse"
+		}
+	}
+	return "warp-serial"
 }
 
 // A tile whose rows past the keys are not zero-filled reads what the buffer
@@ -465,22 +508,29 @@ func TestRetiredBufferRevealsMissingZeroFill(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	emutest.Use(t)
+	defer func(sel kernels.Selection) { emuSelection = sel }(emuSelection)
 	bug := seededBug{name: "no zero-fill of a partial tile", file: "attention.cu", kernel: "attention",
 		old: "            cp_async16(d, src + row * stride + ch * 8);\n        } else {\n            *d = u32x4{0, 0, 0, 0};\n        }",
 		new: "            cp_async16(d, src + row * stride + ch * 8);\n        }"}
+	emuSelection = prefillOnly(2) // attn_prefill_tc's tile copy
 	failures := verifyOnEmulator(t, bug.seed(t), tinyShapes, testCache(), bug.kernel)
 	joined := strings.Join(failures, "\n")
 	if !strings.Contains(joined, "b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
 		t.Errorf("the prefill whose sixth tile is partial passed:\n%s", joined)
+	} else {
+		seeded.Caught(t, bug.name)
 	}
 	// attn_prefill3's own tile copy, zero-fill dropped: the same prefill fails in version 3.
 	bug3 := seededBug{name: "v3: no zero-fill of a partial tile", file: "attention.cu", kernel: "attention",
 		old: "            cp_async16(d + i * STEP_BYTES, s + i * step_src);\n        } else {\n            *(u32x4*)(d + i * STEP_BYTES) = u32x4{0, 0, 0, 0};\n        }",
 		new: "            cp_async16(d + i * STEP_BYTES, s + i * step_src);\n        }"}
+	emuSelection = prefillOnly(3)
 	failures = verifyOnEmulator(t, bug3.seed(t), tinyShapes, testCache(), bug3.kernel)
 	joined = strings.Join(failures, "\n")
 	if !strings.Contains(joined, "attention prefill v3 [b=1 s=128 pos=200 h=32 kv=8 d=128 max=512]: element") {
 		t.Errorf("version 3's prefill whose sixth tile is partial passed:\n%s", joined)
+	} else {
+		seeded.Caught(t, bug3.name)
 	}
 }
 

@@ -34,8 +34,11 @@ type fp8State struct {
 }
 
 // CheckFP8 says in one line why this GPU cannot run FP8 GEMMs (nil: it can).
-func (c *Backend) CheckFP8() error {
-	d := c.info.Device
+func (c *Backend) CheckFP8() error { return CheckFP8Device(c.info.Device) }
+
+// CheckFP8Device says in one line why d cannot run FP8 GEMMs (nil: it
+// can): before a backend opens, a refusal needs no kernel compiled.
+func CheckFP8Device(d cuda.DeviceProps) error {
 	if arch := d.Major*10 + d.Minor; arch < MinFP8Arch {
 		return fmt.Errorf("FP8 needs a GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell: FP8 tensor cores); %s is %d.%d", d.Name, d.Major, d.Minor)
 	}

@@ -278,6 +278,31 @@ func TestCUDATableVersionsOnTheContiguousLayout(t *testing.T) {
 // fill quantizing on the device.
 const maxRelErrFP8CacheVsCPU = 3e-2
 
+// fp8EngineCase is a cache dtype, its scales (nil: 1.0) and the batch.
+type fp8EngineCase struct {
+	dtype  kernels.CacheDType
+	scales *runner.KVScales
+	seqs   []runner.SeqSpec
+}
+
+// fp8EngineCases are TestCUDAFP8CacheMatchesCPU's: the bf16 cache first
+// (the baseline the FP8 bound is set against), E4M3 with scales per layer
+// and KV head (K's and V's differ) over a synthetic context, E5M2.
+func fp8EngineCases(cfg runner.Config) []fp8EngineCase {
+	scales := runner.UnitKVScales(cfg.NumHiddenLayers, cfg.NumKeyValueHeads)
+	for l := range scales.K {
+		for g := range scales.K[l] {
+			scales.K[l][g] = 0.02 * float32(1+g+l)
+			scales.V[l][g] = 0.03 * float32(cfg.NumKeyValueHeads-g+l)
+		}
+	}
+	return []fp8EngineCase{
+		{kernels.CacheBF16, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
+		{kernels.CacheE4M3, &scales, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Context: 20, Prompt: 3}, {Prompt: 33}}},
+		{kernels.CacheE5M2, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
+	}
+}
+
 // TestCUDAFP8CacheMatchesCPU: the engine on the cuda backend with an FP8
 // KV cache (rope_kv_write 4, attn_prefill 5, attn_decode 7) gives a ragged
 // batch the cpu backend's FP8-cache tokens (teacher-forced) and, within
@@ -299,24 +324,7 @@ func TestCUDAFP8CacheMatchesCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
-	scales := runner.UnitKVScales(cfg.NumHiddenLayers, cfg.NumKeyValueHeads)
-	for l := range scales.K {
-		for g := range scales.K[l] {
-			scales.K[l][g] = 0.02 * float32(1+g+l)
-			scales.V[l][g] = 0.03 * float32(cfg.NumKeyValueHeads-g+l)
-		}
-	}
-	type fp8Case struct {
-		dtype  kernels.CacheDType
-		scales *runner.KVScales
-		seqs   []runner.SeqSpec
-	}
-	cases := []fp8Case{
-		// The bf16 cache first: the baseline the FP8 bound is set against.
-		{kernels.CacheBF16, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
-		{kernels.CacheE4M3, &scales, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Context: 20, Prompt: 3}, {Prompt: 33}}},
-		{kernels.CacheE5M2, nil, []runner.SeqSpec{{Prompt: 5}, {Prompt: 1}, {Prompt: 33}}},
-	}
+	cases := fp8EngineCases(cfg)
 	const steps, seed = 4, 7
 	layouts := []runner.KVOptions{{Layout: runner.KVContiguous},
 		{Layout: runner.KVPaged, PageSize: 16, Order: runner.PagesShuffled, Seed: 11, PoisonTable: true}}

@@ -12,6 +12,7 @@ import (
 
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
+	"stepbench/internal/seeded"
 	"stepbench/kernels"
 	"stepbench/kernels/ref"
 	"stepbench/runner"
@@ -145,6 +146,7 @@ func TestCUDAProgrammaticLaunchCatchesAnEarlyRead(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	emutest.Use(t)
 	if os.Getenv(pdlChild) == "" {
+		seeded.Expect(t, "earlyNorm: add_rmsnorm reads before griddepcontrol.wait")
 		out := runPDLChild(t, "TestCUDAProgrammaticLaunchCatchesAnEarlyRead", "forward")
 		for _, want := range []string{"EARLY launch=1: <nil>", "EARLY launch=2: ", "kernel add_rmsnorm reads byte offset",
 			"before griddepcontrol.wait", "but the grid before it on the stream (kernel "} {
@@ -215,6 +217,7 @@ func TestCUDAProgrammaticLaunchFusedKernels(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	emutest.Use(t)
 	if os.Getenv(pdlChild) == "" {
+		seeded.Expect(t, "earlyX: gemv loads x before griddepcontrol.wait")
 		for _, schedule := range []string{"forward", "warp-serial"} {
 			out := runPDLChild(t, "TestCUDAProgrammaticLaunchFusedKernels", schedule)
 			for _, want := range []string{"FUSED-MATCH", "EARLY-X launch=2: ", "before griddepcontrol.wait", "kernel gemv_"} {

@@ -12,6 +12,7 @@ import (
 
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
+	"stepbench/internal/seeded"
 	"stepbench/kernels"
 	"stepbench/kernels/ref"
 )
@@ -197,6 +198,8 @@ func TestTensorCoreHelpersOnEmulator(t *testing.T) {
 	}
 	if nan != len(stale) {
 		t.Errorf("without cp_async_wait, %d of %d outputs are NaN; want all (the tiles still hold poison)", nan, len(stale))
+	} else {
+		seeded.Caught(t, "no cp_async_wait before ldmatrix")
 	}
 }
 
@@ -295,5 +298,7 @@ func TestEmulatorFaultsOnMisalignedLdmatrix(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Name != "CUDA_ERROR_MISALIGNED_ADDRESS" || !strings.Contains(err.Error(), "ldmatrix row address not 16-byte aligned") ||
 		!strings.Contains(err.Error(), "thread (5,0,0)") {
 		t.Errorf("misaligned ldmatrix: %v; want CUDA_ERROR_MISALIGNED_ADDRESS naming ldmatrix and thread (5,0,0)", err)
+	} else {
+		seeded.Caught(t, "misaligned ldmatrix row address")
 	}
 }
