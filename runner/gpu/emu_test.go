@@ -392,7 +392,7 @@ var barrierBugs = []seededBug{
 	{name: "paged prefill v4: no barrier before the refill", file: "paged_attention.cu", kernel: "paged",
 		old: "        __syncthreads();  // every warp is done with tile `tile`: the next prefetch may refill it\n", new: ""},
 	{name: "paged prefill v4: no barrier after cp_async_wait", file: "paged_attention.cu", kernel: "paged",
-		old: "        __syncthreads();  // tile `tile` has landed for every thread\n", new: ""},
+		old: "        __syncthreads();  // tile `tile` has landed (and been widened) for every thread\n", new: ""},
 	{name: "paged decode v6: no barrier after the copy of q", file: "paged_attention.cu", kernel: "paged",
 		old: "((u32x4*)q_s)[c] = qsrc[c];\n    __syncthreads();\n", new: "((u32x4*)q_s)[c] = qsrc[c];\n"},
 }
