@@ -104,6 +104,20 @@ func (kv PagedKV) Check() error {
 // and every slice as long as its shape.
 func AttentionPaged(out, q, kCache, vCache []uint16, kv PagedKV, heads, kvHeads, headDim int, tokens []int) {
 	const op = "AttentionPaged"
+	slots := kv.NumPages * kv.PageSize * kvHeads * headDim
+	needLen(op, "kCache", len(kCache), slots)
+	needLen(op, "vCache", len(vCache), slots)
+	walkPaged(op, out, q, kv, heads, kvHeads, headDim, tokens, func(a *attender, out, q []uint16, rows []int) {
+		a.token(out, q, kCache, vCache, rows)
+	})
+}
+
+// walkPaged checks a paged attention's shapes and calls attend for each of
+// tokens (nil: every row) with its output and query rows and the cache
+// rows (element offsets of KV head 0) of positions 0..p it attends to: the
+// driver AttentionPaged and AttentionPagedFP8 share.
+func walkPaged(op string, out, q []uint16, kv PagedKV, heads, kvHeads, headDim int, tokens []int,
+	attend func(a *attender, out, q []uint16, rows []int)) {
 	needShape(op, kvHeads >= 1 && heads >= kvHeads && heads%kvHeads == 0 && headDim >= 1,
 		"bad shape heads %d kvHeads %d headDim %d", heads, kvHeads, headDim)
 	if err := kv.Check(); err != nil {
@@ -113,9 +127,6 @@ func AttentionPaged(out, q, kCache, vCache []uint16, kv PagedKV, heads, kvHeads,
 	qWidth, kvWidth := heads*headDim, kvHeads*headDim
 	needLen(op, "q", len(q), T*qWidth)
 	needLen(op, "out", len(out), T*qWidth)
-	slots := kv.NumPages * kv.PageSize
-	needLen(op, "kCache", len(kCache), slots*kvWidth)
-	needLen(op, "vCache", len(vCache), slots*kvWidth)
 	if tokens == nil {
 		tokens = make([]int, T)
 		for t := range tokens {
@@ -142,7 +153,7 @@ func AttentionPaged(out, q, kCache, vCache []uint16, kv PagedKV, heads, kvHeads,
 		}
 		qLen := int(kv.QueryStart[b+1] - kv.QueryStart[b])
 		p := int(kv.SeqLens[b]) - qLen + (t - int(kv.QueryStart[b]))
-		a.token(out[t*qWidth:(t+1)*qWidth], q[t*qWidth:(t+1)*qWidth], kCache, vCache, rows[:p+1])
+		attend(&a, out[t*qWidth:(t+1)*qWidth], q[t*qWidth:(t+1)*qWidth], rows[:p+1])
 	}
 }
 
@@ -163,48 +174,14 @@ func (kv PagedKV) sequenceOf() []int {
 func AttentionPagedFP8(out, q []uint16, kCache, vCache []uint8, kv PagedKV, heads, kvHeads, headDim int, tokens []int,
 	f FP8Cache, kScale, vScale []float32) {
 	const op = "AttentionPagedFP8"
-	needShape(op, kvHeads >= 1 && heads >= kvHeads && heads%kvHeads == 0 && headDim >= 1,
-		"bad shape heads %d kvHeads %d headDim %d", heads, kvHeads, headDim)
-	if err := kv.Check(); err != nil {
-		needShape(op, false, "%v", err)
-	}
-	T := kv.Tokens()
-	qWidth, kvWidth := heads*headDim, kvHeads*headDim
-	needLen(op, "q", len(q), T*qWidth)
-	needLen(op, "out", len(out), T*qWidth)
-	slots := kv.NumPages * kv.PageSize
-	needLen(op, "kCache", len(kCache), slots*kvWidth)
-	needLen(op, "vCache", len(vCache), slots*kvWidth)
+	slots := kv.NumPages * kv.PageSize * kvHeads * headDim
+	needLen(op, "kCache", len(kCache), slots)
+	needLen(op, "vCache", len(vCache), slots)
 	needScales(op, kScale, vScale, kvHeads)
-	if tokens == nil {
-		tokens = make([]int, T)
-		for t := range tokens {
-			tokens[t] = t
-		}
-	}
-	seqOf := kv.sequenceOf()
-	maxLen := 0
-	for b := range kv.Batch() {
-		maxLen = max(maxLen, int(kv.SeqLens[b]))
-	}
-	var a attender
-	a.init(heads, kvHeads, headDim, maxLen)
-	rows := make([]int, maxLen)
-	rowsOf := -1
 	values := f.table()
-	for _, t := range tokens {
-		needShape(op, t >= 0 && t < T, "token %d outside [0, %d)", t, T)
-		b := seqOf[t]
-		if b != rowsOf {
-			for j := range int(kv.SeqLens[b]) {
-				rows[j] = int(kv.Slot(b, j)) * kvWidth
-			}
-			rowsOf = b
-		}
-		qLen := int(kv.QueryStart[b+1] - kv.QueryStart[b])
-		p := int(kv.SeqLens[b]) - qLen + (t - int(kv.QueryStart[b]))
-		a.tokenFP8(out[t*qWidth:(t+1)*qWidth], q[t*qWidth:(t+1)*qWidth], kCache, vCache, rows[:p+1], values, kScale, vScale)
-	}
+	walkPaged(op, out, q, kv, heads, kvHeads, headDim, tokens, func(a *attender, out, q []uint16, rows []int) {
+		a.tokenFP8(out, q, kCache, vCache, rows, values, kScale, vScale)
+	})
 }
 
 // tokenFP8 is token over FP8 caches (values: the format's table).
