@@ -42,6 +42,8 @@ func Parse(data []byte, name string) (*Tokenizer, error) {
 }
 
 type fileJSON struct {
+	Truncation    json.RawMessage  `json:"truncation"`
+	Padding       json.RawMessage  `json:"padding"`
 	AddedTokens   []addedTokenJSON `json:"added_tokens"`
 	Normalizer    json.RawMessage  `json:"normalizer"`
 	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
@@ -121,7 +123,7 @@ type kindJSON struct {
 
 // kindOf names a component ("null" when absent), a Sequence with its parts.
 func kindOf(raw json.RawMessage) string {
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+	if isNull(raw) {
 		return "null"
 	}
 	var k kindJSON
@@ -163,8 +165,17 @@ func checkKind(f *fileJSON) error {
 		return fmt.Errorf("model: BPE with a subword prefix or suffix is not supported: %s", want)
 	case !strings.HasPrefix(kindOf(f.Decoder), "ByteLevel"):
 		return fmt.Errorf("decoder %s is not supported (Llama-3's and Qwen2's is ByteLevel): %s", kindOf(f.Decoder), want)
+	case !isNull(f.Truncation), !isNull(f.Padding):
+		// The library's encode would cut or pad every text to a length.
+		return errors.New("truncation or padding is set: stepbench encodes whole texts, as Llama-3's and Qwen2's files (both null) have it")
 	}
 	return nil
+}
+
+// isNull says whether a component is absent or null.
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
 }
 
 // readNormalizer reads the normalizer: none (Llama-3) or NFC (Qwen2, Qwen3),

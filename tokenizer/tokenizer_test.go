@@ -232,6 +232,8 @@ func TestBadFiles(t *testing.T) {
 		{"missing byte", replace(`"!": 33,`, ``), "no token \"!\" for byte 0x21"},
 		{"lstrip", replace(`"lstrip": false`, `"lstrip": true`), "lstrip, rstrip or single_word"},
 		{"post-processor", replace(`"type": "TemplateProcessing"`, `"type": "RobertaProcessing"`), "RobertaProcessing is not supported"},
+		{"truncation", replace(`"truncation": null`, `"truncation": {"max_length": 512, "strategy": "LongestFirst"}`), "truncation or padding is set"},
+		{"padding", replace(`"padding": null`, `"padding": {"strategy": {"Fixed": 64}}`), "truncation or padding is set"},
 	} {
 		_, err := Parse([]byte(c.data), "dir/tokenizer.json")
 		switch {
