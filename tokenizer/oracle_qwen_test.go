@@ -124,3 +124,22 @@ func TestOracleQwenDecode(t *testing.T) {
 		}
 	}
 }
+
+// 1 MB of the corpus's prose and code with Qwen3's vocabulary (NFC
+// included; make oracle sets the file up).
+func BenchmarkEncodeQwen1MB(b *testing.B) {
+	dir, why := setUpOracle("STEPBENCH_TOKENIZER_ORACLE_QWEN", "tokenizer-oracle-qwen")
+	if dir == "" {
+		b.Skip(why)
+	}
+	tok, err := qwenOracle()
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := benchmarkText()
+	b.SetBytes(int64(len(text)))
+	b.ResetTimer()
+	for range b.N {
+		tok.Encode(text)
+	}
+}
