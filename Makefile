@@ -137,6 +137,7 @@ fuzz:
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParseSelection -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzEncodeQwen$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzLlama3Chat$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/dist -run '^$$' -fuzz FuzzHandshake -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/input -run '^$$' -fuzz FuzzCheckText -fuzztime $(FUZZTIME)

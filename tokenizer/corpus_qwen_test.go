@@ -31,7 +31,10 @@ func nfcCorpus() []string {
 	out := []string{"cafe\u0301", "e\u0301\u0301", "\u212b ngstrom", "\u2126hm", "\u212aelvin", "a\u0301\u0323", "a\u0323\u0301",
 		"\u1e0b\u0323", "\u0958\u0959", "\u0915\u093c", "\u1100\u1161\u11a8", "\u1100\u1161 \u1100\u1161\u11a8\u11a8",
 		"\u0041\u030a\u0301", "o\u0308\u0304", "\u00f6\u0304", "\u0344", "\u0340\u0341", "\u2000\u2001", "\u1fed",
-		"<|im_start|>\u0301x", "e<|im_end|>\u0301", "\u0301<|endoftext|>\u0301", "ﬁ\u0301", "１\u0301", "1\u0301"}
+		"<|im_start|>\u0301x", "e<|im_end|>\u0301", "\u0301<|endoftext|>\u0301", "ﬁ\u0301", "１\u0301", "1\u0301",
+		// > and U+0338 compose to ≯ (U+226F), but not across the end of an
+		// added token: the text between added tokens is normalized apart.
+		">\u0338", "<|im_end|>\u0338", "a<think>\u0338", "=\u0338<\u0338"}
 	for _, s := range append(append([]string{}, prose...), scripts...) {
 		if d := norm.NFD.String(s); d != s {
 			out = append(out, d, " "+d)

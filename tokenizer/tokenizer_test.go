@@ -305,6 +305,11 @@ func FuzzParse(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(small)
+	qwen, err := tokenizertest.QwenJSON(300)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(qwen)
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}`))
 	f.Add([]byte("{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
