@@ -53,6 +53,9 @@ func loadQwenOracle(t *testing.T) (*Tokenizer, string) {
 func TestOracleQwenCorpus(t *testing.T) {
 	tok, dir := loadQwenOracle(t)
 	texts := qwenCorpus()
+	if len(texts) < 2500 {
+		t.Fatalf("the corpus has %d strings, fewer than 2,500", len(texts))
+	}
 	requests := make([]any, len(texts))
 	for i, s := range texts {
 		requests[i] = map[string]string{"b64": base64.StdEncoding.EncodeToString([]byte(s))}
