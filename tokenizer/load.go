@@ -18,8 +18,8 @@ const maxID = 1 << 24
 const MaxFileBytes = 64 << 20
 
 // Load reads a Hugging Face tokenizer.json of the Llama-3 or Qwen2 kind
-// (Qwen2, Qwen2.5, Qwen3): a regular
-// file (a FIFO or a device is refused at once) of at most MaxFileBytes.
+// (Qwen2, Qwen2.5, Qwen3): a regular file (a FIFO or a device is refused at
+// once) of at most MaxFileBytes.
 func Load(path string) (*Tokenizer, error) {
 	data, err := input.ReadFile(path, MaxFileBytes, "a tokenizer.json")
 	if err != nil {
@@ -141,8 +141,8 @@ func kindOf(raw json.RawMessage) string {
 	return "Sequence[" + strings.Join(names, ", ") + "]"
 }
 
-// want is what every refusal of a kind of tokenizer ends with.
-const want = "stepbench reads byte-level BPE tokenizers of the Llama-3 and Qwen2 kinds"
+// supportedKinds is what every refusal of a kind of tokenizer ends with.
+const supportedKinds = "stepbench reads byte-level BPE tokenizers of the Llama-3 and Qwen2 kinds"
 
 // checkKind refuses every tokenizer whose model or decoder is not the
 // byte-level BPE of Llama-3 and Qwen2, naming the field and what the file
@@ -155,16 +155,16 @@ func checkKind(f *fileJSON) error {
 	case m.Type == "":
 		return errors.New("the model has no type")
 	case m.Type != "BPE":
-		return fmt.Errorf("model type %s is not supported: %s", m.Type, want)
+		return fmt.Errorf("model type %s is not supported: %s", m.Type, supportedKinds)
 	case m.ByteFallback || strings.Contains(kindOf(f.PreTokenizer), "Metaspace"):
-		return fmt.Errorf("model type BPE with byte_fallback or a Metaspace pre-tokenizer (SentencePiece, the Llama-2 kind) is not supported: %s", want)
+		return fmt.Errorf("model type BPE with byte_fallback or a Metaspace pre-tokenizer (SentencePiece, the Llama-2 kind) is not supported: %s", supportedKinds)
 	case m.Dropout != nil && *m.Dropout != 0:
 		return fmt.Errorf("model: BPE dropout %g is not supported (encoding would be random)", *m.Dropout)
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "",
 		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
-		return fmt.Errorf("model: BPE with a subword prefix or suffix is not supported: %s", want)
+		return fmt.Errorf("model: BPE with a subword prefix or suffix is not supported: %s", supportedKinds)
 	case !strings.HasPrefix(kindOf(f.Decoder), "ByteLevel"):
-		return fmt.Errorf("decoder %s is not supported (Llama-3's and Qwen2's is ByteLevel): %s", kindOf(f.Decoder), want)
+		return fmt.Errorf("decoder %s is not supported (Llama-3's and Qwen2's is ByteLevel): %s", kindOf(f.Decoder), supportedKinds)
 	case !isNull(f.Truncation), !isNull(f.Padding):
 		// The library's encode would cut or pad every text to a length.
 		return errors.New("truncation or padding is set: stepbench encodes whole texts, as Llama-3's and Qwen2's files (both null) have it")
@@ -188,7 +188,7 @@ func readNormalizer(raw json.RawMessage) (bool, error) {
 	case "NFC":
 		return true, nil
 	default:
-		return false, fmt.Errorf("normalizer %s is not supported (Llama-3 has none, Qwen2 NFC): %s", k, want)
+		return false, fmt.Errorf("normalizer %s is not supported (Llama-3 has none, Qwen2 NFC): %s", k, supportedKinds)
 	}
 }
 

@@ -27,7 +27,7 @@ func (t *textFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&t.prompts, "prompt", nil, "with --correctness-test: a text prompt, encoded with --model-path's tokenizer.json (repeat for more)")
 	registerPromptFile(fs, t, "for --correctness-test, or ")
 	fs.BoolVar(&t.chat, "chat", false, "with --correctness-test: wrap each text prompt in the tokenizer's chat template, Llama-3-Instruct's or ChatML (Qwen) (a user turn, then the assistant's header)")
-	fs.BoolVar(&t.stopAtEOS, "stop-at-eos", false, "with --correctness-test and text prompts: stop a prompt's generation at <|eot_id|> or <|end_of_text|>")
+	fs.BoolVar(&t.stopAtEOS, "stop-at-eos", false, "with --correctness-test and text prompts: stop a prompt's generation at <|eot_id|> or <|end_of_text|> (Qwen: <|im_end|> or <|endoftext|>)")
 }
 
 // registerPromptFile adds --prompt-file and --allow-binary-prompts (run's
