@@ -27,7 +27,11 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	registerQuantization(fs, &quantization)
 	kv := registerRooflineKV(fs)
 	seed := fs.Uint64("seed", 42, "with --context-lens uniform:LO-HI or normal:MEAN,SD: the seed of the lengths (run's --seed draws the same)")
+	est := registerEstimateFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := est.check(fs); err != nil {
 		return err
 	}
 	if err := kv.check(fs); err != nil {
@@ -53,6 +57,9 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := checked.validate(cfg); err != nil {
 		return err
+	}
+	if est.on {
+		return est.run(stdout, cfg, *gpu, *format, kv.options(*seed), sh)
 	}
 	if fs.Changed("tp-size") {
 		if err := cfg.CheckTP(*tpSize); err != nil {

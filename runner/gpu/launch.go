@@ -31,6 +31,8 @@ type Kernels struct {
 	// pdl are the entry points that launch=2 launches with programmatic
 	// stream serialization (kernels.PDLEntryPoints of the sources loaded).
 	pdl map[string]bool
+	// record, set by NewPlanner, takes every launch instead of a stream.
+	record func(PlannedLaunch)
 }
 
 // Launched is how many kernels have been enqueued through k and every copy
@@ -201,6 +203,9 @@ func (c *argCheck) err() error {
 
 // launch enqueues entry point name (the op names it in errors).
 func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3, sharedBytes int, args ...any) error {
+	if k.record != nil {
+		return k.planLaunch(op, name, grid, block, sharedBytes)
+	}
 	f, ok := k.fn[name]
 	if !ok {
 		return fmt.Errorf("%s: kernel %s is not loaded", op, name)
