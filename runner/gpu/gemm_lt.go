@@ -111,6 +111,7 @@ func (c *Backend) linearLt(out, x, w cuda.DevPtr, m, n, k int) error {
 		return fmt.Errorf("linear (gemm v2): %w", c.rootCause(err))
 	}
 	c.gemms++
+	c.observeLibrary("linear", LibraryGemmLt)
 	return nil
 }
 

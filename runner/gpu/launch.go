@@ -33,6 +33,8 @@ type Kernels struct {
 	pdl map[string]bool
 	// record, set by NewPlanner, takes every launch instead of a stream.
 	record func(PlannedLaunch)
+	// observe, set by Backend.ObserveLaunches, is told every launch made.
+	observe func(PlannedLaunch)
 }
 
 // Launched is how many kernels have been enqueued through k and every copy
@@ -216,6 +218,9 @@ func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3,
 	}
 	if err := launch(f, grid, block, sharedBytes, args...); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
+	}
+	if k.observe != nil {
+		k.observe(k.planned(op, name, grid, block, sharedBytes))
 	}
 	if k.launched != nil {
 		*k.launched++

@@ -68,6 +68,7 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 		return fmt.Errorf("linear: %w", c.rootCause(err))
 	}
 	c.gemms++
+	c.observeLibrary("linear", LibraryGemm)
 	return nil
 }
 

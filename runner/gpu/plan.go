@@ -95,10 +95,27 @@ func (k *Kernels) planLaunch(op, name string, grid, block cuda.Dim3, sharedBytes
 	if _, ok := kernels.EntryPointSources()[name]; !ok {
 		return fmt.Errorf("%s: kernel %s is not in the registry", op, name)
 	}
-	k.record(PlannedLaunch{Op: op, Entry: name, Grid: grid, Block: block, SharedBytes: sharedBytes,
-		Programmatic: k.Programmatic(name), Triggers: k.pdl[name]})
+	k.record(k.planned(op, name, grid, block, sharedBytes))
 	*k.launched++
 	return nil
+}
+
+// planned describes a launch of entry point name.
+func (k *Kernels) planned(op, name string, grid, block cuda.Dim3, sharedBytes int) PlannedLaunch {
+	return PlannedLaunch{Op: op, Entry: name, Grid: grid, Block: block, SharedBytes: sharedBytes,
+		Programmatic: k.Programmatic(name), Triggers: k.pdl[name]}
+}
+
+// ObserveLaunches has f told every launch c makes from now on (nil: none),
+// as a planner records them: a test holds the planner's launches to a
+// real backend's.
+func (c *Backend) ObserveLaunches(f func(PlannedLaunch)) { c.set.observe = f }
+
+// observeLibrary tells the observer of a library call c made.
+func (c *Backend) observeLibrary(op, call string) {
+	if c.set.observe != nil {
+		c.set.observe(PlannedLaunch{Op: op, Entry: call, Library: true})
+	}
 }
 
 // planLibrary records a library call (cuBLAS) of op.
