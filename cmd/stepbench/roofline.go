@@ -76,13 +76,7 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		out := map[string]any{"model": cfg, "gpu": g, "shapes": shapes}
-		if *tpSize > 0 {
-			out["tp_size"] = *tpSize
-		}
-		return enc.Encode(out)
+		return writeRooflineJSON(stdout, cfg, g, *tpSize, shapes)
 	}
 	if kv.dtype.FP8() {
 		fmt.Fprintf(stdout, "KV cache %s: one byte per cached element (rope_kv_write's write, attention's read), and each layer's K and V scales\n", kv.dtype)
@@ -94,6 +88,17 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		return floors.WriteOpFloorsTable(stdout, g, shapes[0])
 	}
 	return nil
+}
+
+// writeRooflineJSON prints the floors as --format json.
+func writeRooflineJSON(stdout io.Writer, cfg runner.Config, g roofline.Preset, tpSize int, shapes []floors.ShapeFloors) error {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	out := map[string]any{"model": cfg, "gpu": g, "shapes": shapes}
+	if tpSize > 0 {
+		out["tp_size"] = tpSize
+	}
+	return enc.Encode(out)
 }
 
 // registerRooflineKV registers roofline's KV cache flags: --context-lens,
