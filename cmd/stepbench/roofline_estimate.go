@@ -29,9 +29,15 @@ func registerEstimateFlags(fs *pflag.FlagSet) *estimateFlags {
 	return f
 }
 
-// check refuses the estimate's flags without --estimate.
+// check refuses the estimate's flags without --estimate, and with it the
+// floors' flags it does not model (one GPU, uniform batches).
 func (f *estimateFlags) check(fs *pflag.FlagSet) error {
 	if f.on {
+		for _, name := range []string{"tp-size", "ops", "context-lens", "kv-fill"} {
+			if fs.Changed(name) {
+				return usagef("--%s: not with --estimate (it models one GPU's uniform batches)", name)
+			}
+		}
 		return nil
 	}
 	for _, name := range []string{"launches", "json-out", "kernel"} {

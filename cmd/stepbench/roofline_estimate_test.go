@@ -59,6 +59,8 @@ func TestRooflineEstimate(t *testing.T) {
 		{"roofline", "--model", "llama-3-8b", "--kernel", "fast"},
 		{"roofline", "--estimate", "--gpu", "a100-sxm-80gb", "--model", "llama-3-8b"},
 		{"roofline", "--estimate", "--gpu", "h200", "--model", "llama-3-8b", "--kernel", "attn_decode=9"},
+		{"roofline", "--estimate", "--gpu", "h200", "--model", "llama-3-8b", "--tp-size", "2"},
+		{"roofline", "--estimate", "--gpu", "h200", "--model", "llama-3-8b", "--context-lens", "100,200"},
 	} {
 		if code, _, stderr := run(t, bad...); code != exitUsage {
 			t.Errorf("%v: exit %d (%s), want %d", bad, code, stderr, exitUsage)
