@@ -273,8 +273,17 @@ extern "C" __global__ void __launch_bounds__(FP8_THREADS)
 // 4x at m = 32); above ~8 rows the dynamic modes pay more L2 traffic than
 // the weights' DRAM stream (ESTIMATE; static scales pay half of it).
 //
-// ptxas (NVRTC 11.8, sm_90, stepbench build): see docs/kernel.md's table
-// (gemv_fp8_t8/_t16/_t32, gemv_fp8_silu_*): registers and 0 spill bytes.
+// ptxas (compiler: stepbench build --nvrtc .../libnvrtc.so.11.2, NVRTC
+// 11.8, sm_90): gemv_fp8_t8 72 registers, _t16 92, _t32 121;
+// gemv_fp8_silu_t8 72, _t16 94, _t32 120; 0 spill bytes, 0 stack; static
+// shared 2496 / 4608 / 8832 B (the warps' partials and the scales); 7 / 5
+// / 4 blocks of 4 warps per SM (limited by registers). sm_80 the same
+// within 2 registers. (--arch 89 does not build with NVRTC 11.8: its ptxas
+// wants sm_90 for cvt's .e4m3x2, which f32_to_e4m3 uses from 8.9 on —
+// fp8.cu's quantizers as much as these kernels.)
+// Emulated checks: verify --check linear_fp8 --kernel linear=5 at
+// llama-3-8b and llama-3.2-1b under the forward, reverse, warp-serial and
+// random schedules (32 checks each, worst relative error 3.3e-5).
 
 #define G8_THREADS 128
 #define G8_ROWS 16
