@@ -820,7 +820,9 @@ type layerStep struct {
 // rank runs its slices of the projections and attention (its Layout) and
 // all-reduces the partial sums of o_proj and down_proj. Where the backend
 // fuses silu_mul into gate_up_proj at s (GateUpFuser) and the weights are
-// bf16, gate_up_proj is the fused op and there is no silu_mul step.
+// bf16, or runs a quantized model's FP8 products of s's rows in one op each
+// (FP8Fuser: linear version 5), gate_up_proj is the fused op and there is
+// no silu_mul step.
 func (e *Engine) layerSteps(s AttnShape, kv KVView) []layerStep {
 	c, be, w, a := e.cfg, e.be, e.w, &e.act
 	T, h, inter := s.Tokens(), c.HiddenSize, e.tp.Inter

@@ -86,7 +86,7 @@ var seededBugs = []seededBug{
 		name: "linear v5: per-channel scale indexed by row", file: "fp8.cu", kernel: "linear_fp8",
 		old:  "sc.s[tk] * ws[(long long)col * wstride]",
 		new:  "sc.s[tk] * ws[(long long)tk * wstride]",
-		want: []string{"linear_fp8 v5 [llama-tiny o_proj m=1", "relative error"},
+		want: []string{"linear_fp8 v5 [tiny o_proj m=1", "relative error"},
 	},
 	{
 		// The block table's page index one past (a power-of-two page size's
