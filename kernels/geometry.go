@@ -349,6 +349,44 @@ const (
 	Gemv32MaxRows = 32
 )
 
+// Linear version 5's launch constants (fp8.cu's gemv_fp8_*; a test reads
+// them back from the source).
+const (
+	// GemvFP8Threads and GemvFP8Rows are gemv_fp8's block size and the
+	// output columns one block owns (G8_THREADS, G8_ROWS; gemv_fp8_silu's
+	// block owns GemvFP8Rows of each of gate and up); GemvFP8MaxRows is
+	// the most token rows it takes (G8_MAX_ROWS).
+	GemvFP8Threads = 128
+	GemvFP8Rows    = 16
+	GemvFP8MaxRows = 32
+)
+
+// The activation modes of gemv_fp8's act argument (G8_ACT_* in fp8.cu;
+// ref.FP8Act).
+const (
+	FP8ActBF16   = 0 // weight-only: x used in bf16
+	FP8ActStatic = 1 // x quantized with the given scale
+	FP8ActTensor = 2 // one dynamic scale over the m rows
+	FP8ActToken  = 3 // one dynamic scale per row
+)
+
+// GemvFP8EntryPoint is linear version 5's entry point for m token rows:
+// gemv_fp8_t8 up to 8, _t16 up to 16, _t32 up to GemvFP8MaxRows; silu
+// names gate_up_proj's with silu_mul fused (gemv_fp8_silu_*).
+func GemvFP8EntryPoint(m int, silu bool) string {
+	tile := "t32"
+	switch {
+	case m <= 8:
+		tile = "t8"
+	case m <= 16:
+		tile = "t16"
+	}
+	if silu {
+		return "gemv_fp8_silu_" + tile
+	}
+	return "gemv_fp8_" + tile
+}
+
 // The block table's kernels' launch constants (paged_attention.cu,
 // copy.cu; a test reads them back from the sources).
 const (

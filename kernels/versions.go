@@ -52,6 +52,7 @@ func OpVersions() []OpVersion {
 		{OpLaunch, 2, "programmatic dependent launch (sm_90+): the kernels that wait in-kernel (SB_PDL_WAIT: all of ours; gemv.cu's after their first weight loads) through cuLaunchKernelEx with programmatic stream serialization, so each launches while its predecessor finishes; the rest, cuBLAS, op libraries and edited sources plain; refused below compute capability 9.0"},
 		{OpLinear, 3, "version 2 for 1..16 rows, and 17..32 rows on blocks of 32 output columns (x re-read through L2 at most once per weight byte), gate_up with SiLU·mul fused at 1..32 rows; more rows (prefill) run version 1; k a multiple of 8"},
 		{OpLinear, 4, "version 3, and at a decode step's 1..16 rows on one GPU the residual add fused into o_proj's and down_proj's epilogue and RMSNorm into the prologue of qkv_proj, gate_up_proj and lm_head: two launches fewer per layer; only when chosen (the default stays 3); k a multiple of 8"},
+		{OpLinear, 5, "version 3, and a quantized model's FP8 projections at 1..32 rows on gemv_fp8 (fp8.cu): E4M3 weights widened in registers, the activation's quantization (static, dynamic per tensor or per token) in the kernel's prologue, both scales in its epilogue, gate_up with SiLU·mul fused: one launch per projection instead of cuBLASLt's 2-4; only when chosen (the default stays 3); k a multiple of 16"},
 		{OpRope, 3, "version 2 with each token's position and cache slot read from device memory (positions, the slot mapping; a negative slot is padding, not written): the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim a multiple of 16, <= 256"},
 		{OpAttnPrefill, 4, "varlen prefill over the paged KV cache: version 3's tensor-core tiles, each sequence's rows from query_start_loc and its keys through the block table (any page size), the causal mask bottom-right aligned (chunked prefill over a cached context); the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim 32, 64, 128"},
 		{OpAttnDecode, 6, "version 4 over the paged KV cache with each sequence's length read on the device: every block sets the split from the step's total keys (a long sequence many chunks, a short one one, no block more than about total/(2 SMs)), the grid sized for any lengths, so a captured step replays as they grow; the block table's, which the paged layout and ragged batches run; on the contiguous layout's uniform batches only when chosen; head_dim 32, 64, 128, up to 8 query heads per kv head"},
@@ -407,12 +408,12 @@ func (s Selection) LinearVersion(k int) (int, error) {
 
 // LinearGemvMaxRows is the most token rows linear version runs on our
 // kernels (gemv.cu): none for version 1 (cuBLAS), GemvMaxRows for version
-// 2, Gemv32MaxRows for version 3.
+// 2, Gemv32MaxRows for versions 3-5 (version 5's FP8 products: LinearFP8Gemv).
 func LinearGemvMaxRows(version int) int {
 	switch version {
 	case 2:
 		return GemvMaxRows
-	case 3, 4:
+	case 3, 4, 5:
 		return Gemv32MaxRows
 	}
 	return 0
@@ -427,6 +428,11 @@ const LinearDefaultMax = 3
 // RMSNorm into a decode step's projections of m rows (version 4, 1..16
 // rows; gemv.cu's gemv_res_* and gemv_norm_*).
 func LinearFusesNorm(version, m int) bool { return version == 4 && m >= 1 && m <= GemvMaxRows }
+
+// LinearFP8Gemv reports whether linear version runs a quantized model's
+// FP8 product of m rows on fp8.cu's gemv_fp8 (version 5, 1..GemvFP8MaxRows
+// rows) rather than on the activation quantizer and cuBLASLt.
+func LinearFP8Gemv(version, m int) bool { return version == 5 && m >= 1 && m <= GemvFP8MaxRows }
 
 // LinearUsesGemv reports whether linear version runs a product of m rows on
 // our kernels (gemv.cu) rather than on cuBLAS.

@@ -820,7 +820,9 @@ type layerStep struct {
 // rank runs its slices of the projections and attention (its Layout) and
 // all-reduces the partial sums of o_proj and down_proj. Where the backend
 // fuses silu_mul into gate_up_proj at s (GateUpFuser) and the weights are
-// bf16, gate_up_proj is the fused op and there is no silu_mul step.
+// bf16, or runs a quantized model's FP8 products of s's rows in one op each
+// (FP8Fuser: linear version 5), gate_up_proj is the fused op and there is
+// no silu_mul step.
 func (e *Engine) layerSteps(s AttnShape, kv KVView) []layerStep {
 	c, be, w, a := e.cfg, e.be, e.w, &e.act
 	T, h, inter := s.Tokens(), c.HiddenSize, e.tp.Inter
@@ -869,6 +871,7 @@ func (e *Engine) layerSteps(s AttnShape, kv KVView) []layerStep {
 		}
 		steps = slices.DeleteFunc(steps, func(st layerStep) bool { return st.name == "silu_mul" })
 	}
+	steps = e.fuseFP8GateUp(steps, T, h, inter)
 	return e.fuseNorms(e.fuseRopeAttention(steps, s, kv), s)
 }
 
@@ -955,6 +958,16 @@ func (e *Engine) fuseRopeAttention(steps []layerStep, s AttnShape, kv KVView) []
 // a quantized model's FP8 weights, NAME_quant (x to E4M3 with its scale)
 // before NAME (the FP8 GEMM); Backend.Linear for bf16 weights.
 func (e *Engine) projection(name string, out, x Buffer, lw func(l int) linearWeight, m, n, k int) []layerStep {
+	if f, ok := e.fp8Fuser(m, k); ok {
+		// One op: the activation's quantization in the FP8 kernel's prologue.
+		return []layerStep{{name: name, run: func(l int) error {
+			w := lw(l)
+			if !w.fp8() {
+				return e.be.Linear(out, x, w.w, m, n, k)
+			}
+			return f.LinearFP8Act(out, x, w.inputScale, w.w, w.scale, m, n, k, w.act, w.perChannel, false)
+		}}}
+	}
 	var steps []layerStep
 	if e.cfg.Quantization != nil {
 		steps = append(steps, layerStep{name: name + "_quant", skip: func(l int) bool { return !lw(l).fp8() },
@@ -970,6 +983,43 @@ func (e *Engine) projection(name string, out, x Buffer, lw func(l int) linearWei
 		}
 		return e.fp8.LinearFP8(out, e.act.xq, e.xScaleOf(w), w.w, w.scale, m, n, k, w.act == QuantDynamicToken, w.perChannel)
 	}})
+}
+
+// fp8Fuser is the backend's FP8Fuser when the model is quantized and the
+// backend runs its FP8 products of m rows over k in one op each.
+func (e *Engine) fp8Fuser(m, k int) (FP8Fuser, bool) {
+	f, ok := e.be.(FP8Fuser)
+	if !ok || e.cfg.Quantization == nil || !f.FusesFP8(m, k) {
+		return nil, false
+	}
+	return f, true
+}
+
+// fuseFP8GateUp makes gate_up_proj of a quantized model gate_up_proj and
+// silu_mul in one op, and drops silu_mul, where the backend's FP8Fuser
+// takes T rows over h: FP8 weights through its fused kernel, a layer whose
+// gate_up the quantization ignores (bf16) through Linear and SiluMul.
+func (e *Engine) fuseFP8GateUp(steps []layerStep, T, h, inter int) []layerStep {
+	f, ok := e.fp8Fuser(T, h)
+	if !ok {
+		return steps
+	}
+	a, w, be := &e.act, e.w, e.be
+	for i := range steps {
+		if steps[i].name == "gate_up_proj" {
+			steps[i].run = func(l int) error {
+				gu := w.layers[l].gateUp
+				if gu.fp8() {
+					return f.LinearFP8Act(a.act, a.normed, gu.inputScale, gu.w, gu.scale, T, inter, h, gu.act, gu.perChannel, true)
+				}
+				if err := be.Linear(a.gateUp, a.normed, gu.w, T, 2*inter, h); err != nil {
+					return err
+				}
+				return be.SiluMul(a.act, a.gateUp, T, inter)
+			}
+		}
+	}
+	return slices.DeleteFunc(steps, func(st layerStep) bool { return st.name == "silu_mul" })
 }
 
 // xScaleOf is where w's activation scale lives: its static input scale, or

@@ -68,6 +68,22 @@ type FP8Backend interface {
 	LinearFP8(out, x, xScale, w, wScale Buffer, m, n, k int, xPerRow, wPerRow bool) error
 }
 
+// FP8Fuser is implemented by backends that run a decode step's FP8
+// projection as one op, the activation's quantization included (the cuda
+// backend's linear version 5, fp8.cu's gemv_fp8): the engine then drops
+// NAME_quant and calls LinearFP8Act with the bf16 activation.
+type FP8Fuser interface {
+	// FusesFP8 reports whether LinearFP8Act takes m rows over an inner
+	// dimension of k.
+	FusesFP8(m, k int) bool
+	// LinearFP8Act is QuantizeFP8(x, act; xScale when static, which is
+	// nil otherwise) followed by LinearFP8 (ref.GemvFP8): out[m, n] (bf16)
+	// from x[m, k] (bf16) and w[n, k] (F8E4M3) with wScale (one, or n when
+	// wPerRow). With silu it is gate_up_proj and silu_mul
+	// (ref.GemvFP8SiluMul): n is inter, w [2*inter, k], out [m, inter].
+	LinearFP8Act(out, x, xScale, w, wScale Buffer, m, n, k int, act ActQuant, wPerRow, silu bool) error
+}
+
 // ErrNoFP8 marks a backend without an FP8 path.
 var ErrNoFP8 = errors.New("the backend has no FP8 path")
 

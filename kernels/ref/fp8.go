@@ -225,3 +225,85 @@ func RequantizeE4M3(out, in []uint8, from, to float32) {
 		out[i] = F32ToE4M3(E4M3ToF32(b) * from / to)
 	}
 }
+
+// FP8Act is how GemvFP8 takes its activation: the kernels' act argument
+// (kernels.FP8Act*, G8_ACT_* in fp8.cu).
+type FP8Act int
+
+const (
+	// FP8ActBF16 multiplies the bf16 activation as it is (weight-only
+	// FP8, "W8A16": not vLLM's FP8 path, which quantizes activations).
+	FP8ActBF16 FP8Act = iota
+	// FP8ActStatic quantizes the activation with one given scale
+	// (QuantizeFP8 with a checkpoint's input_scale).
+	FP8ActStatic
+	// FP8ActTensor quantizes it with one dynamic scale (QuantizeFP8Tensor
+	// over all m rows).
+	FP8ActTensor
+	// FP8ActToken quantizes each row with its own dynamic scale
+	// (QuantizeFP8Token).
+	FP8ActToken
+)
+
+// GemvFP8 is linear version 5's decode projection (fp8.cu's gemv_fp8_*):
+// x [m, k] bf16 and w [n, k] E4M3 with wScale (one, wStride 0, or one per
+// output channel, wStride 1), out [m, n] bf16. With an FP8 act it is
+// exactly the two launches it replaces, the activation quantizer (static
+// with inputScale, dynamic per tensor or per token) then LinearFP8:
+//
+//	xq = E4M3(f32(x) · (1/s_x));  out = bf16(Σ f32(xq)·f32(w) · s_x · s_w)
+//
+// and with FP8ActBF16 (inputScale unused)
+//
+//	out = bf16(Σ f32(x)·f32(w) · 1 · s_w)
+//
+// (the kernel sums k in its own order: bf16 tolerance).
+func GemvFP8(out, x []uint16, inputScale float32, act FP8Act, w []uint8, wScale []float32, wStride, m, n, k int) {
+	needShape("GemvFP8", m >= 0 && n >= 0 && k >= 0 && act >= FP8ActBF16 && act <= FP8ActToken,
+		"bad shape m %d n %d k %d act %d", m, n, k, act)
+	needLen("GemvFP8", "x", len(x), m*k)
+	xs, xStride := []float32{inputScale}, 0
+	xq := make([]uint8, m*k)
+	switch act {
+	case FP8ActBF16:
+		gemvFP8WeightOnly(out, x[:m*k], w, wScale, wStride, m, n, k)
+		return
+	case FP8ActStatic:
+		QuantizeFP8(xq, x[:m*k], inputScale)
+	case FP8ActTensor:
+		xs[0] = QuantizeFP8Tensor(xq, x[:m*k])
+	case FP8ActToken:
+		xs, xStride = make([]float32, max(m, 1)), 1
+		QuantizeFP8Token(xq, xs[:m], x[:m*k], m, k)
+	}
+	LinearFP8(out, xq, xs, xStride, w, wScale, wStride, m, n, k)
+}
+
+// gemvFP8WeightOnly is GemvFP8 with FP8ActBF16: bf16 x times the widened
+// E4M3 weights, float32 sums, then ScaleFP8Out with an activation scale of 1.
+func gemvFP8WeightOnly(out, x []uint16, w []uint8, wScale []float32, wStride, m, n, k int) {
+	needLen("GemvFP8", "w", len(w), n*k)
+	needLen("GemvFP8", "out", len(out), m*n)
+	acc := make([]float32, m*n)
+	if m > 0 && n > 0 && k > 0 {
+		xf, wf := make([]float32, m*k), make([]float32, n*k)
+		ToF32(xf, x)
+		E4M3ToF32s(wf, w[:n*k])
+		blas32.Gemm(blas.NoTrans, blas.Trans, 1,
+			blas32.General{Rows: m, Cols: k, Stride: k, Data: xf},
+			blas32.General{Rows: n, Cols: k, Stride: k, Data: wf}, 0,
+			blas32.General{Rows: m, Cols: n, Stride: n, Data: acc})
+	}
+	ScaleFP8Out(out, acc, []float32{1}, 0, wScale, wStride, m, n)
+}
+
+// GemvFP8SiluMul is linear version 5's gate_up_proj with silu_mul fused
+// (gemv_fp8_silu_*): w the fused [2*inter, k] E4M3 gate_up matrix (wScale
+// one, or 2*inter per channel), gateUp = GemvFP8(x, w) in bf16, then out =
+// SiluMul(gateUp) [m, inter].
+func GemvFP8SiluMul(out, x []uint16, inputScale float32, act FP8Act, w []uint8, wScale []float32, wStride, m, inter, k int) {
+	needShape("GemvFP8SiluMul", m >= 0 && inter >= 0 && k >= 0, "bad shape m %d inter %d k %d", m, inter, k)
+	gateUp := make([]uint16, m*2*inter)
+	GemvFP8(gateUp, x, inputScale, act, w, wScale, wStride, m, 2*inter, k)
+	SiluMul(out, gateUp, m, inter)
+}

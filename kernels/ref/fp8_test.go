@@ -3,6 +3,7 @@ package ref
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -168,6 +169,55 @@ func TestRequantizeE4M3(t *testing.T) {
 	for i := range out {
 		if out[i] != want[i] {
 			t.Errorf("element %d: %#02x, want %#02x", i, out[i], want[i])
+		}
+	}
+}
+
+// GemvFP8 with a bf16 activation is the product with the dequantized
+// weights (each output's float64 sum rounded once to bf16, within a bf16
+// step), and with an FP8 one exactly the quantizer followed by LinearFP8.
+func TestGemvFP8Modes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const m, n, k = 3, 5, 48
+	x, wb := make([]uint16, m*k), make([]uint16, n*k)
+	for i := range x {
+		x[i] = F32ToBF16(float32(rng.NormFloat64()))
+	}
+	for i := range wb {
+		wb[i] = F32ToBF16(float32(rng.NormFloat64() * 0.02))
+	}
+	w, ws := make([]uint8, n*k), make([]float32, n)
+	QuantizeFP8Token(w, ws, wb, n, k)
+	got := make([]uint16, m*n)
+	GemvFP8(got, x, 0, FP8ActBF16, w, ws, 1, m, n, k)
+	for i := range m {
+		for j := range n {
+			var s float64
+			for kk := range k {
+				s += float64(BF16ToF32(x[i*k+kk])) * float64(E4M3ToF32(w[j*k+kk]))
+			}
+			want := s * float64(ws[j])
+			if d := math.Abs(float64(BF16ToF32(got[i*n+j])) - want); d > math.Abs(want)/128+1e-6 {
+				t.Errorf("bf16 x: out[%d,%d] = %g, want %g", i, j, BF16ToF32(got[i*n+j]), want)
+			}
+		}
+	}
+	for _, act := range []FP8Act{FP8ActStatic, FP8ActTensor, FP8ActToken} {
+		xq, xs, xStride := make([]uint8, m*k), []float32{0.01}, 0
+		switch act {
+		case FP8ActStatic:
+			QuantizeFP8(xq, x, xs[0])
+		case FP8ActTensor:
+			xs[0] = QuantizeFP8Tensor(xq, x)
+		case FP8ActToken:
+			xs, xStride = make([]float32, m), 1
+			QuantizeFP8Token(xq, xs, x, m, k)
+		}
+		want := make([]uint16, m*n)
+		LinearFP8(want, xq, xs, xStride, w, ws, 1, m, n, k)
+		GemvFP8(got, x, 0.01, act, w, ws, 1, m, n, k)
+		if !slices.Equal(got, want) {
+			t.Errorf("act %d: GemvFP8 differs from the quantizer and LinearFP8", act)
 		}
 	}
 }

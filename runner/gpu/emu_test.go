@@ -95,6 +95,16 @@ var seededBugs = []seededBug{
 		want: []string{"moe_topk [moe-tiny tokens=1", "routing weight"},
 	},
 	{
+		// gemv_fp8's epilogue indexes the per-channel weight scales by the
+		// token row instead of the output column: every column takes token
+		// 0's (column 0's) scale. verify's per-channel weights scale their
+		// rows by 1/2, 1, 2 in turn, so the first per-channel check fails.
+		name: "linear v5: per-channel scale indexed by row", file: "fp8.cu", kernel: "linear_fp8",
+		old:  "sc.s[tk] * ws[(long long)col * wstride]",
+		new:  "sc.s[tk] * ws[(long long)tk * wstride]",
+		want: []string{"linear_fp8 v5 [tiny o_proj m=1", "relative error"},
+	},
+	{
 		// The block table's page index one past (a power-of-two page size's
 		// shift): a sequence's last page reads the table's poison, a page id
 		// past the pool, and faults.

@@ -8,6 +8,7 @@ import (
 
 	"stepbench/cuda"
 	"stepbench/cuda/emutest"
+	"stepbench/kernels"
 	"stepbench/runner"
 	"stepbench/runner/quanttest"
 )
@@ -140,4 +141,91 @@ func TestQuantizeAtLoadSameBitsOnCPUAndGPU(t *testing.T) {
 			t.Errorf("%s: the cuda backend's FP8 bytes or scales differ from the cpu backend's", name)
 		}
 	}
+}
+
+// fp8Backend5 is fp8Backend with linear version 5 chosen (and extra
+// versions beside it).
+func fp8Backend5(t *testing.T, extra ...string) *Backend {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	if drv, err := cuda.OpenDriver(); err != nil || drv.Emulated() != "" {
+		emutest.Use(t)
+	}
+	sel, err := kernels.ParseSelection(append([]string{"linear=5"}, extra...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := New(Options{CacheDir: testCache(), Kernels: sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := be.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := be.CheckFP8(); err != nil {
+		t.Skip(err)
+	}
+	return be
+}
+
+// Under --kernel linear=5 every FP8 checkpoint format (static, dynamic per
+// tensor, per-channel weights with per-token activations, an ignored
+// layer) and --quantization fp8 decode on gemv_fp8, one op per projection
+// (no NAME_quant, no silu_mul), to the float64 evaluation of the same
+// model within the bounds the cuBLASLt path meets.
+func TestFP8GemvMatchesFloat64(t *testing.T) {
+	cfg, err := runner.Preset("llama-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := fp8Backend5(t)
+	for _, f := range quanttest.Formats {
+		dir := t.TempDir()
+		m, err := quanttest.Write(dir, cfg, 7, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qcfg, err := runner.LoadConfigFile(filepath.Join(dir, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := runner.OpenSafetensors(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := runner.NewEngine(qcfg, be, runner.WeightSource{Reader: st}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := map[string]int{}
+		e.OnOp = func(op string) { ops[op]++ }
+		compareFP8(t, string(f)+" linear=5", e, m)
+		for _, op := range []string{"qkv_proj_quant", "o_proj_quant", "gate_up_proj_quant", "down_proj_quant", "silu_mul"} {
+			if ops[op] > 0 {
+				t.Errorf("%s: linear=5 ran %s %d times: the projections were not fused", f, op, ops[op])
+			}
+		}
+		if ops["gate_up_proj"] == 0 {
+			t.Errorf("%s: no gate_up_proj op seen (%v)", f, ops)
+		}
+		if err := e.Close(); err != nil {
+			t.Error(err)
+		}
+		st.Close()
+	}
+	m, err := quanttest.DummyModel64(cfg, 7, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qcfg := cfg
+	qcfg.Quantization = runner.QuantizeAtLoad()
+	e, err := runner.NewEngine(qcfg, be, runner.WeightSource{Seed: 7}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	compareFP8(t, "--quantization fp8 (dummy) linear=5", e, m)
 }

@@ -72,6 +72,8 @@ func checkForFamily(family string) string {
 		return "argmax"
 	case strings.HasPrefix(family, "fp8_"):
 		return "fp8"
+	case strings.HasPrefix(family, "gemv_fp8"):
+		return "linear_fp8"
 	case strings.HasPrefix(family, "gemv"):
 		return "linear"
 	case strings.HasPrefix(family, "gather_last"):
