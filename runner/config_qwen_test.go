@@ -130,3 +130,14 @@ func TestLoadQwenConfigRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestQwenParamCounts holds ParamCount (the biases and q/k norm weights
+// included) to the published totals of the safetensors checkpoints.
+func TestQwenParamCounts(t *testing.T) {
+	for name, want := range map[string]int64{"qwen2.5-7b": 7615616512, "qwen3-8b": 8190735360} {
+		c, _ := Preset(name)
+		if got := c.ParamCount(); got != want {
+			t.Errorf("%s: ParamCount %d, want %d", name, got, want)
+		}
+	}
+}
