@@ -98,9 +98,14 @@ func TestQwenFixturesMatchFloat64(t *testing.T) {
 	for _, tt := range []struct {
 		preset, bug string
 		buggy       seededQKNorm
+		caught      func(t *testing.T)
 	}{
-		{"qwen3-tiny", "qwen3: missing q-norm", seededQKNorm{CPU: runner.NewCPU(), noQNorm: true}},
-		{"qwen2-tiny", "qwen2: missing q/k/v bias", seededQKNorm{CPU: runner.NewCPU(), noBias: true}},
+		{"qwen3-tiny", "missing q-norm", seededQKNorm{CPU: runner.NewCPU(), noQNorm: true}, func(t *testing.T) {
+			seeded.Caught(t, "qwen3: missing q-norm (cpu backend against the float64 evaluation)")
+		}},
+		{"qwen2-tiny", "missing q/k/v bias", seededQKNorm{CPU: runner.NewCPU(), noBias: true}, func(t *testing.T) {
+			seeded.Caught(t, "qwen2: missing q/k/v bias (cpu backend against the float64 evaluation)")
+		}},
 	} {
 		cfg, st, m := loadQwenFixture(t, tt.preset)
 		worst := qwenWorst(t, cfg, runner.NewCPU(), st, m)
@@ -113,7 +118,7 @@ func TestQwenFixturesMatchFloat64(t *testing.T) {
 		if buggy < 10*maxRelErrQwenBF16 {
 			t.Errorf("%s: the seeded bug %q is only %.3g from the evaluation, under 10× the bound %g", tt.preset, tt.bug, buggy, maxRelErrQwenBF16)
 		} else {
-			seeded.Caught(t, tt.bug+" (cpu backend against the float64 evaluation)")
+			tt.caught(t)
 		}
 	}
 }
