@@ -664,5 +664,6 @@ func parseRopeScaling(f hfFields) (*RopeScaling, error) {
 // KernelShape is the model's widths as the kernels see them.
 func (cfg Config) KernelShape() kernels.ModelShape {
 	return kernels.ModelShape{Name: cfg.Name, Hidden: cfg.HiddenSize, Inter: cfg.IntermediateSize, Vocab: cfg.VocabSize,
-		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, RopeTheta: cfg.RopeTheta}
+		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, RopeTheta: cfg.RopeTheta,
+		QKNorm: cfg.QKNorm, QKVBias: cfg.QKVBias}
 }
