@@ -141,3 +141,50 @@ func TestQwenParamCounts(t *testing.T) {
 		}
 	}
 }
+
+// The Qwen op's floor: Qwen3-8B's decode step costs Llama's arithmetic of
+// the same shapes plus qk_norm (its q and k heads read and written, its two
+// [head_dim] weights), Qwen2.5-7B's plus qkv_bias (the whole q/k/v row and
+// the bias); nothing else changes.
+func TestQwenCostAddsOnlyItsOp(t *testing.T) {
+	for _, tt := range []struct {
+		preset, op           string
+		bytes, flops, weight float64 // per layer, batch 1
+	}{
+		// 40 heads × 128 read and written (2 B), the weights 2 × 128 × 2 B; 4 FLOPs per element.
+		{"qwen3-8b", "qk_norm", 2 * 2 * 40 * 128, 4 * 40 * 128, 2 * 2 * 128},
+		// (28 + 8) heads × 128 read and written, the bias (36 × 128 × 2 B); 1 FLOP per element.
+		{"qwen2.5-7b", "qkv_bias", 2 * 2 * 36 * 128, 36 * 128, 2 * 36 * 128},
+	} {
+		cfg, _ := Preset(tt.preset)
+		plain := cfg
+		plain.QKNorm, plain.QKVBias = false, false
+		got, err := DecodeCost(cfg, 1, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, err := DecodeCost(plain, 1, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		L := float64(cfg.NumHiddenLayers)
+		var op OpCost
+		for _, o := range got.Ops {
+			if o.Op == tt.op {
+				op = o
+			}
+		}
+		if op.Calls != cfg.NumHiddenLayers || op.Bytes != L*(tt.bytes+tt.weight) || op.FLOPs != L*tt.flops {
+			t.Errorf("%s: %s %+v, want %d calls, %g bytes, %g FLOPs", tt.preset, tt.op, op, cfg.NumHiddenLayers, L*(tt.bytes+tt.weight), L*tt.flops)
+		}
+		if d := got.Bytes - base.Bytes; d != op.Bytes {
+			t.Errorf("%s: bytes %g more than without the op, want its %g", tt.preset, d, op.Bytes)
+		}
+		if d := got.FLOPs - base.FLOPs; d != op.FLOPs {
+			t.Errorf("%s: FLOPs %g more than without the op, want its %g", tt.preset, d, op.FLOPs)
+		}
+		if d := got.WeightBytes - base.WeightBytes; d != L*tt.weight {
+			t.Errorf("%s: weight bytes %g more, want %g", tt.preset, d, L*tt.weight)
+		}
+	}
+}
