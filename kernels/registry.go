@@ -81,6 +81,11 @@ func Families() []Family {
 		{Name: "gemv_norm_t16", Source: "gemv.cu", Twin: "NormGemv", Op: OpLinear, Version: 4, PDL: true},
 		{Name: "gemv_silu_norm_t8", Source: "gemv.cu", Twin: "NormGemvSiluMul", Op: OpLinear, Version: 4, PDL: true},
 		{Name: "gemv_silu_norm_t16", Source: "gemv.cu", Twin: "NormGemvSiluMul", Op: OpLinear, Version: 4, PDL: true},
+		{Name: "moe_topk", Source: "moe.cu", Twin: "RouterTopK"},
+		{Name: "moe_align", Source: "moe.cu", Twin: "MoEAlign"},
+		{Name: "moe_gate_up", Source: "moe.cu", Twin: "FusedMoE"},
+		{Name: "moe_down", Source: "moe.cu", Twin: "FusedMoE"},
+		{Name: "moe_sum", Source: "moe.cu", Twin: "FusedMoE"},
 		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm", PDL: true},
 		{Name: "qk_norm", Source: "norm.cu", Twin: "QKNorm", PDL: true},
 		{Name: "attn_prefill4", Source: "paged_attention.cu", Twin: "AttentionPaged", HeadDims: SupportedHeadDims, Op: OpAttnPrefill, Version: 4, PDL: true},
@@ -169,6 +174,15 @@ const (
 	// fp8_quant_tensor's blocks each reduce that many partial maxima.
 	FP8Threads  = 256
 	FP8Partials = 1024
+	// MoE version 1 (moe.cu): moe_topk and the GEMV kernels run
+	// MoEThreads per block (a warp per token, MoERowsPerBlock outputs per
+	// GEMV block); moe_align one block of MoEAlignThreads for at most
+	// MoEAlignMaxExperts experts; moe_topk takes at most MoEMaxExperts.
+	MoEThreads         = 128
+	MoERowsPerBlock    = 8
+	MoEMaxExperts      = 256
+	MoEAlignThreads    = 256
+	MoEAlignMaxExperts = 1024
 )
 
 // Launch choices made on the Go side only.

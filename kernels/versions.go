@@ -209,10 +209,15 @@ type Selection map[string]int
 // unknown op or version is an error naming the choices.
 func ParseSelection(items []string) (Selection, error) {
 	sel := Selection{}
+	fast := false
 	for _, item := range items {
+		if item == SetFast {
+			fast = true
+			continue
+		}
 		op, v, ok := strings.Cut(item, "=")
 		if !ok {
-			return nil, fmt.Errorf("%q: want OP=VERSION, e.g. attn_prefill=1 (ops: %s)", item, strings.Join(VersionedOps(), ", "))
+			return nil, fmt.Errorf("%q: want OP=VERSION, e.g. attn_prefill=1 (ops: %s), or %s (the best-estimated set, FastSet)", item, strings.Join(VersionedOps(), ", "), SetFast)
 		}
 		versions := Versions(op)
 		if len(versions) == 0 {
@@ -226,6 +231,9 @@ func ParseSelection(items []string) (Selection, error) {
 			return nil, fmt.Errorf("%q: %s is already set to %d", item, op, old)
 		}
 		sel[op] = n
+	}
+	if fast {
+		sel.addFast()
 	}
 	if err := sel.checkRopeFusion(); err != nil {
 		return nil, err
@@ -242,12 +250,17 @@ func (s Selection) Chosen(op string) (int, bool) {
 	return v, ok
 }
 
-// String lists the choices, "attn_prefill=1 argmax=2", or "newest" when none.
+// String lists the choices, "attn_prefill=1 argmax=2", or "newest" when
+// none; a selection made with --kernel fast says so first ("fast: launch=2
+// linear=4").
 func (s Selection) String() string {
 	if len(s) == 0 {
 		return "newest"
 	}
 	var parts []string
+	if s.Fast() {
+		parts = append(parts, SetFast+":")
+	}
 	for _, op := range VersionedOps() {
 		if v, ok := s[op]; ok {
 			parts = append(parts, fmt.Sprintf("%s=%d", op, v))
@@ -513,6 +526,9 @@ func (s Selection) ResolveKV(m ModelShape, tabled bool, cache CacheDType) (strin
 			return "", fmt.Errorf("%s: %w", m.Name, err)
 		}
 		parts = append(parts, fmt.Sprintf("%s=%d", op, v))
+	}
+	if s.Fast() {
+		return SetFast + ": " + strings.Join(parts, " "), nil
 	}
 	return strings.Join(parts, " "), nil
 }

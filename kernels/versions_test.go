@@ -28,6 +28,10 @@ func TestParseSelection(t *testing.T) {
 		{[]string{"argmax=1", "argmax=2"}, "", "argmax is already set to 1"},
 		{[]string{"attn_decode=5", "rope_kv_write=2"}, "attn_decode=5 rope_kv_write=2", ""},
 		{[]string{"rope_kv_write=1", "attn_decode=5"}, "", "attn_decode=5 fuses rope_kv_write version 2 into decode attention; it cannot run with rope_kv_write=1"},
+		{[]string{"fast"}, "fast: launch=2 linear=4", ""},
+		{[]string{"launch=1", "fast"}, "fast: launch=1 linear=4", ""},
+		{[]string{"fast", "argmax=1"}, "fast: argmax=1 launch=2 linear=4", ""},
+		{[]string{"fastest"}, "", "or fast (the best-estimated set"},
 	}
 	for _, tt := range tests {
 		sel, err := ParseSelection(tt.items)
@@ -275,5 +279,27 @@ func TestFP8CacheVersions(t *testing.T) {
 				t.Errorf("%s on bf16 tabled=%v: error %v", item, tabled, err)
 			}
 		}
+	}
+}
+
+// TestFastSelectionSaysSo: a selection made with --kernel fast says so in
+// the resolved versions every report records (kernel_versions), and runs
+// the set's versions; the defaults do not change.
+func TestFastSelectionSaysSo(t *testing.T) {
+	llama8B := ModelShape{Name: "llama-3-8b", Hidden: 4096, Inter: 14336, Vocab: 128256, Heads: 32, KVHeads: 8, HeadDim: 128}
+	sel, err := ParseSelection([]string{SetFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sel.ResolveLayout(llama8B, true)
+	if want := "fast: argmax=2 attn_decode=6 attn_prefill=4 gemm=1 launch=2 linear=4 rope_kv_write=3"; err != nil || got != want {
+		t.Errorf("--kernel fast resolves to %q, %v; want %q", got, err, want)
+	}
+	if !sel.Fast() || sel.UsesKVTable() || sel.UsesFP8Cache() {
+		t.Errorf("--kernel fast: Fast %v, UsesKVTable %v, UsesFP8Cache %v", sel.Fast(), sel.UsesKVTable(), sel.UsesFP8Cache())
+	}
+	plain, err := Selection{}.ResolveLayout(llama8B, true)
+	if err != nil || strings.Contains(plain, "fast") || !strings.Contains(plain, "launch=1 linear=3") {
+		t.Errorf("the defaults resolve to %q, %v: they must not change", plain, err)
 	}
 }

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -247,41 +248,10 @@ func stepCost(cfg Config, tpSize int, phase string, seqs []SeqSpec, decodeLens [
 		}
 	}
 	cb := &costBackend{ops: map[string]*OpCost{}, tpSize: max(tpSize, 1)}
-	var e *Engine
-	var err error
-	if tpSize == 0 {
-		e, err = NewEngine(cfg, cb, WeightSource{}, nil)
-	} else {
-		var lay TPLayout
-		if lay, err = cfg.TPLayout(0, tpSize); err == nil {
-			e, err = NewEngineRank(cfg, lay, cb, WeightSource{}, nil)
-		}
-	}
-	if err == nil {
-		err = e.SetKVOptions(kv)
-	}
-	if err != nil {
-		return StepCost{}, err
-	}
-	outLen := 1
-	if decodeLens != nil {
-		outLen = 2
-	}
-	// No prompt ids: the counting backend uploads nothing, and batch ×
-	// input ids (up to 2^31, 8 GiB) were allocated per cost evaluation.
-	e.costOnly = true
-	if err := e.BeginSeqs(seqs, outLen, nil); err != nil {
-		return StepCost{}, err
-	}
-	e.OnOp = func(op string) { cb.label = op }
-	cb.counting = true
-	if decodeLens == nil {
-		err = e.forward(e.ids, true)
-	} else {
-		copy(e.lens, decodeLens)
-		e.pos, e.prefilled = decodeLens[0], true
-		err = e.forward(e.next, false)
-	}
+	err := runStep(cfg, cb, tpSize, seqs, decodeLens, kv, func(op string) {
+		cb.label = op
+		cb.counting = true
+	})
 	if err != nil {
 		return StepCost{}, fmt.Errorf("%s cost: %w", phase, err)
 	}
@@ -312,6 +282,62 @@ func stepCost(cfg Config, tpSize int, phase string, seqs []SeqSpec, decodeLens [
 		return a > b || (a == b && sc.Ops[i].Op < sc.Ops[j].Op)
 	})
 	return sc, nil
+}
+
+// TraceStep runs one step of cfg on be as stepCost runs it on the cost
+// model's counting backend: the prefill of seqs, or, with decodeLens, the
+// decode step after sequence b holds decodeLens[b] (one GPU, no weights
+// loaded: be's buffers are filled by FillDummy, no prompt is uploaded).
+// onOp is called before every op of the step with its name (Engine.OnOp),
+// not before the engine's own setup (weights, buffers, views). The
+// estimate runs it on the cuda backend's planner (runner/gpu.NewPlanner),
+// so that its launches are the backend's.
+func TraceStep(cfg Config, be Backend, seqs []SeqSpec, decodeLens []int, kv KVOptions, onOp func(op string)) error {
+	if len(seqs) < 1 {
+		return errors.New("trace: no sequences")
+	}
+	if decodeLens != nil && len(decodeLens) != len(seqs) {
+		return fmt.Errorf("trace: %d decode lengths for %d sequences", len(decodeLens), len(seqs))
+	}
+	return runStep(cfg, be, 0, seqs, decodeLens, kv, onOp)
+}
+
+// runStep makes an engine of cfg on be (rank 0 of tpSize ranks, or the
+// whole model for 0), begins seqs and runs the step, telling onOp each op.
+func runStep(cfg Config, be Backend, tpSize int, seqs []SeqSpec, decodeLens []int, kv KVOptions, onOp func(op string)) error {
+	var e *Engine
+	var err error
+	if tpSize == 0 {
+		e, err = NewEngine(cfg, be, WeightSource{}, nil)
+	} else {
+		var lay TPLayout
+		if lay, err = cfg.TPLayout(0, tpSize); err == nil {
+			e, err = NewEngineRank(cfg, lay, be, WeightSource{}, nil)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.SetKVOptions(kv); err != nil {
+		return err
+	}
+	outLen := 1
+	if decodeLens != nil {
+		outLen = 2
+	}
+	// No prompt ids: the counting backend uploads nothing, and batch ×
+	// input ids (up to 2^31, 8 GiB) were allocated per cost evaluation.
+	e.costOnly = true
+	if err := e.BeginSeqs(seqs, outLen, nil); err != nil {
+		return err
+	}
+	e.OnOp = onOp
+	if decodeLens == nil {
+		return e.forward(e.ids, true)
+	}
+	copy(e.lens, decodeLens)
+	e.pos, e.prefilled = decodeLens[0], true
+	return e.forward(e.next, false)
 }
 
 // costBackend counts instead of computing. Buffers carry only a size.

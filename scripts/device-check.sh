@@ -146,13 +146,29 @@ fi
 # ab-prefill and tp1) and launch 2-1 (programmatic dependent launch, 20 s) from
 # verify (-4), devices (-3), ab-prefill (-3) and the nvcc and Triton op-library recipes (-5
 # each, skipped where nvcc or Triton is missing); then pdl-sass (6 s) from sweep; then the paged
-# layout against the contiguous one (10 s: 5 s each from ab-decode and ab-prefill).
+# layout against the contiguous one (10 s: 5 s each from ab-decode and ab-prefill); then the
+# per-launch estimate (4 s: 2 each from roofline and verify).
 run devices 5 "$STEPBENCH" devices
-run verify 31 "$STEPBENCH" verify
+run verify 29 "$STEPBENCH" verify
 # -v: the size of each decode step's CUDA graph (its launches) on stderr, in the log.
 run sweep 21 "$STEPBENCH" run --device cuda --model llama-3-8b --load-format dummy --batch-size 1,32 \
   --input-len 1024 --output-len 32 --num-iters 3 --json-out "$OUT/sweep.json" --result-filename "$OUT/sweep.jsonl" -v
-run roofline 5 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
+run roofline 3 "$STEPBENCH" roofline --gpu h200 --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 32
+# The per-launch ESTIMATE of the sweep's steps (docs/kernel.md: the cuda backend's launches priced at
+# this workplace's measured rates; no GPU needed), under the defaults and --kernel fast, for this
+# machine's GPU (h100-sxm where nvidia-smi names an H100, else h200); the summary prints each
+# estimate beside the sweep's measured time, so the first GPU run shows where the model is wrong.
+est_gpu=h200
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q 'H100'; then
+  est_gpu=h100-sxm
+fi
+run estimate 4 bash -c '"$1" roofline --estimate --gpu "$2" --model llama-3-8b --batch-size 1,32 --input-len 1024 \
+    --launches=false --json-out "$3/estimate.json" &&
+  "$1" roofline --estimate --gpu "$2" --model llama-3-8b --batch-size 1,32 --input-len 1024 --kernel fast \
+    --launches=false --json-out "$3/estimate-fast.json" | sed "s/^ESTIMATE /ESTIMATE fast /" &&
+  "$1" roofline --estimate --gpu "$2" --model llama-3.1-8b --batch-size 1 --input-len 8192 --kv-layout contiguous \
+    --kernel attn_prefill=3 --launches=false --json-out "$3/estimate-8k.json" | sed "s/^ESTIMATE /ESTIMATE 8k /"' \
+  estimate "$STEPBENCH" "$est_gpu" "$OUT"
 # Where the time goes, per op, with each op's launches (an eager pass with an event at every op boundary).
 run breakdown 8 "$STEPBENCH" run --device cuda --model llama-3-8b --batch-size 1,32 --input-len 1024 --output-len 4 \
   --num-iters 1 --disable-cuda-graph --breakdown
@@ -297,15 +313,32 @@ for i in "${!steps[@]}"; do
   printf '%-14s %-8s %5s %8s %6s\n' "${steps[$i]}" "${statuses[$i]}" "${codes[$i]}" "${seconds[$i]}" "${limits[$i]}"
 done
 echo "total          $(elapsed_since "$script_start") s of ${TOTAL_S} s"
+# estimated KIND B: the estimate log's total of a step ("ESTIMATE prefill 1 × 1024: 21.119 ms"),
+# KIND prefill or decode, B the batch; a third argument names the run ("fast": --kernel fast's,
+# "8k": llama-3.1-8b's at a fourth argument's length).
+estimated() {
+  local tag="ESTIMATE"
+  [[ -n "${3:-}" ]] && tag="ESTIMATE $3"
+  local pat="^$tag prefill $2 × ${4:-1024}: [0-9]"
+  [[ "$1" == decode ]] && pat="^$tag decode B=$2, KV ${4:-1024}: [0-9]"
+  local v
+  v="$(grep -E "$pat" "$OUT/estimate.log" 2>/dev/null | head -n1 | sed -n 's/.*: \([0-9.]*\) ms,.*/\1/p')"
+  echo "${v:--}"
+}
 for jsonl in "$OUT/sweep.jsonl"; do
   [[ -s "$jsonl" ]] || continue
   echo
-  echo "$(basename "$jsonl"): batch  prefill ms (1024 tokens)  decode median ms"
+  echo "$(basename "$jsonl") (measured) beside the per-launch ESTIMATE ($est_gpu; decode KV 1024, the sweep's steps 1024-1055; estimate.log):"
+  echo "  batch  prefill ms (1024 tokens)  ESTIMATE  decode median ms  ESTIMATE  ESTIMATE --kernel fast (prefill, decode)"
   while IFS= read -r rec; do
-    printf '  %5s  %24s  %16s\n' "$(field batch_size "$rec")" "$(ms "$(field prefill_latency "$rec")")" \
-      "$(ms "$(field median_decode_latency "$rec")")"
+    b="$(field batch_size "$rec")"
+    printf '  %5s  %24s  %8s  %16s  %8s  %s, %s\n' "$b" "$(ms "$(field prefill_latency "$rec")")" "$(estimated prefill "$b")" \
+      "$(ms "$(field median_decode_latency "$rec")")" "$(estimated decode "$b")" "$(estimated prefill "$b" fast)" "$(estimated decode "$b" fast)"
   done <"$jsonl"
 done
+if grep -q '^ESTIMATE 8k prefill' "$OUT/estimate.log" 2>/dev/null; then
+  echo "  llama-3.1-8b prefill 1 × 8192, attn_prefill=3, contiguous: ESTIMATE $(estimated prefill 1 8k 8192) ms (measured: ab-prefill's A arm below)"
+fi
 for ab in "ab-decode:attn_decode=4 (tensor cores) against attn_decode=3" "ab-fused:attn_decode=5 (rope fused) against attn_decode=4" \
   "ab-paged:the paged layout (shuffled 16-token pages, attn_decode 6) against the contiguous one (attn_decode 4), batch 32" \
   "ab-linear:linear=3 against linear=1 (cuBLAS)" "ab-norm:linear=4 (norms fused) against linear=3" \

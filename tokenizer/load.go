@@ -17,8 +17,9 @@ const maxID = 1 << 24
 // MaxFileBytes bounds a tokenizer.json (Llama-3's is 8.7 MB).
 const MaxFileBytes = 64 << 20
 
-// Load reads a Hugging Face tokenizer.json of the Llama-3 kind: a regular
-// file (a FIFO or a device is refused at once) of at most MaxFileBytes.
+// Load reads a Hugging Face tokenizer.json of the Llama-3 or Qwen2 kind
+// (Qwen2, Qwen2.5, Qwen3): a regular file (a FIFO or a device is refused at
+// once) of at most MaxFileBytes.
 func Load(path string) (*Tokenizer, error) {
 	data, err := input.ReadFile(path, MaxFileBytes, "a tokenizer.json")
 	if err != nil {
@@ -28,9 +29,10 @@ func Load(path string) (*Tokenizer, error) {
 }
 
 // Parse reads the contents of a tokenizer.json; name (its path) starts every
-// error. Only byte-level BPE with Llama-3's pre-tokenizer is read: any other
-// kind (SentencePiece/Llama-2, WordPiece, Unigram, a normalizer, another
-// split pattern) is refused in one line that names what the file has.
+// error. Only byte-level BPE with Llama-3's or Qwen2's pre-tokenizer (and
+// Qwen2's NFC normalizer) is read: any other kind (SentencePiece/Llama-2,
+// WordPiece, Unigram, another normalizer, another split pattern) is refused
+// in one line that names the field and what the file has.
 func Parse(data []byte, name string) (*Tokenizer, error) {
 	t, err := parse(data)
 	if err != nil {
@@ -40,6 +42,8 @@ func Parse(data []byte, name string) (*Tokenizer, error) {
 }
 
 type fileJSON struct {
+	Truncation    json.RawMessage  `json:"truncation"`
+	Padding       json.RawMessage  `json:"padding"`
 	AddedTokens   []addedTokenJSON `json:"added_tokens"`
 	Normalizer    json.RawMessage  `json:"normalizer"`
 	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
@@ -83,6 +87,13 @@ func parse(data []byte) (*Tokenizer, error) {
 	}
 	bl := newByteLevel()
 	t := &Tokenizer{ignoreMerges: f.Model.IgnoreMerges, special: map[int32]bool{}}
+	var err error
+	if t.nfc, err = readNormalizer(f.Normalizer); err != nil {
+		return nil, err
+	}
+	if t.digits, err = checkPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
 	vocab, err := readVocab(f.Model.Vocab)
 	if err != nil {
 		return nil, err
@@ -112,7 +123,7 @@ type kindJSON struct {
 
 // kindOf names a component ("null" when absent), a Sequence with its parts.
 func kindOf(raw json.RawMessage) string {
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+	if isNull(raw) {
 		return "null"
 	}
 	var k kindJSON
@@ -130,10 +141,13 @@ func kindOf(raw json.RawMessage) string {
 	return "Sequence[" + strings.Join(names, ", ") + "]"
 }
 
-// checkKind refuses every tokenizer that is not byte-level BPE with
-// Llama-3's pre-tokenizer, naming what the file has.
+// supportedKinds is what every refusal of a kind of tokenizer ends with.
+const supportedKinds = "stepbench reads byte-level BPE tokenizers of the Llama-3 and Qwen2 kinds"
+
+// checkKind refuses every tokenizer whose model or decoder is not the
+// byte-level BPE of Llama-3 and Qwen2, naming the field and what the file
+// has; readNormalizer and checkPreTokenizer read the rest.
 func checkKind(f *fileJSON) error {
-	const want = "stepbench reads byte-level BPE tokenizers of the Llama-3 kind"
 	m := f.Model
 	switch {
 	case m == nil:
@@ -141,25 +155,47 @@ func checkKind(f *fileJSON) error {
 	case m.Type == "":
 		return errors.New("the model has no type")
 	case m.Type != "BPE":
-		return fmt.Errorf("model type %s is not supported: %s", m.Type, want)
+		return fmt.Errorf("model type %s is not supported: %s", m.Type, supportedKinds)
 	case m.ByteFallback || strings.Contains(kindOf(f.PreTokenizer), "Metaspace"):
-		return fmt.Errorf("model type BPE with byte_fallback or a Metaspace pre-tokenizer (SentencePiece, the Llama-2 kind) is not supported: %s", want)
+		return fmt.Errorf("model type BPE with byte_fallback or a Metaspace pre-tokenizer (SentencePiece, the Llama-2 kind) is not supported: %s", supportedKinds)
 	case m.Dropout != nil && *m.Dropout != 0:
 		return fmt.Errorf("model: BPE dropout %g is not supported (encoding would be random)", *m.Dropout)
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "",
 		m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
-		return fmt.Errorf("model: BPE with a subword prefix or suffix is not supported: %s", want)
-	case kindOf(f.Normalizer) != "null":
-		return fmt.Errorf("normalizer %s is not supported (Llama-3 has none): %s", kindOf(f.Normalizer), want)
+		return fmt.Errorf("model: BPE with a subword prefix or suffix is not supported: %s", supportedKinds)
 	case !strings.HasPrefix(kindOf(f.Decoder), "ByteLevel"):
-		return fmt.Errorf("decoder %s is not supported (Llama-3's is ByteLevel): %s", kindOf(f.Decoder), want)
+		return fmt.Errorf("decoder %s is not supported (Llama-3's and Qwen2's is ByteLevel): %s", kindOf(f.Decoder), supportedKinds)
+	case !isNull(f.Truncation), !isNull(f.Padding):
+		// The library's encode would cut or pad every text to a length.
+		return errors.New("truncation or padding is set: stepbench encodes whole texts, as Llama-3's and Qwen2's files (both null) have it")
 	}
-	return checkPreTokenizer(f.PreTokenizer)
+	return nil
 }
 
-// checkPreTokenizer accepts Llama-3's: a Sequence of Split(Llama3Pattern,
-// Isolated) and ByteLevel without its own regex or a prefix space.
-func checkPreTokenizer(raw json.RawMessage) error {
+// isNull says whether a component is absent or null.
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
+}
+
+// readNormalizer reads the normalizer: none (Llama-3) or NFC (Qwen2, Qwen3),
+// and says whether it is NFC. Any other (NFKC, Lowercase, a Sequence, ...)
+// is refused by name.
+func readNormalizer(raw json.RawMessage) (bool, error) {
+	switch k := kindOf(raw); k {
+	case "null":
+		return false, nil
+	case "NFC":
+		return true, nil
+	default:
+		return false, fmt.Errorf("normalizer %s is not supported (Llama-3 has none, Qwen2 NFC): %s", k, supportedKinds)
+	}
+}
+
+// checkPreTokenizer accepts Llama-3's and Qwen2's: a Sequence of
+// Split(Llama3Pattern or Qwen2Pattern, Isolated) and ByteLevel without its
+// own regex or a prefix space. It returns the pattern's digitRun.
+func checkPreTokenizer(raw json.RawMessage) (int, error) {
 	var seq struct {
 		Type          string `json:"type"`
 		PreTokenizers []struct {
@@ -171,8 +207,8 @@ func checkPreTokenizer(raw json.RawMessage) error {
 			UseRegex       *bool  `json:"use_regex"`
 		} `json:"pretokenizers"`
 	}
-	fail := func(why string) error {
-		return fmt.Errorf("pre_tokenizer %s is not Llama-3's (Sequence[Split, ByteLevel]): %s", kindOf(raw), why)
+	fail := func(why string) (int, error) {
+		return 0, fmt.Errorf("pre_tokenizer %s is not Llama-3's or Qwen2's (Sequence[Split, ByteLevel]): %s", kindOf(raw), why)
 	}
 	if json.Unmarshal(raw, &seq) != nil || seq.Type != "Sequence" || len(seq.PreTokenizers) != 2 {
 		return fail("a Sequence of two is expected")
@@ -181,14 +217,14 @@ func checkPreTokenizer(raw json.RawMessage) error {
 	switch {
 	case split.Type != "Split" || bl.Type != "ByteLevel":
 		return fail("Split then ByteLevel is expected")
-	case split.Pattern.Regex == nil || *split.Pattern.Regex != Llama3Pattern:
-		return fail("its Split pattern is not Llama-3's")
+	case split.Pattern.Regex == nil || digitRun(*split.Pattern.Regex) == 0:
+		return fail("its Split pattern (pretokenizers[0].pattern.Regex) is neither Llama-3's nor Qwen2's")
 	case split.Behavior != "Isolated" || split.Invert:
 		return fail(fmt.Sprintf("its Split behavior %q (invert %v) is not Isolated", split.Behavior, split.Invert))
 	case bl.AddPrefixSpace || bl.UseRegex == nil || *bl.UseRegex:
-		return fail("its ByteLevel adds a prefix space or splits by its own regex")
+		return fail("its ByteLevel (pretokenizers[1]) adds a prefix space (add_prefix_space) or splits by its own regex (use_regex)")
 	}
-	return nil
+	return digitRun(*split.Pattern.Regex), nil
 }
 
 // readVocab reads the model's vocabulary object. A token listed twice

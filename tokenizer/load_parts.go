@@ -102,7 +102,9 @@ func (t *Tokenizer) setAdded(added []addedTokenJSON, vocab map[string]int32, bl 
 			t.special[id] = true
 		}
 		if a.Normalized {
-			normalized[a.Content] = id
+			// The library matches a normalized token by its normalized
+			// content (AddedVocabulary::refresh_added_tokens).
+			normalized[t.normalize(a.Content)] = id
 		} else {
 			raw[a.Content] = id
 		}

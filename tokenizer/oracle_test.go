@@ -24,9 +24,15 @@ import (
 // oracleDir is where make oracle set the oracle up ($STEPBENCH_TOKENIZER_ORACLE
 // overrides), or "" with the reason it is not there.
 func oracleDir() (string, string) {
-	dir := os.Getenv("STEPBENCH_TOKENIZER_ORACLE")
+	return setUpOracle("STEPBENCH_TOKENIZER_ORACLE", "tokenizer-oracle")
+}
+
+// setUpOracle is the directory make oracle set an oracle up in, build/NAME
+// ($ENV overrides), or "" with the reason it is not there.
+func setUpOracle(env, name string) (string, string) {
+	dir := os.Getenv(env)
 	if dir == "" {
-		dir = filepath.Join("..", "build", "tokenizer-oracle")
+		dir = filepath.Join("..", "build", name)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ready")); err != nil {
 		return "", fmt.Sprintf("the tokenizer oracle is not set up in %s (make oracle: needs node, npm and the npm registry)", dir)

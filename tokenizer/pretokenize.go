@@ -8,13 +8,30 @@ import (
 // Llama3Pattern is the Split pre-tokenizer's regular expression in Llama-3's
 // tokenizer.json (as tiktoken's cl100k pattern, but with letters allowed one
 // leading non-letter, digits in groups of up to three, and case-insensitive
-// contractions). splitLlama3 matches it by hand: its `\s+(?!\S)` needs a
+// contractions). split matches it by hand: its `\s+(?!\S)` needs a
 // look-ahead, which Go's regexp (RE2: no look-around, by design) lacks. A
 // hand-written scanner of this one pattern needs no dependency, reads the
 // text once and allocates nothing; a backtracking engine (regexp2) would
 // bring a dependency whose speed and \s and \p classes we would have to
 // check against Oniguruma's anyway.
 const Llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+// Qwen2Pattern is the Split pattern of Qwen2's, Qwen2.5's and Qwen3's
+// tokenizer.json: Llama-3's with every digit a piece of its own (`\p{N}`,
+// not `\p{N}{1,3}`). The same scanner matches it (split with digits 1).
+const Qwen2Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+// digitRun returns how many digits (\p{N}) one piece of pattern holds at
+// most: 3 for Llama-3's, 1 for Qwen2's; 0 for a pattern split cannot match.
+func digitRun(pattern string) int {
+	switch pattern {
+	case Llama3Pattern:
+		return 3
+	case Qwen2Pattern:
+		return 1
+	}
+	return 0
+}
 
 // Character classes of the pattern. The `tokenizers` library runs it on
 // Oniguruma: \p{L} and \p{N} are the Unicode general categories L and N,
@@ -65,20 +82,22 @@ func runeAt(s string, i int) (rune, int, uint8) {
 	return r, n, classOf(r)
 }
 
-// splitLlama3 appends to ends the end offset of every piece Llama3Pattern
-// cuts s (valid UTF-8) into: the pattern matches at every position, so the
-// pieces tile s. Each alternative is tried in order at the piece's start,
-// with the pattern's greedy quantifiers and their backtracking.
-func splitLlama3(s string, ends []int) []int {
+// split appends to ends the end offset of every piece Llama3Pattern (digits
+// 3) or Qwen2Pattern (digits 1) cuts s (valid UTF-8) into: the pattern
+// matches at every position, so the pieces tile s. Each alternative is tried
+// in order at the piece's start, with the pattern's greedy quantifiers and
+// their backtracking.
+func split(s string, ends []int, digits int) []int {
 	for i := 0; i < len(s); {
-		i = matchAt(s, i)
+		i = matchAt(s, i, digits)
 		ends = append(ends, i)
 	}
 	return ends
 }
 
-// matchAt returns the end of the match that starts at i.
-func matchAt(s string, i int) int {
+// matchAt returns the end of the match that starts at i; a run of digits
+// ends after at most digits of them.
+func matchAt(s string, i int, digits int) int {
 	r, n, class := runeAt(s, i)
 	if r == '\'' {
 		if end := contraction(s, i+n); end > 0 {
@@ -94,10 +113,10 @@ func matchAt(s string, i int) int {
 			return skipClass(s, i+n, classLetter)
 		}
 	}
-	// \p{N}{1,3}
+	// \p{N}{1,3} (Llama-3), \p{N} (Qwen2)
 	if class == classNumber {
 		end := i + n
-		for k := 1; k < 3 && end < len(s); k++ {
+		for k := 1; k < digits && end < len(s); k++ {
 			_, m, c := runeAt(s, end)
 			if c != classNumber {
 				break

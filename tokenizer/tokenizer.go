@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"slices"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Tokenizer encodes text to token ids and decodes ids to text. It holds no
@@ -23,6 +25,11 @@ type Tokenizer struct {
 	// around the text ($A): Llama-3's is [<|begin_of_text|>] and [].
 	prefix, suffix []int32
 	special        map[int32]bool
+	// digits is the longest run of digits one piece of the Split pattern
+	// holds: 3 (Llama3Pattern) or 1 (Qwen2Pattern).
+	digits int
+	// nfc: the normalizer is NFC (Qwen2, Qwen3); Llama-3 has none.
+	nfc bool
 }
 
 // Encode returns the token ids of text as the library's
@@ -51,12 +58,12 @@ func (t *Tokenizer) encode(text string, template bool) []int32 {
 		out = append(out, t.prefix...)
 	}
 	var sc scratch
-	t.added.split(text, func(segment string, added int32) {
+	t.added.split(text, t.normalize, func(segment string, added int32) {
 		if added >= 0 {
 			out = append(out, added)
 			return
 		}
-		sc.ends = splitLlama3(segment, sc.ends[:0])
+		sc.ends = split(segment, sc.ends[:0], t.digits)
 		start := 0
 		for _, end := range sc.ends {
 			out = t.bpe([]byte(segment[start:end]), out, &sc)
@@ -67,6 +74,17 @@ func (t *Tokenizer) encode(text string, template bool) []int32 {
 		out = append(out, t.suffix...)
 	}
 	return out
+}
+
+// normalize is the normalizer, applied (as the library applies it) to the
+// text between the added tokens that are not normalized: NFC (Qwen2's
+// normalizer), or nothing (Llama-3 has none). NFC of valid UTF-8 is valid
+// UTF-8.
+func (t *Tokenizer) normalize(s string) string {
+	if t.nfc {
+		return norm.NFC.String(s)
+	}
+	return s
 }
 
 // Decode returns the text of ids as the library's decode(ids) does: each
@@ -103,9 +121,10 @@ func (t *Tokenizer) TokenID(content string) (int32, bool) {
 // IsSpecial says whether id is an added token marked special.
 func (t *Tokenizer) IsSpecial(id int32) bool { return t.special[id] }
 
-// addedTokens are the added tokens in the library's two passes: those not
-// normalized are matched in the raw text, then those normalized in what is
-// left (there is no normalizer here, so both passes read the same text).
+// addedTokens are the added tokens in the library's two passes
+// (added_vocabulary.rs, extract_and_normalize): those not normalized are
+// matched in the raw text, then what is left between them is normalized and
+// those normalized are matched in it.
 type addedTokens struct {
 	ids            map[string]int32
 	raw, normed    tokenSet
@@ -158,14 +177,17 @@ func (s *tokenSet) find(text string, from int) (int, int, int32) {
 }
 
 // split calls emit with every segment of text in order: an added token as
-// its id, the text between them with id -1.
-func (a *addedTokens) split(text string, emit func(segment string, id int32)) {
+// its id, the text between them, normalized, with id -1.
+func (a *addedTokens) split(text string, normalize func(string) string, emit func(segment string, id int32)) {
 	a.raw.each(text, func(segment string, id int32) {
-		if id >= 0 || !a.normalizedPass {
+		switch {
+		case id >= 0:
 			emit(segment, id)
-			return
+		case !a.normalizedPass:
+			emit(normalize(segment), id)
+		default:
+			a.normed.each(normalize(segment), emit)
 		}
-		a.normed.each(segment, emit)
 	})
 }
 

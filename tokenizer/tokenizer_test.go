@@ -67,15 +67,45 @@ func TestSplitLlama3(t *testing.T) {
 		// Case-insensitive is case folding: 'ſ' (U+017F) is an s.
 		{"x'ſ", []string{"x", "'ſ"}},
 	} {
-		var got []string
-		start := 0
-		for _, end := range splitLlama3(c.in, nil) {
-			got = append(got, c.in[start:end])
-			start = end
-		}
-		if !slices.Equal(got, c.want) {
+		if got := pieces(c.in, 3); !slices.Equal(got, c.want) {
 			t.Errorf("split %q = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// pieces are the pieces split cuts s into.
+func pieces(s string, digits int) []string {
+	var out []string
+	start := 0
+	for _, end := range split(s, nil, digits) {
+		out = append(out, s[start:end])
+		start = end
+	}
+	return out
+}
+
+// Qwen2's pattern is Llama-3's with every digit (\p{N}) a piece of its own;
+// the rest is cut as Llama-3's is.
+func TestSplitQwen2(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"1234567", []string{"1", "2", "3", "4", "5", "6", "7"}},
+		{" 123", []string{" ", "1", "2", "3"}},
+		{"v1.25x", []string{"v", "1", ".", "2", "5", "x"}},
+		{"x²½", []string{"x", "²", "½"}},
+		{"٣٤ and 42", []string{"٣", "٤", " and", " ", "4", "2"}},
+		{"it's IT'S", []string{"it", "'s", " IT", "'S"}},
+		{"  \n  x", []string{"  \n", " ", " x"}},
+		{"中文123text", []string{"中文", "1", "2", "3", "text"}},
+	} {
+		if got := pieces(c.in, 1); !slices.Equal(got, c.want) {
+			t.Errorf("split %q = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if digitRun(Qwen2Pattern) != 1 || digitRun(Llama3Pattern) != 3 || digitRun(strings.Replace(Qwen2Pattern, `\p{N}|`, `\p{N}+|`, 1)) != 0 {
+		t.Error("digitRun does not tell the two patterns (and no third) apart")
 	}
 }
 
@@ -195,12 +225,15 @@ func TestBadFiles(t *testing.T) {
 		{"duplicate vocab id", replace(`"vocab": {`, `"vocab": {"zzz": 5, `), "duplicate id 5"},
 		{"token listed twice", replace(`"vocab": {`, `"vocab": {"!": 33, `), `lists token "!" twice`},
 		{"added token on a vocab id", replace(`"id": 1016,`, `"id": 7,`), "duplicate id 7"},
-		{"normalizer", replace(`"normalizer": null`, `"normalizer": {"type": "NFC"}`), "normalizer NFC is not supported"},
-		{"another pattern", replace(`\\p{N}{1,3}`, `\\p{N}+`), "its Split pattern is not Llama-3's"},
+		{"normalizer", replace(`"normalizer": null`, `"normalizer": {"type": "NFKC"}`), "normalizer NFKC is not supported"},
+		{"normalizer sequence", replace(`"normalizer": null`, `"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}]}`), "normalizer Sequence is not supported"},
+		{"another pattern", replace(`\\p{N}{1,3}`, `\\p{N}+`), "its Split pattern (pretokenizers[0].pattern.Regex) is neither Llama-3's nor Qwen2's"},
 		{"GPT-2 pre-tokenizer", replace(`"use_regex": false`, `"use_regex": true`), "splits by its own regex"},
 		{"missing byte", replace(`"!": 33,`, ``), "no token \"!\" for byte 0x21"},
 		{"lstrip", replace(`"lstrip": false`, `"lstrip": true`), "lstrip, rstrip or single_word"},
 		{"post-processor", replace(`"type": "TemplateProcessing"`, `"type": "RobertaProcessing"`), "RobertaProcessing is not supported"},
+		{"truncation", replace(`"truncation": null`, `"truncation": {"max_length": 512, "strategy": "LongestFirst"}`), "truncation or padding is set"},
+		{"padding", replace(`"padding": null`, `"padding": {"strategy": {"Fixed": 64}}`), "truncation or padding is set"},
 	} {
 		_, err := Parse([]byte(c.data), "dir/tokenizer.json")
 		switch {
@@ -272,6 +305,11 @@ func FuzzParse(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(small)
+	qwen, err := tokenizertest.QwenJSON(300)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(qwen)
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}`))
 	f.Add([]byte("{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {

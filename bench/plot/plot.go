@@ -230,6 +230,19 @@ func recoverPlot(path string, err *error) {
 // points' times beside their floors, each median with its 95% interval as
 // an error bar. It draws only what the reports hold.
 func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title string) ([]string, error) {
+	return Runs(path, roof, []RunShapes{{Shapes: shapes}}, title)
+}
+
+// RunShapes are one run's shape reports under the name a figure of
+// several runs gives them ("bf16 cache", "fp8_e4m3 cache"; "" alone).
+type RunShapes struct {
+	Label  string
+	Shapes []report.ShapeReport
+}
+
+// Runs is Run for several runs in one pair of figures: each run's lines
+// are its own series, named by its Label in the legends.
+func Runs(path string, roof *roofline.Roof, runs []RunShapes, title string) ([]string, error) {
 	rooflinePath, sweepPath, err := Paths(path)
 	if err != nil {
 		return nil, err
@@ -237,27 +250,13 @@ func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title st
 	var points []Point
 	var sweep []SweepPoint
 	ragged := false
-	for _, s := range shapes {
-		sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen, OutputLen: s.OutputLen, Ragged: s.Lens != ""}
-		ragged = ragged || sp.Ragged
-		for _, p := range s.RooflinePoints {
-			if p.Op != "" {
-				continue
-			}
-			lo, hi := MedianInterval(s, p.Phase)
-			points = append(points, Point{Point: p, LowSeconds: lo, HighSeconds: hi, Ragged: sp.Ragged})
-			switch p.Phase {
-			case bench.PhasePrefill:
-				sp.PrefillSeconds, sp.PrefillFloorSeconds = p.Seconds, p.FloorSeconds
-				sp.PrefillLowSeconds, sp.PrefillHighSeconds = lo, hi
-				sp.PrefillKVTokens = pointKVTokens(p)
-			case bench.PhaseDecode:
-				sp.DecodeSeconds, sp.DecodeFloorSeconds = p.Seconds, p.FloorSeconds
-				sp.DecodeLowSeconds, sp.DecodeHighSeconds = lo, hi
-				sp.DecodeKVTokens = pointKVTokens(p)
-			}
+	for _, run := range runs {
+		for _, s := range run.Shapes {
+			sp, shapePoints := shapeSweepPoint(s, run.Label)
+			ragged = ragged || sp.Ragged
+			points = append(points, shapePoints...)
+			sweep = append(sweep, sp)
 		}
-		sweep = append(sweep, sp)
 	}
 	if err := WriteRooflinePlot(rooflinePath, roof, points, title+": roofline"); err != nil {
 		return nil, err
@@ -270,6 +269,31 @@ func Run(path string, roof *roofline.Roof, shapes []report.ShapeReport, title st
 		return []string{rooflinePath}, err
 	}
 	return []string{rooflinePath, sweepPath}, nil
+}
+
+// shapeSweepPoint is a shape's sweep point and its roofline points (the
+// whole step's: per-op points are left out), named series.
+func shapeSweepPoint(s report.ShapeReport, series string) (SweepPoint, []Point) {
+	sp := SweepPoint{Batch: s.Batch, InputLen: s.InputLen, OutputLen: s.OutputLen, Ragged: s.Lens != "", Series: series}
+	var points []Point
+	for _, p := range s.RooflinePoints {
+		if p.Op != "" {
+			continue
+		}
+		lo, hi := MedianInterval(s, p.Phase)
+		points = append(points, Point{Point: p, LowSeconds: lo, HighSeconds: hi, Ragged: sp.Ragged, Series: series})
+		switch p.Phase {
+		case bench.PhasePrefill:
+			sp.PrefillSeconds, sp.PrefillFloorSeconds = p.Seconds, p.FloorSeconds
+			sp.PrefillLowSeconds, sp.PrefillHighSeconds = lo, hi
+			sp.PrefillKVTokens = pointKVTokens(p)
+		case bench.PhaseDecode:
+			sp.DecodeSeconds, sp.DecodeFloorSeconds = p.Seconds, p.FloorSeconds
+			sp.DecodeLowSeconds, sp.DecodeHighSeconds = lo, hi
+			sp.DecodeKVTokens = pointKVTokens(p)
+		}
+	}
+	return sp, points
 }
 
 // pointKVTokens is the tokens in a step's caches after it: a ragged
@@ -293,6 +317,8 @@ type Point struct {
 	roofline.Point
 	LowSeconds, HighSeconds float64
 	Ragged                  bool
+	// Series is the run's name when a figure holds several (SweepPoint.Series).
+	Series string
 }
 
 // seriesInput is the input length of the point's series (raggedSeries for

@@ -189,7 +189,7 @@ func TestSweepSeriesPerInputLength(t *testing.T) {
 	points := []SweepPoint{{Batch: 4, InputLen: 128, PrefillSeconds: 0.04}, {Batch: 1, InputLen: 1024, PrefillSeconds: 0.2},
 		{Batch: 1, InputLen: 128, PrefillSeconds: 0.01}, {Batch: 4, InputLen: 1024, PrefillSeconds: 0.8}}
 	prefill := func(s SweepPoint) float64 { return s.PrefillSeconds }
-	got := sweepSeries(points, 128, prefill)
+	got := sweepSeries(points, seriesKey{Len: 128}, prefill)
 	if len(got) != 2 || got[0].X != 1 || got[0].Y != 10 || got[1].X != 4 || got[1].Y != 40 {
 		t.Errorf("input 128 series %v", got)
 	}

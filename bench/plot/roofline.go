@@ -95,11 +95,19 @@ func rooflineFigure(roof *roofline.Roof, points []Point, title string) (figure, 
 // the data extents, the batch-size labels and the series' lines.
 func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []Point) (xs, ys []float64, labels []pointLabel, lines []plotter.XYs, err error) {
 	inputs := inputLengths(points)
+	var keys []seriesKey
+	for _, pt := range points {
+		if k := (seriesKey{Series: pt.Series, Len: pt.seriesInput()}); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortStableFunc(keys, func(a, b seriesKey) int { return a.Len - b.Len })
 	for _, phase := range []string{bench.PhasePrefill, bench.PhaseDecode} {
-		for k, in := range inputs {
+		for k, key := range keys {
+			in := key.Len
 			var series []Point
 			for _, pt := range points {
-				if pt.Phase == phase && pt.seriesInput() == in && pt.IntensityFLOPsPerByte > 0 && pt.AchievedFLOPsPerSec > 0 {
+				if pt.Phase == phase && key.holds(pt.Series, pt.seriesInput()) && pt.IntensityFLOPsPerByte > 0 && pt.AchievedFLOPsPerSec > 0 {
 					series = append(series, pt)
 				}
 			}
@@ -135,7 +143,7 @@ func addRooflineSeries(p *plot.Plot, legend *plot.Legend, points []Point) (xs, y
 				return nil, nil, nil, nil, err
 			}
 			p.Add(line, errBars, scatter)
-			legend.Add(seriesName(phase, in, len(inputs)), line, scatter)
+			legend.Add(key.name(seriesName(phase, in, len(inputs))), line, scatter)
 		}
 	}
 	return xs, ys, labels, lines, nil

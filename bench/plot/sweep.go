@@ -16,6 +16,9 @@ import (
 // floors.
 type SweepPoint struct {
 	Batch, InputLen int
+	// Series names the run a point belongs to when one figure holds several
+	// (stepbench plot: "bf16 cache", "fp8_e4m3 cache"); "" for a run's own.
+	Series string
 	// A ragged batch's sweep (Ragged: its sequences have their own
 	// lengths) is drawn against the tokens in the caches after each step:
 	// PrefillKVTokens and DecodeKVTokens (the decode point's), by output
@@ -43,13 +46,7 @@ func WriteSweepPlot(path string, points []SweepPoint, title string) (err error) 
 	}
 	points = slices.Clone(points)
 	sort.SliceStable(points, func(i, j int) bool { return points[i].Batch < points[j].Batch })
-	var inputs []int
-	for _, pt := range points {
-		if !slices.Contains(inputs, pt.InputLen) {
-			inputs = append(inputs, pt.InputLen)
-		}
-	}
-	slices.Sort(inputs)
+	inputs := sweepKeys(points, func(p SweepPoint) int { return p.InputLen })
 	legend := newLegend()
 	var panels []*plot.Plot
 	for _, phase := range []sweepPhase{
@@ -83,7 +80,7 @@ type sweepPhase struct {
 }
 
 // sweepPanel draws one phase; drawn is false when it has no data.
-func sweepPanel(ph sweepPhase, points []SweepPoint, inputs []int) (*plot.Plot, bool, error) {
+func sweepPanel(ph sweepPhase, points []SweepPoint, inputs []seriesKey) (*plot.Plot, bool, error) {
 	p := plot.New()
 	p.Title.Text = ph.name
 	p.X.Label.Text = "batch size"
@@ -135,12 +132,12 @@ func sweepPanel(ph sweepPhase, points []SweepPoint, inputs []int) (*plot.Plot, b
 
 // sweepErrors are the intervals of one input length's measured points xy
 // (in ms), and their ends for the axis range.
-func sweepErrors(points []SweepPoint, inputLen int, xy plotter.XYs, ph sweepPhase) (errorPoints, []float64, []float64) {
+func sweepErrors(points []SweepPoint, in seriesKey, xy plotter.XYs, ph sweepPhase) (errorPoints, []float64, []float64) {
 	bars := errorPoints{XYs: xy, YErrors: make(plotter.YErrors, len(xy))}
 	var lows, highs []float64
 	for i, v := range xy {
 		for _, pt := range points {
-			if pt.InputLen != inputLen || float64(pt.Batch) != v.X || ph.measured(pt) <= 0 {
+			if !in.holds(pt.Series, pt.InputLen) || float64(pt.Batch) != v.X || ph.measured(pt) <= 0 {
 				continue
 			}
 			if lo, hi := ph.interval(pt); lo > 0 && hi >= lo {
@@ -152,12 +149,12 @@ func sweepErrors(points []SweepPoint, inputLen int, xy plotter.XYs, ph sweepPhas
 	return bars, lows, highs
 }
 
-// sweepSeries is one input length's (batch, ms) points in batch order:
-// a line never joins two input lengths.
-func sweepSeries(points []SweepPoint, inputLen int, value func(SweepPoint) float64) plotter.XYs {
+// sweepSeries is one series' (batch, ms) points in batch order: a line
+// never joins two input lengths or two runs.
+func sweepSeries(points []SweepPoint, in seriesKey, value func(SweepPoint) float64) plotter.XYs {
 	var xy plotter.XYs
 	for _, pt := range points {
-		if v := value(pt); pt.InputLen == inputLen && v > 0 && pt.Batch > 0 {
+		if v := value(pt); in.holds(pt.Series, pt.InputLen) && v > 0 && pt.Batch > 0 {
 			xy = append(xy, plotter.XY{X: float64(pt.Batch), Y: 1e3 * v})
 		}
 	}
@@ -176,10 +173,10 @@ func styleSeries(line *plotter.Line, scatter *plotter.Scatter, c color.Color, is
 	}
 }
 
-func addSweepLegend(legend *plot.Legend, inputs []int, hasFloors bool) {
+func addSweepLegend(legend *plot.Legend, inputs []seriesKey, hasFloors bool) {
 	for k, in := range inputs {
 		line, scatter := sweepThumb(seriesColors[k%len(seriesColors)], false)
-		legend.Add(fmt.Sprintf("input %d tokens", in), line, scatter)
+		legend.Add(in.name(fmt.Sprintf("input %d tokens", in.Len)), line, scatter)
 	}
 	line, scatter := sweepThumb(color.Black, false)
 	legend.Add("measured: median step time", line, scatter)
@@ -196,4 +193,47 @@ func sweepThumb(c color.Color, isFloor bool) (*plotter.Line, *plotter.Scatter) {
 	line, scatter, _ := plotter.NewLinePoints(plotter.XYs{{X: 1, Y: 1}})
 	styleSeries(line, scatter, c, isFloor)
 	return line, scatter
+}
+
+// seriesKey is one line of a sweep: a run (Series; "" in a run's own
+// figure) and an input length (output length in a ragged sweep).
+type seriesKey struct {
+	Series string
+	Len    int
+}
+
+func (k seriesKey) holds(series string, n int) bool { return k.Series == series && k.Len == n }
+
+// name is the legend's text for the line: "fp8_e4m3 cache, input 1024
+// tokens", or what alone when the figure holds one run.
+func (k seriesKey) name(what string) string {
+	if k.Series == "" {
+		return what
+	}
+	return k.Series + ", " + what
+}
+
+// sweepKeys are the distinct (series, length) pairs of points in the
+// order their runs first appear, each run's lengths ascending.
+func sweepKeys(points []SweepPoint, length func(SweepPoint) int) []seriesKey {
+	var runs []string
+	for _, pt := range points {
+		if !slices.Contains(runs, pt.Series) {
+			runs = append(runs, pt.Series)
+		}
+	}
+	var keys []seriesKey
+	for _, run := range runs {
+		var lens []int
+		for _, pt := range points {
+			if pt.Series == run && !slices.Contains(lens, length(pt)) {
+				lens = append(lens, length(pt))
+			}
+		}
+		slices.Sort(lens)
+		for _, n := range lens {
+			keys = append(keys, seriesKey{Series: run, Len: n})
+		}
+	}
+	return keys
 }

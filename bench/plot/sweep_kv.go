@@ -23,13 +23,7 @@ const kvSweepHeight = 24 * vg.Centimeter
 // output length. Batch size is no axis here: a ragged batch's work is set
 // by its lengths, and two batches of one size may differ tenfold.
 func writeKVSweepPlot(path string, points []SweepPoint, title string) error {
-	var outputs []int
-	for _, pt := range points {
-		if !slices.Contains(outputs, pt.OutputLen) {
-			outputs = append(outputs, pt.OutputLen)
-		}
-	}
-	slices.Sort(outputs)
+	outputs := sweepKeys(points, func(p SweepPoint) int { return p.OutputLen })
 	phases := []kvPhase{
 		{"prefill", func(s SweepPoint) float64 { return s.PrefillSeconds }, func(s SweepPoint) float64 { return s.PrefillFloorSeconds },
 			func(s SweepPoint) (float64, float64) { return s.PrefillLowSeconds, s.PrefillHighSeconds }, func(s SweepPoint) int { return s.PrefillKVTokens }},
@@ -74,10 +68,10 @@ type kvPhase struct {
 
 // kvSeries are one output length's points of a phase with a positive
 // value and KV tokens, in KV order.
-func kvSeries(points []SweepPoint, outputLen int, ph kvPhase, value func(SweepPoint) float64) []SweepPoint {
+func kvSeries(points []SweepPoint, key seriesKey, ph kvPhase, value func(SweepPoint) float64) []SweepPoint {
 	var out []SweepPoint
 	for _, pt := range points {
-		if pt.OutputLen == outputLen && value(pt) > 0 && ph.kvTokens(pt) > 0 {
+		if key.holds(pt.Series, pt.OutputLen) && value(pt) > 0 && ph.kvTokens(pt) > 0 {
 			out = append(out, pt)
 		}
 	}
@@ -87,7 +81,7 @@ func kvSeries(points []SweepPoint, outputLen int, ph kvPhase, value func(SweepPo
 
 // kvTimePanel draws a phase's step times and floors against KV tokens;
 // drawn is false when it has no data.
-func kvTimePanel(ph kvPhase, points []SweepPoint, outputs []int) (*plot.Plot, bool, error) {
+func kvTimePanel(ph kvPhase, points []SweepPoint, outputs []seriesKey) (*plot.Plot, bool, error) {
 	p := plot.New()
 	p.Title.Text = ph.name
 	p.X.Label.Text = "KV tokens after the step"
@@ -149,7 +143,7 @@ func kvTimePanel(ph kvPhase, points []SweepPoint, outputs []int) (*plot.Plot, bo
 
 // kvAttainPanel draws a phase's attainment, floor / median time (%),
 // against KV tokens.
-func kvAttainPanel(ph kvPhase, points []SweepPoint, outputs []int) (*plot.Plot, error) {
+func kvAttainPanel(ph kvPhase, points []SweepPoint, outputs []seriesKey) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = ph.name + ": attainment"
 	p.X.Label.Text = "KV tokens after the step"
@@ -184,10 +178,10 @@ func kvAttainPanel(ph kvPhase, points []SweepPoint, outputs []int) (*plot.Plot, 
 	return p, nil
 }
 
-func addKVSweepLegend(legend *plot.Legend, outputs []int, hasFloors bool) {
+func addKVSweepLegend(legend *plot.Legend, outputs []seriesKey, hasFloors bool) {
 	for k, out := range outputs {
 		line, scatter := sweepThumb(seriesColors[k%len(seriesColors)], false)
-		legend.Add(fmt.Sprintf("output %d tokens", out), line, scatter)
+		legend.Add(out.name(fmt.Sprintf("output %d tokens", out.Len)), line, scatter)
 	}
 	line, scatter := sweepThumb(seriesColors[0], false)
 	legend.Add("measured: median step time", line, scatter)

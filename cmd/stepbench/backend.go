@@ -116,7 +116,7 @@ func checkIncludeDirs(dirs []string) error {
 
 // registerKernelFlag adds a --kernel OP=VERSION list (repeat or comma-separate).
 func registerKernelFlag(fs *pflag.FlagSet, dst *[]string, name, what string) {
-	fs.StringSliceVar(dst, name, nil, what+"kernel version per op, OP=VERSION (repeat or comma-separate; default the newest the shapes allow, but gemm 1, attn_decode 4, launch 1 and linear 3): "+kernelVersionHelp())
+	fs.StringSliceVar(dst, name, nil, what+"kernel version per op, OP=VERSION (repeat or comma-separate; default the newest the shapes allow, but gemm 1, attn_decode 4, launch 1 and linear 3), or fast: the set the per-launch estimate predicts fastest on Hopper ("+kernels.FastSet().String()+"; a prediction, not measured; OP=VERSION items beside it override it): "+kernelVersionHelp())
 }
 
 // kernelVersionHelp lists the ops and their versions for --help.

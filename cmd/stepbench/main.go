@@ -35,6 +35,7 @@ func subcommands() map[string]subcommand {
 		"ab":        {"interleaved A/B of two kernel sets on the same weights, reported as a comparison (needs a GPU)", abCmd},
 		"kernel":    {"time one op cold (L2 flushed) at the model's shapes, with adaptive stopping (needs a GPU)", kernelCmd},
 		"build":     {"compile the kernels and print ptxas's report per entry point; --counters: the emulated device's access counters beside it", buildCmd},
+		"plot":      {"draw native reports (--json-out) in one roofline and one sweep figure, each report its own series (bf16 and FP8 caches side by side)", plotCmd},
 		"tokenize":  {"print the token ids of a text (--decode: the text of ids) with a model directory's tokenizer.json", tokenizeCmd},
 	}
 }

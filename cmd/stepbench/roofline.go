@@ -27,7 +27,11 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	registerQuantization(fs, &quantization)
 	kv := registerRooflineKV(fs)
 	seed := fs.Uint64("seed", 42, "with --context-lens uniform:LO-HI or normal:MEAN,SD: the seed of the lengths (run's --seed draws the same)")
+	est := registerEstimateFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := est.check(fs); err != nil {
 		return err
 	}
 	if err := kv.check(fs); err != nil {
@@ -54,6 +58,9 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 	if err := checked.validate(cfg); err != nil {
 		return err
 	}
+	if est.on {
+		return est.run(stdout, cfg, *gpu, *format, kv.options(*seed), sh)
+	}
 	if fs.Changed("tp-size") {
 		if err := cfg.CheckTP(*tpSize); err != nil {
 			return usagef("--tp-size: %v", err)
@@ -69,13 +76,7 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		out := map[string]any{"model": cfg, "gpu": g, "shapes": shapes}
-		if *tpSize > 0 {
-			out["tp_size"] = *tpSize
-		}
-		return enc.Encode(out)
+		return writeRooflineJSON(stdout, cfg, g, *tpSize, shapes)
 	}
 	if kv.dtype.FP8() {
 		fmt.Fprintf(stdout, "KV cache %s: one byte per cached element (rope_kv_write's write, attention's read), and each layer's K and V scales\n", kv.dtype)
@@ -87,6 +88,17 @@ func rooflineCmd(args []string, stdout, stderr io.Writer) error {
 		return floors.WriteOpFloorsTable(stdout, g, shapes[0])
 	}
 	return nil
+}
+
+// writeRooflineJSON prints the floors as --format json.
+func writeRooflineJSON(stdout io.Writer, cfg runner.Config, g roofline.Preset, tpSize int, shapes []floors.ShapeFloors) error {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	out := map[string]any{"model": cfg, "gpu": g, "shapes": shapes}
+	if tpSize > 0 {
+		out["tp_size"] = tpSize
+	}
+	return enc.Encode(out)
 }
 
 // registerRooflineKV registers roofline's KV cache flags: --context-lens,

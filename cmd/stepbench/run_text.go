@@ -26,8 +26,8 @@ type textFlags struct {
 func (t *textFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&t.prompts, "prompt", nil, "with --correctness-test: a text prompt, encoded with --model-path's tokenizer.json (repeat for more)")
 	registerPromptFile(fs, t, "for --correctness-test, or ")
-	fs.BoolVar(&t.chat, "chat", false, "with --correctness-test: wrap each text prompt in Llama-3-Instruct's chat template (a user turn, then the assistant's header)")
-	fs.BoolVar(&t.stopAtEOS, "stop-at-eos", false, "with --correctness-test and text prompts: stop a prompt's generation at <|eot_id|> or <|end_of_text|>")
+	fs.BoolVar(&t.chat, "chat", false, "with --correctness-test: wrap each text prompt in the tokenizer's chat template, Llama-3-Instruct's or ChatML (Qwen) (a user turn, then the assistant's header)")
+	fs.BoolVar(&t.stopAtEOS, "stop-at-eos", false, "with --correctness-test and text prompts: stop a prompt's generation at <|eot_id|> or <|end_of_text|> (Qwen: <|im_end|> or <|endoftext|>)")
 }
 
 // registerPromptFile adds --prompt-file and --allow-binary-prompts (run's
@@ -111,8 +111,11 @@ func (t *textFlags) encode(dir string, cfg runner.Config, bos bool) (*textPrompt
 	if err != nil {
 		return nil, nil, err
 	}
-	if missing := tok.Missing(tokenizer.Llama3ChatTokens); t.chat && len(missing) > 0 {
-		return nil, nil, usagef("--chat: %s/tokenizer.json has no added tokens %q (not a Llama-3-Instruct tokenizer): the chat template's would be encoded as text", dir, missing)
+	var chat tokenizer.Chat
+	if t.chat {
+		if chat, err = tok.Chat(); err != nil {
+			return nil, nil, usagef("--chat: %s/tokenizer.json %v", dir, err)
+		}
 	}
 	tp := &textPrompts{tok: tok, texts: texts, stop: map[int32]string{}}
 	if t.stopAtEOS {
@@ -122,14 +125,14 @@ func (t *textFlags) encode(dir string, cfg runner.Config, bos bool) (*textPrompt
 			}
 		}
 		if len(tp.stop) == 0 {
-			return nil, nil, usagef("--stop-at-eos: %s/tokenizer.json has neither %v", dir, tokenizer.EndOfTurn)
+			return nil, nil, usagef("--stop-at-eos: %s/tokenizer.json has none of %v", dir, tokenizer.EndOfTurn)
 		}
 	}
 	prompts := make([][]int32, len(texts))
 	for i, text := range texts {
 		switch {
 		case t.chat:
-			prompts[i] = tok.EncodePlain(tokenizer.Llama3Chat(text))
+			prompts[i] = tok.EncodePlain(chat.Render(text))
 		case bos:
 			prompts[i] = tok.Encode(text)
 		default:

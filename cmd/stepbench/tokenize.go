@@ -37,10 +37,10 @@ func tokenizeCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tokenize", stderr)
 	var modelPath, file string
 	var decode, noBOS, allowBinary bool
-	fs.StringVar(&modelPath, "model-path", "", "model directory holding tokenizer.json (Hugging Face's, of the Llama-3 kind)")
+	fs.StringVar(&modelPath, "model-path", "", "model directory holding tokenizer.json (Hugging Face's, of the Llama-3 or Qwen2/Qwen3 kind)")
 	fs.StringVar(&file, "file", "", "read the text (with --decode: the ids) from this file instead of the argument; - reads stdin")
 	fs.BoolVar(&decode, "decode", false, "decode: the input is token ids separated by spaces; the text is printed as it is, without a newline of its own")
-	fs.BoolVar(&noBOS, "no-bos", false, "encode without the post-processor's tokens (Llama-3: <|begin_of_text|>), as add_special_tokens=False")
+	fs.BoolVar(&noBOS, "no-bos", false, "encode without the post-processor's tokens (Llama-3: <|begin_of_text|>; Qwen adds none), as add_special_tokens=False")
 	fs.BoolVar(&allowBinary, "allow-binary", false, "read a --file that is not text (NUL or control bytes, invalid UTF-8) as the bytes it holds")
 	input, err := tokenizeInput(fs, args, &file, &allowBinary)
 	if err != nil {

@@ -130,6 +130,8 @@ type Backend struct {
 	capturing bool
 	// gemms counts the cuBLAS calls enqueued (Launches).
 	gemms int64
+	// planning is set by NewPlanner: nothing is enqueued (plan.go).
+	planning *planState
 	// comm is set by JoinGroup (this backend is a tensor-parallel rank);
 	// AbortCollectives reads it from other goroutines.
 	comm atomic.Pointer[cuda.NCCLComm]
@@ -435,6 +437,9 @@ func (e *event) Record() error { return e.ev.Record(e.stream) }
 
 // NewEvent makes a timing event on the backend's stream; Close destroys it.
 func (c *Backend) NewEvent() (runner.Event, error) {
+	if c.planning != nil {
+		return nil, errors.New("new event: a planner times nothing")
+	}
 	ev, err := c.ctx.NewEvent()
 	if err != nil {
 		return nil, fmt.Errorf("new event: %w", err)
@@ -459,6 +464,9 @@ func (c *Backend) Elapsed(start, end runner.Event) (time.Duration, error) {
 
 // Sync waits for all enqueued work; a kernel fault surfaces here.
 func (c *Backend) Sync() error {
+	if c.planning != nil {
+		return nil
+	}
 	if err := c.stream.Sync(); err != nil {
 		return fmt.Errorf("sync: %w", err)
 	}

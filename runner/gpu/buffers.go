@@ -33,7 +33,7 @@ func (c *Backend) Alloc(dt runner.DType, n int) (runner.Buffer, error) {
 		return nil, fmt.Errorf("alloc %d %s elements", n, dt)
 	}
 	// A zero-length buffer still gets a valid, aligned address.
-	p, err := c.ctx.Alloc(max(n*dt.Size(), 16))
+	p, err := c.devAlloc(max(n*dt.Size(), 16))
 	if err != nil {
 		return nil, fmt.Errorf("alloc %d %s: %w", n, dt, err)
 	}
@@ -42,7 +42,7 @@ func (c *Backend) Alloc(dt runner.DType, n int) (runner.Buffer, error) {
 
 // NameBuffer labels b for the emulated device's fault messages (a no-op on a GPU).
 func (c *Backend) NameBuffer(b runner.Buffer, name string) {
-	if cb, ok := b.(*buffer); ok && cb.ptr != 0 {
+	if cb, ok := b.(*buffer); ok && cb.ptr != 0 && c.planning == nil {
 		c.ctx.NameAllocation(cb.ptr, name)
 	}
 }
@@ -59,7 +59,10 @@ func (c *Backend) Free(b runner.Buffer) error {
 	if cb.ptr == 0 {
 		return errors.New("free: buffer already freed")
 	}
-	err := c.ctx.Free(cb.ptr)
+	var err error
+	if c.planning == nil {
+		err = c.ctx.Free(cb.ptr)
+	}
 	cb.ptr, cb.n = 0, 0
 	if err != nil {
 		return fmt.Errorf("free: %w", err)
@@ -113,7 +116,7 @@ func (o *operands) getOpt(b runner.Buffer, dt runner.DType, need int, operand st
 // upload copies bytes from host memory to dst through the pinned staging
 // buffer, chunk by chunk, waiting for each chunk before reusing the buffer.
 func (c *Backend) upload(op string, dst cuda.DevPtr, src []byte) error {
-	if err := c.notCapturing(op); err != nil {
+	if err := c.notCapturing(op); err != nil || c.planning != nil {
 		return err
 	}
 	stage := unsafe.Slice((*byte)(c.staging.Ptr), c.staging.Bytes)
@@ -133,7 +136,7 @@ func (c *Backend) upload(op string, dst cuda.DevPtr, src []byte) error {
 // download copies len(dst) bytes from src through the staging buffer; it
 // waits for all work enqueued before it.
 func (c *Backend) download(op string, dst []byte, src cuda.DevPtr) error {
-	if err := c.notCapturing(op); err != nil {
+	if err := c.notCapturing(op); err != nil || c.planning != nil {
 		return err
 	}
 	for done := 0; done < len(dst); {

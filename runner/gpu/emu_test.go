@@ -79,6 +79,22 @@ var seededBugs = []seededBug{
 		want: []string{"linear v3 [edge edge m=32 n=48 k=4104]"},
 	},
 	{
+		// The MoE layer's gate_up reads the expert of the slot's token
+		// index (slot / k) instead of the slot's own: a wrong expert's weights.
+		name: "moe: wrong expert index", file: "moe.cu", kernel: "moe",
+		old:  "    const int e = ids[slot];\n    const unsigned short* xr",
+		new:  "    const int e = ids[slot / k];\n    const unsigned short* xr",
+		want: []string{"moe_decode [moe-tiny tokens=1"},
+	},
+	{
+		// The router keeps the softmax's weights of the chosen k instead of
+		// renormalizing them (Qwen3-MoE's norm_topk_prob, Mixtral's always).
+		name: "moe: top-k renormalization dropped", file: "moe.cu", kernel: "moe",
+		old:  "if (renormalize && lane < k)",
+		new:  "if (0 && renormalize && lane < k)",
+		want: []string{"moe_topk [moe-tiny tokens=1", "routing weight"},
+	},
+	{
 		// The block table's page index one past (a power-of-two page size's
 		// shift): a sequence's last page reads the table's poison, a page id
 		// past the pool, and faults.
@@ -151,6 +167,7 @@ func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.Mod
 	defer ctx.Close()
 	set = set.With(emuSelection)
 	v := NewVerifier(ctx, stream, set, 1)
+	v.SetMoEShapes(kernels.TinyMoEShapes()) // the real models' are verify's (docs/moe.md)
 	if err := v.Only(only...); err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,9 @@ func (c *Backend) EnableFP8() error {
 	if c.fp8 != nil {
 		return nil
 	}
+	if c.planning != nil {
+		return errors.New("FP8 weights: the planner (the estimate) does not plan cuBLASLt's FP8 products yet")
+	}
 	if err := c.CheckFP8(); err != nil {
 		return err
 	}

@@ -76,6 +76,8 @@ func checkForFamily(family string) string {
 		return "linear"
 	case strings.HasPrefix(family, "gather_last"):
 		return "gather_last"
+	case strings.HasPrefix(family, "moe_"):
+		return "moe"
 	}
 	return family
 }

@@ -93,6 +93,10 @@ func (c *Backend) GemmChoices() []GemmChoice {
 // shape's tuned algorithm (Backend.Linear's column-major call: TN, cuBLAS's
 // m = n, n = m).
 func (c *Backend) linearLt(out, x, w cuda.DevPtr, m, n, k int) error {
+	if c.planning != nil {
+		c.planLibrary("linear", LibraryGemmLt)
+		return nil
+	}
 	g, err := c.gemmLt()
 	if err != nil {
 		return err
@@ -107,6 +111,7 @@ func (c *Backend) linearLt(out, x, w cuda.DevPtr, m, n, k int) error {
 		return fmt.Errorf("linear (gemm v2): %w", c.rootCause(err))
 	}
 	c.gemms++
+	c.observeLibrary("linear", LibraryGemmLt)
 	return nil
 }
 

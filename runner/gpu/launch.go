@@ -31,6 +31,10 @@ type Kernels struct {
 	// pdl are the entry points that launch=2 launches with programmatic
 	// stream serialization (kernels.PDLEntryPoints of the sources loaded).
 	pdl map[string]bool
+	// record, set by NewPlanner, takes every launch instead of a stream.
+	record func(PlannedLaunch)
+	// observe, set by Backend.ObserveLaunches, is told every launch made.
+	observe func(PlannedLaunch)
 }
 
 // Launched is how many kernels have been enqueued through k and every copy
@@ -201,6 +205,9 @@ func (c *argCheck) err() error {
 
 // launch enqueues entry point name (the op names it in errors).
 func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3, sharedBytes int, args ...any) error {
+	if k.record != nil {
+		return k.planLaunch(op, name, grid, block, sharedBytes)
+	}
 	f, ok := k.fn[name]
 	if !ok {
 		return fmt.Errorf("%s: kernel %s is not loaded", op, name)
@@ -211,6 +218,9 @@ func (k *Kernels) launch(s *cuda.Stream, op, name string, grid, block cuda.Dim3,
 	}
 	if err := launch(f, grid, block, sharedBytes, args...); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
+	}
+	if k.observe != nil {
+		k.observe(k.planned(op, name, grid, block, sharedBytes))
 	}
 	if k.launched != nil {
 		*k.launched++

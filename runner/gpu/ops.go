@@ -74,10 +74,15 @@ func (c *Backend) Linear(out, x, w runner.Buffer, m, n, k int) error {
 	if c.set.Selection().GemmVersion() == 2 { // --kernel gemm=2: cuBLASLt, tuned per shape
 		return c.linearLt(pOut, pX, pW, m, n, k)
 	}
+	if c.planning != nil {
+		c.planLibrary("linear", LibraryGemm)
+		return nil
+	}
 	if err := c.handle.GemmBF16(true, false, n, m, k, 1, pW, k, pX, k, 0, pOut, n); err != nil {
 		return fmt.Errorf("linear: %w", c.rootCause(err))
 	}
 	c.gemms++
+	c.observeLibrary("linear", LibraryGemm)
 	return nil
 }
 
@@ -263,9 +268,13 @@ func (c *Backend) ReserveAttention(s runner.AttnShape) error {
 	if c.capturing {
 		return fmt.Errorf("attention: decode workspace of %d bytes not reserved before capture (have %d)", need, c.attnWorkspaceBytes)
 	}
-	p, err := c.ctx.Alloc(need)
+	p, err := c.devAlloc(need)
 	if err != nil {
 		return fmt.Errorf("attention workspace: %w", err)
+	}
+	if c.planning != nil {
+		c.attnWorkspace, c.attnWorkspaceBytes = p, need
+		return nil
 	}
 	if err := c.set.ZeroAttentionWorkspace(c.stream, p, need); err != nil {
 		return errors.Join(err, c.ctx.Free(p))
@@ -382,7 +391,7 @@ func (c *Backend) reserveArgmax(rows, vocab int) error {
 	if c.capturing {
 		return fmt.Errorf("argmax: workspace of %d bytes not reserved before capture (have %d)", need, c.argmaxWorkspaceBytes)
 	}
-	p, err := c.ctx.Alloc(need)
+	p, err := c.devAlloc(need)
 	if err != nil {
 		return fmt.Errorf("argmax workspace: %w", err)
 	}

@@ -42,16 +42,18 @@ const poisonBF16 = 0xFFFF
 // every cuda object it must be used from the goroutine (locked OS thread)
 // that owns the context.
 type Verifier struct {
-	ctx     *cuda.Context
-	stream  *cuda.Stream
-	set     *Kernels
-	rng     *rand.Rand
-	allocs  []cuda.DevPtr
-	err     error // first cuda error of the current check (sticky until read)
-	results []CheckResult
-	only    []string // kernels to check (Only); empty: all
-	long    bool     // also the slow shapes (IncludeLong)
-	dead    error    // a sticky CUDA error: the context is unusable, no more checks run
+	ctx    *cuda.Context
+	stream *cuda.Stream
+	set    *Kernels
+	rng    *rand.Rand
+	allocs []cuda.DevPtr
+	// moeShapes are the MoE layers of the moe checks (nil: kernels.MoEShapes).
+	moeShapes []kernels.MoEShape
+	err       error // first cuda error of the current check (sticky until read)
+	results   []CheckResult
+	only      []string // kernels to check (Only); empty: all
+	long      bool     // also the slow shapes (IncludeLong)
+	dead      error    // a sticky CUDA error: the context is unusable, no more checks run
 	// counters reads the access counters each check's launches appended
 	// (CountAccesses); modelBytes is the current check's cost-model bytes.
 	counters   *counterReader
@@ -127,6 +129,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 		}
 	}
 	v.verifyPagedAll(models)
+	v.verifyMoEAll()
 	if v.wants("add_i32") {
 		v.verifyAddI32()
 	}
@@ -154,7 +157,7 @@ var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA con
 // included), paged_fp8 for the FP8 cache's alone (rope_kv_write 4,
 // attn_prefill 5, attn_decode 7, their decode graph).
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm", "kv_advance", "paged", "paged_fp8", "qk_norm"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "fp8", "gemm", "kv_advance", "paged", "paged_fp8", "moe", "qk_norm"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.

@@ -1,7 +1,8 @@
-// Package tokenizertest builds small tokenizer.json files of the Llama-3
-// kind for tests: the 256 byte tokens, BPE merges learned from a few
-// paragraphs of English, and Llama-3's special tokens, in the layout of
-// Meta's file. Tests need no download and no npm to run a text prompt.
+// Package tokenizertest builds small tokenizer.json files for tests: the
+// 256 byte tokens, BPE merges learned from a few paragraphs of English, and
+// either Llama-3's special tokens in the layout of Meta's file (JSON) or
+// Qwen3's added tokens, pattern and NFC normalizer in the layout of Qwen's
+// (QwenJSON). Tests need no download and no npm to run a text prompt.
 package tokenizertest
 
 import (
@@ -32,6 +33,23 @@ var Specials = []string{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_
 
 // Pattern is Llama-3's pre-tokenizer pattern, as the file spells it.
 const Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+// QwenPattern is Qwen2's and Qwen3's pre-tokenizer pattern, as their files
+// spell it: Llama-3's with one digit a piece.
+const QwenPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
+// QwenAdded are Qwen3's added tokens in the order (and so the ids, after
+// the BPE tokens) of its tokenizer.json; the first QwenSpecial of them are
+// special, the rest (<tool_call>, the fill-in-the-middle tokens, <think>,
+// ...) are not.
+var QwenAdded = []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+	"<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+	"<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+	"<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>",
+	"</tool_response>", "<think>", "</think>"}
+
+// QwenSpecial is how many of QwenAdded are special.
+const QwenSpecial = 14
 
 // byteChars is GPT-2's byte-to-character table.
 func byteChars() [256]string {
@@ -78,6 +96,44 @@ func JSON(size int, pairs bool) ([]byte, error) {
 			"rstrip": false, "normalized": false, "special": true})
 	}
 	return json.MarshalIndent(document(vocab, mergeList, added), "", "  ")
+}
+
+// QwenJSON returns a tokenizer.json of Qwen3's kind with at most size ids
+// (at least 256 + len(QwenAdded)): the BPE tokens (merges as pairs, as
+// Qwen3's file has them; as many as the training text yields, up to the
+// size), then QwenAdded; the NFC normalizer, QwenPattern, and no template
+// (Qwen adds no BOS). As Qwen's, the tokenizer may have fewer ids than the
+// model's vocab_size.
+func QwenJSON(size int) ([]byte, error) {
+	if size < 256+len(QwenAdded) {
+		return nil, fmt.Errorf("tokenizertest: size %d is below %d", size, 256+len(QwenAdded))
+	}
+	chars := byteChars()
+	vocab := map[string]int{}
+	for b, c := range chars {
+		vocab[c] = b
+	}
+	var merges []any
+	for _, m := range learnMerges(size-256-len(QwenAdded), vocab) {
+		merges = append(merges, []string{m[0], m[1]})
+	}
+	var added []map[string]any
+	for i, s := range QwenAdded {
+		added = append(added, map[string]any{"id": len(vocab) + i, "content": s, "single_word": false, "lstrip": false,
+			"rstrip": false, "normalized": false, "special": i < QwenSpecial})
+	}
+	byteLevel := map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
+	return json.MarshalIndent(map[string]any{
+		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": added, "normalizer": map[string]any{"type": "NFC"},
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": QwenPattern}, "behavior": "Isolated", "invert": false},
+			byteLevel,
+		}},
+		"post_processor": byteLevel, "decoder": byteLevel,
+		"model": map[string]any{"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": "",
+			"end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+			"vocab": vocab, "merges": merges},
+	}, "", "  ")
 }
 
 // document is the file's layout, as Meta's Llama-3 tokenizer.json.
@@ -172,6 +228,15 @@ func mergeWord(syms []string, pair [2]string, merged string) []string {
 // WriteFile writes JSON(size, false) as dir/tokenizer.json.
 func WriteFile(dir string, size int) error {
 	data, err := JSON(size, false)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "tokenizer.json"), data, 0o644)
+}
+
+// WriteQwenFile writes QwenJSON(size) as dir/tokenizer.json.
+func WriteQwenFile(dir string, size int) error {
+	data, err := QwenJSON(size)
 	if err != nil {
 		return err
 	}
