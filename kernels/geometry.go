@@ -153,6 +153,9 @@ type ModelShape struct {
 	Hidden, Inter, Vocab    int
 	Heads, KVHeads, HeadDim int
 	RopeTheta               float64
+	// QKNorm and QKVBias: the model runs qk_norm (Qwen3's q/k norm,
+	// Qwen2's q/k/v bias), so verify checks it at its heads.
+	QKNorm, QKVBias bool
 }
 
 // CeilDiv is ⌈a/b⌉ for positive b.

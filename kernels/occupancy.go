@@ -42,6 +42,7 @@ func EntryPointLaunch(entry string) (Launch, bool) {
 		"attn_decode_combine": {128, 0, "head_dim 128"},
 		"embed":               {ThreadsFor(4096/8, 256), 0, "hidden 4096"},
 		"add_rmsnorm":         {ThreadsFor(4096/8, MaxReduceThreads), 0, "hidden 4096"},
+		"qk_norm":             {QKNormWarps * 32, 0, ""},
 		"silu_mul":            {GridStrideThreads, 0, ""},
 		"moe_topk":            {MoEThreads, 0, "a warp per token"},
 		"moe_align":           {MoEAlignThreads, 0, "one block"},

@@ -93,6 +93,7 @@ func Families() []Family {
 		{Name: "moe_down", Source: "moe.cu", Twin: "FusedMoE"},
 		{Name: "moe_sum", Source: "moe.cu", Twin: "FusedMoE"},
 		{Name: "add_rmsnorm", Source: "norm.cu", Twin: "AddRMSNorm", PDL: true},
+		{Name: "qk_norm", Source: "norm.cu", Twin: "QKNorm", PDL: true},
 		{Name: "attn_prefill4", Source: "paged_attention.cu", Twin: "AttentionPaged", HeadDims: SupportedHeadDims, Op: OpAttnPrefill, Version: 4, PDL: true},
 		{Name: "attn_decode6", Source: "paged_attention.cu", Twin: "AttentionPaged", HeadDims: SupportedHeadDims, Groups: Decode2Groups, Op: OpAttnDecode, Version: 6, PDL: true},
 		{Name: "attn_prefill5", Source: "paged_attention.cu", Twin: "AttentionPagedFP8", HeadDims: SupportedHeadDims, Op: OpAttnPrefill, Version: 5, PDL: true},
@@ -161,6 +162,9 @@ const (
 	// RopeMaxHeadDim is the largest head dimension rope_kv_write's cos/sin
 	// tables hold (cos_s[RopeMaxHeadDim/2]).
 	RopeMaxHeadDim = 256
+	// QKNormWarps is qk_norm's warps per block (QK_NORM_WARPS), one
+	// (token, head) each.
+	QKNormWarps = 4
 	// RopeThreads is rope_kv_write's block size.
 	RopeThreads = 128
 	// MaxReduceThreads is the largest block the block reductions serve:

@@ -165,6 +165,7 @@ var launchConstants = []struct {
 	{"Decode6Warps", "paged_attention.cu", `#define DEC6_WARPS (\d+)`, Decode6Warps},
 	{"Decode6SubKeys", "paged_attention.cu", `#define DEC6_SUB (\d+)`, Decode6SubKeys},
 	{"RopeMaxHeadDim/2 (rope_kv_write3's and 4's cos)", "rope.cu", `void rope_paged\([^{]*\{[^}]*__shared__ float cos_s\[(\d+)\]`, RopeMaxHeadDim / 2},
+	{"QKNormWarps", "norm.cu", `#define QK_NORM_WARPS (\d+)`, QKNormWarps},
 	{"MoEThreads", "moe.cu", `#define MOE_THREADS (\d+)`, MoEThreads},
 	{"MoERowsPerBlock (2 rows × 4 warps)", "moe.cu", `#define MOE_ROWS_PER_WARP (\d+)`, MoERowsPerBlock / (MoEThreads / 32)},
 	{"MoEMaxExperts", "moe.cu", `#define MOE_MAX_EXPERTS (\d+)`, MoEMaxExperts},

@@ -100,6 +100,11 @@ type Backend interface {
 	// at every position; s's positions and lengths are the caller's
 	// expectation, used for launch shapes and checks.
 	RopeKVWrite(q, kCache, vCache, qkv, invFreq Buffer, kv KVView, s AttnShape) error
+	// QKNorm adds the q/k/v bias (when bias is non-nil) and RMS-normalises
+	// each q and k head (with qNorm, kNorm [headDim] when non-nil) in place
+	// on qkv [tokens, (heads+2*kvHeads)*headDim] (ref.QKNorm): Qwen2's
+	// bias and Qwen3's q/k norm, before RopeKVWrite.
+	QKNorm(qkv, bias, qNorm, kNorm Buffer, tokens, heads, kvHeads, headDim int, eps float32) error
 	Attention(out, q, kCache, vCache Buffer, kv KVView, s AttnShape) error
 	// AddI32 adds delta to every element of an I32 buffer (advances pos).
 	AddI32(buf Buffer, delta int) error

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"stepbench/internal/input"
@@ -17,7 +16,10 @@ import (
 
 // Config is the shape of a Llama-family model, with HF config.json's names.
 type Config struct {
-	Name                  string       `json:"name"`
+	Name string `json:"name"`
+	// Architecture is config.json's architectures entry: ArchLlama ("" reads
+	// as it), ArchQwen3 or ArchQwen2 (docs/models.md).
+	Architecture          string       `json:"architecture,omitempty"`
 	HiddenSize            int          `json:"hidden_size"`
 	IntermediateSize      int          `json:"intermediate_size"`
 	NumHiddenLayers       int          `json:"num_hidden_layers"`
@@ -34,6 +36,44 @@ type Config struct {
 	// quantization_config, NVIDIA ModelOpt's hf_quant_config.json, or
 	// --quantization); nil: bf16.
 	Quantization *Quantization `json:"quantization,omitempty"`
+	// QKNorm: an RMSNorm over each head of q and of k (weights
+	// self_attn.q_norm / k_norm, [head_dim]) before RoPE, as Qwen3's.
+	QKNorm bool `json:"qk_norm,omitempty"`
+	// QKVBias: q_proj, k_proj and v_proj add a bias (self_attn.*_proj.bias),
+	// as Qwen2's; o_proj has none.
+	QKVBias bool `json:"qkv_bias,omitempty"`
+}
+
+// The architectures (config.json's architectures) the forward pass runs.
+const (
+	ArchLlama = "LlamaForCausalLM"
+	ArchQwen3 = "Qwen3ForCausalLM"
+	ArchQwen2 = "Qwen2ForCausalLM"
+)
+
+// archModelType is architecture arch's config.json model_type ("" for
+// one not supported).
+func archModelType(arch string) string {
+	switch arch {
+	case ArchLlama:
+		return "llama"
+	case ArchQwen3:
+		return "qwen3"
+	case ArchQwen2:
+		return "qwen2"
+	}
+	return ""
+}
+
+// Architectures lists the supported architectures.
+func Architectures() []string { return []string{ArchLlama, ArchQwen3, ArchQwen2} }
+
+// Arch is the model's architecture, ArchLlama when unset.
+func (c Config) Arch() string {
+	if c.Architecture == "" {
+		return ArchLlama
+	}
+	return c.Architecture
 }
 
 // RopeScaling is HF's rope_scaling of type "llama3".
@@ -80,6 +120,39 @@ func llama3x70BConfig(name string) Config {
 	return c
 }
 
+// qwen3Config is a Qwen3ForCausalLM preset (Qwen/Qwen3-8B's and
+// Qwen/Qwen3-0.6B's config.json; qwen3-tiny for the emulator and CI, its
+// attention 4 × 64 = 256 wide over a hidden size of 128, as 0.6B's 16 × 128
+// over 1024, and its embedding tied, as 0.6B's).
+func qwen3Config(name string) Config {
+	c := Config{Name: name, Architecture: ArchQwen3, QKNorm: true, NumAttentionHeads: 32, NumKeyValueHeads: 8, HeadDim: 128,
+		VocabSize: 151936, RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositionEmbeddings: 40960}
+	switch name {
+	case "qwen3-8b":
+		c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 4096, 12288, 36
+	case "qwen3-0.6b":
+		c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads = 1024, 3072, 28, 16
+		c.TieWordEmbeddings = true
+	default: // qwen3-tiny
+		c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 128, 384, 4, 4, 2, 64
+		c.VocabSize, c.MaxPositionEmbeddings, c.TieWordEmbeddings = 4096, 2048, true
+	}
+	return c
+}
+
+// qwen2Config is a Qwen2ForCausalLM preset (Qwen/Qwen2.5-7B's config.json;
+// qwen2-tiny for the emulator and CI).
+func qwen2Config(name string) Config {
+	if name == "qwen2.5-7b" {
+		return Config{Name: name, Architecture: ArchQwen2, QKVBias: true, HiddenSize: 3584, IntermediateSize: 18944,
+			NumHiddenLayers: 28, NumAttentionHeads: 28, NumKeyValueHeads: 4, HeadDim: 128, VocabSize: 152064,
+			RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositionEmbeddings: 131072}
+	}
+	return Config{Name: name, Architecture: ArchQwen2, QKVBias: true, HiddenSize: 128, IntermediateSize: 384,
+		NumHiddenLayers: 4, NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 32, VocabSize: 4096,
+		RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositionEmbeddings: 2048}
+}
+
 // presetConfig builds a preset afresh on each call, so callers may mutate
 // the result (including RopeScaling) without affecting anyone else.
 func presetConfig(name string) (Config, bool) {
@@ -114,6 +187,10 @@ func presetConfig(name string) (Config, bool) {
 			RopeScaling:       &RopeScaling{Type: RopeTypeLlama3, Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
 			TieWordEmbeddings: true, MaxPositionEmbeddings: 131072,
 		}, true
+	case "qwen3-8b", "qwen3-0.6b", "qwen3-tiny":
+		return qwen3Config(name), true
+	case "qwen2.5-7b", "qwen2-tiny":
+		return qwen2Config(name), true
 	case "llama-tiny":
 		// Small enough for the cpu backend and tests, yet with GQA (4 heads over
 		// 2 KV heads) and llama3 rope scaling so every code path is exercised.
@@ -130,7 +207,8 @@ func presetConfig(name string) (Config, bool) {
 
 // PresetNames lists the built-in model presets, sorted.
 func PresetNames() []string {
-	return []string{"llama-3-70b", "llama-3-8b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b", "llama-tiny"}
+	return []string{"llama-3-70b", "llama-3-8b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b", "llama-tiny",
+		"qwen2-tiny", "qwen2.5-7b", "qwen3-0.6b", "qwen3-8b", "qwen3-tiny"}
 }
 
 // Preset returns the built-in config called name.
@@ -191,6 +269,9 @@ func (c Config) Validate() error {
 		if b.value > b.limit {
 			return fmt.Errorf("model %s: %s %d exceeds the limit %d", c.Name, b.field, b.value, b.limit)
 		}
+	}
+	if archModelType(c.Arch()) == "" {
+		return fmt.Errorf("model %s: architecture %q is not supported (want one of %s)", c.Name, c.Architecture, strings.Join(Architectures(), ", "))
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return fmt.Errorf("model %s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
@@ -320,7 +401,8 @@ func (f hfFields) nested(key string) (hfFields, error) {
 // MaxConfigBytes bounds a config.json (an HF config is a few KB).
 const MaxConfigBytes = 4 << 20
 
-// LoadConfigFile reads an HF config.json of a LlamaForCausalLM model. The
+// LoadConfigFile reads an HF config.json of a LlamaForCausalLM,
+// Qwen3ForCausalLM or Qwen2ForCausalLM model. The
 // config's Name is the base name of the directory holding the file. A file
 // that is not a regular file, is larger than MaxConfigBytes or does not
 // describe a usable model is bad input (input.IsBad).
@@ -361,7 +443,8 @@ func parseHFConfig(path string, data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: not a JSON object: %w", path, err)
 	}
 	f := hfFields{path: path, raw: raw}
-	if err := checkArchitecture(f); err != nil {
+	arch, err := checkArchitecture(f)
+	if err != nil {
 		return Config{}, err
 	}
 	name := filepath.Base(filepath.Dir(path))
@@ -369,6 +452,12 @@ func parseHFConfig(path string, data []byte) (Config, error) {
 		name = filepath.Base(filepath.Dir(abs))
 	}
 	c := Config{Name: name}
+	if arch != ArchLlama {
+		c.Architecture = arch
+	}
+	if err := parseArchFields(f, &c); err != nil {
+		return Config{}, err
+	}
 	for _, r := range []struct {
 		key string
 		dst *int
@@ -403,7 +492,7 @@ func parseHFConfig(path string, data []byte) (Config, error) {
 }
 
 // parseOptionalFields reads the optional fields, with transformers'
-// LlamaConfig defaults.
+// defaults (LlamaConfig's, Qwen2Config's or Qwen3Config's).
 func parseOptionalFields(f hfFields, c *Config) error {
 	c.NumKeyValueHeads = c.NumAttentionHeads
 	if _, err := f.getInt("num_key_value_heads", &c.NumKeyValueHeads); err != nil {
@@ -411,6 +500,8 @@ func parseOptionalFields(f hfFields, c *Config) error {
 	}
 	if ok, err := f.getInt("head_dim", &c.HeadDim); err != nil {
 		return err
+	} else if !ok && c.Architecture == ArchQwen3 {
+		c.HeadDim = 128 // transformers' Qwen3Config default
 	} else if !ok {
 		if c.NumAttentionHeads <= 0 || c.HiddenSize%c.NumAttentionHeads != 0 {
 			return fmt.Errorf("config %s: field head_dim is missing and hidden_size %d is not a multiple of num_attention_heads %d",
@@ -423,6 +514,9 @@ func parseOptionalFields(f hfFields, c *Config) error {
 		return err
 	}
 	c.MaxPositionEmbeddings = 2048
+	if c.Architecture != "" {
+		c.MaxPositionEmbeddings = 32768 // transformers' Qwen2Config and Qwen3Config default
+	}
 	if _, err := f.getInt("max_position_embeddings", &c.MaxPositionEmbeddings); err != nil {
 		return err
 	}
@@ -455,26 +549,71 @@ func parseRope(f hfFields, c *Config) error {
 	return err
 }
 
-func checkArchitecture(f hfFields) error {
-	const llamaArch = "LlamaForCausalLM"
+// checkArchitecture is the architecture config.json names (architectures,
+// else model_type), refused unless the forward pass runs it.
+func checkArchitecture(f hfFields) (string, error) {
 	var archs []string
 	if ok, err := f.get("architectures", &archs); err != nil {
-		return err
+		return "", err
 	} else if ok {
-		if !slices.Contains(archs, llamaArch) {
-			return fmt.Errorf("config %s: field architectures: %q is not supported (want %s)",
-				f.path, strings.Join(archs, ","), llamaArch)
+		for _, a := range archs {
+			if archModelType(a) != "" {
+				return a, nil
+			}
 		}
-		return nil
+		return "", fmt.Errorf("config %s: field architectures: %q is not supported (want one of %s)",
+			f.path, strings.Join(archs, ","), strings.Join(Architectures(), ", "))
 	}
 	var modelType string
 	if ok, err := f.get("model_type", &modelType); err != nil {
-		return err
+		return "", err
 	} else if !ok {
-		return fmt.Errorf("config %s: fields architectures and model_type are both missing; cannot tell it is a Llama model", f.path)
+		return "", fmt.Errorf("config %s: fields architectures and model_type are both missing; cannot tell which architecture it is", f.path)
 	}
-	if modelType != "llama" {
-		return fmt.Errorf("config %s: field model_type: %q is not supported (want \"llama\")", f.path, modelType)
+	for _, a := range Architectures() {
+		if archModelType(a) == modelType {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("config %s: field model_type: %q is not supported (want \"llama\", \"qwen3\" or \"qwen2\")", f.path, modelType)
+}
+
+// parseArchFields sets what the architecture implies (Qwen3's q/k norm,
+// Qwen2's q/k/v bias) and refuses the fields that would change the math
+// beyond what the forward pass runs, naming each.
+func parseArchFields(f hfFields, c *Config) error {
+	c.QKNorm = c.Architecture == ArchQwen3
+	c.QKVBias = c.Architecture == ArchQwen2
+	var act string
+	if ok, err := f.get("hidden_act", &act); err != nil {
+		return err
+	} else if ok && act != "silu" {
+		return fmt.Errorf("config %s: field hidden_act: %q is not supported (only \"silu\")", f.path, act)
+	}
+	// Qwen2 hard-wires its q/k/v bias and reads neither; in Llama and Qwen3
+	// attention_bias adds a bias to o_proj too, mlp_bias to the MLP's.
+	for _, key := range []string{"attention_bias", "mlp_bias"} {
+		var on bool
+		if ok, err := f.get(key, &on); err != nil {
+			return err
+		} else if ok && on && c.Architecture != ArchQwen2 {
+			return fmt.Errorf("config %s: field %s: true is not supported for %s (its o_proj bias is not implemented)", f.path, key, c.Architecture)
+		}
+	}
+	var sliding bool
+	if _, err := f.get("use_sliding_window", &sliding); err != nil {
+		return err
+	} else if sliding {
+		return fmt.Errorf("config %s: field use_sliding_window: true is not supported (every layer attends to the whole context)", f.path)
+	}
+	var layerTypes []string
+	if _, err := f.get("layer_types", &layerTypes); err != nil {
+		return err
+	}
+	for i, t := range layerTypes {
+		if t != "full_attention" {
+			return fmt.Errorf("config %s: field layer_types[%d]: %q is not supported (only \"full_attention\")", f.path, i, t)
+		}
 	}
 	return nil
 }
@@ -525,5 +664,6 @@ func parseRopeScaling(f hfFields) (*RopeScaling, error) {
 // KernelShape is the model's widths as the kernels see them.
 func (cfg Config) KernelShape() kernels.ModelShape {
 	return kernels.ModelShape{Name: cfg.Name, Hidden: cfg.HiddenSize, Inter: cfg.IntermediateSize, Vocab: cfg.VocabSize,
-		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, RopeTheta: cfg.RopeTheta}
+		Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, RopeTheta: cfg.RopeTheta,
+		QKNorm: cfg.QKNorm, QKVBias: cfg.QKVBias}
 }

@@ -245,7 +245,7 @@ func TestLoadConfigFileRefuses(t *testing.T) {
 	}{
 		{"mistral", `{"architectures": ["MistralForCausalLM"], "model_type": "mistral", ` + base + `}`,
 			[]string{"architectures", "MistralForCausalLM"}},
-		{"model_type qwen", `{"model_type": "qwen2", ` + base + `}`, []string{"model_type", "qwen2"}},
+		{"model_type qwen3_moe", `{"model_type": "qwen3_moe", ` + base + `}`, []string{"model_type", "qwen3_moe"}},
 		{"no architecture", `{` + base + `}`, []string{"architectures", "model_type"}},
 		{"yarn", `{"architectures": ["LlamaForCausalLM"], ` + base + `, "rope_scaling": {"rope_type": "yarn", "factor": 4}}`,
 			[]string{"rope_scaling.rope_type", "yarn"}},

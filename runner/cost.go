@@ -23,6 +23,10 @@ import (
 //	linear         bytes: (m×k + n×k + m×n)×2;                               FLOPs 2mnk
 //	               (cached elements: 2 bytes for bf16, 1 for an FP8 cache, whose
 //	               K and V scales, 4 bytes per KV head each, are read too)
+//	qk_norm        (Qwen2's q/k/v bias, Qwen3's q/k norm, in one pass over the row)
+//	               bytes: the q/k/v columns it changes read and written (all of them
+//	               with a bias, else q and k) + the bias and the two [head_dim] norm
+//	               weights; FLOPs: 1 per biased element, 4 per normalised one
 //	rope_kv_write  bytes: qkv read, q written, k and v written to the cache, inv_freq;
 //	               FLOPs: 3 per rotated element of q and k
 //	attention      bytes: q read + out written + each sequence's K and V read once
@@ -489,6 +493,31 @@ func (c *costBackend) AddRMSNorm(_, _, add, _ Buffer, rows, hidden int, _ float3
 func (c *costBackend) Linear(_, _, w Buffer, m, n, k int) error {
 	c.add(2*float64(m)*float64(n)*float64(k), 2*(float64(m)*float64(k)+float64(n)*float64(k)+float64(m)*float64(n)),
 		2*float64(n)*float64(k))
+	return nil
+}
+
+func (c *costBackend) QKNorm(_, bias, qNorm, kNorm Buffer, tokens, heads, kvHeads, headDim int, _ float32) error {
+	T, D := float64(tokens), float64(headDim)
+	var flops, bytes, weight float64
+	if bias != nil { // every column read, the bias added, written back
+		n := float64(heads+2*kvHeads) * D
+		flops, bytes, weight = flops+T*n, bytes+2*2*T*n, weight+2*n
+	}
+	for _, norm := range []struct {
+		w     Buffer
+		heads int
+	}{{qNorm, heads}, {kNorm, kvHeads}} {
+		if norm.w == nil {
+			continue
+		}
+		n := T * float64(norm.heads) * D
+		flops += 4 * n // square, sum, scale, weight, as add_rmsnorm's
+		weight += 2 * D
+		if bias == nil { // else already counted: one pass reads and writes the row
+			bytes += 2 * 2 * n
+		}
+	}
+	c.add(flops, bytes+weight, weight)
 	return nil
 }
 

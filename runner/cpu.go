@@ -292,6 +292,20 @@ func (*CPU) AddRMSNorm(out, residual, add, weight Buffer, rows, hidden int, eps 
 	return nil
 }
 
+// QKNorm is the q/k/v bias and the per-head RMSNorm of q and k, in place.
+func (*CPU) QKNorm(qkv, bias, qNorm, kNorm Buffer, tokens, heads, kvHeads, headDim int, eps float32) error {
+	if tokens < 0 || heads < 1 || kvHeads < 1 || headDim < 1 {
+		return fmt.Errorf("qk_norm: tokens %d heads %d kvHeads %d headDim %d", tokens, heads, kvHeads, headDim)
+	}
+	width := (heads + 2*kvHeads) * headDim
+	bs, err := bf16s("qk_norm", []Buffer{qkv, bias, qNorm, kNorm}, []int{tokens * width, width, headDim, headDim}, 1)
+	if err != nil {
+		return err
+	}
+	ref.QKNorm(bs[0], bs[1], bs[2], bs[3], tokens, heads, kvHeads, headDim, eps)
+	return nil
+}
+
 // Linear is out = x·wᵀ, from w's float32 copy when it has one
 // (PrepareWeights), on every core.
 func (c *CPU) Linear(out, x, w Buffer, m, n, k int) error {

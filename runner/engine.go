@@ -838,6 +838,7 @@ func (e *Engine) layerSteps(s AttnShape, kv KVView) []layerStep {
 		}},
 	}
 	steps = append(steps, e.projection("qkv_proj", a.qkv, a.normed, func(l int) linearWeight { return w.layers[l].qkv }, T, qkvDim, h)...)
+	steps = append(steps, e.qkNormSteps(T)...)
 	steps = append(steps, []layerStep{
 		{name: "rope_kv_write", run: func(l int) error {
 			return be.RopeKVWrite(a.q, e.kCache[l], e.vCache[l], a.qkv, w.invFreq, kv.Layer(e.kScale, e.vScale, l), s)
@@ -873,6 +874,26 @@ func (e *Engine) layerSteps(s AttnShape, kv KVView) []layerStep {
 	}
 	steps = e.fuseFP8GateUp(steps, T, h, inter)
 	return e.fuseNorms(e.fuseRopeAttention(steps, s, kv), s)
+}
+
+// qkNormSteps is the op between qkv_proj and rope_kv_write that Qwen's
+// attention adds (Backend.QKNorm on the rank's heads): qk_norm, Qwen3's
+// per-head RMSNorm of q and k (and a q/k/v bias if there were one);
+// qkv_bias, Qwen2's bias alone. Llama has none.
+func (e *Engine) qkNormSteps(T int) []layerStep {
+	c, w, a := e.cfg, e.w, &e.act
+	if !c.QKNorm && !c.QKVBias {
+		return nil
+	}
+	name := "qk_norm"
+	if !c.QKNorm {
+		name = "qkv_bias"
+	}
+	eps := float32(c.RMSNormEps)
+	return []layerStep{{name: name, run: func(l int) error {
+		lw := w.layers[l]
+		return e.be.QKNorm(a.qkv, lw.qkvBias, lw.qNorm, lw.kNorm, T, e.tp.Heads, e.tp.KVHeads, c.HeadDim, eps)
+	}}}
 }
 
 // normFuser is the backend's NormLinearFuser when it fuses the residual add

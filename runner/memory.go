@@ -80,6 +80,12 @@ func EstimateMemory(c Config, batch, tokens, maxSeq int) MemoryEstimate {
 func (c Config) rankParamCount(l TPLayout) int64 {
 	h, D := int64(c.HiddenSize), int64(c.HeadDim)
 	perLayer := satAdd(2*h, satMul(int64(l.QKVDim(c.HeadDim)), h), satMul(h, int64(l.Heads), D), satMul(3, int64(l.Inter), h))
+	if c.QKVBias { // Qwen2: q/k/v_proj.bias, the rank's rows
+		perLayer = satAdd(perLayer, int64(l.QKVDim(c.HeadDim)))
+	}
+	if c.QKNorm { // Qwen3: q_norm and k_norm, whole on every rank
+		perLayer = satAdd(perLayer, 2*D)
+	}
 	n := satAdd(satMul(int64(c.NumHiddenLayers), perLayer), h, satMul(int64(c.VocabSize), h))
 	if !c.TieWordEmbeddings || l.Vocab != c.VocabSize {
 		n = satAdd(n, satMul(int64(l.Vocab), h))

@@ -64,13 +64,13 @@ type TensorSpec struct {
 	Shape []int
 }
 
-// ExpectedTensors lists every tensor LlamaForCausalLM needs for cfg, with
+// ExpectedTensors lists every tensor cfg's architecture needs, with
 // HF names and shapes (rows = output features, as nn.Linear stores them).
 func ExpectedTensors(cfg Config) []TensorSpec {
 	hidden, inter := cfg.HiddenSize, cfg.IntermediateSize
 	qDim := cfg.NumAttentionHeads * cfg.HeadDim
 	kvDim := cfg.NumKeyValueHeads * cfg.HeadDim
-	specs := make([]TensorSpec, 0, 2+9*cfg.NumHiddenLayers+2)
+	specs := make([]TensorSpec, 0, 2+cfg.TensorsPerLayer()*cfg.NumHiddenLayers+2)
 	specs = append(specs, TensorSpec{"model.embed_tokens.weight", []int{cfg.VocabSize, hidden}})
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
@@ -85,6 +85,14 @@ func ExpectedTensors(cfg Config) []TensorSpec {
 			TensorSpec{p + "mlp.up_proj.weight", []int{inter, hidden}},
 			TensorSpec{p + "mlp.down_proj.weight", []int{hidden, inter}},
 		)
+		if cfg.QKVBias { // Qwen2
+			specs = append(specs, TensorSpec{p + "self_attn.q_proj.bias", []int{qDim}},
+				TensorSpec{p + "self_attn.k_proj.bias", []int{kvDim}}, TensorSpec{p + "self_attn.v_proj.bias", []int{kvDim}})
+		}
+		if cfg.QKNorm { // Qwen3
+			specs = append(specs, TensorSpec{p + "self_attn.q_norm.weight", []int{cfg.HeadDim}},
+				TensorSpec{p + "self_attn.k_norm.weight", []int{cfg.HeadDim}})
+		}
 	}
 	specs = append(specs, TensorSpec{"model.norm.weight", []int{hidden}})
 	if !cfg.TieWordEmbeddings {

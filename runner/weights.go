@@ -11,6 +11,8 @@ import (
 // gate/up fused into one matrix each so each is a single GEMM.
 type layerWeights struct {
 	inputNorm, postNorm Buffer       // [hidden]
+	qkvBias             Buffer       // [(H+2*KV)*D] (QKVBias), else nil
+	qNorm, kNorm        Buffer       // [head_dim] (QKNorm), else nil
 	qkv                 linearWeight // [(H+2KV)*D, hidden]: q rows, then k rows, then v rows
 	o                   linearWeight // [hidden, H*D]
 	gateUp              linearWeight // [2*inter, hidden]: gate rows, then up rows
@@ -115,7 +117,7 @@ func (ld *weightLoader) step() {
 func loadWeights(be Backend, cfg Config, lay TPLayout, src WeightSource, progress func(done, total int)) (*Weights, error) {
 	h, V := cfg.HiddenSize, cfg.VocabSize
 	ld := &weightLoader{be: be, cfg: cfg, src: src, w: &Weights{}, progress: progress,
-		total: 3 + 9*cfg.NumHiddenLayers} // embed, lm_head, norm; 9 HF tensors per layer
+		total: 3 + cfg.TensorsPerLayer()*cfg.NumHiddenLayers} // embed, lm_head, norm; the layers' HF tensors
 	w := ld.w
 	var err error
 	if cfg.Quantization != nil {
@@ -220,7 +222,46 @@ func (ld *weightLoader) layer(cfg Config, lay TPLayout, i int) (layerWeights, er
 			return lw, err
 		}
 	}
-	return lw, nil
+	return lw, ld.attentionExtras(cfg, lay, pre, &lw)
+}
+
+// attentionExtras loads Qwen2's q/k/v bias (the rank's heads' rows) and
+// Qwen3's q/k norm weights (whole on every rank: one [head_dim] vector
+// each, shared by the heads).
+func (ld *weightLoader) attentionExtras(cfg Config, lay TPLayout, pre string, lw *layerWeights) error {
+	D, H, KV := cfg.HeadDim, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	qRows, kvRows := lay.Heads*D, lay.KVHeads*D
+	var err error
+	if cfg.QKVBias {
+		if lw.qkvBias, err = ld.alloc(qRows+2*kvRows,
+			rowBlock(pre+"self_attn.q_proj.bias", 0, H*D, 1, lay.HeadStart*D, qRows),
+			rowBlock(pre+"self_attn.k_proj.bias", qRows, KV*D, 1, lay.KVHeadStart*D, kvRows),
+			rowBlock(pre+"self_attn.v_proj.bias", qRows+kvRows, KV*D, 1, lay.KVHeadStart*D, kvRows)); err != nil {
+			return err
+		}
+	}
+	if cfg.QKNorm {
+		if lw.qNorm, err = ld.alloc(D, whole(pre+"self_attn.q_norm.weight", 0, 1, D, ref.DummyOnes)); err != nil {
+			return err
+		}
+		if lw.kNorm, err = ld.alloc(D, whole(pre+"self_attn.k_norm.weight", 0, 1, D, ref.DummyOnes)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TensorsPerLayer is how many HF tensors a decoder layer has: Llama's 9,
+// Qwen3's 11 (q_norm, k_norm), Qwen2's 12 (three biases).
+func (c Config) TensorsPerLayer() int {
+	n := 9
+	if c.QKNorm {
+		n += 2
+	}
+	if c.QKVBias {
+		n += 3
+	}
+	return n
 }
 
 // fillPart fills p's block: dummy weights are generated from their global

@@ -43,7 +43,7 @@ func TestEmulatedProgrammaticLaunch(t *testing.T) {
 	args := append([]string{"run", "--device", "cuda", "--kernel", "launch=2", "--batch-size", "3", "--input-len", "8",
 		"--output-len", "4", "--num-iters", "1", "-v"}, model...)
 	_, stderr := mustRun(t, args...)
-	if want := "stepbench: launch=2: 112 kernel entry points launch with programmatic stream serialization"; !strings.Contains(stderr, want) {
+	if want := "stepbench: launch=2: 113 kernel entry points launch with programmatic stream serialization"; !strings.Contains(stderr, want) {
 		t.Errorf("run -v lacks %q:\n%s", want, stderr)
 	}
 	stdout, _ := mustRun(t, "ab", "--model", "llama-tiny", "--kernel", "launch=2", "--baseline-kernel", "launch=1", "--batch-size", "1",

@@ -89,3 +89,60 @@ func TestAddRMSNormInPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestQKNormAgainstDirect holds QKNorm against the float64 formulas: the
+// bias on every column, the norm on each q and k head (each head its own
+// mean square), v untouched but for the bias.
+func TestQKNormAgainstDirect(t *testing.T) {
+	tests := []struct {
+		tokens, heads, kvHeads, headDim int
+		bias, norm                      bool
+	}{
+		{3, 4, 2, 64, false, true},  // Qwen3: norm only
+		{2, 4, 2, 32, true, false},  // Qwen2: bias only
+		{1, 32, 8, 128, true, true}, // both, at Qwen3-8B's heads
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("t%d h%d/%d d%d bias=%v norm=%v", tc.tokens, tc.heads, tc.kvHeads, tc.headDim, tc.bias, tc.norm), func(t *testing.T) {
+			r := newRand(11)
+			D, width := tc.headDim, (tc.heads+2*tc.kvHeads)*tc.headDim
+			qkv := randomBF16(r, tc.tokens*width, 2)
+			before := append([]uint16(nil), qkv...)
+			var bias, qNorm, kNorm []uint16
+			if tc.bias {
+				bias = randomBF16(r, width, 0.5)
+			}
+			if tc.norm {
+				qNorm, kNorm = randomBF16(r, D, 1), randomBF16(r, D, 1)
+			}
+			QKNorm(qkv, bias, qNorm, kNorm, tc.tokens, tc.heads, tc.kvHeads, D, 1e-6)
+			want := make([]float64, len(qkv))
+			for i := range want {
+				want[i] = f64(before[i])
+				if bias != nil {
+					want[i] = f64(F32ToBF16(float32(want[i] + f64(bias[i%width])))) // the sum is stored in bf16
+				}
+			}
+			for h := 0; tc.norm && h < tc.tokens*(tc.heads+2*tc.kvHeads); h++ {
+				inRow := h % (tc.heads + 2*tc.kvHeads)
+				if inRow >= tc.heads+tc.kvHeads {
+					continue // v
+				}
+				w := qNorm
+				if inRow >= tc.heads {
+					w = kNorm
+				}
+				x := want[h*D : (h+1)*D]
+				var ss float64
+				for _, v := range x {
+					ss += v * v
+				}
+				rms := math.Sqrt(ss/float64(D) + 1e-6)
+				for i := range x {
+					x[i] = f64(w[i]) * x[i] / rms
+				}
+			}
+			checkRelErr(t, "qkv", qkv, want, 1e-2)
+		})
+	}
+}

@@ -78,6 +78,8 @@ func checkForFamily(family string) string {
 		return "linear"
 	case strings.HasPrefix(family, "gather_last"):
 		return "gather_last"
+	case strings.HasPrefix(family, "moe_"):
+		return "moe"
 	}
 	return family
 }
@@ -238,6 +240,9 @@ func (v *Verifier) gateRowWise(m kernels.ModelShape, shapes []RunShape) {
 		}
 		if v.wants("silu_mul") && v.dead == nil {
 			v.siluMulAt(m, capRows(r, 2*m.Inter), r)
+		}
+		if v.wants("qk_norm") && v.dead == nil && (m.QKNorm || m.QKVBias) {
+			v.qkNormAt(m, capRows(r, (m.Heads+2*m.KVHeads)*m.HeadDim), r)
 		}
 		if v.wants("linear") && v.dead == nil {
 			v.libLinearAt(m, r)

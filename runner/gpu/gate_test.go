@@ -13,7 +13,7 @@ func TestChecksForSourcesAndOps(t *testing.T) {
 		want       []string
 	}{
 		{files: []string{"attention.cu"}, want: []string{"attention", "decode_graph"}},
-		{files: []string{"norm.cu", "activation.cu"}, want: []string{"add_rmsnorm", "silu_mul"}},
+		{files: []string{"norm.cu", "activation.cu"}, want: []string{"add_rmsnorm", "qk_norm", "silu_mul"}},
 		{files: []string{"copy.cu"}, want: []string{"add_i32", "decode_graph", "embed", "gather_last", "kv_advance"}},
 		{files: []string{"paged_attention.cu"}, want: []string{"attention", "decode_graph"}},
 		{files: []string{"sample.cu", "tp.cu"}, want: []string{"argmax", "argmax_keys"}},

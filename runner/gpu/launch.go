@@ -307,6 +307,34 @@ func (k *Kernels) AddRMSNorm(s *cuda.Stream, out, residual, add, weight cuda.Dev
 		out, residual, add, weight, int32(rows), int32(hidden), eps)
 }
 
+// QKNorm adds the q/k/v bias (bias non-zero) and RMS-normalises each q and
+// k head (q_norm, k_norm non-zero) in place on qkv [tokens,
+// (heads+2*kvHeads)*headDim]: qk_norm, one warp per (token, head).
+func (k *Kernels) QKNorm(s *cuda.Stream, qkv, bias, qNorm, kNorm cuda.DevPtr, tokens, heads, kvHeads, headDim int, eps float32) error {
+	c := argCheck{op: "qk_norm"}
+	c.count("tokens", tokens)
+	c.positive("heads", heads)
+	c.positive("kvHeads", kvHeads)
+	c.positive("headDim", headDim)
+	c.require(headDim%8 == 0, "headDim = %d is not a multiple of 8", headDim)
+	c.require(eps >= 0 && !math.IsInf(float64(eps), 0), "eps = %g, want finite and >= 0", eps)
+	c.pointer("qkv", qkv, 16)
+	for _, p := range []struct {
+		name string
+		ptr  cuda.DevPtr
+	}{{"bias", bias}, {"qNorm", qNorm}, {"kNorm", kNorm}} {
+		c.require(p.ptr%16 == 0, "%s = %#x is not 16-byte aligned", p.name, uint64(p.ptr))
+	}
+	pairs := int64(tokens) * int64(heads+2*kvHeads)
+	blocks := (pairs + kernels.QKNormWarps - 1) / kernels.QKNormWarps
+	c.require(blocks <= math.MaxInt32, "tokens × heads = %d too large", pairs)
+	if err := c.err(); err != nil || tokens == 0 || (bias == 0 && qNorm == 0 && kNorm == 0) {
+		return err
+	}
+	return k.launch(s, c.op, "qk_norm", cuda.Dim3{X: uint32(blocks), Y: 1, Z: 1}, cuda.Dim3{X: kernels.QKNormWarps * 32, Y: 1, Z: 1}, 0,
+		qkv, bias, qNorm, kNorm, int32(tokens), int32(heads), int32(kvHeads), int32(headDim), eps)
+}
+
 // checkAttnShape checks what both RoPE and attention need of a shape.
 func checkAttnShape(c *argCheck, a kernels.AttnShape) {
 	c.count("batch", a.Batch)

@@ -35,6 +35,20 @@ func (c *Backend) AddRMSNorm(out, residual, add, weight runner.Buffer, rows, hid
 	return c.set.AddRMSNorm(c.stream, pOut, pRes, pAdd, pW, rows, hidden, eps)
 }
 
+// QKNorm is the q/k/v bias and the per-head RMSNorm of q and k, in place.
+func (c *Backend) QKNorm(qkv, bias, qNorm, kNorm runner.Buffer, tokens, heads, kvHeads, headDim int, eps float32) error {
+	width := (heads + 2*kvHeads) * headDim
+	o := operands{op: "qk_norm"}
+	pQKV := o.get(qkv, runner.BF16, tokens*width, "qkv")
+	pBias := o.getOpt(bias, runner.BF16, width, "bias", true)
+	pQ := o.getOpt(qNorm, runner.BF16, headDim, "qNorm", true)
+	pK := o.getOpt(kNorm, runner.BF16, headDim, "kNorm", true)
+	if o.err != nil {
+		return o.err
+	}
+	return c.set.QKNorm(c.stream, pQKV, pBias, pQ, pK, tokens, heads, kvHeads, headDim, eps)
+}
+
 // Linear is out[m,n] = x[m,k]·w[n,k]ᵀ: linear version 2's or 3's kernels for a
 // decode step's few rows (Kernels.Linear), else the library, cuBLAS's
 // cublasGemmEx (gemm version 1) or tuned cuBLASLt (gemm version 2): in column-major terms

@@ -103,7 +103,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 		{"embed", v.verifyEmbed}, {"add_rmsnorm", v.verifyAddRMSNorm}, {"silu_mul", v.verifySiluMul},
 		{"gather_last", v.verifyGatherLast}, {"argmax", v.verifyArgmax}, {"rope_kv_write", v.verifyRope},
 		{"argmax_keys", v.verifyArgmaxKeys}, {"linear", v.verifyLinear}, {"linear_fp8", v.verifyLinearFP8}, {"fp8", v.verifyFP8},
-		{"gemm", v.verifyGemm},
+		{"gemm", v.verifyGemm}, {"qk_norm", v.verifyQKNorm},
 	}
 	for _, m := range models {
 		for _, c := range perModel {
@@ -160,7 +160,7 @@ var ErrContextLost = errors.New("not run: a kernel fault above left the CUDA con
 // included), paged_fp8 for the FP8 cache's alone (rope_kv_write 4,
 // attn_prefill 5, attn_decode 7, their decode graph).
 var VerifyKernelNames = []string{"embed", "add_rmsnorm", "silu_mul", "gather_last", "argmax", "rope_kv_write",
-	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "linear_fp8", "fp8", "gemm", "kv_advance", "paged", "paged_fp8", "moe"}
+	"attention", "decode_graph", "add_i32", "fill_dummy", "argmax_keys", "linear", "linear_fp8", "fp8", "gemm", "kv_advance", "paged", "paged_fp8", "moe", "qk_norm"}
 
 // Only restricts VerifyAll to the named kernels (VerifyKernelNames); with
 // no names every kernel is checked. An unknown name is an error.

@@ -294,7 +294,16 @@ func baseModel64(cfg runner.Config, bf16 map[string][]uint16) *Model64 {
 	}
 	for l := 0; l < cfg.NumHiddenLayers; l++ {
 		pre := fmt.Sprintf("model.layers.%d.", l)
-		m.Layers = append(m.Layers, Layer64{InputNorm: widen(pre + "input_layernorm.weight"), PostNorm: widen(pre + "post_attention_layernorm.weight")})
+		L := Layer64{InputNorm: widen(pre + "input_layernorm.weight"), PostNorm: widen(pre + "post_attention_layernorm.weight")}
+		if cfg.QKVBias {
+			for _, p := range []string{"q_proj", "k_proj", "v_proj"} {
+				L.QKVBias = append(L.QKVBias, widen(pre+"self_attn."+p+".bias")...)
+			}
+		}
+		if cfg.QKNorm {
+			L.QNorm, L.KNorm = widen(pre+"self_attn.q_norm.weight"), widen(pre+"self_attn.k_norm.weight")
+		}
+		m.Layers = append(m.Layers, L)
 	}
 	return m
 }
@@ -309,8 +318,8 @@ func plainDummyTensors(cfg runner.Config, seed uint64) map[string][]uint16 {
 			n *= d
 		}
 		kind := ref.DummyUniform
-		if len(spec.Shape) == 1 {
-			kind = ref.DummyOnes
+		if len(spec.Shape) == 1 && !strings.HasSuffix(spec.Name, ".bias") {
+			kind = ref.DummyOnes // norm weights (the loader's dummy kinds)
 		}
 		w := make([]uint16, n)
 		ref.FillDummyRows(w, cols, seed, spec.Name, 0, uint64(cols), kind)
@@ -404,14 +413,23 @@ func compressedTensorsConfig() map[string]any {
 	}
 }
 
-// HFConfig is cfg as HF's config.json spells it (LlamaForCausalLM).
+// HFConfig is cfg as HF's config.json spells it (LlamaForCausalLM,
+// Qwen3ForCausalLM or Qwen2ForCausalLM, as the published ones).
 func HFConfig(cfg runner.Config) map[string]any {
+	modelType := map[string]string{runner.ArchLlama: "llama", runner.ArchQwen3: "qwen3", runner.ArchQwen2: "qwen2"}[cfg.Arch()]
 	hf := map[string]any{
-		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama", "torch_dtype": "bfloat16",
+		"architectures": []string{cfg.Arch()}, "model_type": modelType, "torch_dtype": "bfloat16",
 		"hidden_size": cfg.HiddenSize, "intermediate_size": cfg.IntermediateSize, "num_hidden_layers": cfg.NumHiddenLayers,
 		"num_attention_heads": cfg.NumAttentionHeads, "num_key_value_heads": cfg.NumKeyValueHeads, "head_dim": cfg.HeadDim,
 		"vocab_size": cfg.VocabSize, "rms_norm_eps": cfg.RMSNormEps, "rope_theta": cfg.RopeTheta,
 		"tie_word_embeddings": cfg.TieWordEmbeddings, "max_position_embeddings": cfg.MaxPositionEmbeddings,
+	}
+	switch cfg.Arch() {
+	case runner.ArchQwen3:
+		hf["attention_bias"], hf["use_sliding_window"], hf["sliding_window"] = false, false, nil
+	case runner.ArchQwen2: // no head_dim: Qwen2Config derives it, and the bias is hard-wired
+		delete(hf, "head_dim")
+		hf["use_sliding_window"], hf["sliding_window"] = false, cfg.MaxPositionEmbeddings
 	}
 	if s := cfg.RopeScaling; s != nil {
 		hf["rope_scaling"] = map[string]any{"rope_type": s.Type, "factor": s.Factor, "low_freq_factor": s.LowFreqFactor,

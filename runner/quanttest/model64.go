@@ -70,10 +70,14 @@ type Linear64 struct {
 type Layer64 struct {
 	InputNorm, PostNorm  []float64
 	QKV, O, GateUp, Down Linear64
+	// QKVBias [(H+2KV)*D] is Qwen2's q/k/v bias, QNorm and KNorm [D]
+	// Qwen3's per-head norm weights; nil where the architecture has none.
+	QKVBias, QNorm, KNorm []float64
 }
 
 // Model64 is a Llama model evaluated in float64 (HF LlamaForCausalLM
-// semantics, no rounding anywhere but the activations' FP8 quantization).
+// semantics, no rounding anywhere but the activations' FP8 quantization),
+// or a Qwen3 or Qwen2 one (Qwen3's q/k norm, Qwen2's q/k/v bias: Layer64).
 //
 // With BF16Activations every tensor a backend stores is rounded to bf16
 // where the backends round it (each op's output; RoPE and SiLU·mul round as
@@ -173,6 +177,7 @@ func (m *Model64) layer(l int, x []float64, T, start int, kv [][2][]float64) {
 	h, D, H, KV := c.HiddenSize, c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads
 	qkv := m.linear(l, 0, L.QKV, m.rmsNorm(x, L.InputNorm, T, h, c.RMSNormEps), T)
 	width := (H + 2*KV) * D
+	m.qkNorm(L, qkv, T, width)
 	inv := c.RopeInvFreq()
 	q := make([]float64, T*H*D)
 	for t := 0; t < T; t++ {
@@ -207,6 +212,31 @@ func (m *Model64) layer(l int, x []float64, T, start int, kv [][2][]float64) {
 	d := m.linear(l, 3, L.Down, act, T)
 	for i := range x {
 		x[i] = m.r(x[i] + d[i])
+	}
+}
+
+// qkNorm applies Qwen2's q/k/v bias and Qwen3's per-head RMSNorm of q and
+// k to qkv [T, width] in place (HF: the bias inside q/k/v_proj, q_norm and
+// k_norm on each head before RoPE).
+func (m *Model64) qkNorm(L *Layer64, qkv []float64, T, width int) {
+	c := m.Cfg
+	H, KV, D := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	for t := 0; t < T; t++ {
+		row := qkv[t*width : (t+1)*width]
+		for j := range row {
+			if L.QKVBias != nil {
+				row[j] = m.r(row[j] + L.QKVBias[j])
+			}
+		}
+		for hd := 0; hd < H+KV; hd++ {
+			w := L.QNorm
+			if hd >= H {
+				w = L.KNorm
+			}
+			if w != nil {
+				copy(row[hd*D:(hd+1)*D], m.rmsNorm(row[hd*D:(hd+1)*D], w, 1, D, c.RMSNormEps))
+			}
+		}
 	}
 }
 
