@@ -148,10 +148,13 @@ func oracleReady(root string) string {
 	return dir
 }
 
-// runExample runs one block as a bash script in dir.
+// runExample runs one block as a bash script in dir. Its limit is for a
+// hung command: the first example to compile the kernels (with g++, for
+// the emulated device; emulator.md's --counters compiles them instrumented)
+// took 300 s of it at load 15, when 5 minutes was the limit.
 func runExample(t *testing.T, ex example, dir, bin, emu, cache string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	body, covered := cheapBody(ex)
 	for _, c := range covered {
