@@ -72,14 +72,16 @@ test: test-prereqs
 # backend's (TestEmulatedCorrectnessEqualsCPU).
 # Its caches are build/test-quick's (make test's tables stay in build/test),
 # kept from one run to the next (content-addressed: an edited kernel or
-# emulator builds anew), so only the first run compiles every kernel.
+# emulator builds anew), so only the first run compiles every kernel (the
+# real NVRTC's compile and build tests among the unit tests, the emulated
+# run's g++).
 QUICK_E2E := ^TestEmulatedCorrectnessEqualsCPU$$
 QUICK_DIR := build/test-quick
+QUICK_ENV  = STEPBENCH_EMU_MODULE_CACHE=$(CURDIR)/$(QUICK_DIR)/modules STEPBENCH_TEST_NVRTC_CACHE=$(CURDIR)/$(QUICK_DIR)/cubin
 test-quick: vet emu
 	@mkdir -p $(QUICK_DIR)/modules $(QUICK_DIR)/cubin
-	STEPBENCH_TEST_EMULATED=0 $(GO) test -short -count=1 ./...
-	STEPBENCH_EMU_MODULE_CACHE=$(CURDIR)/$(QUICK_DIR)/modules STEPBENCH_TEST_NVRTC_CACHE=$(CURDIR)/$(QUICK_DIR)/cubin \
-	  $(GO) test -count=1 -run '$(QUICK_E2E)' ./cmd/stepbench
+	$(QUICK_ENV) STEPBENCH_TEST_EMULATED=0 $(GO) test -short -count=1 ./...
+	$(QUICK_ENV) $(GO) test -count=1 -run '$(QUICK_E2E)' ./cmd/stepbench
 
 # make test with every combination of the tests' feature matrices
 # (internal/testmatrix), not their pairwise covering subsets.
