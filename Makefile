@@ -13,7 +13,7 @@ export CGO_CFLAGS += -Wno-deprecated-declarations
 # emulated device) --device auto runs llama-tiny, each shape for at most 3 s.
 RUN_ARGS ?= --batch-size 1,4 --input-len 64 --output-len 16
 
-.PHONY: all build install test test-full test-prereqs test-times vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
+.PHONY: all build install test test-quick test-full test-prereqs test-times vet lint fmt run fuzz bundle clean emu nocgo funclen oracle examples
 
 all: build
 
@@ -64,6 +64,24 @@ test: test-prereqs
 	@rm -rf $(TEST_DIR) && mkdir -p $(TEST_DIR)/modules $(TEST_DIR)/cubin
 	@$(TEST_ENV) $(TESTTIMES) -save $(TEST_DIR)/test.json -- $(GO) test -json $(TEST_FLAGS) ./...; \
 	  rc=$$?; echo; $(TESTTIMES) -seeded docs/development.md $(TEST_DIR)/test.json || rc=1; exit $$rc
+
+# The edit-test loop's check (CI runs make test): vet, every package's tests
+# with -short and without the emulated device (STEPBENCH_TEST_EMULATED=0:
+# the unit tests, the cpu backend's runs in-process), then one emulated end
+# to end run, llama-tiny's tokens on the emulated GPU against the cpu
+# backend's (TestEmulatedCorrectnessEqualsCPU).
+# Its caches are build/test-quick's (make test's tables stay in build/test),
+# kept from one run to the next (content-addressed: an edited kernel or
+# emulator builds anew), so only the first run compiles every kernel (the
+# real NVRTC's compile and build tests among the unit tests, the emulated
+# run's g++).
+QUICK_E2E := ^TestEmulatedCorrectnessEqualsCPU$$
+QUICK_DIR := build/test-quick
+QUICK_ENV  = STEPBENCH_EMU_MODULE_CACHE=$(CURDIR)/$(QUICK_DIR)/modules STEPBENCH_TEST_NVRTC_CACHE=$(CURDIR)/$(QUICK_DIR)/cubin
+test-quick: vet emu
+	@mkdir -p $(QUICK_DIR)/modules $(QUICK_DIR)/cubin
+	$(QUICK_ENV) STEPBENCH_TEST_EMULATED=0 $(GO) test -short -count=1 ./...
+	$(QUICK_ENV) $(GO) test -count=1 -run '$(QUICK_E2E)' ./cmd/stepbench
 
 # make test with every combination of the tests' feature matrices
 # (internal/testmatrix), not their pairwise covering subsets.

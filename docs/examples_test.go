@@ -87,8 +87,9 @@ func TestExamplesAreTagged(t *testing.T) {
 // (an example may read what an earlier one wrote), each as a bash script
 // that stops at its first failing command. Blocks tagged needs=WHAT are
 // skipped (a GPU, torch, make), and listed, but for needs=oracle where make
-// oracle has set the tokenizer oracle up. STEPBENCH_DOCS_PAGE=NAME.md runs
-// one page's.
+// oracle has set the tokenizer oracle up. A command another test runs
+// (coveredCommands) runs in its cheap form. STEPBENCH_DOCS_PAGE=NAME.md
+// runs one page's.
 func TestExamplesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every example of the docs")
@@ -156,12 +157,19 @@ func oracleReady(root string) string {
 	return build
 }
 
-// runExample runs one block as a bash script in dir.
+// runExample runs one block as a bash script in dir. Its limit is for a
+// hung command: the first example to compile the kernels (with g++, for
+// the emulated device; emulator.md's --counters compiles them instrumented)
+// took 300 s of it at load 15, when 5 minutes was the limit.
 func runExample(t *testing.T, ex example, dir, bin, emu, cache string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", ex.body)
+	body, covered := cheapBody(ex)
+	for _, c := range covered {
+		t.Logf("%s:%d: %q runs as %q (%s %s runs it)", ex.page, ex.line, c.command, c.cheap, c.pkg, c.test)
+	}
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", body)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "STEPBENCH_CUDA_LIBS="+emu,
 		"XDG_CACHE_HOME="+cache)

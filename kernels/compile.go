@@ -98,6 +98,21 @@ func cacheKey(unit string, opts []string, compiler compilerID, arch int) string 
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// keyOptions are the options a cache key covers: all but the -I
+// directories, which matter only through the headers the unit reaches in
+// them, and those (their paths and contents, and the ones not found) are in
+// the key (headerDigest). So a --kernels-dir overlay of one file, its
+// directory first on the include path, shares every cubin but its own.
+func keyOptions(opts []string) []string {
+	var out []string
+	for _, o := range opts {
+		if !strings.HasPrefix(o, "-I") {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // DefaultCacheDir is os.UserCacheDir()/stepbench/cubin.
 func DefaultCacheDir() (string, error) {
 	base, err := os.UserCacheDir()
@@ -217,7 +232,7 @@ func (b Build) compileCached(n Compiler, srcs map[string]string, name string, fr
 	if err != nil {
 		return Compiled{}, fmt.Errorf("compile %s: %w", name, err)
 	}
-	key := cacheKey(unit+headers, opts, nvrtcID(n), arch)
+	key := cacheKey(unit+headers, keyOptions(opts), nvrtcID(n), arch)
 	c := Compiled{Name: name, CacheKey: key}
 	var why error
 	if !fresh {

@@ -53,6 +53,14 @@ func TestCacheKeyCoversEveryReachableHeader(t *testing.T) {
 	compile("a header included by a header edited", 1)
 	write(filepath.Join(other, "absent.h"), "// now it exists\n")
 	compile("a missing header appeared", 1)
+	// A directory first on the path that holds none of the headers (a
+	// --kernels-dir overlay of other files): the same headers are reached, so
+	// the cubin is the cache's. A header it does hold is reached instead.
+	b.Include = append([]string{t.TempDir()}, b.Include...)
+	compile("a directory before them that holds none of the headers", 0)
+	write(filepath.Join(b.Include[0], "mine.cuh"), "#pragma once\n__device__ int mine() { return 2; }\n")
+	compile("a directory before them that shadows a header", 1)
+	b.Include = b.Include[1:]
 	if opts := b.Options(); opts[len(opts)-2] != "-I"+inc || opts[len(opts)-1] != "-I"+other {
 		t.Errorf("options %v do not end with -I for each directory in order", opts)
 	}

@@ -6,33 +6,54 @@ import (
 	"testing"
 
 	"stepbench/bench/report"
+	"stepbench/internal/testmatrix"
+	"stepbench/runner"
 )
 
 // The ragged batch on the emulated device: every sequence of one batch
-// against itself alone (run --correctness-test --ragged-batch), over a
-// covering subset of the layouts' axes (page size 1, 16, 64 and the
-// contiguous layout; sequential and shuffled; graphs and eager; one GPU and
-// --tp-size 2: every value of every axis, and each pair of page order and
-// execution at least once), then a timed --context-lens run.
+// against itself alone (run --correctness-test --ragged-batch), over the
+// layouts' matrix (raggedAxes): make test runs its pairwise covering subset
+// (every value of every axis, each pair of values of two axes at least
+// once), make test-full (STEPBENCH_TEST_FULL=1) every combination.
 //
 // Each run is a process of its own with two emulated GPUs.
 func TestEmulatedRaggedBatch(t *testing.T) {
 	onEmulator(t)
 	prompts := raggedPrompts(t)
-	for _, tc := range [][]string{
-		{"--kv-layout", "paged", "--page-size", "1", "--page-order", "shuffled"},
-		{"--kv-layout", "paged", "--page-size", "16", "--disable-cuda-graph", "--tp-size", "2"},
-		{"--kv-layout", "paged", "--page-size", "64", "--page-order", "shuffled", "--disable-cuda-graph"},
-		{"--kv-layout", "paged", "--page-size", "16", "--page-order", "shuffled", "--tp-size", "2"},
-		{"--kv-layout", "contiguous"},
-	} {
+	for _, c := range testmatrix.Cases(raggedAxes...) {
+		tc := raggedArgs(c)
 		args := append([]string{"run", "--device", "cuda", "--model", "llama-tiny", "--correctness-test", "--ragged-batch",
 			"--prompt-ids", prompts, "--output-len", "4"}, tc...)
 		code, stdout, stderr := runBinary(t, []string{"STEPBENCH_EMU_DEVICES=2"}, args...)
 		if code != 0 || strings.Count(stdout, "same tokens") != 4 || !strings.Contains(stdout, "every sequence generates what it generates alone") {
-			t.Errorf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(tc, " "), code, stdout, stderr)
+			t.Errorf("%s (%s): exit %d\nstdout:\n%s\nstderr:\n%s", c.String(raggedAxes), strings.Join(tc, " "), code, stdout, stderr)
 		}
 	}
+}
+
+// raggedAxes are the ragged batch's layouts: the page size (or the
+// contiguous layout, which has no page order: its cases run without one),
+// the page order, graphs or eager, one GPU or two.
+var raggedAxes = []testmatrix.Axis{
+	{Name: "layout", Values: []string{"paged 1", "paged 16", "paged 64", "contiguous"}},
+	{Name: "order", Values: []string{runner.PagesSequential, runner.PagesShuffled}},
+	{Name: "exec", Values: []string{"graphs", "eager"}},
+	{Name: "tp", Values: []string{"1", "2"}},
+}
+
+// raggedArgs are a case's flags.
+func raggedArgs(c testmatrix.Case) []string {
+	args := []string{"--kv-layout", "contiguous"}
+	if size, paged := strings.CutPrefix(c["layout"], "paged "); paged {
+		args = []string{"--kv-layout", "paged", "--page-size", size, "--page-order", c["order"]}
+	}
+	if c["exec"] == "eager" {
+		args = append(args, "--disable-cuda-graph")
+	}
+	if c["tp"] != "1" {
+		args = append(args, "--tp-size", c["tp"])
+	}
+	return args
 }
 
 // TestEmulatedContextLensRun: a timed ragged run on shuffled 16-token

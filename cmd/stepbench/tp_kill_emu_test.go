@@ -29,7 +29,7 @@ type twoNodes struct {
 
 const twoNodeTimeout = 3 * time.Second
 
-var killCount = 20
+var killCount = 10
 
 func startTwoNodes(t *testing.T) *twoNodes {
 	t.Helper()
@@ -43,7 +43,7 @@ func startTwoNodes(t *testing.T) *twoNodes {
 	for node := range 2 {
 		cmd := exec.Command(os.Args[0], "run", "--device", "cuda", "--model", "llama-tiny", "--tp-size", "2", "--nnodes", "2",
 			"--node-rank", strconv.Itoa(node), "--dist-init-addr", addr, "--dist-timeout", twoNodeTimeout.String(),
-			"--batch-size", "1", "--input-len", "8", "--output-len", "8", "--num-iters", "4", "--num-iters-warmup", "0",
+			"--batch-size", "1", "--input-len", "8", "--output-len", "8", "--num-iters", "2", "--num-iters-warmup", "0",
 			"--no-telemetry")
 		cmd.Env = append(os.Environ(), "STEPBENCH_TEST_MAIN=1", "XDG_CACHE_HOME="+emuCacheHome,
 			fmt.Sprintf("STEPBENCH_EMU_NCCL_TIMEOUT_S=%d", int(twoNodeTimeout.Seconds())))
@@ -77,7 +77,7 @@ func (n *twoNodes) waitNode(t *testing.T, node int, limit time.Duration) bool {
 }
 
 // TestEmulatedTwoNodesKilled kills one node of a two-node run with SIGKILL
-// at a random time, 20 times: the other always exits 1 within the
+// at a random time, 10 times: the other always exits 1 within the
 // timeouts, naming the dead node's rank, and no NCCL segment is left in
 // /dev/shm. Before, node 0 once waited for 21 minutes on a mutex the dead
 // node held, and every killed run left its 8 MiB segment behind.

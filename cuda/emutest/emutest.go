@@ -34,9 +34,13 @@ func Dir() (dir string, ok bool) {
 
 // Use makes the test run on the emulated device: it sets STEPBENCH_CUDA_LIBS
 // for the test's duration, or skips the test (fails it when CI=true) when
-// the device has not been built.
+// the device has not been built. STEPBENCH_TEST_EMULATED=0 skips it too
+// (make test-quick: the emulated tests but one are left to make test).
 func Use(t testing.TB) string {
 	t.Helper()
+	if os.Getenv("STEPBENCH_TEST_EMULATED") == "0" {
+		t.Skip("STEPBENCH_TEST_EMULATED=0: the emulated device's tests are make test's")
+	}
 	dir, ok := Dir()
 	if !ok {
 		if os.Getenv("CI") == "true" {

@@ -172,12 +172,27 @@ func (b seededBug) seed(t *testing.T) map[string]string {
 // failure as "check [shape]: error".
 func verifyOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.ModelShape, cacheDir string, only ...string) []string {
 	t.Helper()
+	return verifyOnEmulatorUntil(t, false, srcs, shapes, cacheDir, only...)
+}
+
+// firstFailureOnEmulator is verifyOnEmulator ended at the first failing
+// check (none after it is run): what a seeded bug's test needs to see.
+func firstFailureOnEmulator(t *testing.T, srcs map[string]string, shapes []kernels.ModelShape, cacheDir string, only ...string) []string {
+	t.Helper()
+	return verifyOnEmulatorUntil(t, true, srcs, shapes, cacheDir, only...)
+}
+
+func verifyOnEmulatorUntil(t *testing.T, stop bool, srcs map[string]string, shapes []kernels.ModelShape, cacheDir string, only ...string) []string {
+	t.Helper()
 	ctx, stream, set := emulatorKernels(t, srcs, cacheDir)
 	// Releasing the primary context resets the device: the next bug starts clean.
 	defer ctx.Close()
 	set = set.With(emuSelection)
 	v := NewVerifier(ctx, stream, set, 1)
 	v.SetMoEShapes(kernels.TinyMoEShapes()) // the real models' are verify's (docs/moe.md)
+	if stop {
+		v.StopAtFirstFailure()
+	}
 	if err := v.Only(only...); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +244,7 @@ func TestEmulatorCatchesSeededBugs(t *testing.T) {
 	emutest.Use(t)
 	cache := testCache()
 	for _, b := range seededBugs {
-		failures := verifyOnEmulator(t, b.seed(t), tinyShapes, cache, b.kernel)
+		failures := firstFailureOnEmulator(t, b.seed(t), tinyShapes, cache, b.kernel)
 		if len(failures) == 0 {
 			t.Errorf("%s: every check passed", b.name)
 			continue
@@ -484,7 +499,7 @@ func TestWarpSerialRevealsDroppedBarriers(t *testing.T) {
 				continue
 			}
 			emuSelection = b.pin
-			failures := verifyOnEmulator(t, b.seed(t), tinyShapes, testCache(), b.kernel)
+			failures := firstFailureOnEmulator(t, b.seed(t), tinyShapes, testCache(), b.kernel)
 			fmt.Printf("BARRIER-RESULT %s: %d failures\n", b.name, len(failures))
 		}
 		return

@@ -54,6 +54,8 @@ type Verifier struct {
 	only      []string // kernels to check (Only); empty: all
 	long      bool     // also the slow shapes (IncludeLong)
 	dead      error    // a sticky CUDA error: the context is unusable, no more checks run
+	// stopAtFailure ends the run at the first failing check (StopAtFirstFailure).
+	stopAtFailure bool
 	// counters reads the access counters each check's launches appended
 	// (CountAccesses); modelBytes is the current check's cost-model bytes.
 	counters   *counterReader
@@ -107,7 +109,7 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 	}
 	for _, m := range models {
 		for _, c := range perModel {
-			if v.wants(c.kernel) {
+			if v.wants(c.kernel) && v.dead == nil {
 				c.check(m)
 			}
 		}
@@ -139,14 +141,22 @@ func (v *Verifier) VerifyAll(models []kernels.ModelShape) []CheckResult {
 	if v.wants("linear") {
 		v.verifyLinearEdges()
 	}
-	if v.wants("linear_fp8") {
+	if v.wants("linear_fp8") && v.dead == nil {
 		v.verifyLinearFP8Edges()
 	}
-	if v.dead != nil {
+	if v.dead != nil && !errors.Is(v.dead, errStopped) {
 		v.results = append(v.results, CheckResult{Check: "remaining checks", Err: ErrContextLost})
 	}
 	return v.results
 }
+
+// errStopped marks a run StopAtFirstFailure ended: the checks after the
+// first failure are not run (not reported as failed).
+var errStopped = errors.New("stopped at the first failure")
+
+// StopAtFirstFailure makes VerifyAll run no check after the first that
+// fails (the seeded-bug tests: one failure shows the bug caught).
+func (v *Verifier) StopAtFirstFailure() { v.stopAtFailure = true }
 
 // ErrContextLost marks the checks not run after a sticky CUDA error (a
 // faulting kernel leaves the context unusable).
@@ -268,6 +278,9 @@ func (v *Verifier) record(check, shape string, relErr float64, exact bool, cmpEr
 	// Each check's memory is its own: free it now (errors of frees count too).
 	if freeErr := v.Close(); freeErr != nil && err == nil {
 		v.results[len(v.results)-1].Err = freeErr
+	}
+	if v.stopAtFailure && v.results[len(v.results)-1].Err != nil {
+		v.dead = errStopped
 	}
 }
 

@@ -26,23 +26,26 @@ func (v *Verifier) verifyMoEAll() {
 	if shapes == nil {
 		shapes = kernels.MoEShapes()
 	}
+	var checks []func()
 	for _, m := range shapes {
 		for _, tokens := range m.TopKTokens {
-			v.moeTopKAt(m, tokens)
+			checks = append(checks, func() { v.moeTopKAt(m, tokens) })
 		}
 		for _, tokens := range m.AlignTokens {
 			for _, block := range m.AlignBlockSizes {
-				v.moeAlignAt(m, tokens, block)
+				checks = append(checks, func() { v.moeAlignAt(m, tokens, block) })
 			}
 		}
 		if m.DecodeLongOnly && !v.long {
 			continue
 		}
-		for _, tokens := range []int{1, m.MaxDecodeTokens} {
-			v.moeDecodeAt(m, tokens)
-			if m.MaxDecodeTokens == 1 {
-				break
-			}
+		for _, tokens := range slices.Compact([]int{1, m.MaxDecodeTokens}) {
+			checks = append(checks, func() { v.moeDecodeAt(m, tokens) })
+		}
+	}
+	for _, check := range checks {
+		if v.dead == nil { // a fault, or StopAtFirstFailure
+			check()
 		}
 	}
 }
