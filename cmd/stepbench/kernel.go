@@ -289,7 +289,7 @@ func measureKernels(be runner.Backend, cfg runner.Config, op string, shapes []ke
 }
 
 // parsePositional parses flags and positional arguments in any order and
-// returns exactly want positional arguments.
+// returns exactly want positional arguments (want < 0: at least one).
 func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) ([]string, error) {
 	fs.SetInterspersed(true)
 	out := fs.Output()
@@ -304,10 +304,14 @@ func parsePositional(fs *pflag.FlagSet, args []string, want int, names string) (
 	if err != nil {
 		return nil, flagError(fs, err)
 	}
-	if got := fs.Args(); len(got) != want {
+	got := fs.Args()
+	if want < 0 && len(got) == 0 {
+		return nil, usagef("want %s, got none", names)
+	}
+	if want >= 0 && len(got) != want {
 		return nil, usagef("want %s, got %d argument(s)", names, len(got))
 	}
-	return fs.Args(), nil
+	return got, nil
 }
 
 // gateShapes are the run shapes whose checks cover the op's shapes: a

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
-
-	"github.com/spf13/pflag"
 
 	"stepbench/bench/plot"
 	"stepbench/bench/report"
@@ -24,7 +21,7 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&out, "out", "", "write the roofline to FILE (.svg or .png) and the sweep to FILE with .sweep before the extension, as run --plot does (required)")
 	fs.StringSliceVar(&labels, "label", nil, "the legend's name of each report, in order, one per report (default: what tells the reports apart: cache dtype, weights, layout, kernels, model, GPU; else their file names)")
 	fs.StringVar(&title, "title", "", "the figures' title (default: the models and the GPU)")
-	paths, err := parseReportArgs(fs, args, "REPORT.json [REPORT.json...]")
+	paths, err := parsePositional(fs, args, -1, "REPORT.json [REPORT.json...]")
 	if err != nil {
 		return err
 	}
@@ -67,27 +64,6 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "stepbench: wrote %s\n", p)
 	}
 	return err
-}
-
-// parseReportArgs parses flags and one or more report paths among them.
-func parseReportArgs(fs *pflag.FlagSet, args []string, names string) ([]string, error) {
-	fs.SetInterspersed(true)
-	out := fs.Output()
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(joinListValues(fs, rewriteShortAliases(fs, args)))
-	fs.SetOutput(out)
-	if errors.Is(err, pflag.ErrHelp) {
-		fmt.Fprintf(out, "usage of %s %s:\n", fs.Name(), names)
-		fs.PrintDefaults()
-		return nil, err
-	}
-	if err != nil {
-		return nil, flagError(fs, err)
-	}
-	if fs.NArg() == 0 {
-		return nil, usagef("want %s, got no report", names)
-	}
-	return fs.Args(), nil
 }
 
 // reportsTitle names the reports' models and GPUs, and says when any ran

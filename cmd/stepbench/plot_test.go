@@ -55,7 +55,7 @@ func TestPlotPutsRunsSideBySide(t *testing.T) {
 		want string
 	}{
 		{[]string{reports["auto"]}, exitUsage, "--out: required"},
-		{[]string{"--out", out}, exitUsage, "got no report"},
+		{[]string{"--out", out}, exitUsage, "want REPORT.json [REPORT.json...], got none"},
 		{[]string{"--out", filepath.Join(dir, "x.pdf"), reports["auto"]}, exitUsage, "must end in .svg or .png"},
 		{[]string{"--out", out, "--label", "a", reports["auto"], reports["fp8"]}, exitUsage, "--label: 1 given for 2 reports"},
 		{[]string{"--out", out, notReport}, exitUsage, "notes.json"},
