@@ -111,10 +111,12 @@ oracle:
 	@bash scripts/tokenizer-oracle-qwen/setup.sh build/tokenizer-oracle-qwen
 
 # Hardware stays at the edges: only these packages may need cgo (the CUDA
-# bindings, the CUDA backend, the NVML telemetry, the CLI that wires them).
+# bindings, the CUDA backend, the NVML telemetry, the CLI that wires them,
+# and bench/estimate, which runs the CUDA backend's own launch code on a
+# recording planner: it links cgo and makes no CUDA call).
 # Every other package must build with CGO_ENABLED=0 and depend on no
 # package that has cgo files.
-CGO_PACKAGES := stepbench/cuda stepbench/runner/gpu stepbench/bench/telemetry/nvml stepbench/cmd/stepbench
+CGO_PACKAGES := stepbench/cuda stepbench/runner/gpu stepbench/bench/telemetry/nvml stepbench/bench/estimate stepbench/cmd/stepbench
 nocgo:
 	@pkgs=$$($(GO) list ./... | grep -vxF $(foreach p,$(CGO_PACKAGES),-e $(p))); \
 	CGO_ENABLED=0 $(GO) build $$pkgs || { echo "a package outside $(CGO_PACKAGES) needs cgo"; exit 1; }; \
