@@ -10,8 +10,8 @@
 //   Qwen3-30B-A3B (H 2048, N 768, E 128, k 8), batch 1: 8 experts touched,
 //     each w13 2·768·2048·2 = 6.29 MB and w2 3.15 MB: 75.5 MB per layer,
 //     22.5 µs (H100) / 15.7 µs (H200) at the roof; 48 layers 1.08 / 0.75 ms.
-//     At batch 32 E·(1-(1-k/E)^T) = 112.6 experts are expected touched
-//     (ref.ExpectedExpertsTouched): 1.06 GB, 317 / 221 µs per layer.
+//     At batch 32 E·(1-(1-k/E)^T) = 111.8 experts are expected touched
+//     (ref.ExpectedExpertsTouched): 1.05 GB, 315 / 220 µs per layer.
 //   Mixtral-8x7B (H 4096, N 14336, E 8, k 2), batch 1: 2 experts of
 //     w13 235 MB + w2 117 MB: 704 MB, 210 / 147 µs per layer.
 // FLOPs per token 2·k·3·H·N: Qwen3-30B-A3B 75.5 MFLOP, far below the

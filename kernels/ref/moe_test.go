@@ -148,4 +148,8 @@ func TestExpectedExpertsTouched(t *testing.T) {
 	if got := ExpectedExpertsTouched(128, 8, 1); got != 8 {
 		t.Errorf("one token touches %v of Qwen3-30B-A3B's experts, want 8", got)
 	}
+	// docs/moe.md's and moe.cu's figure for a decode step of 32 tokens.
+	if got := ExpectedExpertsTouched(128, 8, 32); math.Abs(got-111.77) > 0.01 {
+		t.Errorf("32 tokens touch %v of Qwen3-30B-A3B's experts, the docs say 111.8", got)
+	}
 }
