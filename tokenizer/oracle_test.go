@@ -155,6 +155,13 @@ func TestOracleDecode(t *testing.T) {
 		}
 		seqs = append(seqs, seq)
 	}
+	compareDecodes(t, tok, dir, seqs, "llama3-tokenizer-js")
+}
+
+// compareDecodes asks the oracle in dir (named who in failures) for the
+// text of each of seqs and holds tok's Decode to it.
+func compareDecodes(t *testing.T, tok *Tokenizer, dir string, seqs [][]int32, who string) {
+	t.Helper()
 	requests := make([]any, len(seqs))
 	for i, s := range seqs {
 		requests[i] = map[string][]int32{"decode": s}
@@ -166,7 +173,7 @@ func TestOracleDecode(t *testing.T) {
 		}
 		want, _ := base64.StdEncoding.DecodeString(b64)
 		if got := tok.Decode(seqs[i]); got != string(want) {
-			t.Errorf("decode %v = %q, llama3-tokenizer-js %q", seqs[i], got, want)
+			t.Errorf("decode %v = %q, %s %q", seqs[i], got, who, want)
 		}
 	}
 }
