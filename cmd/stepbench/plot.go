@@ -60,8 +60,8 @@ func plotCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	written, err := plot.Runs(out, roof, runs, title)
-	for _, p := range written {
-		fmt.Fprintf(stdout, "stepbench: wrote %s\n", p)
+	for _, p := range written { // on stderr, as run --plot says it
+		fmt.Fprintf(stderr, "stepbench: wrote %s\n", p)
 	}
 	return err
 }
